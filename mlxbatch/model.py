@@ -1,0 +1,120 @@
+"""The Qwen2/Qwen2.5 decoder in MLX, with Hugging Face parameter names.
+
+The forward takes explicit inputs only: tokens, a KV cache (or None), per-row rotary offsets,
+and an attention mask. It returns final-normed hidden states; the output head is a separate
+step (`Qwen2.head`) that projects chosen positions onto chosen vocabulary rows.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from .cache import KVCache
+from .config import ModelArgs
+
+Mask = mx.array | str | None  # bool (B, 1, Lq, Lk), "causal", or None
+
+
+class Attention(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        d, hd = args.hidden_size, args.head_dim
+        self.n_heads, self.n_kv_heads, self.head_dim = (
+            args.num_attention_heads,
+            args.num_key_value_heads,
+            hd,
+        )
+        self.rope_theta = args.rope_theta
+        self.q_proj = nn.Linear(d, self.n_heads * hd, bias=True)
+        self.k_proj = nn.Linear(d, self.n_kv_heads * hd, bias=True)
+        self.v_proj = nn.Linear(d, self.n_kv_heads * hd, bias=True)
+        self.o_proj = nn.Linear(self.n_heads * hd, d, bias=False)
+
+    def __call__(
+        self, x: mx.array, cache: KVCache | None, layer: int, offsets: mx.array | int, mask: Mask
+    ) -> mx.array:
+        B, L, _ = x.shape
+        q = self.q_proj(x).reshape(B, L, self.n_heads, -1).transpose(0, 2, 1, 3)  # (B, H, L, hd)
+        k = self.k_proj(x).reshape(B, L, self.n_kv_heads, -1).transpose(0, 2, 1, 3)
+        v = self.v_proj(x).reshape(B, L, self.n_kv_heads, -1).transpose(0, 2, 1, 3)
+        rope = dict(traditional=False, base=self.rope_theta, scale=1.0, offset=offsets)
+        q = mx.fast.rope(q, self.head_dim, **rope)
+        k = mx.fast.rope(k, self.head_dim, **rope)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)  # (B, KV, offset + L, hd)
+        o = mx.fast.scaled_dot_product_attention(q, k, v, scale=self.head_dim**-0.5, mask=mask)
+        return self.o_proj(o.transpose(0, 2, 1, 3).reshape(B, L, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.gate_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=False)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.down_proj(nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.self_attn = Attention(args)
+        self.mlp = MLP(args)
+        self.input_layernorm = nn.RMSNorm(args.hidden_size, eps=args.rms_norm_eps)
+        self.post_attention_layernorm = nn.RMSNorm(args.hidden_size, eps=args.rms_norm_eps)
+
+    def __call__(self, x, cache, layer, offsets, mask):
+        h = x + self.self_attn(self.input_layernorm(x), cache, layer, offsets, mask)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class Qwen2Body(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
+        self.layers = [DecoderLayer(args) for _ in range(args.num_hidden_layers)]
+        self.norm = nn.RMSNorm(args.hidden_size, eps=args.rms_norm_eps)
+
+
+class Qwen2(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.args = args
+        self.model = Qwen2Body(args)
+        if not args.tie_word_embeddings:
+            self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+
+    def __call__(
+        self,
+        tokens: mx.array,  # (B, L) int
+        cache: KVCache | None = None,
+        offsets: mx.array | int = 0,  # rotary position of each row's first token: (B,) or int
+        mask: Mask = "causal",
+    ) -> mx.array:
+        """Final-normed hidden states (B, L, D); `cache` advances by L."""
+        x = self.model.embed_tokens(tokens)
+        for i, layer in enumerate(self.model.layers):
+            x = layer(x, cache, i, offsets, mask)
+        if cache is not None:
+            cache.advance(tokens.shape[1])
+        return self.model.norm(x)
+
+    def head_weight(self) -> mx.array:
+        if self.args.tie_word_embeddings:
+            return self.model.embed_tokens.weight
+        return self.lm_head.weight
+
+    def head(self, h: mx.array, rows: mx.array | None = None) -> mx.array:
+        """Logits of hidden states `h` (..., D) for vocabulary `rows` (all when None)."""
+        w = self.head_weight()
+        if rows is not None:
+            w = w[rows]
+        return h @ w.T
+
+    def num_parameters(self) -> int:
+        from mlx.utils import tree_flatten
+
+        return sum(v.size for _, v in tree_flatten(self.parameters()))

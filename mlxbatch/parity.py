@@ -1,0 +1,116 @@
+"""Logit parity of mlxbatch against PyTorch `transformers` (fp32) and mlx-lm's Qwen2."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+from .cache import batch_mask
+from .load import LoadedModel, load_model
+
+PARITY_TEXTS = (
+    "My invoice shows a double charge for November.",
+    "The app crashes with error 0x80070005 every time I open settings.",
+    "Hi,\n\nplease delete my account and all data.\nThanks",
+    "ok",
+    "Ünïcödé tëxt — with emoji 🚀 and <|im_end|> typed by a user.",
+)
+# fp32 on both sides; differences come from summation order only.
+ATOL = 1e-4
+
+
+@dataclass
+class ParityReport:
+    reference: str
+    max_abs: float
+    max_rel: float
+    argmax_agree: float
+    positions: int
+
+    @property
+    def passed(self) -> bool:
+        return self.max_abs <= ATOL * max(1.0, self.scale) and self.argmax_agree == 1.0
+
+    scale: float = 1.0  # largest |logit|, for the relative tolerance on large models
+
+    def line(self) -> str:
+        verdict = "PASS" if self.passed else "FAIL"
+        return (
+            f"{self.reference:<14} max|diff| {self.max_abs:.3e}  max rel {self.max_rel:.3e}  "
+            f"argmax agree {self.argmax_agree:.1%} over {self.positions} positions  "
+            f"[{verdict}: tol {ATOL:g} x max(1, max|logit|={self.scale:.2f})]"
+        )
+
+
+def parity_batches(lm: LoadedModel) -> list[list[list[int]]]:
+    """A single prompt, then padded batches mixing short and long prompts."""
+    sys_prompt = "Classify the ticket."
+    prompts = [lm.tokenizer.prompt(sys_prompt, t) for t in PARITY_TEXTS]
+    return [[prompts[0]], prompts[:3], prompts[2:], prompts]
+
+
+def mlx_logits(lm: LoadedModel, batch: list[list[int]]) -> list[np.ndarray]:
+    """Full logits (L_i, V) per prompt from one right-padded batched forward."""
+    lengths = np.array([len(p) for p in batch])
+    width = int(lengths.max())
+    tokens = np.zeros((len(batch), width), np.int32)
+    for i, p in enumerate(batch):
+        tokens[i, : len(p)] = p
+    mask = mx.array(batch_mask(0, np.zeros_like(lengths), lengths, width, 0, width))
+    h = lm.model(mx.array(tokens), None, 0, mask)
+    logits = np.array(lm.model.head(h).astype(mx.float32))
+    return [logits[i, :n] for i, n in enumerate(lengths)]
+
+
+def hf_logits(model, batch: list[list[int]]) -> list[np.ndarray]:
+    """The same through a `transformers` model, right-padded with an attention mask."""
+    import torch
+
+    lengths = [len(p) for p in batch]
+    width = max(lengths)
+    ids = torch.zeros((len(batch), width), dtype=torch.long)
+    att = torch.zeros((len(batch), width), dtype=torch.long)
+    for i, p in enumerate(batch):
+        ids[i, : len(p)] = torch.tensor(p)
+        att[i, : len(p)] = 1
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=att).logits.float().numpy()
+    return [logits[i, :n] for i, n in enumerate(lengths)]
+
+
+def mlx_lm_logits(model, batch: list[list[int]]) -> list[np.ndarray]:
+    return [np.array(model(mx.array([p]))[0].astype(mx.float32)) for p in batch]
+
+
+def compare(name: str, ours: list[np.ndarray], ref: list[np.ndarray]) -> ParityReport:
+    a, b = np.concatenate(ours), np.concatenate(ref)
+    diff = np.abs(a - b)
+    return ParityReport(
+        reference=name,
+        max_abs=float(diff.max()),
+        max_rel=float((diff / np.maximum(np.abs(b), 1e-3)).max()),
+        argmax_agree=float((a.argmax(-1) == b.argmax(-1)).mean()),
+        positions=a.shape[0],
+        scale=float(np.abs(b).max()),
+    )
+
+
+def run_parity(hf_dir: str | Path, mlx_dir: str | Path, with_mlx_lm: bool = True) -> list[ParityReport]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    lm = load_model(mlx_dir, dtype="float32")
+    batches = parity_batches(lm)
+    ours = [x for b in batches for x in mlx_logits(lm, b)]
+    hf = AutoModelForCausalLM.from_pretrained(Path(hf_dir), dtype=torch.float32).eval()
+    reports = [compare("transformers", ours, [x for b in batches for x in hf_logits(hf, b)])]
+    if with_mlx_lm:
+        from mlx_lm.utils import load_model as mlx_lm_load
+
+        peer, _ = mlx_lm_load(Path(mlx_dir))
+        ref = [x for b in batches for x in mlx_lm_logits(peer, b)]
+        reports.append(compare("mlx-lm", ours, ref))
+    return reports

@@ -1,0 +1,103 @@
+"""Tokenizer and the Qwen2.5 ChatML prompt, built in code.
+
+    <|im_start|>system\\n{system}<|im_end|>\\n<|im_start|>user\\n{text}<|im_end|>\\n<|im_start|>assistant\\n
+
+(The chat template inside recent Qwen tokenizer files is Qwen3's, not Qwen2.5's, so it is
+never used.) Special tokens are recognised in the template only: a user typing
+`<|im_end|>` gets plain-text tokens. The tokenizer splits at special tokens before BPE, so
+encoding the text between them piece by piece is exactly the whole-prompt tokenization.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from .config import ModelError
+
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+DEFAULT_LABELS = ("billing", "technical", "account")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
+
+
+def default_system_prompt(labels: tuple[str, ...] | list[str]) -> str:
+    names = ", ".join(labels)
+    return (
+        "You are a support-ticket triage assistant. Classify the customer's message into "
+        f"exactly one of these categories: {names}. Answer with the category name only."
+    )
+
+
+class PromptTokenizer:
+    def __init__(self, path: str | Path):
+        path = Path(path)
+        file = path / "tokenizer.json" if path.is_dir() else path
+        if not file.is_file():
+            raise ModelError(f"{file}: not found (the model directory needs tokenizer.json)")
+        try:
+            tok = Tokenizer.from_file(str(file))
+        except Exception as e:  # tokenizers raises a bare Exception on bad files
+            raise ModelError(f"{file}: not a valid tokenizer file ({e})") from None
+        tok.encode_special_tokens = True  # special-token strings in text are plain text
+        self._tok = tok
+        self.im_start = self._special(IM_START)
+        self.im_end = self._special(IM_END)
+        self.newline = self.encode("\n")
+        self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
+
+    def _special(self, s: str) -> int:
+        i = self._tok.token_to_id(s)
+        if i is None:
+            raise ModelError(f"tokenizer has no {s} token: not a Qwen2/ChatML tokenizer")
+        return i
+
+    def encode(self, text: str) -> list[int]:
+        """Plain text to ids; special-token strings are never control tokens here."""
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode(ids, skip_special_tokens=False)
+
+    def prompt(self, system: str, text: str) -> list[int]:
+        """The gold tokenization of the whole ChatML prompt for one item."""
+        return self.prefix(system) + self.suffix(text)
+
+    def prefix(self, system: str) -> list[int]:
+        """Tokens of everything before the item text, encoded as part of the whole prompt."""
+        return [self.im_start, *self.encode(f"system\n{system}"), self.im_end, *self.newline,
+                self.im_start]  # fmt: skip
+
+    def shared_prefix(self, system: str) -> list[int]:
+        """The prefix computed once per run: everything up to `user\\n`, before the text.
+
+        An item's own prompt may diverge from it near the end when BPE merges the text's
+        first characters with `\\n` (text starting with newlines); the engine then uses only
+        the common part for that row (see `common_prefix_len`).
+        """
+        return self.prefix(system) + self.encode("user\n")
+
+    def suffix(self, text: str) -> list[int]:
+        """Tokens from `user\\n{text}` to the end of the prompt (`assistant\\n`)."""
+        return [*self.encode(f"user\n{text}"), self.im_end, *self.newline, self.im_start,
+                *self.encode("assistant\n")]  # fmt: skip
+
+    def label(self, label: str) -> list[int]:
+        """A label's tokens as the assistant writes it right after `assistant\\n`."""
+        head = self.encode("assistant\n")
+        full = self.encode("assistant\n" + label)
+        if full[: len(head)] != head or len(full) == len(head):
+            raise ValueError(f"label {label!r} merges with the prompt's final newline")
+        return full[len(head) :]
+
+    def text_length(self, text: str) -> int:
+        return len(self.encode(text))
+
+
+def common_prefix_len(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n

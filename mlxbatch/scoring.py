@@ -1,0 +1,108 @@
+"""Constrained label scoring: label token ids in, per-row label log-probabilities out.
+
+A label's score is the sum of its tokens' log-probabilities under the full-vocabulary softmax,
+and the reported `scores` are those sums softmax-normalised over the label set. Every label's
+first token is scored at the same position (the prompt's last token), so that position's
+full-vocabulary log-sum-exp is common to all labels of a row and cancels in the
+normalisation: there only the label rows of the output head are computed. A multi-token
+label's later tokens sit at positions of their own, where the log-sum-exp does not cancel; it
+is computed there, and only there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+import numpy as np
+
+from .model import Qwen2
+
+
+class LabelError(ValueError):
+    """A label set that cannot be scored unambiguously."""
+
+
+@dataclass(frozen=True)
+class LabelSet:
+    names: tuple[str, ...]
+    tokens: tuple[tuple[int, ...], ...]
+
+    @classmethod
+    def build(cls, names: list[str] | tuple[str, ...], encode, vocab_size: int) -> LabelSet:
+        """Validate labels and tokenize them with `encode` (PromptTokenizer.label)."""
+        names = tuple(names)
+        if not names or any(not n.strip() for n in names):
+            raise LabelError("the label set is empty or holds an empty label")
+        if len(names) < 2:
+            raise LabelError(f"need at least two labels to choose from, got {list(names)}")
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise LabelError(f"duplicate label(s): {', '.join(map(repr, dupes))}")
+        tokens = tuple(tuple(encode(n)) for n in names)
+        for a in range(len(names)):
+            for b in range(len(names)):
+                if a == b:
+                    continue
+                ta, tb = tokens[a], tokens[b]
+                if ta == tb:
+                    raise LabelError(f"labels {names[a]!r} and {names[b]!r} tokenize identically")
+                if tb[: len(ta)] == ta:
+                    raise LabelError(
+                        f"label {names[a]!r} is a token prefix of {names[b]!r}, so it would always "
+                        "score at least as high; rename one of them"
+                    )
+        bad = [n for n, t in zip(names, tokens) if max(t) >= vocab_size]
+        if bad:
+            raise LabelError(f"label(s) {bad} tokenize outside the model's vocabulary")
+        return cls(names, tokens)
+
+    @property
+    def first_ids(self) -> list[int]:
+        return [t[0] for t in self.tokens]
+
+    @property
+    def max_len(self) -> int:
+        return max(len(t) for t in self.tokens)
+
+    def teacher_inputs(self) -> np.ndarray:
+        """Tokens fed after the prompt to score later label tokens: (J, max_len - 1)."""
+        out = np.zeros((len(self.tokens), self.max_len - 1), np.int32)
+        for j, t in enumerate(self.tokens):
+            out[j, : len(t) - 1] = t[:-1]
+        return out
+
+    def continuation_slots(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For each scored later token: its label j, its input slot i - 1, and its token id."""
+        rows = [(j, i - 1, t[i]) for j, t in enumerate(self.tokens) for i in range(1, len(t))]
+        j, slot, tok = (np.array(x, np.int32) for x in zip(*rows)) if rows else ([],) * 3
+        return np.asarray(j), np.asarray(slot), np.asarray(tok)
+
+
+def first_token_logits(model: Qwen2, h_last: mx.array, labels: LabelSet) -> mx.array:
+    """(B, J) logits of each label's first token at each row's last prompt position."""
+    return model.head(h_last, mx.array(labels.first_ids))
+
+
+def continuation_logprobs(model: Qwen2, h_lab: mx.array, labels: LabelSet) -> mx.array:
+    """(B, J): sum over each label's tokens after the first of their full-vocab log-probs.
+
+    `h_lab` (B * J, max_len - 1, D) are the hidden states of the teacher-forced label inputs,
+    row r * J + j holding label j behind prompt r.
+    """
+    J, T = len(labels.names), labels.max_len - 1
+    B = h_lab.shape[0] // J
+    j, slot, tok = labels.continuation_slots()
+    flat = (np.arange(B)[:, None] * J + j[None, :]) * T + slot[None, :]  # (B, S)
+    h = h_lab.reshape(B * J * T, -1)[mx.array(flat.reshape(-1))]  # (B * S, D)
+    logits = model.head(h).astype(mx.float32)  # full vocabulary, at these positions only
+    target = mx.take_along_axis(logits, mx.array(np.tile(tok, B))[:, None], axis=-1)[:, 0]
+    lp = (target - mx.logsumexp(logits, axis=-1)).reshape(B, len(j))
+    onehot = np.zeros((len(j), J), np.float32)
+    onehot[np.arange(len(j)), j] = 1.0
+    return lp @ mx.array(onehot)
+
+
+def normalise(label_logprobs: mx.array) -> mx.array:
+    """Softmax over the label set: the reported per-label probabilities."""
+    return mx.softmax(label_logprobs.astype(mx.float32), axis=-1)

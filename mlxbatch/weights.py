@@ -1,0 +1,123 @@
+"""Safetensors checkpoints: find, check (headers, names, shapes, finiteness) and load them.
+
+Only safetensors is read: nothing is ever unpickled. Every problem is reported as one
+ModelError naming the file and tensor, before MLX sees the bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import mlx.core as mx
+
+from .config import ModelArgs, ModelError
+
+_DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8, "I32": 4, "U8": 1, "BOOL": 1}
+# Tensors a Hugging Face Qwen2 checkpoint may carry that the forward pass derives itself.
+DERIVED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+def weight_files(model_dir: Path) -> list[Path]:
+    """The checkpoint's safetensors files: the index's shards, or every *.safetensors."""
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (json.JSONDecodeError, KeyError, AttributeError) as e:
+            raise ModelError(f"{index}: not a valid safetensors index ({e})") from None
+        missing = [s for s in shards if not (model_dir / s).is_file()]
+        if missing:
+            raise ModelError(f"{index}: shard file(s) missing: {', '.join(missing)}")
+        return [model_dir / s for s in shards]
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        pickled = sorted(p.name for p in model_dir.glob("*.bin")) + sorted(
+            p.name for p in model_dir.glob("*.pt*")
+        )
+        hint = (
+            f" (found {', '.join(pickled)}: pickled PyTorch weights are never loaded; "
+            "re-save them with safe_serialization=True)"
+            if pickled
+            else ""
+        )
+        raise ModelError(f"{model_dir}: no *.safetensors weight files{hint}")
+    return files
+
+
+def read_header(path: Path) -> dict[str, dict]:
+    """The tensor table of a safetensors file, checked against the file's real size."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        raw = f.read(8)
+        if len(raw) < 8:
+            raise ModelError(f"{path}: truncated safetensors file ({size} bytes, no header)")
+        (n,) = struct.unpack("<Q", raw)
+        if n > size - 8 or n > 100_000_000:
+            raise ModelError(f"{path}: corrupt safetensors header (claims {n} bytes)")
+        try:
+            header = json.loads(f.read(n))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ModelError(f"{path}: corrupt safetensors header ({e})") from None
+    header.pop("__metadata__", None)
+    data_size = size - 8 - n
+    for name, t in header.items():
+        start, end = t["data_offsets"]
+        numel = 1
+        for s in t["shape"]:
+            numel *= s
+        want = numel * _DTYPE_BYTES.get(t["dtype"], 0)
+        if end - start != want:
+            raise ModelError(f"{path}: tensor {name} has {end - start} bytes, shape needs {want}")
+        if end > data_size:
+            raise ModelError(
+                f"{path}: truncated: tensor {name} ends at byte {end} of a {data_size}-byte "
+                "data section (incomplete download or copy?)"
+            )
+    return header
+
+
+def check_checkpoint(model_dir: Path, args: ModelArgs) -> list[Path]:
+    """Fail with one clear message unless the files hold exactly the tensors `args` needs."""
+    files = weight_files(model_dir)
+    found: dict[str, tuple[tuple[int, ...], Path]] = {}
+    for path in files:
+        for name, t in read_header(path).items():
+            if not name.endswith(DERIVED_SUFFIXES):
+                found[name] = (tuple(t["shape"]), path)
+    expected = args.expected_shapes()
+    if args.tie_word_embeddings:
+        found.pop("lm_head.weight", None)  # some tied checkpoints still carry the copy
+    missing = sorted(set(expected) - set(found))
+    extra = sorted(set(found) - set(expected))
+    if missing:
+        raise ModelError(
+            f"{model_dir}: {len(missing)} tensor(s) missing from the checkpoint, e.g. "
+            f"{', '.join(missing[:3])}"
+        )
+    if extra:
+        raise ModelError(
+            f"{model_dir}: {len(extra)} unexpected tensor(s) for this config, e.g. "
+            f"{', '.join(extra[:3])}"
+        )
+    for name, shape in expected.items():
+        got, path = found[name]
+        if got != shape:
+            raise ModelError(f"{path}: tensor {name} has shape {got}, config.json implies {shape}")
+    return files
+
+
+def load_tensors(files: list[Path], check_finite: bool = False) -> dict[str, mx.array]:
+    tensors: dict[str, mx.array] = {}
+    for path in files:
+        try:
+            tensors.update(mx.load(str(path)))
+        except Exception as e:  # MLX raises RuntimeError/ValueError with terse texts
+            raise ModelError(f"{path}: cannot be read as safetensors ({e})") from None
+    tensors = {k: v for k, v in tensors.items() if not k.endswith(DERIVED_SUFFIXES)}
+    if check_finite:
+        for name, t in tensors.items():
+            if not mx.all(mx.isfinite(t)).item():
+                raise ModelError(f"tensor {name} holds NaN or infinite values")
+    return tensors
