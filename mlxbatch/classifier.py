@@ -1,0 +1,81 @@
+"""The Python API: load once, classify lists of texts.
+
+    from mlxbatch import Classifier
+    clf = Classifier.load("weights/qwen2.5-0.5b", labels=["billing", "technical", "account"])
+    for p in clf.classify(["I was charged twice", "The app crashes"]):
+        print(p.label, p.scores)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .batching import Batch, plan_batches, unsort
+from .engine import Engine
+from .load import LoadedModel, load_model
+from .memory import default_budget
+from .prompt import DEFAULT_LABELS, default_system_prompt
+from .scoring import LabelSet
+
+DEFAULT_MAX_BATCH = 64
+
+
+@dataclass(frozen=True)
+class Prediction:
+    label: str
+    scores: dict[str, float]
+
+
+class Classifier:
+    def __init__(self, lm: LoadedModel, labels: LabelSet, system_prompt: str, prefix_cache: bool):
+        self.lm, self.labels, self.system_prompt = lm, labels, system_prompt
+        self.engine = Engine(lm, labels, system_prompt, prefix_cache=prefix_cache)
+
+    @classmethod
+    def load(
+        cls, model_dir: str | Path, labels: list[str] | tuple[str, ...] = DEFAULT_LABELS,
+        system_prompt: str | None = None, dtype: str | None = None, prefix_cache: bool = True,
+    ) -> Classifier:  # fmt: skip
+        lm = load_model(model_dir, dtype=dtype)
+        label_set = LabelSet.build(labels, lm.tokenizer.label, lm.model.args.vocab_size)
+        prompt = system_prompt if system_prompt is not None else default_system_prompt(labels)
+        return cls(lm, label_set, prompt, prefix_cache)
+
+    def fed_lengths(self, prompts: list[list[int]]) -> list[int]:
+        """Tokens each item feeds through the model (its prompt minus the shared prefix)."""
+        return [len(self.engine.split(p)[1]) for p in prompts]
+
+    def default_batch_tokens(self, max_batch: int, longest: int) -> int:
+        args = self.lm.model.args
+        context = len(self.engine.prefix) + longest + self.labels.max_len
+        nbytes = self.lm.model.model.embed_tokens.weight.dtype.size
+        return default_budget(
+            args, nbytes, max_batch, context, len(self.labels.names), self.labels.max_len
+        )
+
+    def plan(
+        self, prompts: list[list[int]], mode: str = "sorted", batch_tokens: int | None = None,
+        max_batch: int = DEFAULT_MAX_BATCH,
+    ) -> list[Batch]:  # fmt: skip
+        lengths = self.fed_lengths(prompts)
+        if batch_tokens is None:
+            batch_tokens = self.default_batch_tokens(max_batch, max(lengths, default=1))
+        return plan_batches(lengths, mode, batch_tokens, max_batch)
+
+    def classify(
+        self, texts: list[str], mode: str = "sorted", batch_tokens: int | None = None,
+        max_batch: int = DEFAULT_MAX_BATCH,
+    ) -> list[Prediction]:  # fmt: skip
+        """Label probabilities for each text, in input order. mode='sequential' is the gold loop."""
+        prompts = [self.engine.prompt(t) for t in texts]
+        batches = self.plan(prompts, mode, batch_tokens, max_batch)
+        done = list(self.engine.run(prompts, batches, gold=mode == "sequential"))
+        probs = unsort([(b, list(p)) for b, p in done], len(texts))
+        return [self._prediction(p) for p in probs]
+
+    def _prediction(self, probs: np.ndarray) -> Prediction:
+        names = self.labels.names
+        return Prediction(names[int(np.argmax(probs))], dict(zip(names, map(float, probs))))

@@ -1,0 +1,41 @@
+"""The built-in default model: a converted checkpoint under weights/, else a synthetic one."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+SYNTHETIC_NAME = "qwen2.5-0.5b-synthetic"
+
+
+def weights_dir() -> Path:
+    return Path(os.environ.get("MLXBATCH_WEIGHTS", "weights"))
+
+
+def default_model_dir(announce: Callable[[str], None] = print) -> Path:
+    """The first converted (non-synthetic) model under weights/; else the synthetic model at
+    the real Qwen2.5-0.5B shapes, created on first use."""
+    from .convert import init_random
+    from .load import read_manifest
+
+    root = weights_dir()
+    found = sorted(d for d in root.glob("*") if (d / "config.json").is_file())
+    real = [d for d in found if not read_manifest(d).get("synthetic")]
+    if real:
+        announce(f"model: {real[0]} (converted checkpoint)")
+        return real[0]
+    synthetic = root / SYNTHETIC_NAME
+    if not (synthetic / "mlxbatch.json").is_file():
+        announce(f"no converted model under {root}/: writing a SYNTHETIC random model at the "
+                 f"Qwen2.5-0.5B shapes to {synthetic} (once, ~1 GB)")  # fmt: skip
+        tmp = root / f".{SYNTHETIC_NAME}.{os.getpid()}"
+        init_random(tmp, preset="qwen2.5-0.5b", seed=0)
+        try:
+            tmp.rename(synthetic)
+        except OSError:  # another process finished first
+            shutil.rmtree(tmp, ignore_errors=True)
+    announce(f"model: {synthetic}: SYNTHETIC random weights at Qwen2.5-0.5B shapes, "
+             "not a real model: its labels carry no meaning")  # fmt: skip
+    return synthetic
