@@ -1,0 +1,128 @@
+"""`mlxbatch bench`: every mode on the same tickets in one process, against the gold loop."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import mlx.core as mx
+import numpy as np
+
+from .batching import Batch, global_max_stats, padding_stats, plan_batches, unsort
+from .classifier import Classifier
+from .engine import Engine
+
+
+@dataclass
+class ModeResult:
+    name: str
+    seconds: float
+    items: int
+    processed_tokens: int  # every token fed through the model, padding and prefixes included
+    useful_tokens: int  # the least an exact method must feed: the prefix once + every item's own
+    padding_overhead: float
+    agreement: float  # label agreement with the gold loop
+    max_abs_diff: float | None  # largest |probability difference| from the gold loop
+    peak_memory: int
+    useful_flops: float
+    batches: int
+    settings: dict = field(default_factory=dict)
+
+    @property
+    def items_per_s(self) -> float:
+        return self.items / self.seconds
+
+
+def flops_per_item(clf: Classifier, start: int, n: int) -> float:
+    """Forward FLOPs of `n` tokens at positions [start, start + n): matmuls + attention."""
+    a = clf.lm.model.args
+    hd = a.head_dim
+    dense = a.hidden_size * (a.num_attention_heads + 2 * a.num_key_value_heads) * hd
+    dense += a.num_attention_heads * hd * a.hidden_size + 3 * a.hidden_size * a.intermediate_size
+    attn = 4 * a.num_attention_heads * hd * (n * start + n * (n + 1) / 2)  # QK^T and PV
+    return a.num_hidden_layers * (2 * dense * n + attn)
+
+
+def useful(clf: Classifier, prompts: list[list[int]]) -> tuple[int, float]:
+    """Useful tokens and FLOPs: the shared prefix once, then each item's own tokens."""
+    P = len(clf.engine.tokenizer.shared_prefix(clf.system_prompt))
+    tokens, flops = P, flops_per_item(clf, 0, P)
+    for p in prompts:
+        k = min(P, len(p) - 1)
+        tokens += len(p) - k
+        flops += flops_per_item(clf, k, len(p) - k)
+    return tokens, flops
+
+
+def run_mode(
+    name: str, engine: Engine, prompts: list[list[int]], batches: list[Batch], gold: bool,
+    reference: np.ndarray | None, useful_tokens: int, useful_flops: float, settings: dict,
+) -> tuple[ModeResult, np.ndarray]:  # fmt: skip
+    mx.synchronize()
+    mx.reset_peak_memory()
+    t = time.perf_counter()
+    done = list(engine.run(prompts, batches, gold=gold))
+    seconds = time.perf_counter() - t
+    probs = np.stack(unsort([(b, list(p)) for b, p in done], len(prompts)))
+    fed = [len(p) if gold else len(engine.split(p)[1]) for p in prompts]
+    stats = padding_stats(fed, batches)
+    processed = stats.processed_tokens + len(engine.prefix)
+    ref = probs if reference is None else reference
+    return ModeResult(
+        name, seconds, len(prompts), processed, useful_tokens, stats.overhead,
+        float((probs.argmax(1) == ref.argmax(1)).mean()), float(np.abs(probs - ref).max()),
+        mx.get_peak_memory(), useful_flops, len(batches), settings,
+    ), probs  # fmt: skip
+
+
+def length_stats(lengths: list[int]) -> dict:
+    arr = np.array(lengths)
+    return {"median": float(np.median(arr)), "p90": float(np.percentile(arr, 90)),
+            "max": int(arr.max()), "mean": float(arr.mean())}  # fmt: skip
+
+
+def run_bench(
+    clf: Classifier, texts: list[str], batch_tokens: int, max_batch: int, naive_batch: int,
+    sweep: list[int], progress=print,
+) -> dict:  # fmt: skip
+    gold_engine = Engine(clf.lm, clf.labels, clf.system_prompt, prefix_cache=False)
+    prompts = [clf.engine.prompt(t) for t in texts]
+    tok_lengths = [len(clf.lm.tokenizer.encode(t)) for t in texts]
+    fed = clf.fed_lengths(prompts)
+    u_tokens, u_flops = useful(clf, prompts)
+    n = len(prompts)
+    runs: list[ModeResult] = []
+
+    def go(name, engine, batches, gold=False, **settings):
+        progress(f"running {name} ({len(batches)} batches) ...")
+        res, probs = run_mode(name, engine, prompts, batches, gold, ref, u_tokens, u_flops, settings)
+        runs.append(res)
+        progress(f"  {res.seconds:.1f} s, {res.items_per_s:.2f} items/s, agreement {res.agreement:.1%}")
+        return probs
+
+    ref = None
+    ref = go("sequential (gold)", gold_engine, plan_batches([len(p) for p in prompts], "sequential", 1 << 30, 1), gold=True)
+    go("sequential + prefix cache", clf.engine, plan_batches(fed, "sequential", 1 << 30, 1))
+    go(f"naive (batch {naive_batch})", clf.engine, plan_batches(fed, "naive", 1 << 30, naive_batch),
+       max_batch=naive_batch)  # fmt: skip
+    go("sorted (default)", clf.engine, plan_batches(fed, "sorted", batch_tokens, max_batch),
+       batch_tokens=batch_tokens, max_batch=max_batch)  # fmt: skip
+    for b in sweep:
+        if b != batch_tokens and b >= max(fed):
+            go(f"sorted, budget {b}", clf.engine, plan_batches(fed, "sorted", b, max_batch),
+               batch_tokens=b, max_batch=max_batch)  # fmt: skip
+    sorted_default = plan_batches(fed, "sorted", batch_tokens, max_batch)
+    return {
+        "items": n,
+        "ticket_tokens": length_stats(tok_lengths),
+        "fed_tokens": length_stats(fed),
+        "padding_tax": {
+            "global_max_factor": global_max_stats(fed).factor,
+            "naive_factor": padding_stats(fed, plan_batches(fed, "naive", 1 << 30, naive_batch)).factor,
+            "sorted_factor": padding_stats(fed, sorted_default).factor,
+            "sweep": {b: padding_stats(fed, plan_batches(fed, "sorted", b, max_batch)).overhead
+                      for b in sorted({*sweep, batch_tokens}) if b >= max(fed)},
+        },  # fmt: skip
+        "modes": [asdict(r) | {"items_per_s": r.items_per_s} for r in runs],
+        "gold_labels": [clf.labels.names[i] for i in ref.argmax(1)],
+    }
