@@ -1,0 +1,181 @@
+"""The command line as users call it: classify, policies, labels, memory, doctor, bench."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from mlxbatch import blas
+from mlxbatch.cli import cli
+from mlxbatch.tickets import generate, write_jsonl
+
+
+@pytest.fixture(scope="module")
+def tickets_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("t") / "tickets.jsonl"
+    write_jsonl(generate(120, seed=5), path)
+    return path
+
+
+def run(*args, input=None):
+    return CliRunner().invoke(cli, [str(a) for a in args], input=input, catch_exceptions=False)
+
+
+def read_jsonl(path):
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_all_modes_agree_and_rows_map_one_to_one(tiny_model_dir, tickets_file, tmp_path):
+    outs = {}
+    for mode in ("sorted", "naive", "sequential"):
+        out = tmp_path / f"{mode}.jsonl"
+        r = run("classify", tickets_file, "--model", tiny_model_dir, "-o", out, "--mode", mode,
+                "--batch-tokens", 2048, "--verify")  # fmt: skip
+        assert r.exit_code == 0, r.output
+        assert "100.00% label agreement" in r.output
+        outs[mode] = read_jsonl(out)
+    ids = [t["id"] for t in read_jsonl(tickets_file)]
+    for rows in outs.values():
+        assert [x["id"] for x in rows] == ids
+        assert all(set(x) == {"id", "label", "scores"} for x in rows)
+        assert all(abs(sum(x["scores"].values()) - 1) < 1e-5 for x in rows)
+    assert [x["label"] for x in outs["sorted"]] == [x["label"] for x in outs["sequential"]]
+    assert [x["label"] for x in outs["naive"]] == [x["label"] for x in outs["sequential"]]
+
+
+def test_stdin_text_and_csv_output(tiny_model_dir, tmp_path):
+    out = tmp_path / "o.csv"
+    r = run("classify", "-", "--model", tiny_model_dir, "-o", out, "--labels", "spam,ham",
+            "--no-prefix-cache", input="buy now\nsee you at lunch\n")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    lines = out.read_text().splitlines()
+    assert lines[0] == "id,label,score_spam,score_ham,error" and len(lines) == 3
+    r = run("classify", "-", "--model", tiny_model_dir, input="hello\n")
+    assert r.exit_code == 0 and json.loads(r.stdout.splitlines()[0])["id"] == 1
+
+
+def test_bad_rows_fail_before_compute_or_become_error_rows(tiny_model_dir, tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"id": "a", "text": "ok"}\n{"id": "b"}\nnot json\n{"id": "d", "text": "fine"}\n')
+    out = tmp_path / "o.jsonl"
+    r = run("classify", src, "--model", tiny_model_dir, "-o", out)
+    assert r.exit_code == 2
+    assert "line 2: missing text field 'text'" in r.output and "line 3: invalid JSON" in r.output
+    assert not out.exists()
+    r = run("classify", src, "--model", tiny_model_dir, "-o", out, "--on-error", "skip")
+    assert r.exit_code == 0, r.output
+    rows = read_jsonl(out)
+    assert [x["id"] for x in rows] == ["a", "b", 3, "d"]
+    assert "error" in rows[1] and "error" in rows[2] and "label" in rows[3]
+
+
+def test_too_long_policies(tiny_model_dir, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("short one\n" + "very long ticket text " * 60 + "\n")
+    r = run("classify", src, "--model", tiny_model_dir, "--max-tokens", 40)
+    assert r.exit_code == 2 and "over the limit of 40" in r.output
+    out = tmp_path / "o.jsonl"
+    r = run("classify", src, "--model", tiny_model_dir, "--max-tokens", 40, "--too-long", "truncate",
+            "-o", out, "--verify")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    rows = read_jsonl(out)
+    assert "truncated" not in rows[0]
+    t = rows[1]["truncated"]
+    assert t["from_tokens"] > 40 >= t["to_tokens"] and rows[1]["label"]
+
+
+@pytest.mark.parametrize("labels, message", [
+    ("billing,billing", "duplicate label"), ("billing", "at least two labels"),
+    ("billing,,x", "empty label"), ("account,account access", "token prefix"),
+])  # fmt: skip
+def test_bad_label_sets_are_refused(tiny_model_dir, tickets_file, labels, message):
+    r = run("classify", tickets_file, "--model", tiny_model_dir, "--labels", labels)
+    assert r.exit_code == 2 and message in r.output
+
+
+def test_a_budget_that_cannot_fit_is_refused(tiny_model_dir, tickets_file):
+    r = run("classify", tickets_file, "--model", tiny_model_dir, "--batch-tokens", 10**9)
+    assert r.exit_code == 2 and "GiB" in r.output and "lower it" in r.output
+
+
+def test_peak_memory_stays_under_the_stated_bound(tiny_model_dir, tickets_file):
+    from mlxbatch.classifier import Classifier
+    from mlxbatch.inputs import read_rows
+    from mlxbatch.job import JobSettings, run_job
+
+    clf = Classifier.load(tiny_model_dir)
+    rows, _ = read_rows(str(tickets_file))
+    res = run_job(clf, rows, JobSettings(batch_tokens=1024), None)
+    assert 0 < res.peak_memory <= res.memory_bound
+
+
+def test_missing_model_and_bad_prompt_file_are_clear(tickets_file, tmp_path):
+    r = run("classify", tickets_file, "--model", tmp_path / "nope")
+    assert r.exit_code == 2 and "model directory not found" in r.output
+    r = run("classify", tickets_file, "--model", tmp_path, "--system-prompt-file", tmp_path / "p.txt")
+    assert r.exit_code == 2 and "cannot read the system prompt" in r.output
+
+
+def test_python_api(tiny_model_dir):
+    from mlxbatch import Classifier
+
+    clf = Classifier.load(tiny_model_dir, labels=["billing", "account access", "account deletion"])
+    preds = clf.classify(["charged twice", "\n\nlocked out", "delete me"], batch_tokens=256)
+    gold = clf.classify(["charged twice", "\n\nlocked out", "delete me"], mode="sequential")
+    assert [p.label for p in preds] == [p.label for p in gold]
+    assert set(preds[0].scores) == {"billing", "account access", "account deletion"}
+
+
+def test_tickets_match_the_published_length_profile():
+    import numpy as np
+
+    from mlxbatch.convert import qwen_tokenizer_dir
+    from mlxbatch.prompt import PromptTokenizer
+
+    tok = PromptTokenizer(qwen_tokenizer_dir())
+    rows = generate(600)
+    lengths = np.array([len(tok.encode(t["text"])) for t in rows])
+    assert 85 <= np.median(lengths) <= 103 and 400 <= lengths.max() <= 500
+    assert rows == generate(600) and rows != generate(600, seed=1)
+    assert {t["intent"] for t in rows} == {"billing", "technical", "account"}
+    assert any(not t["text"].isascii() for t in rows)
+    short = [len(tok.encode(t["text"])) for t in generate(200, mix="short")]
+    assert np.median(short) < np.median(lengths) / 2
+
+
+def cli_env():
+    env = dict(os.environ)
+    env.pop(blas._MARK, None)
+    return env
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="the BLAS interposition is Linux-only")
+def test_cli_runs_mlx_on_openblas():
+    if blas.plan() is None:
+        pytest.skip("no usable OpenBLAS for this CPU (cmeel-openblas needs AVX-512)")
+    out = subprocess.run([sys.executable, "-m", "mlxbatch", "doctor", "--json", "--size", "256"],
+                         capture_output=True, text=True, env=cli_env(), check=True)  # fmt: skip
+    info = json.loads(out.stdout)
+    assert info["fast_blas"] is True
+    assert "openblas" in info["blas"] and info["blas_kernels"] not in (None, "Prescott")
+    assert info["blas_activation"] == blas.plan().source
+
+
+def test_bench_quick_runs_end_to_end(tmp_path):
+    js = tmp_path / "b.json"
+    out = subprocess.run([sys.executable, "-m", "mlxbatch", "bench", "--quick", "--tickets", "24",
+                          "--sweep", "512", "--no-peers", "--json", js],
+                         capture_output=True, text=True, env=cli_env())  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(js.read_text())
+    names = [m["name"] for m in result["modes"]]
+    assert names[:4] == ["sequential (gold)", "sequential + prefix cache", "naive (batch 16)", "sorted (default)"]
+    assert all(m["agreement"] == 1.0 for m in result["modes"])
+    assert result["padding_tax"]["global_max_factor"] >= result["padding_tax"]["sorted_factor"] >= 1
+    assert "SYNTHETIC" in out.stdout and "items/s" in out.stdout

@@ -1,0 +1,188 @@
+"""Foundation: forward pass parity with transformers, caching, conversion, bad checkpoints."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from mlxbatch.cache import KVCache, batch_mask
+from mlxbatch.config import ModelArgs, ModelError
+from mlxbatch.convert import PRESETS, convert_hf, init_random
+from mlxbatch.load import load_model
+from mlxbatch.parity import ATOL, run_parity
+from mlxbatch.weights import load_tensors, weight_files
+
+
+def test_logits_match_transformers_and_mlx_lm(hf_and_mlx):
+    hf, mlx_dir = hf_and_mlx
+    reports = run_parity(hf, mlx_dir)
+    for r in reports:
+        assert r.passed, r.line()
+        assert r.max_abs < ATOL
+    assert reports[0].positions > 100  # single and padded batches were compared
+
+
+def test_parity_detects_a_wrong_weight(tied_pair, tmp_path):
+    hf, mlx_dir = tied_pair
+    broken = tmp_path / "broken"
+    shutil.copytree(mlx_dir, broken)
+    t = mx.load(str(broken / "model.safetensors"))
+    t["model.layers.0.mlp.up_proj.weight"] = t["model.layers.0.mlp.up_proj.weight"] * 1.01
+    mx.save_safetensors(str(broken / "model.safetensors"), t)
+    reports = run_parity(hf, broken, with_mlx_lm=False)
+    assert not reports[0].passed
+
+
+def test_cached_forward_equals_uncached(tiny_model_dir):
+    lm = load_model(tiny_model_dir)
+    tokens = lm.tokenizer.prompt("Be brief.", "The app crashes on start, error 0x1F.")
+    full = lm.model(mx.array([tokens]))
+    a = lm.model.args
+    cache = KVCache.allocate(a.num_hidden_layers, 1, a.num_key_value_heads, a.head_dim, len(tokens), mx.float32)
+    parts, start = [], 0
+    for size in (7, 1, 5, len(tokens)):  # prefill in uneven chunks, then the rest
+        chunk = tokens[start : start + size]
+        if not chunk:
+            break
+        end = start + len(chunk)
+        mask = mx.array(batch_mask(0, [0], [end], end, start, len(chunk)))  # causal, offset
+        parts.append(lm.model(mx.array([chunk]), cache, start, mask))
+        start += len(chunk)
+    cached = mx.concatenate(parts, axis=1)
+    assert cache.offset == len(tokens)
+    np.testing.assert_allclose(np.array(cached), np.array(full), atol=1e-5)
+
+
+def test_conversion_round_trip_is_bit_exact(hf_and_mlx, tmp_path):
+    hf, mlx_dir = hf_and_mlx
+    src = load_tensors(weight_files(hf))
+    out = load_tensors(weight_files(mlx_dir))
+    args = ModelArgs.load(hf)
+    if args.tie_word_embeddings:
+        src.pop("lm_head.weight", None)
+    assert set(src) == set(out)
+    for name, t in src.items():
+        assert t.dtype == out[name].dtype
+        assert np.array_equal(np.array(t).view(np.uint8), np.array(out[name]).view(np.uint8)), name
+    manifest = json.loads((mlx_dir / "mlxbatch.json").read_text())
+    assert manifest["tensors"] == len(out) and not manifest["synthetic"]
+    # converting the converted directory again changes nothing
+    again = convert_hf(mlx_dir, tmp_path / "again")
+    assert again["sha256"] == manifest["sha256"]
+
+
+def test_convert_casts_dtype(tied_pair, tmp_path):
+    hf, _ = tied_pair
+    m = convert_hf(hf, tmp_path / "bf16", dtype="bfloat16")
+    assert m["dtype"] == "bfloat16"
+    lm = load_model(tmp_path / "bf16", dtype="float32")
+    assert lm.model.model.embed_tokens.weight.dtype == mx.float32
+
+
+def test_sharded_checkpoint_loads(tied_pair, tmp_path):
+    hf, mlx_dir = tied_pair
+    tensors = mx.load(str(mlx_dir / "model.safetensors"))
+    names = sorted(tensors)
+    shard_dir = tmp_path / "sharded"
+    shutil.copytree(mlx_dir, shard_dir)
+    (shard_dir / "model.safetensors").unlink()
+    halves = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for file, keys in halves.items():
+        mx.save_safetensors(str(shard_dir / file), {k: tensors[k] for k in keys})
+    index = {"weight_map": {k: f for f, keys in halves.items() for k in keys}}
+    (shard_dir / "model.safetensors.index.json").write_text(json.dumps(index))
+    a, b = load_model(mlx_dir), load_model(shard_dir)
+    ids = mx.array([a.tokenizer.prompt("x", "hello")])
+    assert mx.array_equal(a.model(ids), b.model(ids))
+
+
+def test_qwen25_preset_has_the_published_parameter_count():
+    args = ModelArgs.from_dict(PRESETS["qwen2.5-0.5b"])
+    total = sum(int(np.prod(s)) for s in args.expected_shapes().values())
+    assert total == 494_032_768
+    assert (args.head_dim, args.n_rep) == (64, 7)
+
+
+def test_init_random_is_deterministic_and_marked_synthetic(tmp_path):
+    a = init_random(tmp_path / "a", preset="tiny", seed=3, dtype="float32")
+    b = init_random(tmp_path / "b", preset="tiny", seed=3, dtype="float32")
+    c = init_random(tmp_path / "c", preset="tiny", seed=4, dtype="float32")
+    assert a["sha256"] == b["sha256"] != c["sha256"]
+    assert a["synthetic"] and json.loads((tmp_path / "a/config.json").read_text())["mlxbatch_synthetic"]
+    lm = load_model(tmp_path / "a")
+    assert lm.synthetic and "SYNTHETIC" in lm.describe()
+    assert lm.model.num_parameters() == a["parameters"]
+
+
+@pytest.fixture()
+def model_copy(tiny_model_dir, tmp_path) -> Path:
+    dst = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, dst)
+    return dst
+
+
+def _edit_config(path: Path, **changes) -> None:
+    cfg = json.loads((path / "config.json").read_text()) | changes
+    (path / "config.json").write_text(json.dumps(cfg))
+
+
+@pytest.mark.parametrize(
+    "breakage, message",
+    [
+        ("missing_tensor", "missing from the checkpoint"),
+        ("extra_tensor", "unexpected tensor"),
+        ("wrong_shape", "has shape"),
+        ("truncated", "truncated"),
+        ("bad_header", "corrupt safetensors header"),
+        ("model_type", "model_type 'llama' is not supported"),
+        ("sliding_window", "sliding-window attention is not supported"),
+        ("no_weights", "no *.safetensors"),
+        ("pickle_only", "pickled PyTorch weights are never loaded"),
+        ("bad_config_json", "not valid JSON"),
+    ],
+)
+def test_bad_checkpoints_fail_clearly(model_copy, breakage, message):
+    weights = model_copy / "model.safetensors"
+    if breakage in ("missing_tensor", "extra_tensor", "wrong_shape"):
+        t = mx.load(str(weights))
+        if breakage == "missing_tensor":
+            del t["model.layers.1.mlp.down_proj.weight"]
+        elif breakage == "extra_tensor":
+            t["model.layers.9.mlp.down_proj.weight"] = mx.zeros((2, 2))
+        else:
+            t["model.norm.weight"] = mx.ones((3,))
+        mx.save_safetensors(str(weights), t)
+    elif breakage == "truncated":
+        data = weights.read_bytes()
+        weights.write_bytes(data[: len(data) // 2])
+    elif breakage == "bad_header":
+        data = bytearray(weights.read_bytes())
+        data[10:20] = b"\xff" * 10
+        weights.write_bytes(bytes(data))
+    elif breakage == "model_type":
+        _edit_config(model_copy, model_type="llama")
+    elif breakage == "sliding_window":
+        _edit_config(model_copy, use_sliding_window=True)
+    elif breakage in ("no_weights", "pickle_only"):
+        weights.unlink()
+        if breakage == "pickle_only":
+            (model_copy / "pytorch_model.bin").write_bytes(b"not loaded")
+    elif breakage == "bad_config_json":
+        (model_copy / "config.json").write_text("{nope")
+    with pytest.raises(ModelError, match=message.replace("*", r"\*")):
+        load_model(model_copy)
+
+
+def test_non_finite_weights_are_caught_when_asked(model_copy):
+    weights = model_copy / "model.safetensors"
+    t = mx.load(str(weights))
+    t["model.norm.weight"] = mx.full(t["model.norm.weight"].shape, float("nan"))
+    mx.save_safetensors(str(weights), t)
+    load_model(model_copy)  # the check is optional: off by default
+    with pytest.raises(ModelError, match="NaN or infinite"):
+        load_model(model_copy, check_finite=True)

@@ -1,0 +1,106 @@
+"""Interrupted runs: SIGKILL at random moments, Ctrl-C, torn lines, foreign journals."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mlxbatch.output import Journal, ResumeError, journal_path
+from mlxbatch.tickets import generate, write_jsonl
+
+
+@pytest.fixture(scope="module")
+def job(tiny_model_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("resume")
+    src = root / "tickets.jsonl"
+    write_jsonl(generate(300, seed=9), src)  # ~150 batches of 2
+    return root, src
+
+
+def command(model, src, out, *extra):
+    return [sys.executable, "-m", "mlxbatch", "classify", str(src), "--model", str(model), "-o",
+            str(out), "--max-batch", "2", "--batch-tokens", "1024", *extra]  # fmt: skip
+
+
+def journal_rows(out) -> int:
+    p = journal_path(out)
+    return max(0, len(p.read_bytes().split(b"\n")) - 2) if p.exists() else 0
+
+
+def test_killed_ten_times_then_resumed_matches_an_uninterrupted_run(tiny_model_dir, job):
+    root, src = job
+    reference = root / "reference.jsonl"
+    subprocess.run(command(tiny_model_dir, src, reference), check=True, capture_output=True)
+    out = root / "killed.jsonl"
+    rng = random.Random(1234)
+    for kill in range(10):
+        # let each run journal a random number of new rows, then SIGKILL it at a random instant
+        target = journal_rows(out) + rng.randint(1, 25)
+        proc = subprocess.Popen(command(tiny_model_dir, src, out, *(["--resume"] if kill else [])),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+        while proc.poll() is None and journal_rows(out) < target:
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0, 0.03))
+        assert proc.poll() is None, "the run finished before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert not out.exists()
+    assert 0 < journal_rows(out) < 300
+    final = subprocess.run(command(tiny_model_dir, src, out, "--resume"), capture_output=True)
+    assert final.returncode == 0, final.stderr.decode()[-2000:]
+    assert out.read_bytes() == reference.read_bytes()
+    assert not journal_path(out).exists()
+
+
+def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tiny_model_dir, job):
+    root, src = job
+    out = root / "interrupted.jsonl"
+    proc = subprocess.Popen(command(tiny_model_dir, src, out), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.time() + 60
+    while time.time() < deadline:  # wait until at least one batch is journaled
+        p = journal_path(out)
+        if p.exists() and len(p.read_text().splitlines()) > 2:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130
+    assert "--resume" in err and "Traceback" not in err
+    done = subprocess.run(command(tiny_model_dir, src, out, "--resume"), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert len(out.read_text().splitlines()) == 300
+
+
+def test_torn_last_line_is_dropped_and_redone(tmp_path):
+    out = tmp_path / "o.jsonl"
+    j = Journal(out, {"fingerprint": "f"}, resume=False)
+    j.append([(0, {"id": 0}), (1, {"id": 1})])
+    j.close()
+    with open(journal_path(out), "a") as f:
+        f.write('{"row": 2, "result": {"id"')  # a write cut short by a crash
+    j = Journal(out, {"fingerprint": "f"}, resume=True)
+    assert sorted(j.done) == [0, 1]
+    j.append([(2, {"id": 2})])
+    j.finish(3, ("a", "b"))
+    assert [json.loads(x)["id"] for x in out.read_text().splitlines()] == [0, 1, 2]
+
+
+def test_journal_of_another_run_is_refused(tiny_model_dir, job, tmp_path):
+    _, src = job
+    out = tmp_path / "o.jsonl"
+    Journal(out, {"fingerprint": "something else"}, resume=False).close()
+    r = subprocess.run(command(tiny_model_dir, src, out, "--resume"), capture_output=True, text=True)
+    assert r.returncode == 2 and "different input" in r.stderr
+    r = subprocess.run(command(tiny_model_dir, src, out), capture_output=True, text=True)
+    assert r.returncode == 2 and "add --resume" in r.stderr
+    with pytest.raises(ResumeError):
+        Journal(out, {"fingerprint": "x"}, resume=False)
+    assert os.path.exists(journal_path(out))
