@@ -191,3 +191,19 @@ def sgemm_provider() -> dict:
             info[name] = fn().decode()
         info["threads"] = ob.openblas_get_num_threads()
     return info
+
+
+_THREADS: dict = {}
+
+
+def set_num_threads(n: int) -> None:
+    """Set OpenBLAS's thread count when an OpenBLAS serves MLX; a no-op otherwise."""
+    if "fn" not in _THREADS:
+        lib = sgemm_provider()["library"] if platform.system() == "Linux" else None
+        fn = None
+        if lib and "openblas" in Path(lib).name:
+            fn = ctypes.CDLL(lib).openblas_set_num_threads
+        _THREADS["fn"], _THREADS["n"] = fn, None
+    if _THREADS["fn"] is not None and _THREADS["n"] != n:
+        _THREADS["fn"](n)
+        _THREADS["n"] = n

@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import mlx.core as mx
 import numpy as np
 
 from .batching import Batch, plan_batches, unsort
 from .engine import Engine
 from .load import LoadedModel, load_model
-from .memory import default_budget
+from .memory import PREFERRED_BUDGET, default_budget
 from .prompt import DEFAULT_LABELS, default_system_prompt
 from .scoring import LabelSet
 
@@ -49,12 +50,15 @@ class Classifier:
         return [len(self.engine.split(p)[1]) for p in prompts]
 
     def default_batch_tokens(self, max_batch: int, longest: int) -> int:
+        """The device's preferred budget, raised to fit the longest item, within memory."""
         args = self.lm.model.args
         context = len(self.engine.prefix) + longest + self.labels.max_len
         nbytes = self.lm.model.model.embed_tokens.weight.dtype.size
-        return default_budget(
+        fits = default_budget(
             args, nbytes, max_batch, context, len(self.labels.names), self.labels.max_len
         )
+        preferred = PREFERRED_BUDGET["gpu" if mx.default_device() == mx.gpu else "cpu"]
+        return max(min(preferred, fits), min(longest, fits))
 
     def plan(
         self, prompts: list[list[int]], mode: str = "sorted", batch_tokens: int | None = None,

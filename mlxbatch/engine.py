@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 
 import mlx.core as mx
 import numpy as np
 
+from . import blas
 from .batching import Batch
 from .cache import KVCache, batch_mask
 from .load import LoadedModel
@@ -24,7 +26,11 @@ class Engine:
         self.labels, self.system_prompt = labels, system_prompt
         self.prefix = self.tokenizer.shared_prefix(system_prompt) if prefix_cache else []
         self.prefix_kv = self._prefill(self.prefix) if self.prefix else None
-        self._batch_kv: KVCache | None = None
+        self._lane_kv: dict[int, KVCache] = {}
+        # On the CPU, MLX's elementwise ops (exp in SiLU and softmax) run on one thread per
+        # stream: a batch is split into row "lanes" on separate streams, one core each.
+        cpu = mx.default_device() == mx.cpu
+        self.lanes = [mx.new_stream(mx.cpu) for _ in range(min(os.cpu_count() or 1, 8))] if cpu else []
 
     def prompt(self, text: str) -> list[int]:
         """The gold tokenization of one item's whole prompt."""
@@ -52,9 +58,9 @@ class Engine:
         mx.eval(cache.keys, cache.values)
         return cache
 
-    def _batch_cache(self, batch: int, capacity: int) -> KVCache:
-        """The prefix broadcast to `batch` rows; the previous batch's buffers when they fit."""
-        kv = self._batch_kv
+    def _batch_cache(self, lane: int, batch: int, capacity: int) -> KVCache:
+        """The prefix broadcast to `batch` rows; the lane's previous buffers when they fit."""
+        kv = self._lane_kv.get(lane)
         P = len(self.prefix)
         if kv is not None and kv.batch == batch and kv.capacity >= capacity:
             kv.crop(P)
@@ -63,11 +69,28 @@ class Engine:
             kv = self._new_cache(batch, capacity)
         else:
             kv = self.prefix_kv.expand(batch, capacity)
-        self._batch_kv = kv
+        mx.eval(kv.keys, kv.values)  # lazy sources would serialise the lanes' streams
+        self._lane_kv[lane] = kv
         return kv
 
     def score_batch(self, prompts: list[list[int]]) -> np.ndarray:
         """Label probabilities (B, J) for a batch of prompts, through the prefix cache."""
+        n = min(len(self.lanes), len(prompts))
+        if n < 2:
+            blas.set_num_threads(os.cpu_count() or 1)
+            probs = self._score_rows(prompts, 0)
+            mx.eval(probs)
+            return np.array(probs)
+        blas.set_num_threads(1)  # one core per lane
+        bounds = np.linspace(0, len(prompts), n + 1).round().astype(int)
+        outs = []
+        for lane, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+            with mx.stream(self.lanes[lane]):
+                outs.append(self._score_rows(prompts[a:b], lane))
+        mx.eval(outs)
+        return np.concatenate([np.array(o) for o in outs])
+
+    def _score_rows(self, prompts: list[list[int]], lane: int) -> mx.array:
         P, labels = len(self.prefix), self.labels
         split = [self.split(p) for p in prompts]
         ks = np.array([k for k, _ in split])
@@ -76,7 +99,7 @@ class Engine:
         tokens = np.full((B, W), PAD_ID, np.int32)
         for r, (_, s) in enumerate(split):
             tokens[r, : len(s)] = s
-        kv = self._batch_cache(B, P + W + T)
+        kv = self._batch_cache(lane, B, P + W + T)
         mask = batch_mask(P, ks, lengths, W, P, W)
         h = self.model(mx.array(tokens), kv, mx.array(ks), mx.array(mask))  # (B, W, D)
         h_last = h[mx.arange(B), mx.array(lengths - 1)]  # (B, D)
@@ -92,12 +115,11 @@ class Engine:
             )
             scores = scores + continuation_logprobs(self.model, h_lab, labels)
         kv.crop(P)
-        probs = normalise(scores)
-        mx.eval(probs)
-        return np.array(probs)
+        return normalise(scores)
 
     def score_gold(self, prompt: list[int]) -> np.ndarray:
         """The reference: whole prompt, no cache, full-vocabulary log-softmax. Simple on purpose."""
+        blas.set_num_threads(os.cpu_count() or 1)
         n = len(prompt)
         sums, logps = [], {}  # single-token labels share one forward
         for label in self.labels.tokens:

@@ -177,7 +177,7 @@ def weight_bytes(clf: Classifier) -> int:
 def run_verify(clf: Classifier, rows: list[Row], prompts: dict, results: dict) -> dict:
     """Score every item again on the gold path and compare labels and scores."""
     names = clf.labels.names
-    disagree, max_diff = [], 0.0
+    disagree, max_diff, t0 = [], 0.0, time.perf_counter()
     for i, prompt in tqdm(prompts.items(), desc="verify", file=sys.stderr, disable=None):
         gold = clf.engine.score_gold(prompt)
         fast = np.array([results[i]["scores"][n] for n in names])
@@ -194,4 +194,5 @@ def run_verify(clf: Classifier, rows: list[Row], prompts: dict, results: dict) -
         "max_abs_score_diff": max_diff,
         "disagreements": disagree,
         "passed": not disagree,
+        "seconds": time.perf_counter() - t0,
     }

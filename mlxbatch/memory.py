@@ -9,8 +9,11 @@ from dataclasses import dataclass
 
 from .config import ModelArgs
 
-MAX_DEFAULT_BUDGET = 4096  # beyond this, bigger batches stop paying on CPUs and laptops
+MAX_BUDGET = 16384  # the largest default budget memory can justify
 MIN_BUDGET = 64
+# Where bigger batches stop paying: a CPU is compute-bound at a few rows (only padding grows),
+# a GPU wants more rows in flight.
+PREFERRED_BUDGET = {"cpu": 1024, "gpu": 4096}
 
 
 def available_bytes() -> int:
@@ -76,7 +79,7 @@ def default_budget(
 ) -> int:  # fmt: skip
     """The largest power-of-two budget whose cost fits `share` of the available memory."""
     avail = (available if available is not None else available_bytes()) * share
-    budget = MAX_DEFAULT_BUDGET
+    budget = MAX_BUDGET
     while budget > MIN_BUDGET:
         if batch_cost(args, dtype_bytes, budget, max_batch, context, n_labels, label_len).total <= avail:
             break
