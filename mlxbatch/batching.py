@@ -17,9 +17,7 @@ class Batch:
         return self.width * len(self.indices)
 
 
-def plan_batches(
-    lengths: list[int], mode: str, batch_tokens: int, max_batch: int
-) -> list[Batch]:
+def plan_batches(lengths: list[int], mode: str, batch_tokens: int, max_batch: int) -> list[Batch]:
     """Cut items into batches.
 
     sequential: one item per batch, input order. naive: `max_batch` items per batch in input

@@ -95,13 +95,22 @@ def run_bench(
 
     def go(name, engine, batches, gold=False, **settings):
         progress(f"running {name} ({len(batches)} batches) ...")
-        res, probs = run_mode(name, engine, prompts, batches, gold, ref, u_tokens, u_flops, settings)
+        res, probs = run_mode(
+            name, engine, prompts, batches, gold, ref, u_tokens, u_flops, settings
+        )
         runs.append(res)
-        progress(f"  {res.seconds:.1f} s, {res.items_per_s:.2f} items/s, agreement {res.agreement:.1%}")
+        progress(
+            f"  {res.seconds:.1f} s, {res.items_per_s:.2f} items/s, agreement {res.agreement:.1%}"
+        )
         return probs
 
     ref = None
-    ref = go("sequential (gold)", gold_engine, plan_batches([len(p) for p in prompts], "sequential", 1 << 30, 1), gold=True)
+    ref = go(
+        "sequential (gold)",
+        gold_engine,
+        plan_batches([len(p) for p in prompts], "sequential", 1 << 30, 1),
+        gold=True,
+    )
     go("sequential + prefix cache", clf.engine, plan_batches(fed, "sequential", 1 << 30, 1))
     go(f"naive (batch {naive_batch})", clf.engine, plan_batches(fed, "naive", 1 << 30, naive_batch),
        max_batch=naive_batch)  # fmt: skip
@@ -118,10 +127,15 @@ def run_bench(
         "fed_tokens": length_stats(fed),
         "padding_tax": {
             "global_max_factor": global_max_stats(fed).factor,
-            "naive_factor": padding_stats(fed, plan_batches(fed, "naive", 1 << 30, naive_batch)).factor,
+            "naive_factor": padding_stats(
+                fed, plan_batches(fed, "naive", 1 << 30, naive_batch)
+            ).factor,
             "sorted_factor": padding_stats(fed, sorted_default).factor,
-            "sweep": {b: padding_stats(fed, plan_batches(fed, "sorted", b, max_batch)).overhead
-                      for b in sorted({*sweep, batch_tokens}) if b >= max(fed)},
+            "sweep": {
+                b: padding_stats(fed, plan_batches(fed, "sorted", b, max_batch)).overhead
+                for b in sorted({*sweep, batch_tokens})
+                if b >= max(fed)
+            },
         },  # fmt: skip
         "modes": [asdict(r) | {"items_per_s": r.items_per_s} for r in runs],
         "gold_labels": [clf.labels.names[i] for i in ref.argmax(1)],

@@ -16,6 +16,8 @@ import os
 import platform
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -193,17 +195,27 @@ def sgemm_provider() -> dict:
     return info
 
 
-_THREADS: dict = {}
+_OPENBLAS: dict = {}
 
 
-def set_num_threads(n: int) -> None:
-    """Set OpenBLAS's thread count when an OpenBLAS serves MLX; a no-op otherwise."""
-    if "fn" not in _THREADS:
-        lib = sgemm_provider()["library"] if platform.system() == "Linux" else None
-        fn = None
-        if lib and "openblas" in Path(lib).name:
-            fn = ctypes.CDLL(lib).openblas_set_num_threads
-        _THREADS["fn"], _THREADS["n"] = fn, None
-    if _THREADS["fn"] is not None and _THREADS["n"] != n:
-        _THREADS["fn"](n)
-        _THREADS["n"] = n
+def _serving_openblas():
+    """The OpenBLAS serving MLX's matmuls, as a ctypes library, or None."""
+    if "lib" not in _OPENBLAS:
+        path = sgemm_provider()["library"] if platform.system() == "Linux" else None
+        _OPENBLAS["lib"] = ctypes.CDLL(path) if path and "openblas" in Path(path).name else None
+    return _OPENBLAS["lib"]
+
+
+@contextmanager
+def single_threaded() -> Iterator[None]:
+    """OpenBLAS on one thread inside the block (for code that runs one stream per core)."""
+    lib = _serving_openblas()
+    if lib is None:
+        yield
+        return
+    before = lib.openblas_get_num_threads()
+    lib.openblas_set_num_threads(1)
+    try:
+        yield
+    finally:
+        lib.openblas_set_num_threads(before)

@@ -62,7 +62,9 @@ class KVCache:
             raise ValueError(f"capacity {capacity} is below the prefix length {self.offset}")
 
         def grow(a: mx.array) -> mx.array:
-            head = mx.broadcast_to(a[:, :, : self.offset], (batch, a.shape[1], self.offset, a.shape[3]))
+            head = mx.broadcast_to(
+                a[:, :, : self.offset], (batch, a.shape[1], self.offset, a.shape[3])
+            )
             tail = mx.zeros((batch, a.shape[1], capacity - self.offset, a.shape[3]), a.dtype)
             return mx.concatenate([head, tail], axis=2)
 

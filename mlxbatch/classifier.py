@@ -1,9 +1,9 @@
 """The Python API: load once, classify lists of texts.
 
-    from mlxbatch import Classifier
-    clf = Classifier.load("weights/qwen2.5-0.5b", labels=["billing", "technical", "account"])
-    for p in clf.classify(["I was charged twice", "The app crashes"]):
-        print(p.label, p.scores)
+from mlxbatch import Classifier
+clf = Classifier.load("weights/qwen2.5-0.5b", labels=["billing", "technical", "account"])
+for p in clf.classify(["I was charged twice", "The app crashes"]):
+    print(p.label, p.scores)
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ class Classifier:
     def load(
         cls, model_dir: str | Path, labels: list[str] | tuple[str, ...] = DEFAULT_LABELS,
         system_prompt: str | None = None, dtype: str | None = None, prefix_cache: bool = True,
+        check_finite: bool = False,
     ) -> Classifier:  # fmt: skip
-        lm = load_model(model_dir, dtype=dtype)
+        lm = load_model(model_dir, dtype=dtype, check_finite=check_finite)
         label_set = LabelSet.build(labels, lm.tokenizer.label, lm.model.args.vocab_size)
         prompt = system_prompt if system_prompt is not None else default_system_prompt(labels)
         return cls(lm, label_set, prompt, prefix_cache)

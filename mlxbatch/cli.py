@@ -9,13 +9,9 @@ from pathlib import Path
 import click
 
 from . import blas
+from .cli_runs import bench, demo, doctor, fail, resolve_model, tickets
 
 LABELS_HELP = "Comma-separated labels (default: billing,technical,account)."
-
-
-def fail(message: str, code: int = 2) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
 
 
 def known_errors() -> tuple[type[Exception], ...]:
@@ -65,36 +61,91 @@ def system_prompt_from(text: str | None, file: Path | None, labels) -> str:
     return text if text is not None else default_system_prompt(labels)
 
 
-def resolve_model(model: Path | None) -> Path:
-    from .defaults import default_model_dir
-
-    return model or default_model_dir(announce=lambda m: click.echo(m, err=True))
-
-
 @cli.command()
 @click.argument("input_path", metavar="INPUT")
-@click.option("--model", "model", type=click.Path(path_type=Path), help="Model directory (default: see README).")
+@click.option(
+    "--model",
+    "model",
+    type=click.Path(path_type=Path),
+    help="Model directory (default: see README).",
+)
 @click.option("--labels", help=LABELS_HELP)
 @click.option("--system-prompt", help="System prompt text (default names the labels).")
-@click.option("--system-prompt-file", type=click.Path(path_type=Path), help="Read the system prompt from a file.")
-@click.option("--text-field", default="text", show_default=True, help="JSONL key / CSV column of the text.")
-@click.option("--id-field", default=None, help="JSONL key / CSV column of the id (default: 'id' if present, else row numbers).")
-@click.option("--input-format", type=click.Choice(["auto", "jsonl", "csv", "text"]), default="auto", show_default=True)
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Output file, .jsonl or .csv (default: JSONL on stdout).")
-@click.option("--mode", type=click.Choice(["sorted", "naive", "sequential"]), default="sorted", show_default=True)
-@click.option("--batch-tokens", type=click.IntRange(1), help="Padded-token budget per batch (default: from free memory).")
-@click.option("--max-batch", type=click.IntRange(1), default=64, show_default=True, help="Most rows per batch.")
-@click.option("--no-prefix-cache", is_flag=True, help="Recompute the shared prompt prefix for every row.")
-@click.option("--max-tokens", type=click.IntRange(8), help="Per-item token limit (default: context and budget).")
-@click.option("--too-long", type=click.Choice(["error", "truncate"]), default="error", show_default=True)
-@click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
-              help="fail: stop before computing if any row is bad; skip: write an error row for each.")
+@click.option(
+    "--system-prompt-file",
+    type=click.Path(path_type=Path),
+    help="Read the system prompt from a file.",
+)
+@click.option(
+    "--text-field", default="text", show_default=True, help="JSONL key / CSV column of the text."
+)
+@click.option(
+    "--id-field",
+    default=None,
+    help="JSONL key / CSV column of the id (default: 'id' if present, else row numbers).",
+)
+@click.option(
+    "--input-format",
+    type=click.Choice(["auto", "jsonl", "csv", "text"]),
+    default="auto",
+    show_default=True,
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    help="Output file, .jsonl or .csv (default: JSONL on stdout).",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["sorted", "naive", "sequential"]),
+    default="sorted",
+    show_default=True,
+)
+@click.option(
+    "--batch-tokens",
+    type=click.IntRange(1),
+    help="Padded-token budget per batch (default: from free memory).",
+)
+@click.option(
+    "--max-batch",
+    type=click.IntRange(1),
+    default=64,
+    show_default=True,
+    help="Most rows per batch.",
+)
+@click.option(
+    "--no-prefix-cache", is_flag=True, help="Recompute the shared prompt prefix for every row."
+)
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(8),
+    help="Per-item token limit (default: context and budget).",
+)
+@click.option(
+    "--too-long", type=click.Choice(["error", "truncate"]), default="error", show_default=True
+)
+@click.option(
+    "--on-error",
+    type=click.Choice(["fail", "skip"]),
+    default="fail",
+    show_default=True,
+    help="fail: stop before computing if any row is bad; skip: write an error row for each.",
+)
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUTPUT.part.")
-@click.option("--verify", is_flag=True, help="Also run the gold loop; exit 1 unless every label agrees.")
-@click.option("--dtype", type=click.Choice(["auto", "float32", "float16", "bfloat16"]), default="auto", show_default=True)
+@click.option(
+    "--verify", is_flag=True, help="Also run the gold loop; exit 1 unless every label agrees."
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(["auto", "float32", "float16", "bfloat16"]),
+    default="auto",
+    show_default=True,
+)
+@click.option("--check-weights", is_flag=True, help="Also refuse weights with NaN or inf values.")
 def classify(input_path, model, labels, system_prompt, system_prompt_file, text_field, id_field,
              input_format, output, mode, batch_tokens, max_batch, no_prefix_cache, max_tokens,
-             too_long, on_error, resume, verify, dtype):  # fmt: skip
+             too_long, on_error, resume, verify, dtype, check_weights):  # fmt: skip
     """Classify every row of INPUT (JSONL, CSV, text, or - for stdin) into one label."""
     from .classifier import Classifier
     from .inputs import read_rows
@@ -105,7 +156,9 @@ def classify(input_path, model, labels, system_prompt, system_prompt_file, text_
     names = parse_labels(labels)
     prompt = system_prompt_from(system_prompt, system_prompt_file, names)
     rows, fmt = read_rows(input_path, text_field, id_field, input_format)  # before any model work
-    clf = Classifier.load(resolve_model(model), names, prompt, dtype, prefix_cache=not no_prefix_cache)
+    clf = Classifier.load(
+        resolve_model(model), names, prompt, dtype, not no_prefix_cache, check_weights
+    )
     settings = JobSettings(mode, batch_tokens, max_batch, not no_prefix_cache, max_tokens,
                            too_long, on_error)  # fmt: skip
     try:
@@ -131,20 +184,34 @@ def classify(input_path, model, labels, system_prompt, system_prompt_file, text_
 @cli.command()
 @click.argument("hf_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.argument("out_dir", type=click.Path(path_type=Path))
-@click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), help="Cast (default: keep).")
+@click.option(
+    "--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), help="Cast (default: keep)."
+)
 def convert(hf_dir, out_dir, dtype):
     """Convert a Hugging Face Qwen2/2.5 checkpoint (safetensors) to an mlxbatch directory."""
     from .convert import convert_hf
 
     m = convert_hf(hf_dir, out_dir, dtype)
-    click.echo(f"wrote {out_dir}: {m['tensors']} tensors, {m['parameters']:,} parameters, {m['dtype']}")
+    click.echo(
+        f"wrote {out_dir}: {m['tensors']} tensors, {m['parameters']:,} parameters, {m['dtype']}"
+    )
 
 
 @cli.command("init-random")
 @click.argument("out_dir", type=click.Path(path_type=Path))
-@click.option("--preset", type=click.Choice(["qwen2.5-0.5b", "tiny"]), default="qwen2.5-0.5b", show_default=True)
+@click.option(
+    "--preset",
+    type=click.Choice(["qwen2.5-0.5b", "tiny"]),
+    default="qwen2.5-0.5b",
+    show_default=True,
+)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), default="bfloat16", show_default=True)
+@click.option(
+    "--dtype",
+    type=click.Choice(["float32", "float16", "bfloat16"]),
+    default="bfloat16",
+    show_default=True,
+)
 def init_random_cmd(out_dir, preset, seed, dtype):
     """Write a SYNTHETIC model (random weights, real Qwen tokenizer) at a preset's shapes."""
     from .convert import init_random
@@ -155,7 +222,12 @@ def init_random_cmd(out_dir, preset, seed, dtype):
 
 @cli.command()
 @click.argument("hf_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.option("--mlx", "mlx_dir", type=click.Path(path_type=Path), help="Converted directory (default: convert now).")
+@click.option(
+    "--mlx",
+    "mlx_dir",
+    type=click.Path(path_type=Path),
+    help="Converted directory (default: convert now).",
+)
 @click.option("--no-mlx-lm", is_flag=True, help="Skip the comparison with mlx-lm's Qwen2.")
 def parity(hf_dir, mlx_dir, no_mlx_lm):
     """Compare logits with PyTorch transformers (fp32) and mlx-lm on the same weights."""
@@ -174,156 +246,8 @@ def parity(hf_dir, mlx_dir, no_mlx_lm):
     sys.exit(0 if all(r.passed for r in reports) else 1)
 
 
-@cli.command()
-@click.argument("n", type=click.IntRange(1), default=600)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--mix", type=click.Choice(["default", "short", "long", "heavy-tail"]), default="default", show_default=True)
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="JSONL file (default: stdout).")
-def tickets(n, seed, mix, output):
-    """Generate N synthetic support tickets (JSONL: id, text, intent)."""
-    from .tickets import generate, write_jsonl
-
-    write_jsonl(generate(n, seed, mix), output)
-
-
-@cli.command()
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--size", type=int, default=1024, show_default=True, help="Square matmul size to time.")
-def doctor(as_json, size):
-    """Device, dtype, the BLAS behind MLX's CPU matmuls, and its measured GFLOP/s."""
-    from .doctor import report
-
-    info = report(size)
-    if as_json:
-        click.echo(json.dumps(info, indent=2))
-    else:
-        for k, v in info.items():
-            click.echo(f"{k:>16}: {v}")
-
-
-def load_tickets(spec: str) -> tuple[list[str], str]:
-    """A JSONL/CSV/text file, or a count of built-in synthetic tickets."""
-    from .inputs import describe_errors, read_rows
-    from .tickets import generate
-
-    if spec.isdigit():
-        return [t["text"] for t in generate(int(spec))], f"{spec} synthetic tickets (seed 0)"
-    rows, fmt = read_rows(spec)
-    if any(r.error for r in rows):
-        fail(describe_errors(rows, spec, fmt))
-    return [r.text for r in rows], spec
-
-
-@cli.command()
-@click.option("--model", type=click.Path(path_type=Path), help="Model directory (default: see README).")
-@click.option("--tickets", "tickets_spec", default="600", show_default=True, help="A ticket file, or a number of synthetic tickets.")
-@click.option("--batch-tokens", type=click.IntRange(1), help="Budget of the default sorted run (default: as classify).")
-@click.option("--max-batch", type=click.IntRange(1), default=64, show_default=True)
-@click.option("--naive-batch", type=click.IntRange(1), default=16, show_default=True, help="Rows per naive batch.")
-@click.option("--sweep", default="512,1024,2048,4096", show_default=True, help="Budgets to sweep (comma-separated; empty for none).")
-@click.option("--peers/--no-peers", default=True, show_default=True, help="Also time mlx-lm and transformers (if installed).")
-@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write every figure as JSON.")
-@click.option("--plot", "plot_path", type=click.Path(path_type=Path), help="Write a PNG (needs matplotlib).")
-@click.option("--quick", is_flag=True, help="Tiny synthetic model, 60 tickets: checks the command in seconds.")
-def bench(model, tickets_spec, batch_tokens, max_batch, naive_batch, sweep, peers, json_path, plot_path, quick):  # fmt: skip
-    """Time the gold loop, prefix caching, naive and sorted batching (and peers) in one run."""
-    import tempfile
-
-    from .bench import run_bench
-    from .convert import init_random
-
-    tmp = tempfile.TemporaryDirectory()
-    if quick:
-        model = Path(tmp.name) / "tiny"
-        init_random(model, preset="tiny", seed=0, dtype="float32")
-        tickets_spec = "60" if tickets_spec == "600" else tickets_spec
-    texts, source = load_tickets(tickets_spec)
-    from .classifier import Classifier
-    from .doctor import report as doctor_report
-    from .report import format_report, plot
-
-    clf = Classifier.load(resolve_model(model))
-    budgets = [int(x) for x in sweep.split(",") if x.strip()]
-    prompts = [clf.engine.prompt(t) for t in texts]
-    longest = max(clf.fed_lengths(prompts))
-    budget = batch_tokens or clf.default_batch_tokens(max_batch, longest)
-    info = doctor_report(2048 if not quick else 512)
-    result = run_bench(clf, texts, budget, max_batch, naive_batch, budgets,
-                       progress=lambda m: click.echo(m, err=True))  # fmt: skip
-    result["meta"] = {
-        "model": clf.lm.describe(), "tickets": source, "device": info["device"],
-        "device_name": info["device_name"], "dtype": info["dtype"], "blas": info["blas_kernels"] or info["blas"],
-        "peak_matmul_gflops": info[f"matmul_gflops_{info['dtype']}"], "doctor": info,
-    }  # fmt: skip
-    if peers:
-        result["peers"] = run_peers(clf, prompts, result, budget, max_batch, naive_batch)
-    click.echo(format_report(result))
-    if json_path:
-        json_path.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    if plot_path:
-        plot(result, plot_path, [len(clf.lm.tokenizer.encode(t)) for t in texts])
-    tmp.cleanup()
-    if any(m["agreement"] < 1.0 for m in result["modes"]):
-        fail("a batched mode disagrees with the gold loop", 1)
-
-
-def run_peers(clf, prompts, result, budget, max_batch, naive_batch) -> list[dict]:
-    from .peers import mlx_lm_peer, transformers_peer
-
-    if clf.labels.max_len > 1:
-        return [{"name": "peers", "error": "peers score single-token labels only"}]
-    names = list(clf.labels.names)
-    gold = [names.index(x) for x in result["gold_labels"]]
-    ids = clf.labels.first_ids
-    out = []
-    for name, run in (
-        ("mlx-lm", lambda: mlx_lm_peer(clf.lm.path, prompts, ids, gold, naive_batch)),
-        ("transformers", lambda: transformers_peer(clf.lm.path, prompts, ids, gold, budget, max_batch)),
-    ):  # fmt: skip
-        click.echo(f"running peer {name} ...", err=True)
-        try:
-            out.append(run())
-        except ImportError as e:
-            out.append({"name": name, "error": f"not installed ({e.name})"})
-    return out
-
-
-@cli.command()
-@click.option("--tickets", "n", type=click.IntRange(1), default=120, show_default=True, help="Synthetic tickets to classify.")
-@click.option("--model", type=click.Path(path_type=Path), help="Model directory (default: see README).")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("runs/demo"), show_default=True)
-def demo(n, model, out_dir):
-    """The main job on the built-in default: synthetic tickets, sorted batching, verified."""
-    from collections import Counter
-
-    from .classifier import Classifier
-    from .inputs import read_rows
-    from .job import JobSettings, run_job
-    from .tickets import generate
-
-    src, out = out_dir / "tickets.jsonl", out_dir / "predictions.jsonl"
-    tickets = generate(n)
-    from .tickets import write_jsonl
-
-    write_jsonl(tickets, src)
-    clf = Classifier.load(resolve_model(model))
-    click.echo(f"classifying {n} synthetic tickets from {src} ...", err=True)
-    rows, fmt = read_rows(str(src))
-    res = run_job(clf, rows, JobSettings(), out, resume=False, verify=True, source=str(src), fmt=fmt)
-    preds = [json.loads(x) for x in out.read_text().splitlines()]
-    v = res.verify
-    click.echo(f"model: {clf.lm.describe()}")
-    click.echo(f"wrote {out}: {res.summary()}")
-    click.echo(f"gold sequential loop: {v['items'] / v['seconds']:.2f} items/s; sorted batching is "
-               f"{v['seconds'] / res.seconds:.2f}x faster, {v['agreement']:.1%} label agreement "
-               f"(max |score diff| {v['max_abs_score_diff']:.1e})")  # fmt: skip
-    counts = Counter(p["label"] for p in preds)
-    click.echo("labels: " + ", ".join(f"{k} {counts[k]}" for k in clf.labels.names))
-    acc = sum(p["label"] == t["intent"] for p, t in zip(preds, tickets)) / n
-    note = " (synthetic weights: chance level is expected)" if clf.lm.synthetic else ""
-    click.echo(f"accuracy against the generator's intents: {acc:.1%}{note}")
-    if not v["passed"]:
-        sys.exit(1)
+for command in (bench, demo, doctor, tickets):
+    cli.add_command(command)
 
 
 def main() -> None:

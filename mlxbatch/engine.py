@@ -30,7 +30,9 @@ class Engine:
         # On the CPU, MLX's elementwise ops (exp in SiLU and softmax) run on one thread per
         # stream: a batch is split into row "lanes" on separate streams, one core each.
         cpu = mx.default_device() == mx.cpu
-        self.lanes = [mx.new_stream(mx.cpu) for _ in range(min(os.cpu_count() or 1, 8))] if cpu else []
+        self.lanes = (
+            [mx.new_stream(mx.cpu) for _ in range(min(os.cpu_count() or 1, 8))] if cpu else []
+        )
 
     def prompt(self, text: str) -> list[int]:
         """The gold tokenization of one item's whole prompt."""
@@ -77,17 +79,16 @@ class Engine:
         """Label probabilities (B, J) for a batch of prompts, through the prefix cache."""
         n = min(len(self.lanes), len(prompts))
         if n < 2:
-            blas.set_num_threads(os.cpu_count() or 1)
             probs = self._score_rows(prompts, 0)
             mx.eval(probs)
             return np.array(probs)
-        blas.set_num_threads(1)  # one core per lane
         bounds = np.linspace(0, len(prompts), n + 1).round().astype(int)
         outs = []
         for lane, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
             with mx.stream(self.lanes[lane]):
                 outs.append(self._score_rows(prompts[a:b], lane))
-        mx.eval(outs)
+        with blas.single_threaded():  # one core per lane
+            mx.eval(outs)
         return np.concatenate([np.array(o) for o in outs])
 
     def _score_rows(self, prompts: list[list[int]], lane: int) -> mx.array:
@@ -119,7 +120,6 @@ class Engine:
 
     def score_gold(self, prompt: list[int]) -> np.ndarray:
         """The reference: whole prompt, no cache, full-vocabulary log-softmax. Simple on purpose."""
-        blas.set_num_threads(os.cpu_count() or 1)
         n = len(prompt)
         sums, logps = [], {}  # single-token labels share one forward
         for label in self.labels.tokens:

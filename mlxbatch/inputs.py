@@ -76,7 +76,9 @@ def _jsonl_rows(data: bytes, text_field: str) -> list[tuple[int, dict | None, st
     return rows
 
 
-def _csv_rows(data: bytes, text_field: str, source: str) -> list[tuple[int, dict | None, str | None]]:
+def _csv_rows(
+    data: bytes, text_field: str, source: str
+) -> list[tuple[int, dict | None, str | None]]:
     try:
         decoded = data.decode("utf-8-sig")
     except UnicodeDecodeError:

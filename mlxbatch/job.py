@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from .batching import padding_stats
 from .classifier import Classifier
-from .inputs import Row, describe_errors, read_rows
+from .inputs import Row, describe_errors
 from .memory import available_bytes, batch_cost
 from .output import Journal, OrderedStdout, error_row, result_row
 
@@ -74,23 +74,23 @@ def truncate(clf: Classifier, text: str, limit: int) -> tuple[str, int]:
         keep -= n - limit
 
 
-def prepare(clf: Classifier, rows: list[Row], s: JobSettings, limit: int) -> tuple[dict, dict]:
-    """Tokenize every valid row; apply the too-long policy. Returns (prompts, extras) by index."""
-    prompts, extras = {}, {}
-    for i, row in enumerate(rows):
-        if row.error:
-            continue
-        prompt = clf.engine.prompt(row.text)
+def prepare(
+    clf: Classifier, rows: list[Row], prompts: dict[int, list[int]], s: JobSettings, limit: int
+) -> dict[int, dict]:
+    """Apply the too-long policy to the tokenized rows, in place. Returns extras by index."""
+    extras = {}
+    for i, prompt in list(prompts.items()):
         n = len(clf.engine.split(prompt)[1])
-        if n > limit:
-            if s.too_long == "error":
-                row.error = f"{n} tokens, over the limit of {limit} (see --max-tokens, --too-long)"
-                continue
-            text, m = truncate(clf, row.text, limit)
-            prompt = clf.engine.prompt(text)
-            extras[i] = {"truncated": {"from_tokens": n, "to_tokens": m}}
-        prompts[i] = prompt
-    return prompts, extras
+        if n <= limit:
+            continue
+        if s.too_long == "error":
+            rows[i].error = f"{n} tokens, over the limit of {limit} (see --max-tokens, --too-long)"
+            del prompts[i]
+            continue
+        text, m = truncate(clf, rows[i].text, limit)
+        prompts[i] = clf.engine.prompt(text)
+        extras[i] = {"truncated": {"from_tokens": n, "to_tokens": m}}
+    return extras
 
 
 def fingerprint(rows: list[Row], clf: Classifier, s: JobSettings) -> str:
@@ -112,23 +112,17 @@ def run_job(
     mx.reset_peak_memory()
     args = clf.lm.model.args
     ctx_limit = args.max_position_embeddings - len(clf.engine.prefix) - clf.labels.max_len
-    probe = [clf.engine.prompt(r.text) for r in rows if not r.error]
-    longest = max(clf.fed_lengths(probe), default=1)
-    batch_tokens = s.batch_tokens or clf.default_batch_tokens(s.max_batch, min(longest, ctx_limit))
+    prompts = {i: clf.engine.prompt(r.text) for i, r in enumerate(rows) if not r.error}
+    longest = min(max(clf.fed_lengths(list(prompts.values())), default=1), ctx_limit)
+    batch_tokens = s.batch_tokens or clf.default_batch_tokens(s.max_batch, longest)
     limit = min(s.max_tokens or ctx_limit, ctx_limit, batch_tokens)
-    prompts, extras = prepare(clf, rows, s, limit)
+    extras = prepare(clf, rows, prompts, s, limit)
     bad = [r for r in rows if r.error]
     if bad and s.on_error == "fail":
         raise JobError(describe_errors(rows, source, fmt)
                        + "\n(nothing was computed; --on-error skip writes an error row for each)")  # fmt: skip
-
-    header = {"fingerprint": fingerprint(rows, clf, s), "settings": asdict(s) | {"batch_tokens": batch_tokens}}
-    sink = Journal(output, header, resume) if output else OrderedStdout(len(rows), clf.labels.names)
-    batch_tokens = sink.header["settings"]["batch_tokens"] if output else batch_tokens
-    context = len(clf.engine.prefix) + max(
-        (len(clf.engine.split(p)[1]) for p in prompts.values()), default=1
-    ) + clf.labels.max_len
     nbytes = clf.lm.model.model.embed_tokens.weight.dtype.size
+    context = len(clf.engine.prefix) + min(longest, limit) + clf.labels.max_len
     cost = batch_cost(args, nbytes, batch_tokens, s.max_batch, context,
                       len(clf.labels.names), clf.labels.max_len)  # fmt: skip
     if s.batch_tokens and cost.total > available_bytes():
@@ -136,11 +130,25 @@ def run_job(
             f"--batch-tokens {batch_tokens} needs about {cost.total / 2**30:.1f} GiB for one batch, "
             f"more than the {available_bytes() / 2**30:.1f} GiB available; lower it"
         )
+
+    header = {
+        "fingerprint": fingerprint(rows, clf, s),
+        "settings": asdict(s) | {"batch_tokens": batch_tokens},
+    }
+    sink = (
+        Journal(output, header, resume)
+        if output
+        else OrderedStdout(len(rows), clf.labels.names, header)
+    )
+    # a resumed run re-plans with the recorded batch shape, so its scores are bit-identical
+    batch_tokens, max_batch = (sink.header["settings"][k] for k in ("batch_tokens", "max_batch"))
+    bound = weight_bytes(clf) + batch_cost(args, nbytes, batch_tokens, max_batch, context,
+                                           len(clf.labels.names), clf.labels.max_len).total  # fmt: skip
     sink.append([(i, error_row(r.id, r.error)) for i, r in enumerate(rows) if r.error])
 
     order = sorted(prompts)
     plist = [prompts[i] for i in order]
-    batches = clf.plan(plist, s.mode, batch_tokens, s.max_batch)
+    batches = clf.plan(plist, s.mode, batch_tokens, max_batch)
     todo = [b for b in batches if any(order[i] not in sink.done for i in b.indices)]
     bar = tqdm(total=len(plist), unit="item", file=sys.stderr, disable=None, dynamic_ncols=True)
     bar.update(len(plist) - sum(len(b.indices) for b in todo))
@@ -157,13 +165,14 @@ def run_job(
         raise
     finally:
         bar.close()
+    seconds = time.perf_counter() - t0
     report = run_verify(clf, rows, prompts, sink.done) if verify else None
     sink.finish(len(rows), names)
     lengths = clf.fed_lengths(plist)
     return JobResult(
-        rows=len(rows), scored=len(plist), errors=len(bad), seconds=time.perf_counter() - t0,
+        rows=len(rows), scored=len(plist), errors=len(bad), seconds=seconds,
         padding_overhead=padding_stats(lengths, batches).overhead, batch_tokens=batch_tokens,
-        peak_memory=mx.get_peak_memory(), memory_bound=cost.total + weight_bytes(clf),
+        peak_memory=mx.get_peak_memory(), memory_bound=bound,
         verify=report,
     )  # fmt: skip
 

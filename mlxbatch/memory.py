@@ -81,7 +81,10 @@ def default_budget(
     avail = (available if available is not None else available_bytes()) * share
     budget = MAX_BUDGET
     while budget > MIN_BUDGET:
-        if batch_cost(args, dtype_bytes, budget, max_batch, context, n_labels, label_len).total <= avail:
+        if (
+            batch_cost(args, dtype_bytes, budget, max_batch, context, n_labels, label_len).total
+            <= avail
+        ):
             break
         budget //= 2
     return budget

@@ -133,8 +133,9 @@ def write_rows(f: TextIO, rows: list[dict], labels: tuple[str, ...], suffix: str
 class OrderedStdout:
     """Prints rows to stdout in input order, as soon as all earlier rows are known."""
 
-    def __init__(self, n_rows: int, labels: tuple[str, ...]):
+    def __init__(self, n_rows: int, labels: tuple[str, ...], header: dict):
         self.done: dict[int, dict] = {}
+        self.header = header
         self.next, self.n, self.labels = 0, n_rows, labels
 
     def append(self, rows: list[tuple[int, dict]]) -> None:

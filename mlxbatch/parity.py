@@ -98,7 +98,9 @@ def compare(name: str, ours: list[np.ndarray], ref: list[np.ndarray]) -> ParityR
     )
 
 
-def run_parity(hf_dir: str | Path, mlx_dir: str | Path, with_mlx_lm: bool = True) -> list[ParityReport]:
+def run_parity(
+    hf_dir: str | Path, mlx_dir: str | Path, with_mlx_lm: bool = True
+) -> list[ParityReport]:
     import torch
     from transformers import AutoModelForCausalLM
 

@@ -39,7 +39,9 @@ def mlx_lm_peer(
         logits_processors=[only_labels], completion_batch_size=batch, prefill_batch_size=batch,
     )  # fmt: skip
     seconds = time.perf_counter() - t
-    picked = [label_ids.index(ids[0]) if ids and ids[0] in label_ids else -1 for ids in out.token_ids]
+    picked = [
+        label_ids.index(ids[0]) if ids and ids[0] in label_ids else -1 for ids in out.token_ids
+    ]
     return {"name": f"mlx-lm batch_generate (batch {batch})", "seconds": seconds,
             "items_per_s": len(prompts) / seconds, "agreement": _agreement(picked, gold)}  # fmt: skip
 

@@ -140,7 +140,9 @@ def generate(n: int, seed: int = 0, mix: str = "default") -> list[dict]:
     out = []
     for i in range(n):
         intent = INTENTS[r.randrange(len(INTENTS))]
-        out.append({"id": f"t{i + 1:05d}", "text": _ticket(r, intent, MIXES[mix]), "intent": intent})
+        out.append(
+            {"id": f"t{i + 1:05d}", "text": _ticket(r, intent, MIXES[mix]), "intent": intent}
+        )
     return out
 
 

@@ -62,7 +62,9 @@ def test_stdin_text_and_csv_output(tiny_model_dir, tmp_path):
 
 def test_bad_rows_fail_before_compute_or_become_error_rows(tiny_model_dir, tmp_path):
     src = tmp_path / "in.jsonl"
-    src.write_text('{"id": "a", "text": "ok"}\n{"id": "b"}\nnot json\n{"id": "d", "text": "fine"}\n')
+    src.write_text(
+        '{"id": "a", "text": "ok"}\n{"id": "b"}\nnot json\n{"id": "d", "text": "fine"}\n'
+    )
     out = tmp_path / "o.jsonl"
     r = run("classify", src, "--model", tiny_model_dir, "-o", out)
     assert r.exit_code == 2
@@ -118,7 +120,9 @@ def test_peak_memory_stays_under_the_stated_bound(tiny_model_dir, tickets_file):
 def test_missing_model_and_bad_prompt_file_are_clear(tickets_file, tmp_path):
     r = run("classify", tickets_file, "--model", tmp_path / "nope")
     assert r.exit_code == 2 and "model directory not found" in r.output
-    r = run("classify", tickets_file, "--model", tmp_path, "--system-prompt-file", tmp_path / "p.txt")
+    r = run(
+        "classify", tickets_file, "--model", tmp_path, "--system-prompt-file", tmp_path / "p.txt"
+    )
     assert r.exit_code == 2 and "cannot read the system prompt" in r.output
 
 
@@ -175,7 +179,50 @@ def test_bench_quick_runs_end_to_end(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(js.read_text())
     names = [m["name"] for m in result["modes"]]
-    assert names[:4] == ["sequential (gold)", "sequential + prefix cache", "naive (batch 16)", "sorted (default)"]
+    assert names[:4] == [
+        "sequential (gold)",
+        "sequential + prefix cache",
+        "naive (batch 16)",
+        "sorted (default)",
+    ]
     assert all(m["agreement"] == 1.0 for m in result["modes"])
     assert result["padding_tax"]["global_max_factor"] >= result["padding_tax"]["sorted_factor"] >= 1
     assert "SYNTHETIC" in out.stdout and "items/s" in out.stdout
+
+
+def test_convert_then_parity_through_the_cli(hf_and_mlx, tmp_path):
+    hf, _ = hf_and_mlx
+    out = tmp_path / "converted"
+    r = run("convert", hf, out)
+    assert r.exit_code == 0 and "tensors" in r.output
+    r = run("parity", hf, "--mlx", out)
+    assert r.exit_code == 0, r.output
+    assert r.output.count("PASS") == 2 and "FAIL" not in r.output
+
+
+def test_init_random_at_qwen25_shapes_loads_and_runs(tmp_path):
+    import mlx.core as mx
+
+    from mlxbatch.load import load_model
+
+    r = run("init-random", tmp_path / "m", "--preset", "qwen2.5-0.5b")
+    assert r.exit_code == 0 and "494,032,768 parameters" in r.output
+    lm = load_model(tmp_path / "m")
+    assert lm.model.num_parameters() == 494_032_768
+    h = lm.model(mx.array([lm.tokenizer.prompt("sys", "hello")]))
+    logits = lm.model.head(h[:, -1])
+    assert logits.shape == (1, 151936) and bool(mx.all(mx.isfinite(logits)))
+
+
+def test_check_finite_flag_refuses_nan_weights(tiny_model_dir, tickets_file, tmp_path):
+    import shutil
+
+    import mlx.core as mx
+
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_model_dir, bad)
+    t = mx.load(str(bad / "model.safetensors"))
+    t["model.layers.0.mlp.up_proj.weight"] = t["model.layers.0.mlp.up_proj.weight"] / 0.0
+    mx.save_safetensors(str(bad / "model.safetensors"), t)
+    r = run("classify", tickets_file, "--model", bad, "--check-weights")
+    assert r.exit_code == 2 and "NaN or infinite" in r.output

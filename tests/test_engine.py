@@ -69,7 +69,9 @@ def test_prefix_cache_reuse_equals_a_fresh_cache(lm):
     fed = [len(reused.split(p)[1]) for p in prompts]
     batches = plan_batches(fed, "naive", 10**6, 4)  # 10 consecutive batches of the same size
     reused_out = [reused.score_batch([prompts[i] for i in b.indices]) for b in batches]
-    assert reused._lane_kv and all(kv.offset == len(reused.prefix) for kv in reused._lane_kv.values())
+    assert reused._lane_kv and all(
+        kv.offset == len(reused.prefix) for kv in reused._lane_kv.values()
+    )
     for b, out in zip(batches, reused_out):
         fresh = engine(lm, MULTI)  # a new prefix cache and new buffers for every batch
         np.testing.assert_array_equal(out, fresh.score_batch([prompts[i] for i in b.indices]))

@@ -43,7 +43,9 @@ def test_cached_forward_equals_uncached(tiny_model_dir):
     tokens = lm.tokenizer.prompt("Be brief.", "The app crashes on start, error 0x1F.")
     full = lm.model(mx.array([tokens]))
     a = lm.model.args
-    cache = KVCache.allocate(a.num_hidden_layers, 1, a.num_key_value_heads, a.head_dim, len(tokens), mx.float32)
+    cache = KVCache.allocate(
+        a.num_hidden_layers, 1, a.num_key_value_heads, a.head_dim, len(tokens), mx.float32
+    )
     parts, start = [], 0
     for size in (7, 1, 5, len(tokens)):  # prefill in uneven chunks, then the rest
         chunk = tokens[start : start + size]
@@ -91,7 +93,10 @@ def test_sharded_checkpoint_loads(tied_pair, tmp_path):
     shard_dir = tmp_path / "sharded"
     shutil.copytree(mlx_dir, shard_dir)
     (shard_dir / "model.safetensors").unlink()
-    halves = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    halves = {
+        "model-00001-of-00002.safetensors": names[::2],
+        "model-00002-of-00002.safetensors": names[1::2],
+    }
     for file, keys in halves.items():
         mx.save_safetensors(str(shard_dir / file), {k: tensors[k] for k in keys})
     index = {"weight_map": {k: f for f, keys in halves.items() for k in keys}}
@@ -113,7 +118,10 @@ def test_init_random_is_deterministic_and_marked_synthetic(tmp_path):
     b = init_random(tmp_path / "b", preset="tiny", seed=3, dtype="float32")
     c = init_random(tmp_path / "c", preset="tiny", seed=4, dtype="float32")
     assert a["sha256"] == b["sha256"] != c["sha256"]
-    assert a["synthetic"] and json.loads((tmp_path / "a/config.json").read_text())["mlxbatch_synthetic"]
+    assert (
+        a["synthetic"]
+        and json.loads((tmp_path / "a/config.json").read_text())["mlxbatch_synthetic"]
+    )
     lm = load_model(tmp_path / "a")
     assert lm.synthetic and "SYNTHETIC" in lm.describe()
     assert lm.model.num_parameters() == a["parameters"]

@@ -74,7 +74,9 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tiny_model_dir, job):
     err = proc.communicate(timeout=60)[1]
     assert proc.returncode == 130
     assert "--resume" in err and "Traceback" not in err
-    done = subprocess.run(command(tiny_model_dir, src, out, "--resume"), capture_output=True, text=True)
+    done = subprocess.run(
+        command(tiny_model_dir, src, out, "--resume"), capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     assert len(out.read_text().splitlines()) == 300
 
@@ -97,7 +99,9 @@ def test_journal_of_another_run_is_refused(tiny_model_dir, job, tmp_path):
     _, src = job
     out = tmp_path / "o.jsonl"
     Journal(out, {"fingerprint": "something else"}, resume=False).close()
-    r = subprocess.run(command(tiny_model_dir, src, out, "--resume"), capture_output=True, text=True)
+    r = subprocess.run(
+        command(tiny_model_dir, src, out, "--resume"), capture_output=True, text=True
+    )
     assert r.returncode == 2 and "different input" in r.stderr
     r = subprocess.run(command(tiny_model_dir, src, out), capture_output=True, text=True)
     assert r.returncode == 2 and "add --resume" in r.stderr

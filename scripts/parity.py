@@ -1,0 +1,10 @@
+#!/usr/bin/env python
+"""Same as `mlxbatch parity ...`: see `mlxbatch parity --help`."""
+
+import sys
+
+from mlxbatch.cli import main
+
+if __name__ == "__main__":
+    sys.argv[1:1] = ["parity"]
+    main()
