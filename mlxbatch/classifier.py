@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import mlx.core as mx
 import numpy as np
 
 from .batching import Batch, plan_batches, unsort
@@ -58,8 +57,7 @@ class Classifier:
         fits = default_budget(
             args, nbytes, max_batch, context, len(self.labels.names), self.labels.max_len
         )
-        preferred = PREFERRED_BUDGET["gpu" if mx.default_device() == mx.gpu else "cpu"]
-        return max(min(preferred, fits), min(longest, fits))
+        return max(min(PREFERRED_BUDGET, fits), min(longest, fits))
 
     def plan(
         self, prompts: list[list[int]], mode: str = "sorted", batch_tokens: int | None = None,

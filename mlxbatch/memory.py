@@ -11,9 +11,9 @@ from .config import ModelArgs
 
 MAX_BUDGET = 16384  # the largest default budget memory can justify
 MIN_BUDGET = 64
-# Where bigger batches stop paying: a CPU is compute-bound at a few rows (only padding grows),
-# a GPU wants more rows in flight.
-PREFERRED_BUDGET = {"cpu": 1024, "gpu": 4096}
+# The preferred padded-token budget per batch. On the 2-core CPU of BENCHMARKS.md, 4096 beat
+# 512 and 1024 (bigger lanes amortise per-batch work despite more padding); GPUs want rows too.
+PREFERRED_BUDGET = 4096
 
 
 def available_bytes() -> int:
