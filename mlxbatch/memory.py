@@ -60,14 +60,14 @@ def batch_cost(
     `context` is the longest key length a row can have (prefix + item + label tokens).
     KV: every row holds `context` slots (x labels for the multi-token label pass).
     Activations: the largest per-layer working set of a forward over `batch_tokens` tokens:
-    MLP gate/up/product, attention scores and probabilities (fp32), a few hidden copies.
+    MLP gate/up/product, attention scores, mask and probabilities (fp32), a few hidden copies.
     """
     rows = max_batch * (n_labels if label_len > 1 else 1)
     kv = 2 * args.num_hidden_layers * rows * args.num_key_value_heads * args.head_dim
     kv *= context * dtype_bytes
     t = batch_tokens
     mlp = 3 * t * args.intermediate_size * dtype_bytes
-    attn = 2 * t * args.num_attention_heads * context * 4
+    attn = 3 * t * args.num_attention_heads * context * 4 + 5 * t * context  # + the masks
     hidden = 8 * t * args.hidden_size * dtype_bytes
     head = max_batch * n_labels * max(label_len - 1, 0) * args.vocab_size * 4
     return BudgetCost(kv, mlp + attn + hidden + head)
