@@ -203,12 +203,10 @@ def demo(n, model, out_dir):
     from .classifier import Classifier
     from .inputs import read_rows
     from .job import JobSettings, run_job
-    from .tickets import generate
+    from .tickets import generate, write_jsonl
 
     src, out = out_dir / "tickets.jsonl", out_dir / "predictions.jsonl"
     tickets = generate(n)
-    from .tickets import write_jsonl
-
     write_jsonl(tickets, src)
     clf = Classifier.load(resolve_model(model))
     click.echo(f"classifying {n} synthetic tickets from {src} ...", err=True)

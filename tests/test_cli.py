@@ -226,3 +226,10 @@ def test_check_finite_flag_refuses_nan_weights(tiny_model_dir, tickets_file, tmp
     mx.save_safetensors(str(bad / "model.safetensors"), t)
     r = run("classify", tickets_file, "--model", bad, "--check-weights")
     assert r.exit_code == 2 and "NaN or infinite" in r.output
+
+
+def test_demo_main_job_runs_and_verifies(tiny_model_dir, tmp_path):
+    r = run("demo", "--tickets", 20, "--model", tiny_model_dir, "--out", tmp_path / "demo")
+    assert r.exit_code == 0, r.output
+    assert "100.0% label agreement" in r.output and "SYNTHETIC" in r.output
+    assert len(read_jsonl(tmp_path / "demo" / "predictions.jsonl")) == 20
