@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MODES = ("sorted", "naive", "sequential")
+DEFAULT_MAX_BATCH = 64
 
 
 @dataclass(frozen=True)

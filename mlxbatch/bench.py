@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 import mlx.core as mx
 import numpy as np
 
-from .batching import Batch, global_max_stats, padding_stats, plan_batches, unsort
+from .batching import Batch, global_max_stats, padding_stats, plan_batches
 from .classifier import Classifier
 from .engine import Engine
 
@@ -61,9 +61,8 @@ def run_mode(
     mx.synchronize()
     mx.reset_peak_memory()
     t = time.perf_counter()
-    done = list(engine.run(prompts, batches, gold=gold))
+    probs = engine.score_all(prompts, batches, gold=gold)
     seconds = time.perf_counter() - t
-    probs = np.stack(unsort([(b, list(p)) for b, p in done], len(prompts)))
     fed = [len(p) if gold else len(engine.split(p)[1]) for p in prompts]
     stats = padding_stats(fed, batches)
     processed = stats.processed_tokens + len(engine.prefix)

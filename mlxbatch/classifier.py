@@ -13,14 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .batching import Batch, plan_batches, unsort
+from .batching import DEFAULT_MAX_BATCH, Batch, plan_batches
 from .engine import Engine
 from .load import LoadedModel, load_model
 from .memory import PREFERRED_BUDGET, default_budget
 from .prompt import DEFAULT_LABELS, default_system_prompt
 from .scoring import LabelSet
-
-DEFAULT_MAX_BATCH = 64
 
 
 @dataclass(frozen=True)
@@ -75,8 +73,7 @@ class Classifier:
         """Label probabilities for each text, in input order. mode='sequential' is the gold loop."""
         prompts = [self.engine.prompt(t) for t in texts]
         batches = self.plan(prompts, mode, batch_tokens, max_batch)
-        done = list(self.engine.run(prompts, batches, gold=mode == "sequential"))
-        probs = unsort([(b, list(p)) for b, p in done], len(texts))
+        probs = self.engine.score_all(prompts, batches, gold=mode == "sequential")
         return [self._prediction(p) for p in probs]
 
     def _prediction(self, probs: np.ndarray) -> Prediction:

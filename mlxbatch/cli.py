@@ -9,7 +9,16 @@ from pathlib import Path
 import click
 
 from . import blas
-from .cli_runs import bench, demo, doctor, fail, resolve_model, tickets
+from .cli_runs import (
+    bench,
+    demo,
+    doctor,
+    fail,
+    max_batch_option,
+    model_option,
+    resolve_model,
+    tickets,
+)
 
 LABELS_HELP = "Comma-separated labels (default: billing,technical,account)."
 
@@ -63,12 +72,7 @@ def system_prompt_from(text: str | None, file: Path | None, labels) -> str:
 
 @cli.command()
 @click.argument("input_path", metavar="INPUT")
-@click.option(
-    "--model",
-    "model",
-    type=click.Path(path_type=Path),
-    help="Model directory (default: see README).",
-)
+@model_option
 @click.option("--labels", help=LABELS_HELP)
 @click.option("--system-prompt", help="System prompt text (default names the labels).")
 @click.option(
@@ -107,13 +111,7 @@ def system_prompt_from(text: str | None, file: Path | None, labels) -> str:
     type=click.IntRange(1),
     help="Padded-token budget per batch (default: from free memory).",
 )
-@click.option(
-    "--max-batch",
-    type=click.IntRange(1),
-    default=64,
-    show_default=True,
-    help="Most rows per batch.",
-)
+@max_batch_option
 @click.option(
     "--no-prefix-cache", is_flag=True, help="Recompute the shared prompt prefix for every row."
 )

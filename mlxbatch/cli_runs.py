@@ -8,10 +8,24 @@ from pathlib import Path
 
 import click
 
+from .batching import DEFAULT_MAX_BATCH
+
 
 def fail(message: str, code: int = 2) -> None:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
+
+
+model_option = click.option(
+    "--model", type=click.Path(path_type=Path), help="Model directory (default: see README)."
+)
+max_batch_option = click.option(
+    "--max-batch",
+    type=click.IntRange(1),
+    default=DEFAULT_MAX_BATCH,
+    show_default=True,
+    help="Most rows per batch.",
+)
 
 
 def resolve_model(model: Path | None) -> Path:
@@ -70,9 +84,7 @@ def load_tickets(spec: str) -> tuple[list[str], str]:
 
 
 @click.command()
-@click.option(
-    "--model", type=click.Path(path_type=Path), help="Model directory (default: see README)."
-)
+@model_option
 @click.option(
     "--tickets",
     "tickets_spec",
@@ -85,7 +97,7 @@ def load_tickets(spec: str) -> tuple[list[str], str]:
     type=click.IntRange(1),
     help="Budget of the default sorted run (default: as classify).",
 )
-@click.option("--max-batch", type=click.IntRange(1), default=64, show_default=True)
+@max_batch_option
 @click.option(
     "--naive-batch",
     type=click.IntRange(1),
@@ -186,9 +198,7 @@ def run_peers(clf, prompts, result, budget, max_batch, naive_batch) -> list[dict
     show_default=True,
     help="Synthetic tickets to classify.",
 )
-@click.option(
-    "--model", type=click.Path(path_type=Path), help="Model directory (default: see README)."
-)
+@model_option
 @click.option(
     "--out",
     "out_dir",

@@ -9,7 +9,7 @@ import mlx.core as mx
 import numpy as np
 
 from . import blas
-from .batching import Batch
+from .batching import Batch, unsort
 from .cache import KVCache, batch_mask
 from .load import LoadedModel
 from .prompt import common_prefix_len
@@ -146,3 +146,10 @@ class Engine:
             if progress:
                 progress(len(batch.indices))
             yield batch, probs
+
+    def score_all(
+        self, prompts: list[list[int]], batches: list[Batch], gold: bool = False
+    ) -> np.ndarray:
+        """Probabilities (N, J) of every prompt, back in input order."""
+        done = [(b, list(p)) for b, p in self.run(prompts, batches, gold=gold)]
+        return np.stack(unsort(done, len(prompts)))

@@ -13,7 +13,7 @@ import mlx.core as mx
 import numpy as np
 from tqdm import tqdm
 
-from .batching import padding_stats
+from .batching import DEFAULT_MAX_BATCH, padding_stats
 from .classifier import Classifier
 from .inputs import Row, describe_errors
 from .memory import available_bytes, batch_cost
@@ -30,7 +30,7 @@ class JobError(RuntimeError):
 class JobSettings:
     mode: str = "sorted"
     batch_tokens: int | None = None
-    max_batch: int = 64
+    max_batch: int = DEFAULT_MAX_BATCH
     prefix_cache: bool = True
     max_tokens: int | None = None  # per-item limit on fed tokens
     too_long: str = "error"

@@ -8,7 +8,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from mlxbatch.batching import plan_batches, unsort
+from mlxbatch.batching import plan_batches
 from mlxbatch.cache import KVCache, batch_mask
 from mlxbatch.convert import qwen_tokenizer_dir
 from mlxbatch.engine import Engine
@@ -42,7 +42,7 @@ def engine(lm, labels, prefix_cache=True, system=None):
 
 
 def scored(e: Engine, prompts, batches):
-    return np.stack(unsort([(b, list(p)) for b, p in e.run(prompts, batches)], len(prompts)))
+    return e.score_all(prompts, batches)
 
 
 @pytest.mark.parametrize("labels", [SINGLE, MULTI], ids=["single-token", "multi-token"])
