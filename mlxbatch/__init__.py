@@ -8,8 +8,10 @@ __all__ = ["Classifier", "Prediction"]
 def __getattr__(name: str):
     # Lazy, so `mlxbatch` can pick the BLAS before mlx is first imported (see blas.py).
     if name in __all__:
-        from . import blas, classifier
+        from .runtime import blas
 
         blas.activate_in_process()
+        from .jobs import classifier
+
         return getattr(classifier, name)
     raise AttributeError(name)

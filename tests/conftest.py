@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxbatch.convert import convert_hf, init_random, qwen_tokenizer_dir
+from mlxbatch.model.convert import convert_hf, init_random, qwen_tokenizer_dir
 
 TINY_CONFIGS = {
     # name: (hidden, layers, heads, kv_heads, intermediate, tied)

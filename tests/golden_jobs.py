@@ -22,8 +22,8 @@ CASES = [
 
 
 def make_inputs(root: Path) -> tuple[Path, Path]:
-    from mlxbatch.convert import init_random
-    from mlxbatch.tickets import generate, write_jsonl
+    from mlxbatch.io.tickets import generate, write_jsonl
+    from mlxbatch.model.convert import init_random
 
     model = root / "tiny"
     if not model.exists():
@@ -35,7 +35,9 @@ def make_inputs(root: Path) -> tuple[Path, Path]:
     return model, src
 
 
-def run_case(root: Path, model: Path, src: Path, name: str, mode: str, lab: str, noprefix: bool) -> Path:
+def run_case(
+    root: Path, model: Path, src: Path, name: str, mode: str, lab: str, noprefix: bool
+) -> Path:
     out = root / name
     cmd = [sys.executable, "-m", "mlxbatch", "classify", str(src), "--model", str(model),
            "-o", str(out), "--mode", mode, "--labels", LABELS[lab], "--on-error", "skip",

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mlxbatch.batching import Batch, global_max_stats, padding_stats, plan_batches, unsort
+from mlxbatch.engine.planner import Batch, global_max_stats, padding_stats, plan_batches, unsort
 
 lengths_st = st.lists(st.integers(1, 300), min_size=1, max_size=200)
 

@@ -11,9 +11,9 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from mlxbatch import blas
 from mlxbatch.cli import cli
-from mlxbatch.tickets import generate, write_jsonl
+from mlxbatch.io.tickets import generate, write_jsonl
+from mlxbatch.runtime import blas
 
 
 @pytest.fixture(scope="module")
@@ -107,9 +107,9 @@ def test_a_budget_that_cannot_fit_is_refused(tiny_model_dir, tickets_file):
 
 
 def test_peak_memory_stays_under_the_stated_bound(tiny_model_dir, tickets_file):
-    from mlxbatch.classifier import Classifier
-    from mlxbatch.inputs import read_rows
-    from mlxbatch.job import JobSettings, run_job
+    from mlxbatch.io.inputs import read_rows
+    from mlxbatch.jobs.classifier import Classifier
+    from mlxbatch.jobs.job import JobSettings, run_job
 
     clf = Classifier.load(tiny_model_dir)
     rows, _ = read_rows(str(tickets_file))
@@ -139,8 +139,8 @@ def test_python_api(tiny_model_dir):
 def test_tickets_match_the_published_length_profile():
     import numpy as np
 
-    from mlxbatch.convert import qwen_tokenizer_dir
-    from mlxbatch.prompt import PromptTokenizer
+    from mlxbatch.model.convert import qwen_tokenizer_dir
+    from mlxbatch.model.tokenizer import PromptTokenizer
 
     tok = PromptTokenizer(qwen_tokenizer_dir())
     rows = generate(600)
@@ -203,7 +203,7 @@ def test_convert_then_parity_through_the_cli(hf_and_mlx, tmp_path):
 def test_init_random_at_qwen25_shapes_loads_and_runs(tmp_path):
     import mlx.core as mx
 
-    from mlxbatch.load import load_model
+    from mlxbatch.model.load import load_model
 
     r = run("init-random", tmp_path / "m", "--preset", "qwen2.5-0.5b")
     assert r.exit_code == 0 and "494,032,768 parameters" in r.output

@@ -8,13 +8,15 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from mlxbatch.batching import plan_batches
-from mlxbatch.cache import KVCache, batch_mask
-from mlxbatch.convert import qwen_tokenizer_dir
-from mlxbatch.engine import Engine
-from mlxbatch.load import load_model
-from mlxbatch.prompt import IM_END, PromptTokenizer, default_system_prompt
-from mlxbatch.scoring import LabelSet
+from mlxbatch.engine.engine import Engine
+from mlxbatch.engine.labels import LabelSet
+from mlxbatch.engine.layout import batch_mask
+from mlxbatch.engine.planner import plan_batches
+from mlxbatch.engine.prompt import default_system_prompt
+from mlxbatch.model.cache import KVCache
+from mlxbatch.model.convert import qwen_tokenizer_dir
+from mlxbatch.model.load import load_model
+from mlxbatch.model.tokenizer import IM_END, PromptTokenizer
 
 SINGLE = ("billing", "technical", "account")
 MULTI = ("billing", "account access", "account deletion", "technical support team")
@@ -55,7 +57,7 @@ def test_every_mode_matches_the_gold_loop(lm, labels, seed):
     budget = random.Random(seed).choice([150, 300, 1000])
     for prefix_cache in (True, False):
         e = engine(lm, labels, prefix_cache)
-        fed = [len(e.split(p)[1]) for p in prompts]
+        fed = e.fed_lengths(prompts)
         for mode, max_batch in (("sorted", 8), ("naive", 5), ("sequential", 1), ("sorted", 64)):
             probs = scored(e, prompts, plan_batches(fed, mode, max(budget, max(fed)), max_batch))
             assert (probs.argmax(1) == gold.argmax(1)).all(), (mode, prefix_cache)
@@ -66,11 +68,11 @@ def test_prefix_cache_reuse_equals_a_fresh_cache(lm):
     texts = random_texts(7, 40, 25)
     reused = engine(lm, MULTI)
     prompts = [reused.prompt(t) for t in texts]
-    fed = [len(reused.split(p)[1]) for p in prompts]
+    fed = reused.fed_lengths(prompts)
     batches = plan_batches(fed, "naive", 10**6, 4)  # 10 consecutive batches of the same size
     reused_out = [reused.score_batch([prompts[i] for i in b.indices]) for b in batches]
-    assert reused._lane_kv and all(
-        kv.offset == len(reused.prefix) for kv in reused._lane_kv.values()
+    assert reused.scorers["fast"]._lane_kv and all(
+        kv.offset == len(reused.prefix) for kv in reused.scorers["fast"]._lane_kv.values()
     )
     for b, out in zip(batches, reused_out):
         fresh = engine(lm, MULTI)  # a new prefix cache and new buffers for every batch
@@ -157,7 +159,7 @@ def test_scores_match_transformers(tied_pair, labels):
     e = engine(lm, labels)
     texts = random_texts(11, 10, 30)
     prompts = [e.prompt(t) for t in texts]
-    fed = [len(e.split(p)[1]) for p in prompts]
+    fed = e.fed_lengths(prompts)
     ours = scored(e, prompts, plan_batches(fed, "sorted", 400, 4))
     hf = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
     for i, p in enumerate(prompts):

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mlxbatch.inputs import InputError, read_rows
+from mlxbatch.errors import InputError
+from mlxbatch.io.inputs import read_rows
 
 
 def write(tmp_path, name, data):

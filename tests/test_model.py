@@ -10,12 +10,14 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from mlxbatch.cache import KVCache, batch_mask
-from mlxbatch.config import ModelArgs, ModelError
-from mlxbatch.convert import PRESETS, convert_hf, init_random
-from mlxbatch.load import load_model
-from mlxbatch.parity import ATOL, run_parity
-from mlxbatch.weights import load_tensors, weight_files
+from mlxbatch.engine.layout import batch_mask
+from mlxbatch.errors import ModelError
+from mlxbatch.jobs.parity import ATOL, run_parity
+from mlxbatch.model.cache import KVCache
+from mlxbatch.model.config import ModelArgs
+from mlxbatch.model.convert import PRESETS, convert_hf, init_random
+from mlxbatch.model.load import load_model
+from mlxbatch.model.weights import load_tensors, weight_files
 
 
 def test_logits_match_transformers_and_mlx_lm(hf_and_mlx):

@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from mlxbatch.output import Journal, ResumeError, journal_path
-from mlxbatch.tickets import generate, write_jsonl
+from mlxbatch.errors import ResumeError
+from mlxbatch.io.sinks import Journal, journal_path
+from mlxbatch.io.tickets import generate, write_jsonl
 
 
 @pytest.fixture(scope="module")

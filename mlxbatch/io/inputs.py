@@ -16,11 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
+
 FORMATS = ("auto", "jsonl", "csv", "text")
-
-
-class InputError(ValueError):
-    """The input cannot be read at all (missing file, empty, wrong CSV header, ...)."""
 
 
 @dataclass

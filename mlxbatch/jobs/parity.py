@@ -8,8 +8,8 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from .cache import batch_mask
-from .load import LoadedModel, load_model
+from ..engine.layout import batch_mask
+from ..model.load import LoadedModel, load_model
 
 PARITY_TEXTS = (
     "My invoice shows a double charge for November.",

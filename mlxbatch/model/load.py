@@ -8,9 +8,10 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from .config import ModelArgs, ModelError
-from .model import Qwen2
-from .prompt import PromptTokenizer
+from ..errors import ModelError
+from .config import ModelArgs
+from .qwen2 import Qwen2
+from .tokenizer import PromptTokenizer
 from .weights import check_checkpoint, load_tensors
 
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}

@@ -14,19 +14,10 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from .config import ModelError
+from ..errors import LabelError, ModelError
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
-DEFAULT_LABELS = ("billing", "technical", "account")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
-
-
-def default_system_prompt(labels: tuple[str, ...] | list[str]) -> str:
-    names = ", ".join(labels)
-    return (
-        "You are a support-ticket triage assistant. Classify the customer's message into "
-        f"exactly one of these categories: {names}. Answer with the category name only."
-    )
 
 
 class PromptTokenizer:
@@ -87,7 +78,7 @@ class PromptTokenizer:
         head = self.encode("assistant\n")
         full = self.encode("assistant\n" + label)
         if full[: len(head)] != head or len(full) == len(head):
-            raise ValueError(f"label {label!r} merges with the prompt's final newline")
+            raise LabelError(f"label {label!r} merges with the prompt's final newline")
         return full[len(head) :]
 
     def text_length(self, text: str) -> int:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from .config import ModelArgs, ModelError
+from ..errors import ModelError
+from .config import ModelArgs
 
 _DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8, "I32": 4, "U8": 1, "BOOL": 1}
 # Tensors a Hugging Face Qwen2 checkpoint may carry that the forward pass derives itself.

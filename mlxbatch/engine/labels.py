@@ -1,4 +1,4 @@
-"""Constrained label scoring: label token ids in, per-row label log-probabilities out.
+"""Constrained label scoring, in one place: the label set, the label pass, the normalisation.
 
 A label's score is the sum of its tokens' log-probabilities under the full-vocabulary softmax,
 and the reported `scores` are those sums softmax-normalised over the label set. Every label's
@@ -16,11 +16,10 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-from .model import Qwen2
-
-
-class LabelError(ValueError):
-    """A label set that cannot be scored unambiguously."""
+from ..errors import LabelError
+from ..model.cache import KVCache
+from ..model.qwen2 import Qwen2
+from .layout import RowLayout
 
 
 @dataclass(frozen=True)
@@ -106,3 +105,26 @@ def continuation_logprobs(model: Qwen2, h_lab: mx.array, labels: LabelSet) -> mx
 def normalise(label_logprobs: mx.array) -> mx.array:
     """Softmax over the label set: the reported per-label probabilities."""
     return mx.softmax(label_logprobs.astype(mx.float32), axis=-1)
+
+
+def score_labels(
+    model: Qwen2, h: mx.array, kv: KVCache, layout: RowLayout, labels: LabelSet
+) -> mx.array:
+    """(B, J) label probabilities of a batch whose row pass left hidden states `h` (B, W, D).
+
+    Multi-token labels need a second pass: every row's cache repeated once per label, the
+    labels' earlier tokens fed behind it (teacher forcing), their later tokens scored.
+    """
+    B = layout.batch
+    h_last = h[mx.arange(B), mx.array(layout.last())]  # (B, D)
+    scores = first_token_logits(model, h_last, labels).astype(mx.float32)
+    if labels.max_len > 1:
+        J = len(labels.names)
+        lab_kv = kv.repeat_rows(J, layout.capacity)
+        lab_tokens = np.tile(labels.teacher_inputs(), (B, 1))  # (B * J, T)
+        h_lab = model(
+            mx.array(lab_tokens), lab_kv, mx.array(layout.label_positions(J)),
+            mx.array(layout.label_mask(J)),
+        )  # fmt: skip
+        scores = scores + continuation_logprobs(model, h_lab, labels)
+    return normalise(scores)

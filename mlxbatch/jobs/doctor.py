@@ -6,7 +6,7 @@ import os
 import platform
 import time
 
-from . import blas
+from ..runtime import blas
 
 
 def matmul_gflops(n: int, dtype, reps: int = 3) -> float:
@@ -27,7 +27,7 @@ def matmul_gflops(n: int, dtype, reps: int = 3) -> float:
 def report(size: int = 1024) -> dict:
     import mlx.core as mx
 
-    from .load import default_dtype
+    from ..model.load import default_dtype
 
     dtype = default_dtype()
     provider = blas.sgemm_provider()

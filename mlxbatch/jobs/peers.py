@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .batching import plan_batches
+from ..engine.planner import plan_batches
 
 
 def _agreement(labels: list[int], gold: list[int]) -> float:

@@ -12,13 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from mlx.utils import tree_flatten
 
-from .batching import DEFAULT_MAX_BATCH, Batch, plan_batches
-from .engine import Engine
-from .load import LoadedModel, load_model
-from .memory import PREFERRED_BUDGET, default_budget
-from .prompt import DEFAULT_LABELS, default_system_prompt
-from .scoring import LabelSet
+from ..engine.engine import MODES, Engine
+from ..engine.footprint import Footprint
+from ..engine.labels import LabelSet
+from ..engine.planner import DEFAULT_MAX_BATCH, Batch, plan_batches
+from ..engine.prompt import DEFAULT_LABELS, default_system_prompt
+from ..model.load import LoadedModel, load_model
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,11 @@ class Classifier:
     def __init__(self, lm: LoadedModel, labels: LabelSet, system_prompt: str, prefix_cache: bool):
         self.lm, self.labels, self.system_prompt = lm, labels, system_prompt
         self.engine = Engine(lm, labels, system_prompt, prefix_cache=prefix_cache)
+        self.footprint = Footprint(
+            lm.model.args, lm.dtype.size,
+            sum(v.nbytes for _, v in tree_flatten(lm.model.parameters())),
+            len(self.engine.prefix), len(labels.names), labels.max_len,
+        )  # fmt: skip
 
     @classmethod
     def load(
@@ -45,17 +51,11 @@ class Classifier:
 
     def fed_lengths(self, prompts: list[list[int]]) -> list[int]:
         """Tokens each item feeds through the model (its prompt minus the shared prefix)."""
-        return [len(self.engine.split(p)[1]) for p in prompts]
+        return self.engine.fed_lengths(prompts)
 
     def default_batch_tokens(self, max_batch: int, longest: int) -> int:
         """The device's preferred budget, raised to fit the longest item, within memory."""
-        args = self.lm.model.args
-        context = len(self.engine.prefix) + longest + self.labels.max_len
-        nbytes = self.lm.model.model.embed_tokens.weight.dtype.size
-        fits = default_budget(
-            args, nbytes, max_batch, context, len(self.labels.names), self.labels.max_len
-        )
-        return max(min(PREFERRED_BUDGET, fits), min(longest, fits))
+        return self.footprint.default_budget(max_batch, longest)
 
     def plan(
         self, prompts: list[list[int]], mode: str = "sorted", batch_tokens: int | None = None,
@@ -64,7 +64,7 @@ class Classifier:
         lengths = self.fed_lengths(prompts)
         if batch_tokens is None:
             batch_tokens = self.default_batch_tokens(max_batch, max(lengths, default=1))
-        return plan_batches(lengths, mode, batch_tokens, max_batch)
+        return plan_batches(lengths, MODES[mode].planner, batch_tokens, max_batch)
 
     def classify(
         self, texts: list[str], mode: str = "sorted", batch_tokens: int | None = None,
@@ -73,7 +73,7 @@ class Classifier:
         """Label probabilities for each text, in input order. mode='sequential' is the gold loop."""
         prompts = [self.engine.prompt(t) for t in texts]
         batches = self.plan(prompts, mode, batch_tokens, max_batch)
-        probs = self.engine.score_all(prompts, batches, gold=mode == "sequential")
+        probs = self.engine.score_all(prompts, batches, MODES[mode].scorer)
         return [self._prediction(p) for p in probs]
 
     def _prediction(self, probs: np.ndarray) -> Prediction:

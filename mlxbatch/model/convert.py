@@ -14,9 +14,10 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from .config import ModelArgs, ModelError
+from ..errors import ModelError
+from .config import ModelArgs
 from .load import DTYPES
-from .prompt import TOKENIZER_FILES
+from .tokenizer import TOKENIZER_FILES
 from .weights import check_checkpoint, load_tensors
 
 EXTRA_FILES = ("special_tokens_map.json", "added_tokens.json", "generation_config.json")

@@ -15,13 +15,11 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
+
+from ..errors import ResumeError
 
 JOURNAL_VERSION = 1
-
-
-class ResumeError(RuntimeError):
-    """The journal belongs to another run or cannot be used; the message says what to do."""
 
 
 def result_row(rid: Any, labels: tuple[str, ...], probs, extra: dict | None = None) -> dict:
@@ -32,6 +30,17 @@ def result_row(rid: Any, labels: tuple[str, ...], probs, extra: dict | None = No
 
 def error_row(rid: Any, message: str) -> dict:
     return {"id": rid, "error": message}
+
+
+class Sink(Protocol):
+    """Where finished rows go: `done` holds what is already there (by input row index)."""
+
+    header: dict
+    done: dict[int, dict]
+
+    def append(self, rows: list[tuple[int, dict]]) -> None: ...
+    def finish(self, n_rows: int, labels: tuple[str, ...]) -> None: ...
+    def close(self) -> None: ...
 
 
 def journal_path(output: Path) -> Path:
@@ -64,17 +73,7 @@ class Journal:
         raw = self.path.read_bytes()
         lines = raw.split(b"\n")
         complete, tail = lines[:-1], lines[-1]  # tail: bytes after the last newline
-        try:
-            head = json.loads(complete[0]) if complete else None
-        except json.JSONDecodeError:
-            head = None
-        if not head or head.get("mlxbatch_journal") != JOURNAL_VERSION:
-            raise ResumeError(f"{self.path}: not an mlxbatch journal; delete it to start over")
-        if head.get("fingerprint") != header.get("fingerprint"):
-            raise ResumeError(
-                f"{self.path} was written for a different input, model, labels or prompt; "
-                "delete it to start over"
-            )
+        head = _checked_head(self.path, complete[0] if complete else b"", header)
         good = len(complete[0]) + 1
         for line in complete[1:]:
             try:
@@ -116,6 +115,36 @@ class Journal:
             self._file.close()
 
 
+def _checked_head(path: Path, first_line: bytes, header: dict) -> dict:
+    try:
+        head = json.loads(first_line) if first_line else None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        head = None
+    if not isinstance(head, dict) or head.get("mlxbatch_journal") != JOURNAL_VERSION:
+        raise ResumeError(f"{path}: not an mlxbatch journal; delete it to start over")
+    if head.get("fingerprint") != header.get("fingerprint"):
+        raise ResumeError(
+            f"{path} was written for a different input, model, labels, prompt or settings; "
+            "delete it to start over"
+        )
+    return head
+
+
+def recorded_header(output: Path, header: dict) -> dict | None:
+    """The header of OUTPUT's journal (checked against `header`), or None when there is none."""
+    path = journal_path(output)
+    if not path.is_file():
+        return None
+    with open(path, "rb") as f:
+        first = f.readline()
+    if not first.endswith(b"\n"):
+        first = b""
+    head = _checked_head(path, first, header)
+    if not isinstance(head.get("settings"), dict):
+        raise ResumeError(f"{path}: the journal header has no settings; delete it to start over")
+    return {k: v for k, v in head.items() if k != "mlxbatch_journal"}
+
+
 def write_rows(f: TextIO, rows: list[dict], labels: tuple[str, ...], suffix: str) -> None:
     if suffix.lower() in (".csv", ".tsv"):
         extras = sorted({k for r in rows for k in r} - {"id", "label", "scores", "error"})
@@ -130,13 +159,16 @@ def write_rows(f: TextIO, rows: list[dict], labels: tuple[str, ...], suffix: str
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
 
 
-class OrderedStdout:
-    """Prints rows to stdout in input order, as soon as all earlier rows are known."""
+class OrderedStream:
+    """Writes rows to a stream (stdout by default) in input order, as soon as all earlier rows
+    are known. No journal: nothing to resume."""
 
-    def __init__(self, n_rows: int, labels: tuple[str, ...], header: dict):
+    def __init__(self, n_rows: int, labels: tuple[str, ...], header: dict,
+                 stream: TextIO | None = None, suffix: str = ""):  # fmt: skip
         self.done: dict[int, dict] = {}
         self.header = header
         self.next, self.n, self.labels = 0, n_rows, labels
+        self.stream, self.suffix = stream, suffix
 
     def append(self, rows: list[tuple[int, dict]]) -> None:
         self.done.update(rows)
@@ -144,8 +176,11 @@ class OrderedStdout:
         while self.next in self.done:
             self.next += 1
         if self.next > start:
-            write_rows(sys.stdout, [self.done[i] for i in range(start, self.next)], self.labels, "")
-            sys.stdout.flush()
+            out = self.stream or sys.stdout
+            write_rows(
+                out, [self.done[i] for i in range(start, self.next)], self.labels, self.suffix
+            )
+            out.flush()
 
     def finish(self, n_rows: int, labels: tuple[str, ...]) -> None:
         if self.next != self.n:

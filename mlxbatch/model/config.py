@@ -7,11 +7,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import ModelError
+
 SUPPORTED_MODEL_TYPES = ("qwen2",)
-
-
-class ModelError(ValueError):
-    """A model directory, config or checkpoint that cannot be used; the message says why."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,38 @@
+"""The `mlxbatch` command line: a click group dispatching to one module per command group."""
+
+from __future__ import annotations
+
+import click
+
+from ..errors import UsageError
+from ..runtime import blas
+from .bench import bench, demo, doctor, tickets
+from .classify import classify
+from .common import fail
+from .models import convert, init_random_cmd, parity
+
+
+class Group(click.Group):
+    """Turns the library's expected errors into one line and exit code 2, never a traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except UsageError as e:
+            fail(str(e))
+
+
+@click.group(cls=Group)
+@click.version_option(package_name="mlxbatch")
+def cli() -> None:
+    """Classify batches of short texts with a small Qwen2/2.5 model in MLX."""
+
+
+for command in (classify, convert, init_random_cmd, parity, bench, demo, doctor, tickets):
+    cli.add_command(command)
+
+
+def main() -> None:
+    blas.reexec_with_fast_blas()
+    blas.restore_environment()
+    cli()

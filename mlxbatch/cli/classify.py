@@ -1,0 +1,128 @@
+"""`mlxbatch classify`: the main job."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from .common import (
+    LABELS_HELP,
+    fail,
+    max_batch_option,
+    model_option,
+    parse_labels,
+    resolve_model,
+    system_prompt_from,
+)
+
+
+@click.command()
+@click.argument("input_path", metavar="INPUT")
+@model_option
+@click.option("--labels", help=LABELS_HELP)
+@click.option("--system-prompt", help="System prompt text (default names the labels).")
+@click.option(
+    "--system-prompt-file",
+    type=click.Path(path_type=Path),
+    help="Read the system prompt from a file.",
+)
+@click.option(
+    "--text-field", default="text", show_default=True, help="JSONL key / CSV column of the text."
+)
+@click.option(
+    "--id-field",
+    default=None,
+    help="JSONL key / CSV column of the id (default: 'id' if present, else row numbers).",
+)
+@click.option(
+    "--input-format",
+    type=click.Choice(["auto", "jsonl", "csv", "text"]),
+    default="auto",
+    show_default=True,
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    help="Output file, .jsonl or .csv (default: JSONL on stdout).",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["sorted", "naive", "sequential"]),
+    default="sorted",
+    show_default=True,
+)
+@click.option(
+    "--batch-tokens",
+    type=click.IntRange(1),
+    help="Padded-token budget per batch (default: from free memory).",
+)
+@max_batch_option
+@click.option(
+    "--no-prefix-cache", is_flag=True, help="Recompute the shared prompt prefix for every row."
+)
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(8),
+    help="Per-item token limit (default: context and budget).",
+)
+@click.option(
+    "--too-long", type=click.Choice(["error", "truncate"]), default="error", show_default=True
+)
+@click.option(
+    "--on-error",
+    type=click.Choice(["fail", "skip"]),
+    default="fail",
+    show_default=True,
+    help="fail: stop before computing if any row is bad; skip: write an error row for each.",
+)
+@click.option("--resume", is_flag=True, help="Continue an interrupted run from OUTPUT.part.")
+@click.option(
+    "--verify", is_flag=True, help="Also run the gold loop; exit 1 unless every label agrees."
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(["auto", "float32", "float16", "bfloat16"]),
+    default="auto",
+    show_default=True,
+)
+@click.option("--check-weights", is_flag=True, help="Also refuse weights with NaN or inf values.")
+def classify(input_path, model, labels, system_prompt, system_prompt_file, text_field, id_field,
+             input_format, output, mode, batch_tokens, max_batch, no_prefix_cache, max_tokens,
+             too_long, on_error, resume, verify, dtype, check_weights):  # fmt: skip
+    """Classify every row of INPUT (JSONL, CSV, text, or - for stdin) into one label."""
+    from ..io.inputs import read_rows
+    from ..jobs.classifier import Classifier
+    from ..jobs.job import JobSettings, run_job
+
+    if resume and output is None:
+        fail("--resume needs -o/--output (the journal lives next to it)")
+    names = parse_labels(labels)
+    prompt = system_prompt_from(system_prompt, system_prompt_file, names)
+    rows, fmt = read_rows(input_path, text_field, id_field, input_format)  # before any model work
+    clf = Classifier.load(
+        resolve_model(model), names, prompt, dtype, not no_prefix_cache, check_weights
+    )
+    settings = JobSettings(mode, batch_tokens, max_batch, not no_prefix_cache, max_tokens,
+                           too_long, on_error)  # fmt: skip
+    try:
+        result = run_job(clf, rows, settings, output, resume, verify, input_path, fmt)
+    except KeyboardInterrupt:
+        if output:
+            fail(f"interrupted; finished batches are saved in {output}.part. Run the same "
+                 "command with --resume to continue.", 130)  # fmt: skip
+        fail("interrupted", 130)
+    click.echo(f"model: {clf.lm.describe()}", err=True)
+    click.echo(result.summary(), err=True)
+    if result.verify is not None:
+        v = result.verify
+        click.echo(
+            f"verify: {v['agreement']:.2%} label agreement with the gold loop over {v['items']} items, "
+            f"max |score diff| {v['max_abs_score_diff']:.2e}", err=True)  # fmt: skip
+        for d in v["disagreements"][:20]:
+            click.echo(f"  disagreement: {json.dumps(d)}", err=True)
+        if not v["passed"]:
+            sys.exit(1)

@@ -1,0 +1,73 @@
+"""Model commands: `convert`, `init-random`, `parity`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.argument("hf_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("out_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), help="Cast (default: keep)."
+)
+def convert(hf_dir, out_dir, dtype):
+    """Convert a Hugging Face Qwen2/2.5 checkpoint (safetensors) to an mlxbatch directory."""
+    from ..model.convert import convert_hf
+
+    m = convert_hf(hf_dir, out_dir, dtype)
+    click.echo(
+        f"wrote {out_dir}: {m['tensors']} tensors, {m['parameters']:,} parameters, {m['dtype']}"
+    )
+
+
+@click.command("init-random")
+@click.argument("out_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--preset",
+    type=click.Choice(["qwen2.5-0.5b", "tiny"]),
+    default="qwen2.5-0.5b",
+    show_default=True,
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--dtype",
+    type=click.Choice(["float32", "float16", "bfloat16"]),
+    default="bfloat16",
+    show_default=True,
+)
+def init_random_cmd(out_dir, preset, seed, dtype):
+    """Write a SYNTHETIC model (random weights, real Qwen tokenizer) at a preset's shapes."""
+    from ..model.convert import init_random
+
+    m = init_random(out_dir, preset, seed, dtype)
+    click.echo(f"wrote {out_dir}: synthetic {preset}, {m['parameters']:,} parameters, {dtype}")
+
+
+@click.command()
+@click.argument("hf_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option(
+    "--mlx",
+    "mlx_dir",
+    type=click.Path(path_type=Path),
+    help="Converted directory (default: convert now).",
+)
+@click.option("--no-mlx-lm", is_flag=True, help="Skip the comparison with mlx-lm's Qwen2.")
+def parity(hf_dir, mlx_dir, no_mlx_lm):
+    """Compare logits with PyTorch transformers (fp32) and mlx-lm on the same weights."""
+    import tempfile
+
+    from ..jobs.parity import run_parity
+    from ..model.convert import convert_hf
+
+    with tempfile.TemporaryDirectory() as tmp:
+        if mlx_dir is None:
+            mlx_dir = Path(tmp) / "mlx"
+            convert_hf(hf_dir, mlx_dir, "float32")
+        reports = run_parity(hf_dir, mlx_dir, with_mlx_lm=not no_mlx_lm)
+    for r in reports:
+        click.echo(r.line())
+    sys.exit(0 if all(r.passed for r in reports) else 1)

@@ -1,0 +1,1 @@
+"""The engine layer: prompts, labels, batch layouts, planning, footprints, scorers."""

@@ -1,0 +1,89 @@
+"""The engine: a prompt, a label set and a model behind both scorers, and the mode table.
+
+A mode is a (planner, scorer) pair: how items are cut into batches, and which path scores
+them. `run` is the whole loop: for each planned batch, score it and hand it back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model.load import LoadedModel
+from ..runtime import executor as executors
+from .labels import LabelSet
+from .layout import split
+from .planner import Batch, unsort
+from .scorers import GoldScorer, PrefixScorer
+
+
+@dataclass(frozen=True)
+class Mode:
+    planner: str  # "sorted" | "naive" | "sequential" (see planner.plan_batches)
+    scorer: str  # "gold" | "fast"
+
+
+MODES = {
+    "sorted": Mode("sorted", "fast"),
+    "naive": Mode("naive", "fast"),
+    "sequential": Mode("sequential", "gold"),  # the gold loop
+    "sequential-prefix": Mode("sequential", "fast"),  # one row per batch on the fast path
+}
+
+
+class Engine:
+    def __init__(
+        self, lm: LoadedModel, labels: LabelSet, system_prompt: str, prefix_cache: bool = True,
+        executor: executors.Executor | None = None,
+    ):  # fmt: skip
+        self.lm, self.model, self.tokenizer = lm, lm.model, lm.tokenizer
+        self.labels, self.system_prompt = labels, system_prompt
+        self.prefix = self.tokenizer.shared_prefix(system_prompt) if prefix_cache else []
+        self.scorers = {
+            "gold": GoldScorer(self.model, labels),
+            "fast": PrefixScorer(self.model, labels, self.prefix, lm.dtype,
+                                 executor or executors.for_device()),
+        }  # fmt: skip
+
+    def prompt(self, text: str) -> list[int]:
+        """The gold tokenization of one item's whole prompt."""
+        return self.tokenizer.prompt(self.system_prompt, text)
+
+    def split(self, prompt: list[int]) -> tuple[int, list[int]]:
+        """(prefix slots the item shares, the tokens it feeds itself): see layout.split."""
+        return split(prompt, self.prefix)
+
+    def fed(self, prompt: list[int]) -> list[int]:
+        """The tokens an item feeds through the model itself (its prompt minus the prefix)."""
+        return split(prompt, self.prefix)[1]
+
+    def fed_lengths(self, prompts: list[list[int]]) -> list[int]:
+        return [len(self.fed(p)) for p in prompts]
+
+    def score_batch(self, prompts: list[list[int]]) -> np.ndarray:
+        """(B, J) probabilities of one batch on the fast path."""
+        return self.scorers["fast"].score(prompts)
+
+    def score_gold(self, prompt: list[int]) -> np.ndarray:
+        return self.scorers["gold"].score_one(prompt)
+
+    def run(
+        self, prompts: list[list[int]], batches: list[Batch], scorer: str = "fast",
+        progress: Callable[[int], None] | None = None,
+    ) -> Iterator[tuple[Batch, np.ndarray]]:  # fmt: skip
+        """Score `batches` of `prompts`, yielding (batch, probabilities) as each completes."""
+        score = self.scorers[scorer].score
+        for batch in batches:
+            probs = score([prompts[i] for i in batch.indices])
+            if progress:
+                progress(len(batch.indices))
+            yield batch, probs
+
+    def score_all(
+        self, prompts: list[list[int]], batches: list[Batch], scorer: str = "fast"
+    ) -> np.ndarray:
+        """Probabilities (N, J) of every prompt, back in input order."""
+        done = [(b, list(p)) for b, p in self.run(prompts, batches, scorer)]
+        return np.stack(unsort(done, len(prompts)))

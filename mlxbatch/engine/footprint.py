@@ -1,0 +1,72 @@
+"""A job's memory footprint, derived once: what a batch budget costs and the default budget."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..model.config import ModelArgs
+from ..runtime.memory import available_bytes
+
+MAX_BUDGET = 16384  # the largest default budget memory can justify
+MIN_BUDGET = 64
+# The preferred padded-token budget per batch. On the 2-core CPU of BENCHMARKS.md, 4096 beat
+# 512 and 1024 (bigger lanes amortise per-batch work despite more padding); GPUs want rows too.
+PREFERRED_BUDGET = 4096
+
+
+@dataclass(frozen=True)
+class BudgetCost:
+    kv_cache: int
+    activations: int
+
+    @property
+    def total(self) -> int:
+        return self.kv_cache + self.activations
+
+
+@dataclass(frozen=True)
+class Footprint:
+    args: ModelArgs
+    dtype_bytes: int
+    weight_bytes: int
+    prefix: int  # shared prefix tokens
+    n_labels: int
+    label_len: int  # tokens of the longest label
+
+    def context(self, longest: int) -> int:
+        """The longest key length a row can have (prefix + item + label tokens)."""
+        return self.prefix + longest + self.label_len
+
+    def batch_cost(self, batch_tokens: int, max_batch: int, longest: int) -> BudgetCost:
+        """Upper bound on the transient bytes of one batch (weights not included).
+
+        KV: every row holds `context` slots (x labels for the multi-token label pass).
+        Activations: the largest per-layer working set of a forward over `batch_tokens` tokens:
+        MLP gate/up/product, attention scores, mask and probabilities (fp32), a few hidden copies.
+        """
+        a, context = self.args, self.context(longest)
+        rows = max_batch * (self.n_labels if self.label_len > 1 else 1)
+        kv = 2 * a.num_hidden_layers * rows * a.num_key_value_heads * a.head_dim
+        kv *= context * self.dtype_bytes
+        t = batch_tokens
+        mlp = 3 * t * a.intermediate_size * self.dtype_bytes
+        attn = 3 * t * a.num_attention_heads * context * 4 + 5 * t * context  # + the masks
+        hidden = 8 * t * a.hidden_size * self.dtype_bytes
+        head = max_batch * self.n_labels * max(self.label_len - 1, 0) * a.vocab_size * 4
+        return BudgetCost(kv, mlp + attn + hidden + head)
+
+    def bound(self, batch_tokens: int, max_batch: int, longest: int) -> int:
+        """Weights plus one batch: what a job's peak memory should stay under."""
+        return self.weight_bytes + self.batch_cost(batch_tokens, max_batch, longest).total
+
+    def default_budget(
+        self, max_batch: int, longest: int, available: int | None = None, share: float = 0.5
+    ) -> int:
+        """The preferred budget, raised to fit the longest item, within `share` of memory."""
+        avail = (available if available is not None else available_bytes()) * share
+        fits = MAX_BUDGET
+        while fits > MIN_BUDGET:
+            if self.batch_cost(fits, max_batch, longest).total <= avail:
+                break
+            fits //= 2
+        return max(min(PREFERRED_BUDGET, fits), min(longest, fits))

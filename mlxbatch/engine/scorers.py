@@ -1,0 +1,89 @@
+"""The two scorers behind one interface, `score(prompts) -> (B, J) probabilities`.
+
+`GoldScorer` is the reference: one item at a time, the whole prompt, no cache, the full
+vocabulary softmax; simple on purpose. `PrefixScorer` is the fast path: the shared prefix
+computed once, rows batched behind it (prepare the row layout, forward, score the labels).
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+from ..model.cache import KVCache
+from ..model.qwen2 import Qwen2
+from ..runtime.executor import Executor
+from .labels import LabelSet, normalise, score_labels
+from .layout import RowLayout
+
+
+def new_cache(model: Qwen2, batch: int, capacity: int, dtype: mx.Dtype) -> KVCache:
+    a = model.args
+    return KVCache.allocate(
+        a.num_hidden_layers, batch, a.num_key_value_heads, a.head_dim, capacity, dtype
+    )
+
+
+class GoldScorer:
+    def __init__(self, model: Qwen2, labels: LabelSet):
+        self.model, self.labels = model, labels
+
+    def score(self, prompts: list[list[int]]) -> np.ndarray:
+        return np.stack([self.score_one(p) for p in prompts])
+
+    def score_one(self, prompt: list[int]) -> np.ndarray:
+        n = len(prompt)
+        sums, logps = [], {}  # single-token labels share one forward
+        for label in self.labels.tokens:
+            seq = tuple(prompt) + label[:-1]
+            if seq not in logps:
+                h = self.model(mx.array([seq]))[0, n - 1 :]  # the positions predicting labels
+                logits = self.model.head(h).astype(mx.float32)
+                logps[seq] = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+            sums.append(sum(logps[seq][i, t] for i, t in enumerate(label)))
+        probs = normalise(mx.stack(sums)[None])[0]
+        mx.eval(probs)
+        return np.array(probs)
+
+
+class PrefixScorer:
+    def __init__(
+        self, model: Qwen2, labels: LabelSet, prefix: list[int], dtype: mx.Dtype,
+        executor: Executor,
+    ):  # fmt: skip
+        self.model, self.labels, self.prefix, self.dtype = model, labels, prefix, dtype
+        self.executor = executor
+        self.prefix_kv = self._prefill(prefix) if prefix else None
+        self._lane_kv: dict[int, KVCache] = {}
+
+    def _prefill(self, tokens: list[int]) -> KVCache:
+        cache = new_cache(self.model, 1, len(tokens), self.dtype)
+        self.model(mx.array([tokens]), cache, 0, "causal")
+        mx.eval(cache.keys, cache.values)
+        return cache
+
+    def score(self, prompts: list[list[int]]) -> np.ndarray:
+        return self.executor.run(self._score_rows, prompts)
+
+    def _score_rows(self, prompts: list[list[int]], lane: int) -> mx.array:
+        layout = RowLayout.build(prompts, self.prefix, self.labels.max_len - 1)
+        kv = self._batch_cache(lane, layout.batch, layout.capacity)
+        h = self.model(mx.array(layout.tokens()), kv, mx.array(layout.positions()),
+                       mx.array(layout.mask()))  # fmt: skip
+        probs = score_labels(self.model, h, kv, layout, self.labels)
+        kv.crop(layout.prefix_width)
+        return probs
+
+    def _batch_cache(self, lane: int, batch: int, capacity: int) -> KVCache:
+        """The prefix broadcast to `batch` rows; the lane's previous buffers when they fit."""
+        kv = self._lane_kv.get(lane)
+        if kv is not None and kv.batch == batch and kv.capacity >= capacity:
+            kv.crop(len(self.prefix))
+            return kv
+        if self.prefix_kv is None:
+            kv = new_cache(self.model, batch, capacity, self.dtype)
+        else:
+            kv = self.prefix_kv.expand(batch, capacity)
+        mx.eval(kv.keys, kv.values)  # lazy sources would serialise the lanes' streams
+        self._lane_kv[lane] = kv
+        return kv

@@ -1,0 +1,34 @@
+"""The errors a user can cause: each carries a one-line message naming the file, row or setting.
+
+The CLI turns every `UsageError` into `error: <message>` and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+
+class UsageError(ValueError):
+    """Bad input, settings, paths or checkpoints: the message says what and where."""
+
+
+class ModelError(UsageError):
+    """A model directory, config or checkpoint that cannot be used."""
+
+
+class InputError(UsageError):
+    """The input cannot be read at all (missing file, empty, wrong CSV header, ...)."""
+
+
+class LabelError(UsageError):
+    """A label set that cannot be scored unambiguously."""
+
+
+class JobError(UsageError):
+    """A job that must stop before (or instead of) computing."""
+
+
+class ResumeError(UsageError):
+    """A journal that belongs to another run or cannot be used."""
+
+
+class OutputError(UsageError):
+    """An output path that cannot be written safely."""

@@ -1,0 +1,1 @@
+"""Jobs built on the engine: the Python API, classify jobs, benchmarks, doctor."""

@@ -1,0 +1,60 @@
+"""How much memory this process can use now."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+
+
+def total_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+LIMIT_ENV = "MLXBATCH_MEMORY_LIMIT"  # a cap in bytes (or with a K/M/G suffix), e.g. 8G
+
+
+def _limit() -> int | None:
+    raw = os.environ.get(LIMIT_ENV, "").strip().upper()
+    if not raw:
+        return None
+    scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(raw[-1], 1)
+    try:
+        value = int(float(raw.rstrip("KMG")) * scale)
+    except ValueError:
+        from ..errors import UsageError
+
+        raise UsageError(f"{LIMIT_ENV}={raw!r} is not a size such as 8G or 512M") from None
+    return value
+
+
+def available_bytes() -> int:
+    """Memory this process can use now: MemAvailable on Linux, unified memory on a Mac, capped
+    by MLXBATCH_MEMORY_LIMIT when set."""
+    found = _available()
+    limit = _limit()
+    return min(found, limit) if limit is not None else found
+
+
+def _available() -> int:
+    if platform.system() == "Linux":
+        try:
+            with open("/proc/meminfo") as f:
+                for line in f:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    if platform.system() == "Darwin":
+        try:
+            import mlx.core as mx
+
+            info = mx.device_info()
+            if "max_recommended_working_set_size" in info:
+                return int(info["max_recommended_working_set_size"])
+        except Exception:  # no Metal device: fall back to physical memory
+            pass
+        out = subprocess.run(["sysctl", "-n", "hw.memsize"], capture_output=True, text=True)
+        if out.returncode == 0:
+            return int(out.stdout.strip())
+    return total_bytes()
