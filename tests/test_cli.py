@@ -73,7 +73,9 @@ def test_bad_rows_fail_before_compute_or_become_error_rows(tiny_model_dir, tmp_p
     r = run("classify", src, "--model", tiny_model_dir, "-o", out, "--on-error", "skip")
     assert r.exit_code == 0, r.output
     rows = read_jsonl(out)
-    assert [x["id"] for x in rows] == ["a", "b", 3, "d"]
+    # an unreadable row's id is null, never its line number (which could collide with real ids)
+    assert [x["id"] for x in rows] == ["a", "b", None, "d"]
+    assert [x.get("line") for x in rows] == [None, 2, 3, None]
     assert "error" in rows[1] and "error" in rows[2] and "label" in rows[3]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from ..errors import UsageError
@@ -35,4 +37,15 @@ for command in (classify, convert, init_random_cmd, parity, bench, demo, doctor,
 def main() -> None:
     blas.reexec_with_fast_blas()
     blas.restore_environment()
-    cli()
+    try:
+        cli(standalone_mode=False)
+    except click.exceptions.Abort:  # click's own Ctrl-C handling (prompts)
+        fail("interrupted", 130)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except BrokenPipeError:  # e.g. `mlxbatch classify ... | head`
+        sys.stderr.close()
+        sys.exit(141)

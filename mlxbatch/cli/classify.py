@@ -95,11 +95,17 @@ def classify(input_path, model, labels, system_prompt, system_prompt_file, text_
              too_long, on_error, resume, verify, dtype, check_weights):  # fmt: skip
     """Classify every row of INPUT (JSONL, CSV, text, or - for stdin) into one label."""
     from ..io.inputs import read_rows
+    from ..io.sinks import check_output
     from ..jobs.classifier import Classifier
     from ..jobs.job import JobSettings, run_job
 
+    if output is not None and str(output) == "-":
+        output = None  # -o - is standard output
     if resume and output is None:
         fail("--resume needs -o/--output (the journal lives next to it)")
+    if output is not None:  # before anything is read or written
+        inputs = [Path(p) for p in (input_path, system_prompt_file) if p and str(p) != "-"]
+        kind = check_output(output, inputs, resume)
     names = parse_labels(labels)
     prompt = system_prompt_from(system_prompt, system_prompt_file, names)
     rows, fmt = read_rows(input_path, text_field, id_field, input_format)  # before any model work
@@ -111,7 +117,7 @@ def classify(input_path, model, labels, system_prompt, system_prompt_file, text_
     try:
         result = run_job(clf, rows, settings, output, resume, verify, input_path, fmt)
     except KeyboardInterrupt:
-        if output:
+        if output and kind == "file":
             fail(f"interrupted; finished batches are saved in {output}.part. Run the same "
                  "command with --resume to continue.", 130)  # fmt: skip
         fail("interrupted", 130)

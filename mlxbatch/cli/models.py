@@ -14,11 +14,12 @@ import click
 @click.option(
     "--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), help="Cast (default: keep)."
 )
-def convert(hf_dir, out_dir, dtype):
+@click.option("--force", is_flag=True, help="Replace OUT_DIR if it exists.")
+def convert(hf_dir, out_dir, dtype, force):
     """Convert a Hugging Face Qwen2/2.5 checkpoint (safetensors) to an mlxbatch directory."""
     from ..model.convert import convert_hf
 
-    m = convert_hf(hf_dir, out_dir, dtype)
+    m = convert_hf(hf_dir, out_dir, dtype, force)
     click.echo(
         f"wrote {out_dir}: {m['tensors']} tensors, {m['parameters']:,} parameters, {m['dtype']}"
     )
@@ -32,18 +33,19 @@ def convert(hf_dir, out_dir, dtype):
     default="qwen2.5-0.5b",
     show_default=True,
 )
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True)
 @click.option(
     "--dtype",
     type=click.Choice(["float32", "float16", "bfloat16"]),
     default="bfloat16",
     show_default=True,
 )
-def init_random_cmd(out_dir, preset, seed, dtype):
+@click.option("--force", is_flag=True, help="Replace OUT_DIR if it exists.")
+def init_random_cmd(out_dir, preset, seed, dtype, force):
     """Write a SYNTHETIC model (random weights, real Qwen tokenizer) at a preset's shapes."""
     from ..model.convert import init_random
 
-    m = init_random(out_dir, preset, seed, dtype)
+    m = init_random(out_dir, preset, seed, dtype, force)
     click.echo(f"wrote {out_dir}: synthetic {preset}, {m['parameters']:,} parameters, {dtype}")
 
 
@@ -58,9 +60,18 @@ def init_random_cmd(out_dir, preset, seed, dtype):
 @click.option("--no-mlx-lm", is_flag=True, help="Skip the comparison with mlx-lm's Qwen2.")
 def parity(hf_dir, mlx_dir, no_mlx_lm):
     """Compare logits with PyTorch transformers (fp32) and mlx-lm on the same weights."""
+    import importlib.util
     import tempfile
 
+    from ..errors import UsageError
     from ..jobs.parity import run_parity
+
+    missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UsageError(
+            f"parity needs {' and '.join(missing)}: pip install 'mlxbatch[parity]' "
+            "(install torch==2.13.0 first for the CPU build)"
+        )
     from ..model.convert import convert_hf
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -37,14 +37,20 @@ class Footprint:
         """The longest key length a row can have (prefix + item + label tokens)."""
         return self.prefix + longest + self.label_len
 
+    def cost_of(self, batch) -> BudgetCost:
+        """The transient bytes of one planned batch (`planner.Batch`)."""
+        return self.batch_cost(batch.padded_tokens, len(batch.indices), batch.width)
+
     def batch_cost(self, batch_tokens: int, max_batch: int, longest: int) -> BudgetCost:
-        """Upper bound on the transient bytes of one batch (weights not included).
+        """Upper bound on the transient bytes of one batch (weights not included): at most
+        `max_batch` rows (and never more rows than tokens) of at most `longest` tokens.
 
         KV: every row holds `context` slots (x labels for the multi-token label pass).
         Activations: the largest per-layer working set of a forward over `batch_tokens` tokens:
         MLP gate/up/product, attention scores, mask and probabilities (fp32), a few hidden copies.
         """
         a, context = self.args, self.context(longest)
+        max_batch = min(max_batch, batch_tokens)
         rows = max_batch * (self.n_labels if self.label_len > 1 else 1)
         kv = 2 * a.num_hidden_layers * rows * a.num_key_value_heads * a.head_dim
         kv *= context * self.dtype_bytes
@@ -54,10 +60,6 @@ class Footprint:
         hidden = 8 * t * a.hidden_size * self.dtype_bytes
         head = max_batch * self.n_labels * max(self.label_len - 1, 0) * a.vocab_size * 4
         return BudgetCost(kv, mlp + attn + hidden + head)
-
-    def bound(self, batch_tokens: int, max_batch: int, longest: int) -> int:
-        """Weights plus one batch: what a job's peak memory should stay under."""
-        return self.weight_bytes + self.batch_cost(batch_tokens, max_batch, longest).total
 
     def default_budget(
         self, max_batch: int, longest: int, available: int | None = None, share: float = 0.5

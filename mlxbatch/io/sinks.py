@@ -1,25 +1,39 @@
-"""Crash-safe output: a journal written as results arrive, the final file in input order.
+"""Where results go: a crash-safe journal behind a file, or an ordered stream.
 
-While a run is going, every finished batch is appended to `OUTPUT.part` in one write and
-fsync'd, each line tagged with its input row index. The journal's first line records the
-run's fingerprint and settings. When every row is in, the rows are written to OUTPUT in
-input order (JSONL, or CSV by extension) through a temporary file and an atomic rename, and
-the journal is removed. `--resume` re-reads the journal, drops a half-written last line, and
+For a regular output file, every finished batch is appended to `OUTPUT.part` in one write and
+fsync'd, each line tagged with its input row index; the journal's first line records the run's
+fingerprint and settings. When every row is in, the rows are written to OUTPUT in input order
+(JSONL, or CSV/TSV by extension) through a new temporary file and an atomic rename, and the
+journal is removed. `--resume` re-reads the journal, drops a half-written last line, and
 re-plans the same batches from the recorded settings, so resumed scores are bit-identical.
+
+Safety, by construction: the journal and the temporary file are created with O_EXCL (an
+existing file is never overwritten: one that mlxbatch did not write is refused); the journal is
+locked while a run writes it, so a second run on the same output is refused with the first
+one's pid; `-o -` is standard output, and character devices and FIFOs are written straight
+(no journal, no rename). Every line written is strict JSON (no NaN).
 """
 
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
 import os
+import stat
+import struct
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-from ..errors import ResumeError
+from ..errors import OutputError, ResumeError
 
 JOURNAL_VERSION = 1
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, allow_nan=False)
 
 
 def result_row(rid: Any, labels: tuple[str, ...], probs, extra: dict | None = None) -> dict:
@@ -28,8 +42,9 @@ def result_row(rid: Any, labels: tuple[str, ...], probs, extra: dict | None = No
     return {"id": rid, "label": labels[best], "scores": scores, **(extra or {})}
 
 
-def error_row(rid: Any, message: str) -> dict:
-    return {"id": rid, "error": message}
+def error_row(rid: Any, message: str, line: int | None = None) -> dict:
+    """A row that could not be scored: its id (None when unreadable), its input line, why."""
+    return {"id": rid, **({"line": line} if line else {}), "error": message}
 
 
 class Sink(Protocol):
@@ -47,30 +62,91 @@ def journal_path(output: Path) -> Path:
     return output.with_name(output.name + ".part")
 
 
+def _oserror(path: Path, e: OSError, what: str = "cannot write") -> OutputError:
+    return OutputError(f"{path}: {what} ({e.strerror or e})")
+
+
+def _lock_holder(fd: int) -> int | None:
+    """The pid holding a write lock on `fd`'s file, if another process does."""
+    if sys.platform == "darwin":
+        fmt, order = "qqihh", ("start", "len", "pid", "type", "whence")
+    else:
+        fmt, order = "hhqqi4x", ("type", "whence", "start", "len", "pid")
+    values = {"type": fcntl.F_WRLCK, "whence": 0, "start": 0, "len": 0, "pid": 0}
+    try:
+        res = fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack(fmt, *(values[k] for k in order)))
+    except OSError:
+        return None
+    got = dict(zip(order, struct.unpack(fmt, res)))
+    return got["pid"] if got["type"] != fcntl.F_UNLCK else None
+
+
 class Journal:
     """Append-only, fsync'd JSONL of {"row": index, "result": {...}} lines behind a header."""
 
     def __init__(self, output: Path, header: dict, resume: bool):
         self.output, self.path = output, journal_path(output)
         self.done: dict[int, dict] = {}
-        if self.path.exists() and not resume:
+        try:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            fresh = True
+        except FileExistsError:
+            fresh = False
+            self.fd = self._open_existing()
+        except OSError as e:
+            raise _oserror(self.path, e, "cannot create the journal") from None
+        self._lock()
+        if fresh:
+            self.header = header
+            self._write(dumps({"mlxbatch_journal": JOURNAL_VERSION, **header}) + "\n")
+        elif not resume:
+            os.close(self.fd)
             raise ResumeError(
                 f"{self.path} holds an interrupted run: add --resume to continue it, "
                 "or delete it to start over"
             )
-        if resume and self.path.exists():
-            self.header = self._load(header)
         else:
-            self.header = header
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "w", encoding="utf-8") as f:
-                f.write(json.dumps({"mlxbatch_journal": JOURNAL_VERSION, **header}) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-        self._file = open(self.path, "a", encoding="utf-8")
+            self.header = self._load(header)
+
+    def _open_existing(self) -> int:
+        if not self.path.is_file() or self.path.is_symlink():
+            raise OutputError(f"{self.path}: exists and is not an mlxbatch journal; move it away")
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except OSError as e:
+            raise _oserror(self.path, e, "cannot open the journal") from None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            first = f.readline()
+        if not first.startswith(b'{"mlxbatch_journal"'):
+            os.close(fd)
+            raise OutputError(
+                f"{self.path}: exists and was not written by mlxbatch; move it away or choose "
+                "another -o"
+            )
+        return fd
+
+    def _lock(self) -> None:
+        try:
+            fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            pid = _lock_holder(self.fd)
+            os.close(self.fd)
+            who = f" (pid {pid})" if pid else ""
+            raise OutputError(f"another run is writing this output{who}: {self.output}") from None
+
+    def _write(self, text: str) -> None:
+        try:
+            os.lseek(self.fd, 0, os.SEEK_END)
+            data = text.encode("utf-8")
+            while data:
+                data = data[os.write(self.fd, data) :]
+            os.fsync(self.fd)
+        except OSError as e:
+            raise _oserror(self.path, e) from None
 
     def _load(self, header: dict) -> dict:
-        raw = self.path.read_bytes()
+        size = os.fstat(self.fd).st_size
+        raw = os.pread(self.fd, size, 0)
         lines = raw.split(b"\n")
         complete, tail = lines[:-1], lines[-1]  # tail: bytes after the last newline
         head = _checked_head(self.path, complete[0] if complete else b"", header)
@@ -83,42 +159,49 @@ class Journal:
                 break  # a torn write: everything from here on is redone
             good += len(line) + 1
         if good != len(raw) or tail:
-            with open(self.path, "r+b") as f:  # drop the half-written remainder
-                f.truncate(good)
+            os.ftruncate(self.fd, good)  # drop the half-written remainder
         return {k: v for k, v in head.items() if k != "mlxbatch_journal"}
 
     def append(self, rows: list[tuple[int, dict]]) -> None:
         fresh = [(i, r) for i, r in rows if i not in self.done]
         if not fresh:
             return
-        self._file.write("".join(json.dumps({"row": i, "result": r}) + "\n" for i, r in fresh))
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        self._write("".join(dumps({"row": i, "result": r}) + "\n" for i, r in fresh))
         self.done.update(fresh)
 
     def finish(self, n_rows: int, labels: tuple[str, ...]) -> None:
-        """Write OUTPUT in input order (atomic rename), then remove the journal."""
+        """Write OUTPUT in input order (a new temporary file, atomic rename), drop the journal."""
         missing = [i for i in range(n_rows) if i not in self.done]
         if missing:
             raise RuntimeError(f"rows {missing[:10]} have no result; not writing {self.output}")
-        tmp = self.output.with_name(self.output.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8", newline="") as f:
-            write_rows(f, [self.done[i] for i in range(n_rows)], labels, self.output.suffix)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.output)
-        self.close()
+        try:  # mkstemp opens with O_EXCL: no existing file is ever touched
+            fd, tmp = tempfile.mkstemp(dir=self.output.parent, prefix=f".{self.output.name}.",
+                                       suffix=".mlxbatch-tmp")  # fmt: skip
+        except OSError as e:
+            raise _oserror(self.output.parent, e, "cannot create a temporary file") from None
+        try:
+            with open(fd, "w", encoding="utf-8", newline="") as f:
+                write_rows(f, [self.done[i] for i in range(n_rows)], labels, self.output.suffix)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, self.output)
+        except OSError as e:
+            Path(tmp).unlink(missing_ok=True)
+            raise _oserror(self.output, e, "cannot write (the journal keeps every row)") from None
         self.path.unlink()
+        self.close()
 
     def close(self) -> None:
-        if not self._file.closed:
-            self._file.close()
+        if self.fd >= 0:
+            os.close(self.fd)  # releases the lock
+            self.fd = -1
 
 
 def _checked_head(path: Path, first_line: bytes, header: dict) -> dict:
     try:
         head = json.loads(first_line) if first_line else None
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError):
         head = None
     if not isinstance(head, dict) or head.get("mlxbatch_journal") != JOURNAL_VERSION:
         raise ResumeError(f"{path}: not an mlxbatch journal; delete it to start over")
@@ -135,8 +218,11 @@ def recorded_header(output: Path, header: dict) -> dict | None:
     path = journal_path(output)
     if not path.is_file():
         return None
-    with open(path, "rb") as f:
-        first = f.readline()
+    try:
+        with open(path, "rb") as f:
+            first = f.readline()
+    except OSError as e:
+        raise _oserror(path, e, "cannot read the journal") from None
     if not first.endswith(b"\n"):
         first = b""
     head = _checked_head(path, first, header)
@@ -151,24 +237,26 @@ def write_rows(f: TextIO, rows: list[dict], labels: tuple[str, ...], suffix: str
         w = csv.writer(f, delimiter="\t" if suffix.lower() == ".tsv" else ",")
         w.writerow(["id", "label", *(f"score_{x}" for x in labels), "error", *extras])
         for r in rows:
-            s = r.get("scores", {})
-            w.writerow([r["id"], r.get("label", ""), *(s.get(x, "") for x in labels),
-                        r.get("error", ""), *(json.dumps(r[k]) if k in r else "" for k in extras)])  # fmt: skip
+            s = r.get("scores") or {}
+            label = r.get("label")
+            w.writerow(["" if r["id"] is None else r["id"], "" if label is None else label,
+                        *(s.get(x, "") for x in labels), r.get("error", ""),
+                        *(dumps(r[k]) if k in r else "" for k in extras)])  # fmt: skip
     else:
         for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+            f.write(dumps(r) + "\n")
 
 
 class OrderedStream:
-    """Writes rows to a stream (stdout by default) in input order, as soon as all earlier rows
-    are known. No journal: nothing to resume."""
+    """Writes JSONL rows to a stream (stdout by default) in input order, as soon as all earlier
+    rows are known. No journal: nothing to resume."""
 
     def __init__(self, n_rows: int, labels: tuple[str, ...], header: dict,
-                 stream: TextIO | None = None, suffix: str = ""):  # fmt: skip
+                 stream: TextIO | None = None):  # fmt: skip
         self.done: dict[int, dict] = {}
         self.header = header
         self.next, self.n, self.labels = 0, n_rows, labels
-        self.stream, self.suffix = stream, suffix
+        self.stream = stream
 
     def append(self, rows: list[tuple[int, dict]]) -> None:
         self.done.update(rows)
@@ -177,14 +265,79 @@ class OrderedStream:
             self.next += 1
         if self.next > start:
             out = self.stream or sys.stdout
-            write_rows(
-                out, [self.done[i] for i in range(start, self.next)], self.labels, self.suffix
-            )
+            write_rows(out, [self.done[i] for i in range(start, self.next)], self.labels, "")
             out.flush()
 
     def finish(self, n_rows: int, labels: tuple[str, ...]) -> None:
         if self.next != self.n:
             raise RuntimeError(f"only {self.next} of {self.n} rows were printed")
+        self.close()
 
     def close(self) -> None:
-        pass
+        if self.stream is not None and not self.stream.closed:
+            self.stream.close()
+
+
+def output_kind(output: Path) -> str:
+    """ "stdout" for `-`, "stream" for character devices and FIFOs, else "file"."""
+    if str(output) == "-":
+        return "stdout"
+    try:
+        mode = os.stat(output).st_mode
+    except FileNotFoundError:
+        return "file"
+    except OSError as e:
+        raise _oserror(output, e, "cannot be used as output") from None
+    if stat.S_ISDIR(mode):
+        raise OutputError(f"{output}: is a directory; -o takes a file path")
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return "stream"
+    if not stat.S_ISREG(mode):
+        raise OutputError(f"{output}: not a regular file, a character device or a FIFO")
+    return "file"
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_output(output: Path, inputs: list[Path], resume: bool) -> str:
+    """Refuse, before anything is read or written, an output that could destroy data."""
+    kind = output_kind(output)
+    if kind != "file":
+        if resume:
+            raise OutputError(f"--resume needs a regular output file, not {output}")
+        return kind
+    for path in inputs:
+        for candidate, role in ((output, "-o"), (journal_path(output), "the journal of -o")):
+            if _same_file(candidate, path):
+                raise OutputError(
+                    f"{role} ({candidate}) is the input file {path}; choose another -o"
+                )
+    parent = output.parent if str(output.parent) else Path(".")
+    if not parent.exists():
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise _oserror(parent, e, "cannot create the output directory") from None
+    if not parent.is_dir():
+        raise OutputError(f"{output}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"{output}: the directory {parent} is not writable")
+    if output.exists() and not os.access(output, os.W_OK):
+        raise OutputError(f"{output}: exists and is not writable")
+    return kind
+
+
+def open_stream(output: Path, n_rows: int, labels: tuple[str, ...], header: dict) -> OrderedStream:
+    """Standard output, or a character device / FIFO opened for writing (always JSONL)."""
+    if str(output) == "-":
+        return OrderedStream(n_rows, labels, header)
+    try:
+        stream = open(output, "w", encoding="utf-8", newline="")  # noqa: SIM115
+    except OSError as e:
+        raise _oserror(output, e) from None
+    return OrderedStream(n_rows, labels, header, stream)

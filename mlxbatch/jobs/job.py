@@ -22,7 +22,15 @@ from ..engine.engine import MODES
 from ..engine.planner import DEFAULT_MAX_BATCH, Batch, padding_stats
 from ..errors import JobError
 from ..io.inputs import Row, describe_errors
-from ..io.sinks import Journal, OrderedStream, Sink, error_row, recorded_header, result_row
+from ..io.sinks import (
+    Journal,
+    Sink,
+    error_row,
+    open_stream,
+    output_kind,
+    recorded_header,
+    result_row,
+)
 from ..runtime.memory import available_bytes
 from .classifier import Classifier
 
@@ -77,35 +85,70 @@ class JobResult:
         )
 
 
-def truncate(clf: Classifier, text: str, limit: int) -> tuple[str, int]:
-    """Keep the head and the tail of `text` so its fed tokens fit `limit`; (text, tokens)."""
-    tok, engine = clf.lm.tokenizer, clf.engine
-    ids = tok.encode(text)
-    overhead = len(engine.fed(engine.prompt("")))
-    keep = max(limit - overhead - 4, 2)
-    while True:
-        head, tail = keep - keep // 2, keep // 2
-        cut = tok.decode(ids[:head]) + " […] " + tok.decode(ids[len(ids) - tail :])
-        n = len(engine.fed(engine.prompt(cut)))
-        if n <= limit or keep <= 2:
-            return cut, n
-        keep -= n - limit
+MARK = " […] "
+
+
+def truncate(clf: Classifier, text: str, limit: int) -> tuple[str, int] | None:
+    """The longest head + tail of `text` (cut between characters, never inside one) whose fed
+    tokens fit `limit`: (text, tokens); None when not even the marker alone fits."""
+    engine = clf.engine
+
+    def cut(k: int) -> str:
+        return text[: k - k // 2] + MARK + (text[len(text) - k // 2 :] if k // 2 else "")
+
+    def size(k: int) -> int:
+        return len(engine.fed(engine.prompt(cut(k))))
+
+    if size(0) > limit:
+        return None
+    lo, hi = 0, len(text)  # size(lo) fits; find the largest k that fits (sizes grow with k)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if size(mid) <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    return cut(lo), size(lo)
+
+
+@dataclass(frozen=True)
+class Limit:
+    tokens: int
+    source: str  # the setting it comes from, for messages
+
+
+def item_limit(clf: Classifier, s: JobSettings, batch_tokens: int, ctx_limit: int) -> Limit:
+    """The per-item limit on fed tokens and the setting that imposes it."""
+    options = [(ctx_limit, "the model's context (max_position_embeddings)")]
+    if s.max_tokens:
+        options.append((s.max_tokens, f"--max-tokens {s.max_tokens}"))
+    src = (f"--batch-tokens {batch_tokens}" if s.batch_tokens else
+           f"the batch budget {batch_tokens} (what fits in memory with --max-batch {s.max_batch})")  # fmt: skip
+    options.append((batch_tokens, src))
+    tokens, source = min(options, key=lambda x: x[0])
+    return Limit(tokens, source)
 
 
 def apply_too_long(
-    clf: Classifier, rows: list[Row], prompts: dict[int, list[int]], s: JobSettings, limit: int
+    clf: Classifier, rows: list[Row], prompts: dict[int, list[int]], s: JobSettings, limit: Limit
 ) -> dict[int, dict]:
     """Apply the too-long policy to the tokenized rows, in place. Returns extras by index."""
     extras = {}
     for i, prompt in list(prompts.items()):
         n = len(clf.engine.fed(prompt))
-        if n <= limit:
+        if n <= limit.tokens:
             continue
+        where = f"over the limit of {limit.tokens} set by {limit.source}"
         if s.too_long == "error":
-            rows[i].error = f"{n} tokens, over the limit of {limit} (see --max-tokens, --too-long)"
+            rows[i].error = f"{n} tokens, {where} (see --max-tokens, --too-long)"
             del prompts[i]
             continue
-        text, m = truncate(clf, rows[i].text, limit)
+        done = truncate(clf, rows[i].text, limit.tokens)
+        if done is None:
+            rows[i].error = f"{n} tokens, {where}, and too few tokens remain to truncate into"
+            del prompts[i]
+            continue
+        text, m = done
         prompts[i] = clf.engine.prompt(text)
         extras[i] = {"truncated": {"from_tokens": n, "to_tokens": m}}
     return extras
@@ -114,7 +157,9 @@ def apply_too_long(
 def fingerprint(rows: list[Row], clf: Classifier, s: JobSettings) -> str:
     h = hashlib.sha256()
     manifest = clf.lm.manifest.get("sha256") or str(clf.lm.path.resolve())
-    parts = [manifest, list(clf.labels.names), clf.system_prompt, s.mode, s.prefix_cache,
+    # everything that changes a row's scores or errors (the batch shape is recorded instead)
+    parts = [manifest, str(clf.lm.path.resolve()), str(clf.lm.dtype), list(clf.labels.names),
+             [list(t) for t in clf.labels.tokens], clf.system_prompt, s.mode, s.prefix_cache,
              s.too_long, s.max_tokens, s.on_error]  # fmt: skip
     h.update(json.dumps(parts, sort_keys=True, default=str).encode())
     for r in rows:
@@ -126,6 +171,9 @@ def plan_job(clf: Classifier, rows: list[Row], s: JobSettings, recorded: dict | 
     """Decide everything before computing. `recorded`: the interrupted run's settings."""
     fp, engine = clf.footprint, clf.engine
     ctx_limit = clf.lm.model.args.max_position_embeddings - fp.prefix - fp.label_len
+    if ctx_limit < 1:
+        raise JobError(f"the prompt prefix ({fp.prefix} tokens) leaves no room in the model's "
+                       f"context of {clf.lm.model.args.max_position_embeddings} tokens")  # fmt: skip
     prompts = {i: engine.prompt(r.text) for i, r in enumerate(rows) if not r.error}
     longest = min(max(engine.fed_lengths(list(prompts.values())), default=1), ctx_limit)
     if recorded:  # the batch shape the journal's rows were computed with
@@ -133,48 +181,86 @@ def plan_job(clf: Classifier, rows: list[Row], s: JobSettings, recorded: dict | 
     else:
         batch_tokens = s.batch_tokens or fp.default_budget(s.max_batch, longest)
         max_batch = s.max_batch
-    limit = min(s.max_tokens or ctx_limit, ctx_limit, batch_tokens)
+        if s.batch_tokens:  # the budget as declared must fit, whatever this input's shape
+            check_fits(fp, batch_tokens, max_batch, longest, s)
+        elif batch_tokens < longest:
+            check_fits(fp, longest, max_batch, longest, s)  # memory, not the user, caps the item
+    limit = item_limit(clf, s, batch_tokens, ctx_limit)
     extras = apply_too_long(clf, rows, prompts, s, limit)
-    longest = min(longest, limit)
-    if s.batch_tokens and not recorded:
-        need = fp.batch_cost(batch_tokens, max_batch, longest).total
-        if need > available_bytes():
-            raise JobError(
-                f"--batch-tokens {batch_tokens} needs about {need / 2**30:.1f} GiB for one "
-                f"batch, more than the {available_bytes() / 2**30:.1f} GiB available; lower it"
-            )
     order = sorted(prompts)
     lengths = engine.fed_lengths([prompts[i] for i in order])
     batches = clf.plan([prompts[i] for i in order], s.mode, batch_tokens, max_batch)
+    bound = fp.weight_bytes + max((fp.cost_of(b).total for b in batches), default=0)
+    if not recorded:
+        check_fits(fp, max((b.padded_tokens for b in batches), default=1),
+                   max((len(b.indices) for b in batches), default=1),
+                   max((b.width for b in batches), default=1), s)  # fmt: skip
     settings = asdict(s) | {"batch_tokens": batch_tokens, "max_batch": max_batch}
-    return JobPlan(settings, prompts, extras, order, batches, lengths,
-                   fp.bound(batch_tokens, max_batch, longest))  # fmt: skip
+    return JobPlan(settings, prompts, extras, order, batches, lengths, bound)
+
+
+def check_fits(fp, tokens: int, rows: int, width: int, s: JobSettings) -> None:
+    """Refuse a batch shape whose memory exceeds what is available, naming the setting."""
+    cost, avail = fp.batch_cost(tokens, rows, width), available_bytes()
+    if fp.weight_bytes + cost.total <= avail:
+        return
+    if s.batch_tokens:
+        culprit = f"--batch-tokens {s.batch_tokens}; lower it"
+    elif s.mode == "naive" or rows >= 256:
+        culprit = f"--max-batch {s.max_batch} (rows per batch); lower it"
+    elif fp.label_len > 1 and cost.kv_cache > cost.activations:
+        culprit = (f"{fp.n_labels} labels of up to {fp.label_len} tokens (each row's cache is "
+                   "repeated per label); use fewer or shorter labels, or lower --max-batch")  # fmt: skip
+    else:
+        culprit = f"items of {width} tokens; set --max-tokens with --too-long truncate"
+    raise JobError(
+        f"one batch needs about {(fp.weight_bytes + cost.total) / 2**30:.1f} GiB with the "
+        f"weights, more than the {avail / 2**30:.1f} GiB available: {culprit}"
+    )
 
 
 def open_sink(
     clf: Classifier, n_rows: int, output: Path | None, header: dict, resume: bool
 ) -> Sink:
-    if output is None:
-        return OrderedStream(n_rows, clf.labels.names, header)
+    if output is None or output_kind(output) != "file":
+        return open_stream(output or Path("-"), n_rows, clf.labels.names, header)
     return Journal(output, header, resume)
 
 
-def execute(clf: Classifier, rows: list[Row], plan: JobPlan, sink: Sink) -> None:
+def non_finite_error(clf: Classifier) -> str:
+    dtype = str(clf.lm.dtype).split(".")[-1]
+    hint = ("run with --dtype float32" if dtype != "float32"
+            else "check the weights with --check-weights")  # fmt: skip
+    return f"the model gave non-finite scores (NaN/inf) in {dtype}; {hint}"
+
+
+def execute(clf: Classifier, rows: list[Row], plan: JobPlan, sink: Sink, on_error: str) -> None:
     """Score every batch not yet in the sink, appending each as it completes."""
     todo = [b for b in plan.batches if any(plan.order[i] not in sink.done for i in b.indices)]
     bar = tqdm(
         total=len(plan.order), unit="item", file=sys.stderr, disable=None, dynamic_ncols=True
     )
     bar.update(len(plan.order) - sum(len(b.indices) for b in todo))
-    names = clf.labels.names
+    names, extras = clf.labels.names, plan.extras
     plist = [plan.prompts[i] for i in plan.order]
+    scorer = MODES[plan.settings["mode"]].scorer
     try:
-        for batch, probs in clf.engine.run(plist, todo, MODES[plan.settings["mode"]].scorer,
-                                           progress=bar.update):  # fmt: skip
-            sink.append([
-                (plan.order[i], result_row(rows[plan.order[i]].id, names, p, plan.extras.get(plan.order[i])))
-                for i, p in zip(batch.indices, probs)
-            ])  # fmt: skip
+        for batch, probs in clf.engine.run(plist, todo, scorer, progress=bar.update):
+            out, bad = [], None
+            for i, p in zip(batch.indices, probs):
+                row = rows[plan.order[i]]
+                if np.isfinite(p).all():
+                    out.append(
+                        (plan.order[i], result_row(row.id, names, p, extras.get(plan.order[i])))
+                    )
+                else:
+                    bad = bad or row
+                    out.append((plan.order[i], error_row(row.id, non_finite_error(clf), row.line)))
+            if bad is not None and on_error == "fail":
+                sink.append([x for x in out if "error" not in x[1]])
+                raise JobError(f"line {bad.line}: {non_finite_error(clf)} (finished rows are kept; "
+                               "--on-error skip writes an error row instead)")  # fmt: skip
+            sink.append(out)
     except BaseException:  # Ctrl-C included: what is in the journal stays there
         sink.close()
         raise
@@ -195,11 +281,12 @@ def run_job(
     plan = plan_job(clf, rows, s, recorded["settings"] if recorded else None)
     bad = [r for r in rows if r.error]
     if bad and s.on_error == "fail":
-        raise JobError(describe_errors(rows, source, fmt)
-                       + "\n(nothing was computed; --on-error skip writes an error row for each)")  # fmt: skip
+        first, *rest = describe_errors(rows, source, fmt).split("\n")
+        raise JobError("\n".join([first + "; nothing was computed (--on-error skip writes an "
+                                  "error row for each)", *rest]))  # fmt: skip
     sink = open_sink(clf, len(rows), output, header | {"settings": plan.settings}, resume)
-    sink.append([(i, error_row(r.id, r.error)) for i, r in enumerate(rows) if r.error])
-    execute(clf, rows, plan, sink)
+    sink.append([(i, error_row(r.id, r.error, r.line)) for i, r in enumerate(rows) if r.error])
+    execute(clf, rows, plan, sink, s.on_error)
     seconds = time.perf_counter() - t0
     report = run_verify(clf, rows, plan.prompts, sink.done) if verify else None
     sink.finish(len(rows), clf.labels.names)
@@ -217,10 +304,16 @@ def run_verify(clf: Classifier, rows: list[Row], prompts: dict, results: dict) -
     disagree, max_diff, t0 = [], 0.0, time.perf_counter()
     for i, prompt in tqdm(prompts.items(), desc="verify", file=sys.stderr, disable=None):
         gold = clf.engine.score_gold(prompt)
-        fast = np.array([results[i]["scores"][n] for n in names])
-        max_diff = max(max_diff, float(np.abs(gold - fast).max()))
-        g = int(np.argmax(gold))
-        if names[g] != results[i]["label"]:
+        scores = results[i].get("scores") or {}
+        fast = np.array([scores.get(n, np.nan) for n in names], np.float64)
+        finite = bool(np.isfinite(gold).all() and np.isfinite(fast).all())
+        if finite:
+            max_diff = max(max_diff, float(np.abs(gold - fast).max()))
+        g = int(np.argmax(np.nan_to_num(gold, nan=-1.0)))
+        if not finite:
+            disagree.append({"id": rows[i].id, "gold": names[g] if np.isfinite(gold).all() else None,
+                             "fast": results[i].get("label"), "error": "non-finite scores"})  # fmt: skip
+        elif names[g] != results[i]["label"]:
             top2 = np.sort(gold)[-2:]
             disagree.append({"id": rows[i].id, "gold": names[g], "fast": results[i]["label"],
                              "gold_margin": float(top2[1] - top2[0])})  # fmt: skip

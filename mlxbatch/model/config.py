@@ -37,6 +37,8 @@ class ModelArgs:
 
     @classmethod
     def from_dict(cls, cfg: dict, source: str = "config.json") -> ModelArgs:
+        if not isinstance(cfg, dict):
+            raise ModelError(f"{source}: a JSON {type(cfg).__name__}, not an object")
         model_type = cfg.get("model_type")
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise ModelError(
@@ -46,6 +48,8 @@ class ModelArgs:
         if cfg.get("use_sliding_window"):
             raise ModelError(f"{source}: sliding-window attention is not supported")
         rope = cfg.get("rope_parameters") or {}
+        if not isinstance(rope, dict):
+            raise ModelError(f"{source}: rope_parameters must be an object, got {rope!r}")
         scaling = cfg.get("rope_scaling") or (
             rope if rope.get("rope_type", "default") != "default" else None
         )
@@ -55,8 +59,8 @@ class ModelArgs:
             raise ModelError(f"{source}: hidden_act {cfg['hidden_act']!r} is not supported")
         fields = {f.name for f in dataclasses.fields(cls)}
         known = {k: v for k, v in cfg.items() if k in fields}
-        if cfg.get("head_dim"):
-            known["head_dim_override"] = int(cfg["head_dim"])
+        if cfg.get("head_dim") is not None:
+            known["head_dim_override"] = cfg["head_dim"]
         missing = [
             f.name
             for f in dataclasses.fields(cls)
@@ -64,8 +68,9 @@ class ModelArgs:
         ]
         if missing:
             raise ModelError(f"{source}: missing required keys {missing}")
-        if "rope_theta" not in known and "rope_theta" in rope:
+        if "rope_theta" not in known and isinstance(rope, dict) and "rope_theta" in rope:
             known["rope_theta"] = rope["rope_theta"]  # transformers >= 5 nests it here
+        _check_types(known, source)
         args = cls(**known)
         if args.num_attention_heads % args.num_key_value_heads:
             raise ModelError(
@@ -80,9 +85,11 @@ class ModelArgs:
         if not path.is_file():
             raise ModelError(f"{path}: not found (is {model_dir} a model directory?)")
         try:
-            cfg = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ModelError(f"{path}: not valid JSON ({e})") from None
+            cfg = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as e:
+            raise ModelError(f"{path}: cannot be read ({e.strerror})") from None
+        except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError too
+            raise ModelError(f"{path}: not valid JSON ({str(e)[:120]})") from None
         return cls.from_dict(cfg, str(path))
 
     def expected_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -109,3 +116,38 @@ class ModelArgs:
         if not self.tie_word_embeddings:
             shapes["lm_head.weight"] = (self.vocab_size, d)
         return shapes
+
+
+_POSITIVE_INTS = ("hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads",
+                  "num_key_value_heads", "vocab_size", "max_position_embeddings",
+                  "head_dim_override")  # fmt: skip
+_POSITIVE_FLOATS = ("rms_norm_eps", "rope_theta")
+
+
+def _check_types(known: dict, source: str) -> None:
+    """Every value of the right type and range, named by its key when it is not."""
+    for key in _POSITIVE_INTS:
+        if key in known:
+            v = known[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ModelError(f"{source}: {key} must be a positive integer, got {v!r}")
+    for key in _POSITIVE_FLOATS:
+        if key in known:
+            v = known[key]
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or not v > 0
+                or v == float("inf")
+            ):
+                raise ModelError(f"{source}: {key} must be a positive number, got {v!r}")
+    tie = known.get("tie_word_embeddings", True)
+    if not isinstance(tie, bool):
+        raise ModelError(f"{source}: tie_word_embeddings must be true or false, got {tie!r}")
+    if known.get("hidden_size", 0) % known.get("num_attention_heads", 1) and not known.get(
+        "head_dim_override"
+    ):
+        raise ModelError(
+            f"{source}: hidden_size={known['hidden_size']} is not a multiple of "
+            f"num_attention_heads={known['num_attention_heads']}"
+        )

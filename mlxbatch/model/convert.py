@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import mlx.core as mx
@@ -73,8 +75,45 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _write(out: Path, tensors: dict[str, mx.array], config: dict, tok_dir: Path, meta: dict):
-    out.mkdir(parents=True, exist_ok=True)
+def check_destination(out: Path, force: bool, source: Path | None = None) -> None:
+    """Refuse to overwrite a model directory (or anything else) unless `force`; never the source."""
+    if source is not None and out.exists() and os.path.samefile(out, source):
+        raise ModelError(f"{out}: is the source checkpoint; choose another output directory")
+    if out.exists() and not out.is_dir():
+        raise ModelError(f"{out}: exists and is not a directory")
+    if out.exists() and any(out.iterdir()) and not force:
+        raise ModelError(f"{out}: exists and is not empty; pass --force to replace it")
+
+
+def _write(out: Path, tensors: dict[str, mx.array], config: dict, tok_dir: Path, meta: dict,
+           force: bool = False) -> dict:  # fmt: skip
+    """Write the directory next to `out`, then move it into place: never half a model."""
+    check_destination(out, force)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    except OSError as e:
+        raise ModelError(f"{out}: cannot write here ({e.strerror})") from None
+    try:
+        manifest = _write_files(tmp, tensors, config, tok_dir, meta)
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            out.rename(old)
+            tmp.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(out)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ModelError(f"{out}: cannot write the model ({e.strerror or e})") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _write_files(out: Path, tensors: dict[str, mx.array], config: dict, tok_dir: Path, meta: dict):
+    os.chmod(out, 0o755)
     weights = out / "model.safetensors"
     mx.save_safetensors(str(weights), tensors, metadata={"format": "mlx"})
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -93,9 +132,11 @@ def _write(out: Path, tensors: dict[str, mx.array], config: dict, tok_dir: Path,
     return manifest
 
 
-def convert_hf(hf_dir: str | Path, out_dir: str | Path, dtype: str | None = None) -> dict:
+def convert_hf(hf_dir: str | Path, out_dir: str | Path, dtype: str | None = None,
+               force: bool = False) -> dict:  # fmt: skip
     """Convert a Hugging Face Qwen2/2.5 checkpoint directory; returns the manifest."""
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
+    check_destination(out_dir, force, hf_dir)
     args = ModelArgs.load(hf_dir)
     if not (hf_dir / "tokenizer.json").is_file():
         raise ModelError(f"{hf_dir}: tokenizer.json not found (needed next to the weights)")
@@ -109,8 +150,21 @@ def convert_hf(hf_dir: str | Path, out_dir: str | Path, dtype: str | None = None
     config = json.loads((hf_dir / "config.json").read_text())
     if dtype is not None:
         config["torch_dtype"] = dtype
-    meta = {"source": str(hf_dir.resolve()), "synthetic": False}
-    return _write(out_dir, tensors, config, hf_dir, meta)
+    source_manifest = _manifest(hf_dir)
+    synthetic = bool(source_manifest.get("synthetic") or config.get("mlxbatch_synthetic"))
+    meta = {"source": str(hf_dir.resolve()), "synthetic": synthetic}
+    if synthetic:  # a copy of a synthetic model is still synthetic
+        config["mlxbatch_synthetic"] = True
+        meta["synthetic_source"] = source_manifest.get("source", str(hf_dir.resolve()))
+    return _write(out_dir, tensors, config, hf_dir, meta, force)
+
+
+def _manifest(model_dir: Path) -> dict:
+    try:
+        m = json.loads((model_dir / "mlxbatch.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return m if isinstance(m, dict) else {}
 
 
 def random_tensors(args: ModelArgs, seed: int, dtype: mx.Dtype) -> dict[str, mx.array]:
@@ -127,8 +181,11 @@ def random_tensors(args: ModelArgs, seed: int, dtype: mx.Dtype) -> dict[str, mx.
 
 
 def init_random(out_dir: str | Path, preset: str = "qwen2.5-0.5b", seed: int = 0,
-                dtype: str = "bfloat16") -> dict:  # fmt: skip
+                dtype: str = "bfloat16", force: bool = False) -> dict:  # fmt: skip
     """A synthetic model directory at a preset's shapes with the real Qwen tokenizer."""
+    if seed < 0:
+        raise ModelError(f"--seed {seed}: the seed must be 0 or more")
+    check_destination(Path(out_dir), force)
     if preset not in PRESETS:
         raise ModelError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
     config = PRESETS[preset] | {"torch_dtype": dtype, "mlxbatch_synthetic": True}
@@ -136,4 +193,4 @@ def init_random(out_dir: str | Path, preset: str = "qwen2.5-0.5b", seed: int = 0
     tensors = random_tensors(args, seed, DTYPES[dtype])
     meta = {"source": f"init-random preset={preset} seed={seed}", "synthetic": True,
             "preset": preset, "seed": seed}  # fmt: skip
-    return _write(Path(out_dir), tensors, config, qwen_tokenizer_dir(), meta)
+    return _write(Path(out_dir), tensors, config, qwen_tokenizer_dir(), meta, force)

@@ -60,6 +60,12 @@ def load_model(
         raise ModelError(f"{model_dir}: model directory not found")
     args = ModelArgs.load(model_dir)
     tokenizer = PromptTokenizer(model_dir)
+    if tokenizer.vocab_size > args.vocab_size:
+        raise ModelError(
+            f"{model_dir}: the tokenizer has {tokenizer.vocab_size} tokens (control tokens up to "
+            f"id {max(tokenizer.im_start, tokenizer.im_end)}) but config.json's vocab_size is "
+            f"{args.vocab_size}: tokenizer and checkpoint do not belong together"
+        )
     files = check_checkpoint(model_dir, args)
     dt = dtype if isinstance(dtype, mx.Dtype) else parse_dtype(dtype)
     tensors = load_tensors(files, check_finite=check_finite)

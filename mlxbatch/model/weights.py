@@ -15,7 +15,20 @@ import mlx.core as mx
 from ..errors import ModelError
 from .config import ModelArgs
 
-_DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8, "I32": 4, "U8": 1, "BOOL": 1}
+_DTYPE_BYTES = {
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "F64": 8,
+    "I64": 8,
+    "I32": 4,
+    "U32": 4,
+    "I16": 2,
+    "U16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+}
 # Tensors a Hugging Face Qwen2 checkpoint may carry that the forward pass derives itself.
 DERIVED_SUFFIXES = ("rotary_emb.inv_freq",)
 
@@ -26,7 +39,11 @@ def weight_files(model_dir: Path) -> list[Path]:
     if index.is_file():
         try:
             shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (json.JSONDecodeError, KeyError, AttributeError) as e:
+            if not all(
+                isinstance(x, str) and "/" not in x and x not in ("", ".", "..") for x in shards
+            ):
+                raise ValueError("shard names must be plain file names")
+        except (ValueError, KeyError, AttributeError, TypeError, OSError, RecursionError) as e:
             raise ModelError(f"{index}: not a valid safetensors index ({e})") from None
         missing = [s for s in shards if not (model_dir / s).is_file()]
         if missing:
@@ -49,26 +66,33 @@ def weight_files(model_dir: Path) -> list[Path]:
 
 def read_header(path: Path) -> dict[str, dict]:
     """The tensor table of a safetensors file, checked against the file's real size."""
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        raw = f.read(8)
-        if len(raw) < 8:
-            raise ModelError(f"{path}: truncated safetensors file ({size} bytes, no header)")
-        (n,) = struct.unpack("<Q", raw)
-        if n > size - 8 or n > 100_000_000:
-            raise ModelError(f"{path}: corrupt safetensors header (claims {n} bytes)")
-        try:
-            header = json.loads(f.read(n))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ModelError(f"{path}: corrupt safetensors header ({e})") from None
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            raw = f.read(8)
+            if len(raw) < 8:
+                raise ModelError(f"{path}: truncated safetensors file ({size} bytes, no header)")
+            (n,) = struct.unpack("<Q", raw)
+            if n > size - 8 or n > 100_000_000:
+                raise ModelError(f"{path}: corrupt safetensors header (claims {n} bytes)")
+            text = f.read(n)
+    except OSError as e:
+        raise ModelError(f"{path}: cannot be read ({e.strerror})") from None
+    try:
+        header = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise ModelError(f"{path}: corrupt safetensors header ({str(e)[:100]})") from None
+    if not isinstance(header, dict):
+        raise ModelError(f"{path}: corrupt safetensors header (a JSON {type(header).__name__})")
     header.pop("__metadata__", None)
     data_size = size - 8 - n
+    spans = []
     for name, t in header.items():
-        start, end = t["data_offsets"]
+        start, end = _check_entry(path, name, t)
         numel = 1
         for s in t["shape"]:
             numel *= s
-        want = numel * _DTYPE_BYTES.get(t["dtype"], 0)
+        want = numel * _DTYPE_BYTES[t["dtype"]]
         if end - start != want:
             raise ModelError(f"{path}: tensor {name} has {end - start} bytes, shape needs {want}")
         if end > data_size:
@@ -76,7 +100,30 @@ def read_header(path: Path) -> dict[str, dict]:
                 f"{path}: truncated: tensor {name} ends at byte {end} of a {data_size}-byte "
                 "data section (incomplete download or copy?)"
             )
+        spans.append((start, end, name))
+    spans.sort()
+    for (_, a_end, a), (b_start, _, b) in zip(spans, spans[1:]):
+        if b_start < a_end:
+            raise ModelError(f"{path}: corrupt safetensors header (tensors {a} and {b} overlap)")
     return header
+
+
+def _check_entry(path: Path, name: str, t) -> tuple[int, int]:
+    """A header entry's dtype, shape and offsets, each of the right type."""
+    if not isinstance(t, dict):
+        raise ModelError(f"{path}: corrupt safetensors header (entry {name} is not an object)")
+    if t.get("dtype") not in _DTYPE_BYTES:
+        raise ModelError(f"{path}: tensor {name} has unknown dtype {t.get('dtype')!r}")
+    shape, offsets = t.get("shape"), t.get("data_offsets")
+    if not isinstance(shape, list) or not all(
+        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in shape
+    ):
+        raise ModelError(f"{path}: tensor {name} has an invalid shape {shape!r}")
+    if (not isinstance(offsets, list) or len(offsets) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in offsets)
+            or not 0 <= offsets[0] <= offsets[1]):  # fmt: skip
+        raise ModelError(f"{path}: tensor {name} has invalid data_offsets {offsets!r}")
+    return offsets[0], offsets[1]
 
 
 def check_checkpoint(model_dir: Path, args: ModelArgs) -> list[Path]:
