@@ -22,6 +22,8 @@ class Group(click.Group):
             return super().invoke(ctx)
         except UsageError as e:
             fail(str(e))
+        except click.UsageError as e:  # bad options: one line too, not click's usage block
+            fail(e.format_message())
 
 
 @click.group(cls=Group)
@@ -43,9 +45,10 @@ def main() -> None:
         fail("interrupted", 130)
     except KeyboardInterrupt:
         fail("interrupted", 130)
+    except click.UsageError as e:
+        fail(e.format_message())
     except click.ClickException as e:
-        e.show()
-        sys.exit(e.exit_code)
+        fail(e.format_message(), e.exit_code)
     except BrokenPipeError:  # e.g. `mlxbatch classify ... | head`
         sys.stderr.close()
         sys.exit(141)

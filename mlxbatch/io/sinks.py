@@ -219,10 +219,13 @@ def recorded_header(output: Path, header: dict) -> dict | None:
     if not path.is_file():
         return None
     try:
-        with open(path, "rb") as f:
+        with open(path, "r+b") as f:
+            pid = _lock_holder(f.fileno())
             first = f.readline()
     except OSError as e:
         raise _oserror(path, e, "cannot read the journal") from None
+    if pid:
+        raise OutputError(f"another run is writing this output (pid {pid}): {output}")
     if not first.endswith(b"\n"):
         first = b""
     head = _checked_head(path, first, header)

@@ -175,7 +175,9 @@ def plan_job(clf: Classifier, rows: list[Row], s: JobSettings, recorded: dict | 
         raise JobError(f"the prompt prefix ({fp.prefix} tokens) leaves no room in the model's "
                        f"context of {clf.lm.model.args.max_position_embeddings} tokens")  # fmt: skip
     prompts = {i: engine.prompt(r.text) for i, r in enumerate(rows) if not r.error}
-    longest = min(max(engine.fed_lengths(list(prompts.values())), default=1), ctx_limit)
+    # the longest item that will be fed: longer ones are truncated or refused at the limit
+    longest = min(max(engine.fed_lengths(list(prompts.values())), default=1), ctx_limit,
+                  s.max_tokens or ctx_limit)  # fmt: skip
     if recorded:  # the batch shape the journal's rows were computed with
         batch_tokens, max_batch = recorded["batch_tokens"], recorded["max_batch"]
     else:

@@ -1,0 +1,398 @@
+"""The adversarial table: hostile-but-realistic inputs, paths, settings and checkpoints through
+the CLI. Each ends in a correct result or in exit code 2 with a one-line `error:` message and
+no traceback; none loses data or writes non-JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import mlx.core as mx
+import pytest
+from click.testing import CliRunner
+
+from mlxbatch.cli import cli
+
+GOOD = '{"id": "a", "text": "I was charged twice"}\n{"id": "b", "text": "the app crashes"}\n'
+
+
+def write(path: Path, data) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return path
+
+
+def safetensors_with_header(path: Path, header) -> None:
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * 64)
+
+
+def edit_config(model: Path, **changes) -> None:
+    cfg = json.loads((model / "config.json").read_text()) | changes
+    (model / "config.json").write_text(json.dumps(cfg))
+
+
+# Each case: setup(tmp, model) -> (args, stdin or None); then "error" + message, or a check.
+def c_in(data, *extra, name="in.jsonl"):
+    return lambda tmp, m: (["classify", write(tmp / name, data), "--model", m, *extra], None)
+
+
+def c_stdin(data, *extra):
+    return lambda tmp, m: (["classify", "-", "--model", m, *extra], data)
+
+
+def c_out(setup_out, *extra, data=GOOD):
+    def setup(tmp, m):
+        src = write(tmp / "in.jsonl", data)
+        return ["classify", src, "--model", m, "-o", setup_out(tmp, src), *extra], None
+
+    return setup
+
+
+def c_model(breakage):
+    def setup(tmp, m):
+        dst = tmp / "model"
+        shutil.copytree(m, dst)
+        breakage(dst)
+        return ["classify", write(tmp / "in.jsonl", GOOD), "--model", dst], None
+
+    return setup
+
+
+def _hardlink(tmp, src):
+    os.link(src, tmp / "link.jsonl")
+    return tmp / "link.jsonl"
+
+
+def _symlink(tmp, src):
+    (tmp / "sym.jsonl").symlink_to(src)
+    return tmp / "sym.jsonl"
+
+
+def _foreign_part(tmp, src):
+    write(tmp / "data.jsonl.part", "my own notes, not a journal\n")
+    return tmp / "data.jsonl"
+
+
+def _input_is_part(tmp, m):
+    src = write(tmp / "x.jsonl.part", GOOD)
+    return ["classify", src, "--model", m, "-o", tmp / "x.jsonl"], None
+
+
+def _header_list(m):
+    safetensors_with_header(m / "model.safetensors", [1, 2, 3])
+
+
+def _no_offsets(m):
+    safetensors_with_header(
+        m / "model.safetensors", {"model.norm.weight": {"dtype": "F32", "shape": [64]}}
+    )
+
+
+def _bad_dtype(m):
+    safetensors_with_header(
+        m / "model.safetensors",
+        {"model.norm.weight": {"dtype": "Q7", "shape": [64], "data_offsets": [0, 256]}},
+    )
+
+
+def _overlap(m):
+    safetensors_with_header(m / "model.safetensors", {
+        "a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+        "b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}})  # fmt: skip
+
+
+def _nan_weights(m):
+    t = mx.load(str(m / "model.safetensors"))
+    t["model.norm.weight"] = mx.full(t["model.norm.weight"].shape, float("nan"))
+    mx.save_safetensors(str(m / "model.safetensors"), t)
+
+
+NESTED = '{"id": "n", "text": ' + "[" * 100_000 + "]" * 100_000 + "}\n"
+HUGE_INT = '{"id": "h", "text": ' + "9" * 5000 + "}\n"
+
+ERRORS = {
+    # input files
+    "missing input": ((lambda t, m: (["classify", t / "nope.jsonl", "--model", m], None)), "no such file"),
+    "input is a directory": (lambda t, m: (["classify", t, "--model", m], None), "a directory"),
+    "empty file": (c_in(""), "empty input"),
+    "blank lines only": (c_in("\n  \n\n"), "empty input"),
+    "json array": (c_in('[{"text": "a"}, {"text": "b"}]'), "JSON Lines"),
+    "invalid json line": (c_in(GOOD + "{nope\n"), "invalid JSON"),
+    "deeply nested json": (c_in(GOOD + NESTED), "invalid JSON"),
+    "huge integer": (c_in(GOOD + HUGE_INT), "invalid JSON"),
+    "not utf-8": (c_in(b'{"text": "caf\xe9"}\n'), "not UTF-8"),
+    "csv unterminated quote": (c_in('id,text\n1,ok\n2,"never closed\n3,swallowed\n', name="in.csv"), "line 3: a quoted field"),
+    "csv without text column": (c_in("id,body\n1,x\n", name="in.csv"), "no 'text' column"),
+    "csv empty": (c_in("", name="in.csv"), "empty file"),
+    "csv wrong field count": (c_in("id,text\n1,a,b\n", name="in.csv"), "3 fields where the header has 2"),
+    "tsv wrong field count": (c_in("id\ttext\n1\ta\tb\n", name="in.tsv"), "3 fields"),
+    "duplicate ids": (c_in('{"id": 1, "text": "a"}\n{"id": 1, "text": "b"}\n'), "duplicate id"),
+    "missing id field": (c_in(GOOD, "--id-field", "key"), "missing id field 'key'"),
+    "missing text field": (c_in(GOOD, "--text-field", "body"), "missing text field 'body'"),
+    "non-string text": (c_in('{"text": 5}\n'), "not a string"),
+    "binary file": (c_in(bytes(range(256)) * 4, name="in.txt"), "not UTF-8"),
+    "forced csv on jsonl": (c_in(GOOD, "--input-format", "csv"), "no 'text' column"),
+    # labels and prompts
+    "duplicate labels": (c_in(GOOD, "--labels", "billing,billing"), "duplicate label"),
+    "one label": (c_in(GOOD, "--labels", "billing"), "at least two labels"),
+    "empty label": (c_in(GOOD, "--labels", "billing,,x"), "empty label"),
+    "blank labels": (c_in(GOOD, "--labels", " , "), "empty label"),
+    "prefix labels": (c_in(GOOD, "--labels", "account,account access"), "token prefix"),
+    "two system prompts": (lambda t, m: (["classify", write(t / "in.jsonl", GOOD), "--model", m, "--system-prompt", "x", "--system-prompt-file", write(t / "p.txt", "y")], None), "not both"),
+    "missing prompt file": (c_in(GOOD, "--system-prompt-file", "/nonexistent/p.txt"), "cannot read the system prompt"),
+    "non-utf8 prompt file": (lambda t, m: (["classify", write(t / "in.jsonl", GOOD), "--model", m, "--system-prompt-file", write(t / "p.txt", b"\xff\xfe")], None), "cannot read the system prompt"),
+    # outputs
+    "-o is the input": (c_out(lambda t, s: s), "is the input file"),
+    "-o hard link to input": (c_out(_hardlink), "is the input file"),
+    "-o symlink to input": (c_out(_symlink), "is the input file"),
+    "-o is a directory": (c_out(lambda t, s: t), "is a directory"),
+    "-o under /proc": (c_out(lambda t, s: Path("/proc/mlxbatch-test.jsonl")), "/proc"),
+    "-o journal name is someone's file": (c_out(_foreign_part), "not written by mlxbatch"),
+    "input named like the journal": (_input_is_part, "is the input file"),
+    "--resume on /dev/null": (c_out(lambda t, s: Path("/dev/null"), "--resume"), "regular output file"),
+    "--resume without -o": (c_in(GOOD, "--resume"), "--resume needs -o"),
+    # settings
+    "budget cannot fit": (c_in(GOOD, "--batch-tokens", 10**9), "--batch-tokens"),
+    "unknown option": (c_in(GOOD, "--fast-please"), "No such option"),
+    "max-tokens below minimum": (c_in(GOOD, "--max-tokens", 2), "--max-tokens"),
+    "unknown mode": (c_in(GOOD, "--mode", "fast"), "--mode"),
+    "unknown dtype": (c_in(GOOD, "--dtype", "int4"), "--dtype"),
+    # models
+    "missing model": (lambda t, m: (["classify", write(t / "in.jsonl", GOOD), "--model", t / "nope"], None), "not found"),
+    "config not json": (c_model(lambda m: write(m / "config.json", "{nope")), "not valid JSON"),
+    "config is a list": (c_model(lambda m: write(m / "config.json", "[1, 2]")), "not an object"),
+    "config string number": (c_model(lambda m: edit_config(m, hidden_size="64")), "hidden_size must be a positive integer"),
+    "config zero heads": (c_model(lambda m: edit_config(m, num_attention_heads=0)), "num_attention_heads must be a positive integer"),
+    "config negative vocab": (c_model(lambda m: edit_config(m, vocab_size=-5)), "vocab_size must be"),
+    "config bool tie": (c_model(lambda m: edit_config(m, tie_word_embeddings="yes")), "tie_word_embeddings"),
+    "vocab below control tokens": (c_model(lambda m: edit_config(m, vocab_size=1000)), "do not belong together"),
+    "safetensors header is a list": (c_model(_header_list), "corrupt safetensors header"),
+    "safetensors missing offsets": (c_model(_no_offsets), "data_offsets"),
+    "safetensors unknown dtype": (c_model(_bad_dtype), "unknown dtype"),
+    "safetensors overlapping ranges": (c_model(_overlap), "overlap"),
+    "no tokenizer": (c_model(lambda m: (m / "tokenizer.json").unlink()), "tokenizer.json"),
+    "nan weights": (c_model(_nan_weights), "non-finite scores"),
+    # other commands
+    "init-random negative seed": (lambda t, m: (["init-random", t / "x", "--preset", "tiny", "--seed", -1], None), "--seed"),
+    "init-random over a model": (lambda t, m: (["init-random", m, "--preset", "tiny"], None), "--force"),
+    "convert onto its source": (lambda t, m: (["convert", m, m], None), "source checkpoint"),
+    "convert over a model": (lambda t, m: (["convert", m, shutil.copytree(m, t / "other")], None), "--force"),
+    "bench bad tickets file": (lambda t, m: (["bench", "--model", m, "--tickets", write(t / "b.jsonl", "{nope\n"), "--no-peers", "--sweep", ""], None), "invalid JSON"),
+}  # fmt: skip
+
+
+def rows_of(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()]  # strict: no NaN accepted
+
+
+def ok_skip_rows(n_rows):
+    def check(tmp, result):
+        out = rows_of(tmp / "o.jsonl")
+        assert len(out) == n_rows
+        return out
+
+    return check
+
+
+OKS = {
+    "nested json skipped": (c_in(GOOD + NESTED, "--on-error", "skip", "-o", "o.jsonl"), 3),
+    "huge integer skipped": (c_in(GOOD + HUGE_INT, "--on-error", "skip", "-o", "o.jsonl"), 3),
+    "csv trailing blank lines": (c_in('id,text\n1,"a, b"\n2,c\n\n\n', "-o", "o.jsonl", name="in.csv"), 2),
+    "csv with BOM": (c_in("\ufeffid,text\n1,a\n2,b\n", "-o", "o.jsonl", name="in.csv"), 2),
+    "jsonl with BOM": (c_in("\ufeff" + GOOD, "-o", "o.jsonl"), 2),
+    "text with BOM": (c_in("\ufefffirst\nsecond\n", "-o", "o.jsonl", name="in.txt"), 2),
+    "tsv keeps quotes": (c_in('id\ttext\n1\t"Urgent" please\n2\t"open quote\n3\tlast\n', "-o", "o.jsonl", name="in.tsv"), 3),
+    "huge csv field truncated": (c_in("id,text\n1," + "word " * 40_000 + "\n2,short\n", "--too-long", "truncate", "--max-tokens", 64, "-o", "o.jsonl", name="in.csv"), 2),
+    "max-batch huge": (c_in(GOOD, "--max-batch", 10**7, "-o", "o.jsonl"), 2),
+    "bad rows skipped": (c_in(GOOD + "{nope\n" + '{"id": "c"}\n', "--on-error", "skip", "-o", "o.jsonl"), 4),
+}  # fmt: skip
+
+
+def invoke(args, stdin, cwd):
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return CliRunner().invoke(cli, [str(a) for a in args], input=stdin)
+    finally:
+        os.chdir(old)
+
+
+@pytest.mark.parametrize("name", list(ERRORS))
+def test_refused_with_one_line(name, tiny_model_dir, tmp_path):
+    setup, message = ERRORS[name]
+    args, stdin = setup(tmp_path, tiny_model_dir)
+    before = {
+        p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p.stat().st_size < 10**7
+    }
+    r = invoke(args, stdin, tmp_path)
+    assert not isinstance(r.exception, Exception) or isinstance(r.exception, SystemExit), (
+        r.exception
+    )
+    assert r.exit_code == 2, r.output
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert lines and lines[0].startswith("error: ") and message in lines[0], r.stderr
+    assert all(x.startswith("  ") for x in lines[1:]), r.stderr  # details only, indented
+    assert "Traceback" not in r.output
+    for p, data in before.items():  # nothing the user had was changed
+        assert p.read_bytes() == data, p
+
+
+@pytest.mark.parametrize("name", list(OKS))
+def test_handled_correctly(name, tiny_model_dir, tmp_path):
+    setup, n_rows = OKS[name]
+    args, stdin = setup(tmp_path, tiny_model_dir)
+    r = invoke(args, stdin, tmp_path)
+    assert r.exit_code == 0, r.output
+    out = rows_of(tmp_path / "o.jsonl")
+    assert len(out) == n_rows
+    ids = [x["id"] for x in out if x["id"] is not None]
+    assert len(ids) == len(set(ids))
+
+
+def test_tsv_fields_are_not_unquoted(tiny_model_dir, tmp_path):
+    src = write(tmp_path / "in.tsv", 'id\ttext\n1\t"Urgent" please\n2\t"open\n3\tlast\n')
+    from mlxbatch.io.inputs import read_rows
+
+    rows, fmt = read_rows(str(src))
+    assert fmt == "tsv" and [r.text for r in rows] == ['"Urgent" please', '"open', "last"]
+
+
+def test_stdin_formats_are_detected(tiny_model_dir, tmp_path):
+    for data in (
+        "\ufeff" + GOOD,
+        "id,text\n1,a\n2,b\n",
+        "id\ttext\n1\ta\n2\tb\n",
+        "plain\nlines\n",
+    ):
+        r = invoke(["classify", "-", "--model", tiny_model_dir], data, tmp_path)
+        assert r.exit_code == 0, r.output
+        rows = [json.loads(x) for x in r.stdout.splitlines()]
+        assert len(rows) == 2 and all("label" in x for x in rows), data
+
+
+def test_dev_null_and_stdout_outputs(tiny_model_dir, tmp_path):
+    src = write(tmp_path / "in.jsonl", GOOD)
+    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", "/dev/null"], None, tmp_path)
+    assert r.exit_code == 0 and Path("/dev/null").is_char_device()
+    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", "-"], None, tmp_path)
+    assert r.exit_code == 0 and len(r.stdout.splitlines()) == 2
+
+
+def test_nan_weights_give_error_rows_and_fail_verify(tiny_model_dir, tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    _nan_weights(model)
+    src, out = write(tmp_path / "in.jsonl", GOOD), tmp_path / "o.jsonl"
+    r = invoke(
+        ["classify", src, "--model", model, "-o", out, "--on-error", "skip", "--verify"],
+        None,
+        tmp_path,
+    )
+    assert r.exit_code == 1, r.output  # verify: non-finite is a disagreement
+    rows = rows_of(out)  # strict JSON
+    assert all("non-finite" in x["error"] and "label" not in x for x in rows)
+
+
+def test_truncation_meets_the_limit_on_character_boundaries(tiny_model_dir, tmp_path):
+    texts = ["🚀" * 50, "é" * 300, "数据" * 100 + " tail", "word " * 200]
+    src = write(tmp_path / "in.txt", "\n".join(texts) + "\n")
+    out = tmp_path / "o.jsonl"
+    r = invoke(["classify", src, "--model", tiny_model_dir, "--max-tokens", 12, "--too-long", "truncate", "-o", out], None, tmp_path)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    for row in rows_of(out):
+        if "error" in row:
+            assert "too few tokens remain" in row["error"]
+        else:
+            assert row["truncated"]["to_tokens"] <= 12
+    from mlxbatch.jobs.classifier import Classifier
+    from mlxbatch.jobs.job import truncate
+
+    clf = Classifier.load(tiny_model_dir)
+    for t in texts:
+        cut = truncate(clf, t, 16)
+        assert cut is not None and "\ufffd" not in cut[0] and cut[1] <= 16
+        assert len(clf.engine.fed(clf.engine.prompt(cut[0]))) == cut[1]
+
+
+def test_a_second_run_on_the_same_output_is_refused_with_its_pid(tiny_model_dir, tmp_path):
+    from mlxbatch.io.sinks import Journal
+
+    out = tmp_path / "o.jsonl"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
+         "from mlxbatch.io.sinks import Journal\n"
+         f"j = Journal(Path({str(out)!r}), {{'fingerprint': 'x', 'settings': {{}}}}, False)\n"
+         "print('ready', flush=True)\ntime.sleep(60)\n"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        src = write(tmp_path / "in.jsonl", GOOD)
+        for extra in ([], ["--resume"]):
+            r = invoke(
+                ["classify", src, "--model", tiny_model_dir, "-o", out, *extra], None, tmp_path
+            )
+            assert r.exit_code == 2
+            assert f"another run is writing this output (pid {holder.pid})" in r.stderr, r.stderr
+        with pytest.raises(Exception, match="another run"):
+            Journal(out, {"fingerprint": "x"}, True)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_resume_with_another_dtype_is_refused(tiny_model_dir, tmp_path, monkeypatch):
+    from mlxbatch.engine.engine import Engine
+
+    src, out = write(tmp_path / "in.jsonl", GOOD * 1), tmp_path / "o.jsonl"
+
+    def interrupted(self, *a, **k):
+        raise KeyboardInterrupt
+        yield
+
+    monkeypatch.setattr(Engine, "run", interrupted)
+    r = invoke(
+        ["classify", src, "--model", tiny_model_dir, "-o", out, "--dtype", "float32"],
+        None,
+        tmp_path,
+    )
+    assert r.exit_code == 130
+    monkeypatch.undo()
+    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out, "--dtype", "float16", "--resume"], None, tmp_path)  # fmt: skip
+    assert r.exit_code == 2 and "different input, model" in r.stderr
+
+
+def test_converting_a_synthetic_model_keeps_it_synthetic(tiny_model_dir, tmp_path):
+    r = invoke(["convert", tiny_model_dir, tmp_path / "copy"], None, tmp_path)
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "copy/mlxbatch.json").read_text())["synthetic"] is True
+    r = invoke(["convert", tiny_model_dir, tmp_path / "copy", "--force"], None, tmp_path)
+    assert r.exit_code == 0, r.output
+
+
+def test_parity_without_torch_names_the_extra(tiny_model_dir, tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("torch", "transformers") else real(name, *a))  # fmt: skip
+    r = invoke(["parity", tiny_model_dir], None, tmp_path)
+    assert r.exit_code == 2 and "mlxbatch[parity]" in r.stderr
+
+
+def test_bad_memory_limit_is_named(tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLXBATCH_MEMORY_LIMIT", "lots")
+    r = invoke(
+        ["classify", write(tmp_path / "in.jsonl", GOOD), "--model", tiny_model_dir], None, tmp_path
+    )
+    assert r.exit_code == 2 and "MLXBATCH_MEMORY_LIMIT" in r.stderr
+
+
+def test_table_is_large_enough():
+    assert len(ERRORS) + len(OKS) >= 60
