@@ -10,7 +10,10 @@ def __getattr__(name: str):
     if name in __all__:
         from .runtime import blas
 
-        blas.activate_in_process()
+        if not blas.activate_in_process() and blas.warning():
+            import warnings
+
+            warnings.warn(blas.warning(), RuntimeWarning, stacklevel=2)
         from .jobs import classifier
 
         return getattr(classifier, name)

@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from mlxbatch.model.convert import convert_hf, init_random, qwen_tokenizer_dir
+from mlxbatch.runtime import blas
+
+blas.activate_in_process()  # before mlx is imported: in-process tests use the fast BLAS too
+
+from mlxbatch.model.convert import convert_hf, init_random, qwen_tokenizer_dir  # noqa: E402
 
 TINY_CONFIGS = {
     # name: (hidden, layers, heads, kv_heads, intermediate, tied)

@@ -164,13 +164,45 @@ def cli_env():
 @pytest.mark.skipif(platform.system() != "Linux", reason="the BLAS interposition is Linux-only")
 def test_cli_runs_mlx_on_openblas():
     if blas.plan() is None:
-        pytest.skip("no usable OpenBLAS for this CPU (cmeel-openblas needs AVX-512)")
+        pytest.skip("no OpenBLAS measured faster than the reference BLAS on this machine")
     out = subprocess.run([sys.executable, "-m", "mlxbatch", "doctor", "--json", "--size", "256"],
                          capture_output=True, text=True, env=cli_env(), check=True)  # fmt: skip
     info = json.loads(out.stdout)
     assert info["fast_blas"] is True
     assert "openblas" in info["blas"] and info["blas_kernels"] not in (None, "Prescott")
     assert info["blas_activation"] == blas.plan().source
+
+
+def test_python_api_gets_the_fast_blas_in_process():
+    """`import mlxbatch; mlxbatch.Classifier` loads OpenBLAS before mlx, with no re-exec and no
+    system libgfortran needed."""
+    if blas.plan() is None:
+        pytest.skip("no OpenBLAS measured faster than the reference BLAS on this machine")
+    code = ("import mlxbatch; mlxbatch.Classifier\n"
+            "from mlxbatch.runtime import blas; from mlxbatch.jobs.doctor import matmul_gflops\n"
+            "import json, mlx.core as mx\n"
+            "print(json.dumps([blas.sgemm_provider()['library'], matmul_gflops(512, mx.float32)]))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=cli_env(), check=True)  # fmt: skip
+    library, gflops = json.loads(out.stdout.splitlines()[-1])
+    assert "openblas" in library and gflops > 3 * blas.probe_reference()
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="the BLAS interposition is Linux-only")
+def test_blas_choice_is_measured_and_a_crashing_build_is_skipped(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    bad = tmp_path / "libnot-a-library.so"
+    bad.write_bytes(b"\x7fELF garbage")
+    assert blas._probe(str(bad), ()) is None  # fails in its subprocess, not here
+    fake = [blas.BlasPlan("/a/libopenblas.so", (), "cmeel-openblas"),
+            blas.BlasPlan("/b/libopenblas.so", (), "system")]  # fmt: skip
+    rates = {"": 5.0, "/a/libopenblas.so": None, "/b/libopenblas.so": 80.0}
+    monkeypatch.setattr(blas, "candidates", lambda: fake)
+    monkeypatch.setattr(blas, "_probe", lambda lib, env: rates[lib])
+    assert blas.plan().source == "system"  # the AVX-512 build crashed: the next one is used
+    rates["/b/libopenblas.so"] = 6.0  # no faster than the reference: none is used
+    (tmp_path / "mlxbatch" / "blas.json").unlink()
+    assert blas.plan() is None
 
 
 def test_bench_quick_runs_end_to_end(tmp_path):

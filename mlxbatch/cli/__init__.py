@@ -37,8 +37,8 @@ for command in (classify, convert, init_random_cmd, parity, bench, demo, doctor,
 
 
 def main() -> None:
-    blas.reexec_with_fast_blas()
-    blas.restore_environment()
+    if not blas.activate_in_process() and blas.warning():
+        click.echo(blas.warning(), err=True)
     try:
         cli(standalone_mode=False)
     except click.exceptions.Abort:  # click's own Ctrl-C handling (prompts)

@@ -104,7 +104,8 @@ def classify(input_path, model, labels, system_prompt, system_prompt_file, text_
     if resume and output is None:
         fail("--resume needs -o/--output (the journal lives next to it)")
     if output is not None:  # before anything is read or written
-        inputs = [Path(p) for p in (input_path, system_prompt_file) if p and str(p) != "-"]
+        inputs = [Path("/dev/stdin" if str(p) == "-" else p)
+                  for p in (input_path, system_prompt_file) if p]  # fmt: skip
         kind = check_output(output, inputs, resume)
     names = parse_labels(labels)
     prompt = system_prompt_from(system_prompt, system_prompt_file, names)

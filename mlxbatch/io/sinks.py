@@ -285,6 +285,9 @@ def output_kind(output: Path) -> str:
     """ "stdout" for `-`, "stream" for character devices and FIFOs, else "file"."""
     if str(output) == "-":
         return "stdout"
+    real = os.path.realpath(output)
+    if real.startswith(("/dev/", "/proc/")) and os.path.exists(real):
+        return "stream"  # /dev/stdout and friends: never a journal or a rename there
     try:
         mode = os.stat(output).st_mode
     except FileNotFoundError:
@@ -310,16 +313,16 @@ def _same_file(a: Path, b: Path) -> bool:
 def check_output(output: Path, inputs: list[Path], resume: bool) -> str:
     """Refuse, before anything is read or written, an output that could destroy data."""
     kind = output_kind(output)
-    if kind != "file":
-        if resume:
-            raise OutputError(f"--resume needs a regular output file, not {output}")
-        return kind
     for path in inputs:
         for candidate, role in ((output, "-o"), (journal_path(output), "the journal of -o")):
             if _same_file(candidate, path):
                 raise OutputError(
                     f"{role} ({candidate}) is the input file {path}; choose another -o"
                 )
+    if kind != "file":
+        if resume:
+            raise OutputError(f"--resume needs a regular output file, not {output}")
+        return kind
     parent = output.parent if str(output.parent) else Path(".")
     if not parent.exists():
         try:

@@ -43,7 +43,7 @@ def report(size: int = 1024) -> dict:
         "blas_config": provider["config"],
         "blas_kernels": provider["corename"],
         "blas_threads": provider["threads"],
-        "blas_activation": os.environ.get(blas._MARK, "none"),
+        "blas_activation": blas.ACTIVE.get("source", "none"),
         "fast_blas": fast,
         f"matmul_gflops_{str(dtype).split('.')[-1]}": round(matmul_gflops(size, dtype), 1),
     }

