@@ -44,6 +44,8 @@ def run_case(
            "--batch-tokens", "256", "--max-batch", "8"]  # fmt: skip
     if noprefix:
         cmd.append("--no-prefix-cache")
+    if mode == "sorted":  # recorded when greedy budget filling was the only sorted planner
+        cmd += ["--planner", "greedy"]
     subprocess.run(cmd, check=True, capture_output=True)
     return out
 

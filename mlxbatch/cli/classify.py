@@ -58,9 +58,16 @@ from .common import (
 @click.option(
     "--batch-tokens",
     type=click.IntRange(1),
-    help="Padded-token budget per batch (default: from free memory).",
+    help="Upper bound on padded tokens per batch (default: what fits in free memory).",
 )
 @max_batch_option
+@click.option(
+    "--planner",
+    type=click.Choice(["cost", "greedy"]),
+    default="cost",
+    show_default=True,
+    help="sorted mode: cut batches by least predicted time (cost) or by filling the budget.",
+)
 @click.option(
     "--no-prefix-cache", is_flag=True, help="Recompute the shared prompt prefix for every row."
 )
@@ -91,7 +98,7 @@ from .common import (
 )
 @click.option("--check-weights", is_flag=True, help="Also refuse weights with NaN or inf values.")
 def classify(input_path, model, labels, system_prompt, system_prompt_file, text_field, id_field,
-             input_format, output, mode, batch_tokens, max_batch, no_prefix_cache, max_tokens,
+             input_format, output, mode, batch_tokens, max_batch, planner, no_prefix_cache, max_tokens,
              too_long, on_error, resume, verify, dtype, check_weights):  # fmt: skip
     """Classify every row of INPUT (JSONL, CSV, text, or - for stdin) into one label."""
     from ..io.inputs import read_rows
@@ -114,7 +121,7 @@ def classify(input_path, model, labels, system_prompt, system_prompt_file, text_
         resolve_model(model), names, prompt, dtype, not no_prefix_cache, check_weights
     )
     settings = JobSettings(mode, batch_tokens, max_batch, not no_prefix_cache, max_tokens,
-                           too_long, on_error)  # fmt: skip
+                           too_long, on_error, planner)  # fmt: skip
     try:
         result = run_job(clf, rows, settings, output, resume, verify, input_path, fmt)
     except KeyboardInterrupt:

@@ -21,12 +21,12 @@ from .scorers import GoldScorer, PrefixScorer
 
 @dataclass(frozen=True)
 class Mode:
-    planner: str  # "sorted" | "naive" | "sequential" (see planner.plan_batches)
+    planner: str  # "cost" | "greedy" | "naive" | "sequential" (see planner.plan)
     scorer: str  # "gold" | "fast"
 
 
 MODES = {
-    "sorted": Mode("sorted", "fast"),
+    "sorted": Mode("cost", "fast"),  # or "greedy": see Classifier.plan
     "naive": Mode("naive", "fast"),
     "sequential": Mode("sequential", "gold"),  # the gold loop
     "sequential-prefix": Mode("sequential", "fast"),  # one row per batch on the fast path

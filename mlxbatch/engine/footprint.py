@@ -61,14 +61,24 @@ class Footprint:
         head = max_batch * self.n_labels * max(self.label_len - 1, 0) * a.vocab_size * 4
         return BudgetCost(kv, mlp + attn + hidden + head)
 
-    def default_budget(
+    def memory_budget(
         self, max_batch: int, longest: int, available: int | None = None, share: float = 0.5
     ) -> int:
-        """The preferred budget, raised to fit the longest item, within `share` of memory."""
+        """The largest power-of-two budget (at most MAX_BUDGET) within `share` of memory."""
         avail = (available if available is not None else available_bytes()) * share
         fits = MAX_BUDGET
         while fits > MIN_BUDGET:
             if self.batch_cost(fits, max_batch, longest).total <= avail:
                 break
             fits //= 2
-        return max(min(PREFERRED_BUDGET, fits), min(longest, fits))
+        return fits
+
+    def default_budget(
+        self, max_batch: int, longest: int, available: int | None = None, share: float = 0.5,
+        preferred: int | None = PREFERRED_BUDGET,
+    ) -> int:  # fmt: skip
+        """The preferred budget (None: as large as memory allows), raised to fit the longest
+        item, within `share` of memory."""
+        fits = self.memory_budget(max_batch, longest, available, share)
+        want = fits if preferred is None else min(preferred, fits)
+        return max(want, min(longest, fits))

@@ -1,10 +1,19 @@
-"""Host-side batch planning, pure Python: order items, cut batches, count padding."""
+"""Host-side batch planning, pure Python: order items, cut batches, count padding.
+
+Planners: `sequential` (one item per batch, input order), `naive` (fixed-size batches in input
+order), `greedy` (longest first, each batch filled up to a token budget), and `cost` (longest
+first, cut into the contiguous batches that minimise the predicted time of a `CostModel`:
+an exact dynamic program over the sorted order, O(n x max rows)).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+
+import numpy as np
 
 MODES = ("sorted", "naive", "sequential")
+PLANNERS = ("cost", "greedy", "naive", "sequential")
 DEFAULT_MAX_BATCH = 64
 
 
@@ -92,3 +101,80 @@ def unsort(results_by_batch: list[tuple[Batch, list]], n: int) -> list:
     if not all(seen):
         raise RuntimeError(f"item {seen.index(False)} was never scored")
     return out
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Predicted seconds of one batch of `rows` x `width` fed tokens behind `prefix` tokens.
+
+    per_batch: fixed cost (weights streamed once, kernel launches, host work);
+    per_token: each padded token through the dense layers;
+    per_key: each (padded token x attended key) pair of attention;
+    underfill: extra share of the work when a batch has fewer rows than the executor's lanes
+    (a lane without a row leaves a core idle).
+    """
+
+    per_batch: float
+    per_token: float
+    per_key: float
+    underfill: float = 0.0
+    lanes: int = 1
+    source: str = "default"
+
+    def seconds(self, rows, width, prefix: int, label_rows: int = 0, label_len: int = 0):
+        """Works on numbers or numpy arrays of rows/width."""
+        tokens = rows * width
+        work = self.per_token * tokens + self.per_key * tokens * (prefix + width)
+        if label_rows and label_len:  # the teacher-forced pass of multi-token labels
+            lab = rows * label_rows * label_len
+            work = work + self.per_token * lab + self.per_key * lab * (prefix + width + label_len)
+        idle = np.maximum(self.lanes - np.minimum(rows, self.lanes), 0) / self.lanes
+        return self.per_batch + work * (1 + self.underfill * idle)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def plan_cost(
+    lengths: list[int], cost: CostModel, prefix: int, batch_tokens: int, max_batch: int,
+    label_rows: int = 0, label_len: int = 0,
+) -> list[Batch]:  # fmt: skip
+    """Longest first; the contiguous cut with the least predicted time (an exact DP).
+
+    A batch never exceeds `max_batch` rows or `batch_tokens` padded tokens (an item longer than
+    the budget gets a batch of its own).
+    """
+    if batch_tokens < 1 or max_batch < 1:
+        raise ValueError("batch_tokens and max_batch must be positive")
+    n = len(lengths)
+    order = sorted(range(n), key=lambda i: (-lengths[i], i))
+    width = np.array([lengths[i] for i in order], np.int64)
+    best = np.zeros(n + 1)
+    cut = np.zeros(n + 1, np.int64)  # best[i]: items order[:i]; its last batch starts at cut[i]
+    for i in range(1, n + 1):
+        k = np.arange(1, min(max_batch, i) + 1)  # candidate last batches: order[i - k : i]
+        w = width[i - k]  # the first (longest) item of the batch sets its width
+        total = best[i - k] + cost.seconds(k, w, prefix, label_rows, label_len)
+        total[(k * w > batch_tokens) & (k > 1)] = np.inf
+        j = int(np.argmin(total))
+        best[i], cut[i] = total[j], i - k[j]
+    groups, i = [], n
+    while i > 0:
+        groups.append(order[cut[i] : i])
+        i = cut[i]
+    return [Batch(tuple(g), max(lengths[x] for x in g)) for g in reversed(groups)]
+
+
+def plan(
+    lengths: list[int], planner: str, batch_tokens: int, max_batch: int,
+    cost: CostModel | None = None, prefix: int = 0, label_rows: int = 0, label_len: int = 0,
+) -> list[Batch]:  # fmt: skip
+    """Dispatch to a planner by name (see the module docstring)."""
+    if planner not in PLANNERS:
+        raise ValueError(f"planner {planner!r} is not one of {', '.join(PLANNERS)}")
+    if planner == "cost":
+        if cost is None:
+            raise ValueError("the cost planner needs a cost model")
+        return plan_cost(lengths, cost, prefix, batch_tokens, max_batch, label_rows, label_len)
+    return plan_batches(lengths, "sorted" if planner == "greedy" else planner, batch_tokens,
+                        max_batch)  # fmt: skip

@@ -15,9 +15,9 @@ import numpy as np
 from mlx.utils import tree_flatten
 
 from ..engine.engine import MODES, Engine
-from ..engine.footprint import Footprint
+from ..engine.footprint import PREFERRED_BUDGET, Footprint
 from ..engine.labels import LabelSet
-from ..engine.planner import DEFAULT_MAX_BATCH, Batch, plan_batches
+from ..engine.planner import DEFAULT_MAX_BATCH, Batch, CostModel, plan
 from ..engine.prompt import DEFAULT_LABELS, default_system_prompt
 from ..model.load import LoadedModel, load_model
 
@@ -53,18 +53,33 @@ class Classifier:
         """Tokens each item feeds through the model (its prompt minus the shared prefix)."""
         return self.engine.fed_lengths(prompts)
 
-    def default_batch_tokens(self, max_batch: int, longest: int) -> int:
-        """The device's preferred budget, raised to fit the longest item, within memory."""
-        return self.footprint.default_budget(max_batch, longest)
+    def default_batch_tokens(self, max_batch: int, longest: int, planner: str = "cost") -> int:
+        """The budget cap: for the cost planner, as large as memory allows (it cuts batches by
+        predicted time, not by filling a budget); for greedy, the device's preferred budget.
+        Either is raised to fit the longest item, within memory."""
+        preferred = None if planner == "cost" else PREFERRED_BUDGET
+        return self.footprint.default_budget(max_batch, longest, preferred=preferred)
+
+    def cost_model(self) -> CostModel:
+        """The planner's cost model: this machine's cached calibration, else the defaults."""
+        from .tuning import cost_model
+
+        return cost_model(self)
 
     def plan(
         self, prompts: list[list[int]], mode: str = "sorted", batch_tokens: int | None = None,
-        max_batch: int = DEFAULT_MAX_BATCH,
+        max_batch: int = DEFAULT_MAX_BATCH, planner: str = "cost", cost: CostModel | None = None,
     ) -> list[Batch]:  # fmt: skip
+        """Batches for `mode`; sorted mode uses `planner` ("cost": the least predicted time)."""
         lengths = self.fed_lengths(prompts)
+        name = planner if mode == "sorted" else MODES[mode].planner
         if batch_tokens is None:
-            batch_tokens = self.default_batch_tokens(max_batch, max(lengths, default=1))
-        return plan_batches(lengths, MODES[mode].planner, batch_tokens, max_batch)
+            batch_tokens = self.default_batch_tokens(max_batch, max(lengths, default=1), name)
+        if name == "cost" and cost is None:
+            cost = self.cost_model()
+        labels = self.labels
+        return plan(lengths, name, batch_tokens, max_batch, cost, len(self.engine.prefix),
+                    len(labels.names) if labels.max_len > 1 else 0, labels.max_len - 1)  # fmt: skip
 
     def classify(
         self, texts: list[str], mode: str = "sorted", batch_tokens: int | None = None,

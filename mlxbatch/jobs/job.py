@@ -19,7 +19,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..engine.engine import MODES
-from ..engine.planner import DEFAULT_MAX_BATCH, Batch, padding_stats
+from ..engine.planner import DEFAULT_MAX_BATCH, Batch, CostModel, padding_stats
 from ..errors import JobError
 from ..io.inputs import Row, describe_errors
 from ..io.sinks import (
@@ -46,6 +46,7 @@ class JobSettings:
     max_tokens: int | None = None  # per-item limit on fed tokens
     too_long: str = "error"
     on_error: str = "fail"
+    planner: str = "cost"  # sorted mode: "cost" (least predicted time) or "greedy" (fill budget)
 
 
 @dataclass
@@ -57,6 +58,12 @@ class JobPlan:
     batches: list[Batch]
     fed_lengths: list[int]  # per entry of `order`
     memory_bound: int
+    cost: CostModel | None = None  # the cost planner's model (None for the other planners)
+
+    def predicted_seconds(self, prefix: int) -> float | None:
+        if self.cost is None:
+            return None
+        return float(sum(self.cost.seconds(len(b.indices), b.width, prefix) for b in self.batches))
 
     @property
     def batch_tokens(self) -> int:
@@ -74,6 +81,8 @@ class JobResult:
     peak_memory: int
     memory_bound: int
     verify: dict | None = field(default=None)
+    planner: str = ""
+    predicted_seconds: float | None = None
 
     def summary(self) -> str:
         rate = self.scored / self.seconds if self.seconds else 0.0
@@ -82,6 +91,8 @@ class JobResult:
             f"{self.seconds:.1f} s, {rate:.2f} items/s, padding overhead "
             f"{self.padding_overhead:.1%}, batch tokens {self.batch_tokens}, peak memory "
             f"{self.peak_memory / 2**30:.2f} GiB (bound {self.memory_bound / 2**30:.2f} GiB)"
+            + (f"; planner {self.planner}" if self.planner else "")
+            + (f", predicted {self.predicted_seconds:.1f} s" if self.predicted_seconds else "")
         )
 
 
@@ -160,7 +171,7 @@ def fingerprint(rows: list[Row], clf: Classifier, s: JobSettings) -> str:
     # everything that changes a row's scores or errors (the batch shape is recorded instead)
     parts = [manifest, str(clf.lm.path.resolve()), str(clf.lm.dtype), list(clf.labels.names),
              [list(t) for t in clf.labels.tokens], clf.system_prompt, s.mode, s.prefix_cache,
-             s.too_long, s.max_tokens, s.on_error]  # fmt: skip
+             s.too_long, s.max_tokens, s.on_error, s.planner]  # fmt: skip
     h.update(json.dumps(parts, sort_keys=True, default=str).encode())
     for r in rows:
         h.update(json.dumps([r.id, r.text, r.error]).encode())
@@ -178,11 +189,14 @@ def plan_job(clf: Classifier, rows: list[Row], s: JobSettings, recorded: dict | 
     # the longest item that will be fed: longer ones are truncated or refused at the limit
     longest = min(max(engine.fed_lengths(list(prompts.values())), default=1), ctx_limit,
                   s.max_tokens or ctx_limit)  # fmt: skip
+    planner = s.planner if s.mode == "sorted" else MODES[s.mode].planner
     if recorded:  # the batch shape the journal's rows were computed with
         batch_tokens, max_batch = recorded["batch_tokens"], recorded["max_batch"]
+        cost = CostModel(**recorded["cost_model"]) if recorded.get("cost_model") else None
     else:
-        batch_tokens = s.batch_tokens or fp.default_budget(s.max_batch, longest)
+        batch_tokens = s.batch_tokens or clf.default_batch_tokens(s.max_batch, longest, planner)
         max_batch = s.max_batch
+        cost = clf.cost_model() if planner == "cost" else None
         if s.batch_tokens:  # the budget as declared must fit, whatever this input's shape
             check_fits(fp, batch_tokens, max_batch, longest, s)
         elif batch_tokens < longest:
@@ -191,14 +205,15 @@ def plan_job(clf: Classifier, rows: list[Row], s: JobSettings, recorded: dict | 
     extras = apply_too_long(clf, rows, prompts, s, limit)
     order = sorted(prompts)
     lengths = engine.fed_lengths([prompts[i] for i in order])
-    batches = clf.plan([prompts[i] for i in order], s.mode, batch_tokens, max_batch)
+    batches = clf.plan([prompts[i] for i in order], s.mode, batch_tokens, max_batch, planner, cost)
     bound = fp.weight_bytes + max((fp.cost_of(b).total for b in batches), default=0)
     if not recorded:
         check_fits(fp, max((b.padded_tokens for b in batches), default=1),
                    max((len(b.indices) for b in batches), default=1),
                    max((b.width for b in batches), default=1), s)  # fmt: skip
-    settings = asdict(s) | {"batch_tokens": batch_tokens, "max_batch": max_batch}
-    return JobPlan(settings, prompts, extras, order, batches, lengths, bound)
+    settings = asdict(s) | {"batch_tokens": batch_tokens, "max_batch": max_batch,
+                            "cost_model": cost.to_dict() if cost else None}  # fmt: skip
+    return JobPlan(settings, prompts, extras, order, batches, lengths, bound, cost)
 
 
 def check_fits(fp, tokens: int, rows: int, width: int, s: JobSettings) -> None:
@@ -297,6 +312,9 @@ def run_job(
         padding_overhead=padding_stats(plan.fed_lengths, plan.batches).overhead,
         batch_tokens=plan.batch_tokens, peak_memory=mx.get_peak_memory() - others,
         memory_bound=plan.memory_bound, verify=report,
+        planner=(plan.settings["planner"] + (f" ({plan.cost.source})" if plan.cost else "")
+                 if plan.settings["mode"] == "sorted" else ""),
+        predicted_seconds=plan.predicted_seconds(clf.footprint.prefix),
     )  # fmt: skip
 
 

@@ -1,0 +1,163 @@
+"""The planner's cost model for this model on this machine: measured once, cached, or defaulted.
+
+`calibrate` times the fast scorer on a handful of batch shapes (random tokens behind the real
+prefix) and fits the few constants of `planner.CostModel` by least squares. The result is cached
+per model shape, dtype, executor, machine and MLX version in `~/.cache/mlxbatch/planner.json`;
+`mlxbatch doctor` lists what is cached. Uncalibrated, the constants come from FLOP counts and a
+nominal device rate: good enough to avoid padding, not to predict seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import random
+import time
+from dataclasses import asdict
+
+import mlx.core as mx
+import numpy as np
+
+from ..engine.planner import CostModel
+from ..runtime import blas
+from .classifier import Classifier
+
+SHAPES = ((1, 24), (4, 24), (16, 24), (2, 96), (8, 96), (24, 96), (2, 256), (6, 256), (1, 256))
+
+
+def cache_key(clf: Classifier) -> str:
+    a = clf.lm.model.args
+    lanes = clf.engine.scorers["fast"].executor.lanes
+    parts = [asdict(a), str(clf.lm.dtype), lanes, str(mx.default_device()),
+             mx.device_info().get("device_name", "?"), blas._cpu_model(), mx.__version__,
+             blas.ACTIVE.get("source", "none"), bool(clf.lm.manifest.get("quantization"))]  # fmt: skip
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def _cache() -> dict:
+    try:
+        data = json.loads((blas.cache_dir() / "planner.json").read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def cached(clf: Classifier) -> CostModel | None:
+    entry = _cache().get(cache_key(clf))
+    try:
+        return CostModel(**entry["model"]) if entry else None
+    except (TypeError, KeyError):
+        return None
+
+
+def cached_entries() -> list[dict]:
+    """What `doctor` shows: every cached calibration."""
+    return [{"key": k, **v} for k, v in _cache().items() if isinstance(v, dict)]
+
+
+def default_model(clf: Classifier) -> CostModel:
+    """Constants from FLOP counts and a nominal rate, for when nothing was measured."""
+    a, fp = clf.lm.model.args, clf.footprint
+    lanes = clf.engine.scorers["fast"].executor.lanes
+    hd = a.head_dim
+    dense = (
+        2
+        * a.num_hidden_layers
+        * (
+            a.hidden_size * (a.num_attention_heads + 2 * a.num_key_value_heads) * hd
+            + a.num_attention_heads * hd * a.hidden_size
+            + 3 * a.hidden_size * a.intermediate_size
+        )
+    )
+    attn = 4 * a.num_hidden_layers * a.num_attention_heads * hd
+    gpu = mx.default_device() == mx.gpu
+    rate = 5e12 if gpu else 0.6e9 * (blas.ACTIVE.get("gflops") or 50.0)
+    per_batch = fp.weight_bytes / (200e9 if gpu else 20e9) + 0.005
+    return CostModel(
+        per_batch, dense / rate, 3 * attn / rate, 0.0 if gpu else 0.7, lanes, "default"
+    )
+
+
+def _time(clf: Classifier, rows: int, width: int, rng: random.Random) -> float:
+    prefix = clf.engine.prefix
+    vocab = (1000, min(30000, clf.lm.model.args.vocab_size - 1))
+    prompts = [prefix + [rng.randint(*vocab) for _ in range(width)] for _ in range(rows)]
+    clf.engine.score_batch(prompts)  # warm: buffers for this batch size
+    best = float("inf")
+    for _ in range(2):
+        t = time.perf_counter()
+        clf.engine.score_batch(prompts)
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def fit(clf: Classifier, shapes: list[tuple[int, int]], seconds: list[float]) -> CostModel:
+    """Least squares (relative error) for per_batch, per_token, per_key on the shapes that fill
+    every lane; then the underfill share from the ones that do not."""
+    lanes = clf.engine.scorers["fast"].executor.lanes
+    P = len(clf.engine.prefix)
+    full = [(r, w, t) for (r, w), t in zip(shapes, seconds) if r >= lanes]
+    X = np.array([[1.0, r * w, r * w * (P + w)] for r, w, _ in full])
+    y = np.array([t for *_, t in full])
+    active = [0, 1, 2]
+    while True:  # drop a term whose coefficient comes out negative, refit
+        coef, *_ = np.linalg.lstsq(X[:, active] / y[:, None], np.ones(len(y)), rcond=None)
+        if (coef >= 0).all() or len(active) == 1:
+            break
+        active.pop(int(np.argmin(coef)))
+    c = np.zeros(3)
+    c[active] = np.maximum(coef, 0)
+    model = CostModel(float(c[0]), float(c[1]), float(c[2]), 0.0, lanes, "calibrated")
+    under = [(r, w, t) for (r, w), t in zip(shapes, seconds) if r < lanes]
+    ratios = []
+    for r, w, t in under:
+        work = model.seconds(r, w, P) - model.per_batch
+        idle = (lanes - r) / lanes
+        if work > 0:
+            ratios.append(((t - model.per_batch) / work - 1) / idle)
+    u = float(np.clip(np.median(ratios), 0, 4)) if ratios else 0.0
+    return CostModel(model.per_batch, model.per_token, model.per_key, u, lanes, "calibrated")
+
+
+def calibrate(clf: Classifier, progress=None, save: bool = True) -> tuple[CostModel, dict]:
+    """Measure, fit and (by default) cache; returns the model and the measurements."""
+    rng = random.Random(0)
+    seconds = []
+    t0 = time.perf_counter()
+    for r, w in SHAPES:
+        seconds.append(_time(clf, r, w, rng))
+    model = fit(clf, list(SHAPES), seconds)
+    meas = {"shapes": [list(s) for s in SHAPES], "seconds": seconds,
+            "predicted": [float(model.seconds(r, w, len(clf.engine.prefix))) for r, w in SHAPES],
+            "took_s": time.perf_counter() - t0}  # fmt: skip
+    if progress:
+        progress(f"planner calibrated in {meas['took_s']:.1f} s: {describe(model)}")
+    if save:
+        data = _cache()
+        data[cache_key(clf)] = {
+            "model": model.to_dict(), "measured": meas, "model_path": str(clf.lm.path),
+            "dtype": str(clf.lm.dtype), "device": str(mx.default_device()),
+            "machine": f"{platform.node()} {blas._cpu_model()}",
+            "at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }  # fmt: skip
+        try:
+            path = blas.cache_dir() / "planner.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".planner.{time.time_ns()}")
+            tmp.write_text(json.dumps(data, indent=1))
+            tmp.replace(path)
+        except OSError:
+            pass
+    return model, meas
+
+
+def cost_model(clf: Classifier) -> CostModel:
+    """The cached calibration for this model and machine, else the defaults."""
+    return cached(clf) or default_model(clf)
+
+
+def describe(m: CostModel) -> str:
+    return (f"{m.source}: {m.per_batch * 1e3:.1f} ms per batch + {m.per_token * 1e6:.1f} us per "
+            f"token + {m.per_key * 1e9:.2f} ns per token-key pair; underfill x{1 + m.underfill:.2f} "
+            f"with {m.lanes} lane(s)")  # fmt: skip

@@ -1,0 +1,140 @@
+"""The cost planner: exact against brute force, never worse than greedy, within its caps; the
+cost model's calibration fits known constants, is cached, and is recorded for resume."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mlxbatch.engine.planner import CostModel, padding_stats, plan, plan_cost, unsort
+
+CM = CostModel(per_batch=0.08, per_token=2.3e-3, per_key=2e-6, underfill=0.7, lanes=2)
+
+
+def predicted(batches, cost=CM, prefix=40):
+    return sum(cost.seconds(len(b.indices), b.width, prefix) for b in batches)
+
+
+def brute_force(lengths, cost, prefix, budget, max_batch):
+    """Every contiguous cut of the sorted order; the cheapest."""
+    w = sorted(lengths, reverse=True)
+    n, best = len(w), float("inf")
+    for cuts in itertools.product([0, 1], repeat=n - 1):
+        bounds = [0] + [i + 1 for i, c in enumerate(cuts) if c] + [n]
+        total = 0.0
+        for a, b in zip(bounds, bounds[1:]):
+            k = b - a
+            if k > max_batch or (k > 1 and k * w[a] > budget):
+                total = float("inf")
+                break
+            total += cost.seconds(k, w[a], prefix)
+        best = min(best, total)
+    return best
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=st.lists(st.integers(1, 120), min_size=1, max_size=9),
+       budget=st.integers(100, 600), max_batch=st.integers(1, 6))  # fmt: skip
+def test_the_dp_is_exact_on_small_inputs(lengths, budget, max_batch):
+    batches = plan_cost(lengths, CM, 40, budget, max_batch)
+    assert predicted(batches) == pytest.approx(brute_force(lengths, CM, 40, budget, max_batch))
+
+
+@settings(max_examples=100, deadline=None)
+@given(lengths=st.lists(st.integers(1, 400), min_size=1, max_size=300),
+       budget=st.integers(400, 8000), max_batch=st.integers(1, 70))  # fmt: skip
+def test_every_item_once_within_caps_and_never_worse_than_greedy(lengths, budget, max_batch):
+    batches = plan(lengths, "cost", budget, max_batch, CM, 40)
+    flat = [i for b in batches for i in b.indices]
+    assert sorted(flat) == list(range(len(lengths)))
+    for b in batches:
+        assert len(b.indices) <= max_batch
+        assert b.padded_tokens <= budget or len(b.indices) == 1
+        assert b.width == max(lengths[i] for i in b.indices)
+    results = [(b, list(b.indices)) for b in batches]
+    assert unsort(results, len(lengths)) == list(range(len(lengths)))
+    greedy = plan(lengths, "greedy", max(budget, max(lengths)), max_batch)
+    assert predicted(batches) <= predicted(greedy) + 1e-9
+
+
+def test_a_long_tail_is_cut_with_little_padding():
+    import random
+
+    r = random.Random(0)
+    lengths = [max(3, int(r.lognormvariate(3.8, 0.7))) for _ in range(2000)]
+    cost = plan(lengths, "cost", 16384, 64, CM, 40)
+    greedy = plan(lengths, "greedy", 4096, 64)
+    assert padding_stats(lengths, cost).overhead < 0.03 < padding_stats(lengths, greedy).overhead
+
+
+def test_multi_token_labels_and_underfill_raise_the_predicted_cost():
+    assert CM.seconds(4, 50, 40, label_rows=3, label_len=2) > CM.seconds(4, 50, 40)
+    assert CM.seconds(1, 50, 40) - CM.per_batch > 0.5 * (CM.seconds(2, 50, 40) - CM.per_batch)
+
+
+def test_fit_recovers_known_constants(tiny_model_dir):
+    from mlxbatch.jobs.classifier import Classifier
+    from mlxbatch.jobs.tuning import SHAPES, fit
+
+    clf = Classifier.load(tiny_model_dir)
+    truth = CostModel(0.05, 1e-3, 3e-6, 0.5, clf.engine.scorers["fast"].executor.lanes)
+    P = len(clf.engine.prefix)
+    seconds = [float(truth.seconds(r, w, P)) for r, w in SHAPES]
+    got = fit(clf, list(SHAPES), seconds)
+    assert got.per_batch == pytest.approx(truth.per_batch, rel=1e-6)
+    assert got.per_token == pytest.approx(truth.per_token, rel=1e-6)
+    assert got.per_key == pytest.approx(truth.per_key, rel=1e-6)
+    if truth.lanes > 1:
+        assert got.underfill == pytest.approx(truth.underfill, rel=1e-6)
+
+
+def test_calibration_is_cached_and_used(tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    from mlxbatch.jobs.classifier import Classifier
+    from mlxbatch.jobs.tuning import cached, cached_entries, calibrate
+
+    clf = Classifier.load(tiny_model_dir)
+    assert clf.cost_model().source == "default"
+    model, meas = calibrate(clf)
+    assert model.source == "calibrated" and len(meas["seconds"]) == len(meas["shapes"])
+    assert cached(clf) == model and clf.cost_model() == model
+    assert cached_entries()[0]["model"]["per_token"] == model.per_token
+
+
+def test_the_journal_records_the_cost_model(tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    from mlxbatch.engine.engine import Engine
+    from mlxbatch.io.inputs import read_rows
+    from mlxbatch.io.sinks import journal_path
+    from mlxbatch.io.tickets import generate, write_jsonl
+    from mlxbatch.jobs.classifier import Classifier
+    from mlxbatch.jobs.job import JobSettings, run_job
+    from mlxbatch.jobs.tuning import calibrate
+
+    src = tmp_path / "t.jsonl"
+    write_jsonl(generate(80, seed=2, mix="heavy-tail"), src)
+    clf = Classifier.load(tiny_model_dir)
+    run_job(clf, read_rows(str(src))[0], JobSettings(max_batch=4), tmp_path / "ref.jsonl")
+    real = Engine.run
+
+    def interrupted(self, *a, **k):
+        for n, item in enumerate(real(self, *a, **k)):
+            if n == 3:
+                raise KeyboardInterrupt
+            yield item
+
+    monkeypatch.setattr(Engine, "run", interrupted)
+    out = tmp_path / "o.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        run_job(clf, read_rows(str(src))[0], JobSettings(max_batch=4), out)
+    head = json.loads(journal_path(out).read_text().splitlines()[0])
+    assert head["settings"]["cost_model"]["source"] == "default"
+    monkeypatch.setattr(Engine, "run", real)
+    calibrate(clf)  # the machine's model changes between the runs: the recorded one is kept
+    res = run_job(clf, read_rows(str(src))[0], JobSettings(max_batch=4), out, resume=True)
+    assert out.read_bytes() == (tmp_path / "ref.jsonl").read_bytes()
+    assert res.planner == "cost (default)"
