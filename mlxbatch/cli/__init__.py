@@ -11,6 +11,7 @@ from ..runtime import blas
 from .bench import bench, demo, doctor, tickets
 from .classify import classify
 from .common import fail
+from .evaluate import evaluate_cmd
 from .models import convert, init_random_cmd, parity
 
 
@@ -32,7 +33,8 @@ def cli() -> None:
     """Classify batches of short texts with a small Qwen2/2.5 model in MLX."""
 
 
-for command in (classify, convert, init_random_cmd, parity, bench, demo, doctor, tickets):
+for command in (classify, evaluate_cmd, convert, init_random_cmd, parity, bench, demo, doctor,
+                tickets):  # fmt: skip
     cli.add_command(command)
 
 

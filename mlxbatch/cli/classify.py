@@ -13,9 +13,10 @@ from .common import (
     fail,
     max_batch_option,
     model_option,
-    parse_labels,
+    prompt_options,
+    prompt_spec,
+    report_evaluation,
     resolve_model,
-    system_prompt_from,
 )
 
 
@@ -97,9 +98,18 @@ from .common import (
     show_default=True,
 )
 @click.option("--check-weights", is_flag=True, help="Also refuse weights with NaN or inf values.")
+@prompt_options
+@click.option("--gold-field", help="JSONL key / CSV column of a gold label: print an evaluation.")
+@click.option(
+    "--json", "json_path", type=click.Path(path_type=Path), help="Write the evaluation as JSON."
+)
+@click.option(
+    "--plot", "plot_path", type=click.Path(path_type=Path), help="Draw the confusion matrix (PNG)."
+)
 def classify(input_path, model, labels, system_prompt, system_prompt_file, text_field, id_field,
              input_format, output, mode, batch_tokens, max_batch, planner, no_prefix_cache, max_tokens,
-             too_long, on_error, resume, verify, dtype, check_weights):  # fmt: skip
+             too_long, on_error, resume, verify, dtype, check_weights, labels_file, examples,
+             calibrate, prior, min_confidence, gold_field, json_path, plot_path):  # fmt: skip
     """Classify every row of INPUT (JSONL, CSV, text, or - for stdin) into one label."""
     from ..io.inputs import read_rows
     from ..io.sinks import check_output
@@ -114,12 +124,17 @@ def classify(input_path, model, labels, system_prompt, system_prompt_file, text_
         inputs = [Path("/dev/stdin" if str(p) == "-" else p)
                   for p in (input_path, system_prompt_file) if p]  # fmt: skip
         kind = check_output(output, inputs, resume)
-    names = parse_labels(labels)
-    prompt = system_prompt_from(system_prompt, system_prompt_file, names)
-    rows, fmt = read_rows(input_path, text_field, id_field, input_format)  # before any model work
+    if (json_path or plot_path) and not gold_field:
+        fail("--json and --plot report the evaluation: give --gold-field too")
+    spec = prompt_spec(labels, labels_file, system_prompt, system_prompt_file, examples, text_field)
+    fields = (gold_field,) if gold_field else ()
+    rows, fmt = read_rows(
+        input_path, text_field, id_field, input_format, fields
+    )  # before the model
     clf = Classifier.load(
-        resolve_model(model), names, prompt, dtype, not no_prefix_cache, check_weights
-    )
+        resolve_model(model), spec.labels, spec.system, dtype, not no_prefix_cache, check_weights,
+        examples=spec.examples, calibrate=calibrate, prior=prior, min_confidence=min_confidence,
+    )  # fmt: skip
     settings = JobSettings(mode, batch_tokens, max_batch, not no_prefix_cache, max_tokens,
                            too_long, on_error, planner)  # fmt: skip
     try:
@@ -131,6 +146,10 @@ def classify(input_path, model, labels, system_prompt, system_prompt_file, text_
         fail("interrupted", 130)
     click.echo(f"model: {clf.lm.describe()}", err=True)
     click.echo(result.summary(), err=True)
+    if not clf.adjust.identity:
+        click.echo(f"adjustment: {clf.adjust.describe(clf.labels.names)}", err=True)
+    if gold_field:
+        report_evaluation(clf, rows, result.results, gold_field, json_path, plot_path)
     if result.verify is not None:
         v = result.verify
         click.echo(

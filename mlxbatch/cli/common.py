@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -58,3 +59,66 @@ def system_prompt_from(text: str | None, file: Path | None, labels) -> str:
         except (OSError, UnicodeDecodeError) as e:
             fail(f"{file}: cannot read the system prompt ({e})")
     return text if text is not None else default_system_prompt(labels)
+
+
+def prompt_options(f):
+    """The prompt and post-processing options shared by `classify` and `bench`."""
+    options = [
+        click.option("--labels-file", type=click.Path(path_type=Path),
+                     help="JSON/YAML mapping label -> one-line description (feeds the default prompt)."),
+        click.option("--examples", type=click.Path(path_type=Path),
+                     help="Few-shot examples (JSONL/CSV with text and label), as earlier turns."),
+        click.option("--calibrate", is_flag=True,
+                     help="Contextual calibration: divide by the content-free probabilities."),
+        click.option("--prior", help="Explicit priors, e.g. billing=0.5,technical=0.3,account=0.2."),
+        click.option("--min-confidence", type=click.FloatRange(0, 1),
+                     help="Abstain (label null) below this top probability."),
+    ]  # fmt: skip
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+@dataclass(frozen=True)
+class PromptSpec:
+    labels: tuple[str, ...]
+    system: str
+    examples: tuple[tuple[str, str], ...]
+
+
+def prompt_spec(
+    labels, labels_file, system_prompt, system_prompt_file, examples, text_field="text"
+):
+    """Labels, system prompt and examples from the command-line options."""
+    from ..engine.prompt import default_system_prompt
+    from ..io.prompts import read_examples, read_labels_file
+
+    descriptions = read_labels_file(labels_file) if labels_file else None
+    names = parse_labels(labels) if labels or not descriptions else tuple(descriptions)
+    if descriptions and set(descriptions) != set(names):
+        fail(
+            f"{labels_file}: its labels {sorted(descriptions)} differ from --labels {sorted(names)}"
+        )
+    if system_prompt is None and system_prompt_file is None:
+        system = default_system_prompt(names, descriptions)
+    else:
+        system = system_prompt_from(system_prompt, system_prompt_file, names)
+    shots = read_examples(str(examples), names, text_field) if examples else ()
+    return PromptSpec(names, system, shots)
+
+
+def report_evaluation(clf, rows, results, gold_field, json_path=None, plot_path=None) -> dict:
+    """Print (and write) the evaluation of a job's rows against their gold labels."""
+    import json
+
+    from ..jobs.evaluate import evaluate_rows, format_evaluation, plot_confusion
+
+    gold = [r.fields.get(gold_field) for r in rows]
+    m = evaluate_rows(results, gold, clf.labels.names)
+    note = " (SYNTHETIC weights: chance level is expected)" if clf.lm.synthetic else ""
+    click.echo(format_evaluation(m) + ("\n" + note.strip() if note else ""), err=True)
+    if json_path:
+        Path(json_path).write_text(json.dumps(m, indent=2) + "\n")
+    if plot_path:
+        plot_confusion(m, plot_path)
+    return m

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model.load import LoadedModel
+from ..model.tokenizer import Examples
 from ..runtime import executor as executors
+from .adjust import CONTENT_FREE
 from .labels import LabelSet
 from .layout import split
 from .planner import Batch, unsort
@@ -36,11 +38,12 @@ MODES = {
 class Engine:
     def __init__(
         self, lm: LoadedModel, labels: LabelSet, system_prompt: str, prefix_cache: bool = True,
-        executor: executors.Executor | None = None,
+        executor: executors.Executor | None = None, examples: Examples = (),
     ):  # fmt: skip
         self.lm, self.model, self.tokenizer = lm, lm.model, lm.tokenizer
-        self.labels, self.system_prompt = labels, system_prompt
-        self.prefix = self.tokenizer.shared_prefix(system_prompt) if prefix_cache else []
+        self.labels, self.system_prompt, self.examples = labels, system_prompt, tuple(examples)
+        self.prefix = (self.tokenizer.shared_prefix(system_prompt, self.examples)
+                       if prefix_cache else [])  # fmt: skip
         self.scorers = {
             "gold": GoldScorer(self.model, labels),
             "fast": PrefixScorer(self.model, labels, self.prefix, lm.dtype,
@@ -49,7 +52,7 @@ class Engine:
 
     def prompt(self, text: str) -> list[int]:
         """The gold tokenization of one item's whole prompt."""
-        return self.tokenizer.prompt(self.system_prompt, text)
+        return self.tokenizer.prompt(self.system_prompt, text, self.examples)
 
     def split(self, prompt: list[int]) -> tuple[int, list[int]]:
         """(prefix slots the item shares, the tokens it feeds itself): see layout.split."""
@@ -61,6 +64,11 @@ class Engine:
 
     def fed_lengths(self, prompts: list[list[int]]) -> list[int]:
         return [len(self.fed(p)) for p in prompts]
+
+    def content_free(self) -> tuple[float, ...]:
+        """Average gold-loop label probabilities of the content-free inputs (see adjust.py)."""
+        probs = np.stack([self.score_gold(self.prompt(t)) for t in CONTENT_FREE])
+        return tuple(float(x) for x in probs.mean(axis=0))
 
     def score_batch(self, prompts: list[list[int]]) -> np.ndarray:
         """(B, J) probabilities of one batch on the fast path."""

@@ -1,13 +1,53 @@
-"""What the model is asked: the label set's default names and the default system prompt."""
+"""What the model is asked: the default labels, the system prompt, few-shot examples.
+
+The default system prompt names the labels, with a one-line description each when given
+(`--labels-file`). Few-shot examples become earlier user/assistant turns of the conversation,
+so they are part of the shared prefix that the prefix cache computes once per job.
+"""
 
 from __future__ import annotations
 
 DEFAULT_LABELS = ("billing", "technical", "account")
 
+# Descriptions and three short examples per default label: the built-in few-shot prompt.
+DEFAULT_DESCRIPTIONS = {
+    "billing": "charges, invoices, refunds, payment methods, subscription prices and plans",
+    "technical": "crashes, errors, bugs, sync or performance problems, devices and integrations",
+    "account": "logins, passwords, two-factor codes, profile details, access and account deletion",
+}
+FEW_SHOT_EXAMPLES = (
+    ("I was charged twice for my subscription this month.", "billing"),
+    ("The app crashes every time I open the settings page.", "technical"),
+    ("I can't log in, the reset password email never arrives.", "account"),
+    ("Can I get a refund for the annual plan I bought yesterday?", "billing"),
+    ("Sync between my phone and laptop stopped working after the update.", "technical"),
+    ("Please delete my account and all of my data.", "account"),
+    ("My invoice shows the wrong VAT number, please correct it.", "billing"),
+    ("Exports fail with error 500 when the file is larger than 10 MB.", "technical"),
+    ("How do I change the email address on my profile?", "account"),
+)
 
-def default_system_prompt(labels: tuple[str, ...] | list[str]) -> str:
+
+def default_system_prompt(
+    labels: tuple[str, ...] | list[str], descriptions: dict[str, str] | None = None
+) -> str:
     names = ", ".join(labels)
+    if not descriptions:
+        return (
+            "You are a support-ticket triage assistant. Classify the customer's message into "
+            f"exactly one of these categories: {names}. Answer with the category name only."
+        )
+    lines = "\n".join(
+        f"- {x}: {descriptions[x]}" if descriptions.get(x) else f"- {x}" for x in labels
+    )
     return (
         "You are a support-ticket triage assistant. Classify the customer's message into "
-        f"exactly one of these categories: {names}. Answer with the category name only."
+        f"exactly one of these categories:\n{lines}\nAnswer with the category name only."
     )
+
+
+def few_shot_prompt(labels: tuple[str, ...]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The built-in few-shot prompt (default labels only): descriptions + 3 examples a label."""
+    if tuple(labels) != DEFAULT_LABELS:
+        raise ValueError("the built-in few-shot prompt is written for the default labels")
+    return default_system_prompt(labels, DEFAULT_DESCRIPTIONS), FEW_SHOT_EXAMPLES

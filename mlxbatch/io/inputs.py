@@ -15,7 +15,7 @@ import csv
 import io
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ class Row:
     text: str | None  # None when the row is bad
     error: str | None = None
     line: int = 0  # the physical line the row starts on
+    fields: dict = field(default_factory=dict)  # other requested fields (gold labels, ...)
 
 
 def detect_format(name: str, head: bytes, fmt: str, text_field: str = "text") -> str:
@@ -183,9 +184,11 @@ def read_source(path: str) -> bytes:
 
 
 def read_rows(
-    path: str, text_field: str = "text", id_field: str | None = None, fmt: str = "auto"
-) -> tuple[list[Row], str]:
-    """All rows of `path` (or '-' for stdin), each valid or carrying its error; and the format."""
+    path: str, text_field: str = "text", id_field: str | None = None, fmt: str = "auto",
+    fields: tuple[str, ...] = (),
+) -> tuple[list[Row], str]:  # fmt: skip
+    """All rows of `path` (or '-' for stdin), each valid or carrying its error; and the format.
+    `fields`: other columns to keep on each row (absent ones are simply missing)."""
     data = read_source(path)
     if data.startswith(BOM):
         data = data[len(BOM) :]
@@ -210,6 +213,7 @@ def read_rows(
         rows.append(row)
         if obj is None:
             continue
+        row.fields = {k: obj[k] for k in fields if k in obj}
         if id_field is not None:
             if id_field not in obj:
                 row.error = f"missing id field {id_field!r}"

@@ -36,8 +36,13 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, allow_nan=False)
 
 
-def result_row(rid: Any, labels: tuple[str, ...], probs, extra: dict | None = None) -> dict:
+def result_row(
+    rid: Any, labels: tuple[str, ...], probs, extra: dict | None = None, abstained: bool = False
+) -> dict:
+    """A scored row; an abstaining one keeps its scores with `"label": null, "abstained": true`."""
     scores = {name: float(p) for name, p in zip(labels, probs)}
+    if abstained:
+        return {"id": rid, "label": None, "abstained": True, "scores": scores, **(extra or {})}
     best = max(range(len(labels)), key=lambda j: probs[j])
     return {"id": rid, "label": labels[best], "scores": scores, **(extra or {})}
 

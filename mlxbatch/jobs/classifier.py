@@ -14,24 +14,34 @@ from pathlib import Path
 import numpy as np
 from mlx.utils import tree_flatten
 
+from ..engine.adjust import Adjustment, parse_prior
 from ..engine.engine import MODES, Engine
 from ..engine.footprint import PREFERRED_BUDGET, Footprint
 from ..engine.labels import LabelSet
 from ..engine.planner import DEFAULT_MAX_BATCH, Batch, CostModel, plan
 from ..engine.prompt import DEFAULT_LABELS, default_system_prompt
+from ..errors import LabelError
 from ..model.load import LoadedModel, load_model
+from ..model.tokenizer import Examples
 
 
 @dataclass(frozen=True)
 class Prediction:
-    label: str
+    label: str | None  # None when the classifier abstains (below min_confidence)
     scores: dict[str, float]
+    abstained: bool = False
 
 
 class Classifier:
-    def __init__(self, lm: LoadedModel, labels: LabelSet, system_prompt: str, prefix_cache: bool):
+    def __init__(
+        self, lm: LoadedModel, labels: LabelSet, system_prompt: str, prefix_cache: bool,
+        examples: Examples = (), adjust: Adjustment | None = None,
+    ):  # fmt: skip
         self.lm, self.labels, self.system_prompt = lm, labels, system_prompt
-        self.engine = Engine(lm, labels, system_prompt, prefix_cache=prefix_cache)
+        self.examples = tuple(examples)
+        self.engine = Engine(lm, labels, system_prompt, prefix_cache=prefix_cache,
+                             examples=self.examples)  # fmt: skip
+        self.adjust = adjust or Adjustment()
         self.footprint = Footprint(
             lm.model.args, lm.dtype.size,
             sum(v.nbytes for _, v in tree_flatten(lm.model.parameters())),
@@ -42,12 +52,31 @@ class Classifier:
     def load(
         cls, model_dir: str | Path, labels: list[str] | tuple[str, ...] = DEFAULT_LABELS,
         system_prompt: str | None = None, dtype: str | None = None, prefix_cache: bool = True,
-        check_finite: bool = False,
+        check_finite: bool = False, examples: Examples = (), calibrate: bool = False,
+        prior: dict[str, float] | str | None = None, min_confidence: float | None = None,
+        descriptions: dict[str, str] | None = None,
     ) -> Classifier:  # fmt: skip
+        """Load a model for a label set. `examples`: few-shot (text, label) pairs; `calibrate`:
+        contextual calibration; `prior`: {label: weight} or "a=0.5,b=0.5"; `min_confidence`:
+        abstain below it; `descriptions`: {label: one line} for the default system prompt."""
         lm = load_model(model_dir, dtype=dtype, check_finite=check_finite)
+        labels = tuple(labels)
         label_set = LabelSet.build(labels, lm.tokenizer.label, lm.model.args.vocab_size)
-        prompt = system_prompt if system_prompt is not None else default_system_prompt(labels)
-        return cls(lm, label_set, prompt, prefix_cache)
+        bad = [lab for _, lab in examples if lab not in labels]
+        if bad:
+            raise LabelError(f"example label(s) {sorted(set(bad))} are not in the label set")
+        if system_prompt is None:
+            system_prompt = default_system_prompt(labels, descriptions)
+        if min_confidence is not None and not 0 <= min_confidence <= 1:
+            raise LabelError(f"--min-confidence {min_confidence} is not between 0 and 1")
+        if isinstance(prior, dict):
+            prior = ",".join(f"{k}={v}" for k, v in prior.items())
+        clf = cls(lm, label_set, system_prompt, prefix_cache, examples)
+        clf.adjust = Adjustment(
+            clf.engine.content_free() if calibrate else None,
+            parse_prior(prior, labels) if prior else None, min_confidence,
+        )  # fmt: skip
+        return clf
 
     def fed_lengths(self, prompts: list[list[int]]) -> list[int]:
         """Tokens each item feeds through the model (its prompt minus the shared prefix)."""
@@ -88,9 +117,12 @@ class Classifier:
         """Label probabilities for each text, in input order. mode='sequential' is the gold loop."""
         prompts = [self.engine.prompt(t) for t in texts]
         batches = self.plan(prompts, mode, batch_tokens, max_batch)
-        probs = self.engine.score_all(prompts, batches, MODES[mode].scorer)
+        probs = self.adjust.apply(self.engine.score_all(prompts, batches, MODES[mode].scorer))
         return [self._prediction(p) for p in probs]
 
     def _prediction(self, probs: np.ndarray) -> Prediction:
         names = self.labels.names
-        return Prediction(names[int(np.argmax(probs))], dict(zip(names, map(float, probs))))
+        scores = dict(zip(names, map(float, probs)))
+        if self.adjust.abstains(probs):
+            return Prediction(None, scores, True)
+        return Prediction(names[int(np.argmax(probs))], scores)

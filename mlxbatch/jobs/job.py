@@ -83,6 +83,8 @@ class JobResult:
     verify: dict | None = field(default=None)
     planner: str = ""
     predicted_seconds: float | None = None
+    results: list[dict] = field(default_factory=list, repr=False)  # output rows, input order
+    abstained: int = 0
 
     def summary(self) -> str:
         rate = self.scored / self.seconds if self.seconds else 0.0
@@ -93,6 +95,7 @@ class JobResult:
             f"{self.peak_memory / 2**30:.2f} GiB (bound {self.memory_bound / 2**30:.2f} GiB)"
             + (f"; planner {self.planner}" if self.planner else "")
             + (f", predicted {self.predicted_seconds:.1f} s" if self.predicted_seconds else "")
+            + (f"; {self.abstained} abstained" if self.abstained else "")
         )
 
 
@@ -171,7 +174,8 @@ def fingerprint(rows: list[Row], clf: Classifier, s: JobSettings) -> str:
     # everything that changes a row's scores or errors (the batch shape is recorded instead)
     parts = [manifest, str(clf.lm.path.resolve()), str(clf.lm.dtype), list(clf.labels.names),
              [list(t) for t in clf.labels.tokens], clf.system_prompt, s.mode, s.prefix_cache,
-             s.too_long, s.max_tokens, s.on_error, s.planner]  # fmt: skip
+             s.too_long, s.max_tokens, s.on_error, s.planner, [list(e) for e in clf.examples],
+             clf.adjust.p_cf, clf.adjust.prior, clf.adjust.min_confidence]  # fmt: skip
     h.update(json.dumps(parts, sort_keys=True, default=str).encode())
     for r in rows:
         h.update(json.dumps([r.id, r.text, r.error]).encode())
@@ -264,12 +268,12 @@ def execute(clf: Classifier, rows: list[Row], plan: JobPlan, sink: Sink, on_erro
     try:
         for batch, probs in clf.engine.run(plist, todo, scorer, progress=bar.update):
             out, bad = [], None
-            for i, p in zip(batch.indices, probs):
+            for i, p in zip(batch.indices, clf.adjust.apply(probs)):
                 row = rows[plan.order[i]]
                 if np.isfinite(p).all():
-                    out.append(
-                        (plan.order[i], result_row(row.id, names, p, extras.get(plan.order[i])))
-                    )
+                    result = result_row(row.id, names, p, extras.get(plan.order[i]),
+                                        clf.adjust.abstains(p))  # fmt: skip
+                    out.append((plan.order[i], result))
                 else:
                     bad = bad or row
                     out.append((plan.order[i], error_row(row.id, non_finite_error(clf), row.line)))
@@ -307,6 +311,7 @@ def run_job(
     seconds = time.perf_counter() - t0
     report = run_verify(clf, rows, plan.prompts, sink.done) if verify else None
     sink.finish(len(rows), clf.labels.names)
+    abstained = sum(1 for r in sink.done.values() if r.get("abstained"))
     return JobResult(
         rows=len(rows), scored=len(plan.order), errors=len(bad), seconds=seconds,
         padding_overhead=padding_stats(plan.fed_lengths, plan.batches).overhead,
@@ -315,6 +320,7 @@ def run_job(
         planner=(plan.settings["planner"] + (f" ({plan.cost.source})" if plan.cost else "")
                  if plan.settings["mode"] == "sorted" else ""),
         predicted_seconds=plan.predicted_seconds(clf.footprint.prefix),
+        results=[sink.done[i] for i in range(len(rows))], abstained=abstained,
     )  # fmt: skip
 
 
@@ -323,7 +329,7 @@ def run_verify(clf: Classifier, rows: list[Row], prompts: dict, results: dict) -
     names = clf.labels.names
     disagree, max_diff, t0 = [], 0.0, time.perf_counter()
     for i, prompt in tqdm(prompts.items(), desc="verify", file=sys.stderr, disable=None):
-        gold = clf.engine.score_gold(prompt)
+        gold = clf.adjust.apply(clf.engine.score_gold(prompt)[None])[0]
         scores = results[i].get("scores") or {}
         fast = np.array([scores.get(n, np.nan) for n in names], np.float64)
         finite = bool(np.isfinite(gold).all() and np.isfinite(fast).all())
@@ -333,9 +339,9 @@ def run_verify(clf: Classifier, rows: list[Row], prompts: dict, results: dict) -
         if not finite:
             disagree.append({"id": rows[i].id, "gold": names[g] if np.isfinite(gold).all() else None,
                              "fast": results[i].get("label"), "error": "non-finite scores"})  # fmt: skip
-        elif names[g] != results[i]["label"]:
+        elif g != int(np.argmax(fast)):
             top2 = np.sort(gold)[-2:]
-            disagree.append({"id": rows[i].id, "gold": names[g], "fast": results[i]["label"],
+            disagree.append({"id": rows[i].id, "gold": names[g], "fast": names[int(np.argmax(fast))],
                              "gold_margin": float(top2[1] - top2[0])})  # fmt: skip
     n = len(prompts)
     return {

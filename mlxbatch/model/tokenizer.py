@@ -1,6 +1,8 @@
 """Tokenizer and the Qwen2.5 ChatML prompt, built in code.
 
-    <|im_start|>system\\n{system}<|im_end|>\\n<|im_start|>user\\n{text}<|im_end|>\\n<|im_start|>assistant\\n
+    <|im_start|>system\\n{system}<|im_end|>\\n
+    (<|im_start|>user\\n{example}<|im_end|>\\n<|im_start|>assistant\\n{label}<|im_end|>\\n)*
+    <|im_start|>user\\n{text}<|im_end|>\\n<|im_start|>assistant\\n
 
 (The chat template inside recent Qwen tokenizer files is Qwen3's, not Qwen2.5's, so it is
 never used.) Special tokens are recognised in the template only: a user typing
@@ -17,6 +19,7 @@ from tokenizers import Tokenizer
 from ..errors import LabelError, ModelError
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+Examples = tuple[tuple[str, str], ...]  # few-shot (text, label) pairs, earlier turns
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
 
 
@@ -50,23 +53,28 @@ class PromptTokenizer:
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids, skip_special_tokens=False)
 
-    def prompt(self, system: str, text: str) -> list[int]:
+    def prompt(self, system: str, text: str, examples: Examples = ()) -> list[int]:
         """The gold tokenization of the whole ChatML prompt for one item."""
-        return self.prefix(system) + self.suffix(text)
+        return self.prefix(system, examples) + self.suffix(text)
 
-    def prefix(self, system: str) -> list[int]:
-        """Tokens of everything before the item text, encoded as part of the whole prompt."""
-        return [self.im_start, *self.encode(f"system\n{system}"), self.im_end, *self.newline,
-                self.im_start]  # fmt: skip
+    def prefix(self, system: str, examples: Examples = ()) -> list[int]:
+        """Tokens of everything before the item's user turn, encoded as part of the whole
+        prompt: the system turn, then each example as a user turn and an assistant turn."""
+        out = [self.im_start, *self.encode(f"system\n{system}"), self.im_end, *self.newline]
+        for text, label in examples:
+            out += [self.im_start, *self.encode(f"user\n{text}"), self.im_end, *self.newline,
+                    self.im_start, *self.encode(f"assistant\n{label}"), self.im_end,
+                    *self.newline]  # fmt: skip
+        return out + [self.im_start]
 
-    def shared_prefix(self, system: str) -> list[int]:
+    def shared_prefix(self, system: str, examples: Examples = ()) -> list[int]:
         """The prefix computed once per run: everything up to `user\\n`, before the text.
 
         An item's own prompt may diverge from it near the end when BPE merges the text's
         first characters with `\\n` (text starting with newlines); the engine then uses only
         the common part for that row (see `common_prefix_len`).
         """
-        return self.prefix(system) + self.encode("user\n")
+        return self.prefix(system, examples) + self.encode("user\n")
 
     def suffix(self, text: str) -> list[int]:
         """Tokens from `user\\n{text}` to the end of the prompt (`assistant\\n`)."""

@@ -1,0 +1,60 @@
+"""`mlxbatch eval`: score an output file against the gold labels of its input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from .common import fail
+
+
+@click.command("eval")
+@click.argument("input_path", metavar="INPUT")
+@click.argument("predictions", type=click.Path(path_type=Path))
+@click.option("--gold-field", required=True, help="JSONL key / CSV column of the gold label.")
+@click.option("--text-field", default="text", show_default=True)
+@click.option("--id-field", default=None)
+@click.option(
+    "--input-format",
+    type=click.Choice(["auto", "jsonl", "csv", "tsv", "text"]),
+    default="auto",
+    show_default=True,
+)
+@click.option("--labels", help="The label set (default: the score keys of the predictions).")
+@click.option(
+    "--json", "json_path", type=click.Path(path_type=Path), help="Write the metrics as JSON."
+)
+@click.option(
+    "--plot", "plot_path", type=click.Path(path_type=Path), help="Draw the confusion matrix (PNG)."
+)
+def evaluate_cmd(input_path, predictions, gold_field, text_field, id_field, input_format, labels,
+                 json_path, plot_path):  # fmt: skip
+    """Accuracy, per-class F1, confusion and calibration of PREDICTIONS (a classify output,
+    JSONL) against the gold labels of INPUT, row by row."""
+    from ..io.inputs import read_rows
+    from ..jobs.evaluate import evaluate_rows, format_evaluation, plot_confusion
+
+    rows, _ = read_rows(input_path, text_field, id_field, input_format, (gold_field,))
+    try:
+        lines = predictions.read_text(encoding="utf-8").splitlines()
+        results = [json.loads(x) for x in lines if x.strip()]
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        fail(f"{predictions}: not a JSONL output of mlxbatch classify ({str(e)[:100]})")
+    if len(results) != len(rows) or not all(isinstance(r, dict) for r in results):
+        fail(f"{predictions}: {len(results)} rows for the {len(rows)} rows of {input_path}; "
+             "give the input the predictions were made from")  # fmt: skip
+    scored = [r for r in results if isinstance(r.get("scores"), dict)]
+    if labels:
+        names = tuple(x.strip() for x in labels.split(","))
+    elif scored:
+        names = tuple(scored[0]["scores"])
+    else:
+        fail(f"{predictions}: no scored rows to evaluate")
+    m = evaluate_rows(results, [r.fields.get(gold_field) for r in rows], names)
+    click.echo(format_evaluation(m))
+    if json_path:
+        json_path.write_text(json.dumps(m, indent=2) + "\n")
+    if plot_path:
+        plot_confusion(m, plot_path)

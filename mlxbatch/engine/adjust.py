@@ -1,0 +1,89 @@
+"""What is done to the label probabilities after scoring: calibration, priors, abstention.
+
+Contextual calibration (Zhao et al., 2021, "Calibrate Before Use"): the content-free inputs
+"N/A", "" and "[MASK]" go through the same prompt and examples; their average label
+probabilities p_cf measure the prompt's own bias, and each row reports q_j proportional to
+p_j / p_cf_j. Explicit priors multiply in: q_j proportional to p_j * prior_j (/ p_cf_j). The
+same adjustment is applied to the fast path and to the gold loop, so `--verify` compares like
+with like. Rows whose top adjusted probability is below `min_confidence` abstain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+CONTENT_FREE = ("N/A", "", "[MASK]")
+
+
+@dataclass(frozen=True)
+class Adjustment:
+    p_cf: tuple[float, ...] | None = None  # content-free label probabilities
+    prior: tuple[float, ...] | None = None
+    min_confidence: float | None = None
+
+    @property
+    def identity(self) -> bool:
+        return self.p_cf is None and self.prior is None
+
+    def apply(self, probs: np.ndarray) -> np.ndarray:
+        """(N, J) probabilities -> (N, J) adjusted, renormalised; unchanged when identity."""
+        if self.identity:
+            return probs
+        q = np.asarray(probs, np.float64)
+        if self.p_cf is not None:
+            q = q / np.asarray(self.p_cf, np.float64)
+        if self.prior is not None:
+            q = q * np.asarray(self.prior, np.float64)
+        return (q / q.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+    def abstains(self, probs: np.ndarray) -> bool:
+        return self.min_confidence is not None and float(np.max(probs)) < self.min_confidence
+
+    def describe(self, names: tuple[str, ...]) -> str:
+        parts = []
+        if self.p_cf is not None:
+            parts.append("p_cf " + ", ".join(f"{n}={p:.3f}" for n, p in zip(names, self.p_cf)))
+        if self.prior is not None:
+            parts.append("prior " + ", ".join(f"{n}={p:.3f}" for n, p in zip(names, self.prior)))
+        if self.min_confidence is not None:
+            parts.append(f"min confidence {self.min_confidence}")
+        return "; ".join(parts)
+
+
+def parse_prior(spec: str, names: tuple[str, ...]) -> tuple[float, ...]:
+    """`billing=0.5,technical=0.3,account=0.2` -> priors in label order, normalised.
+    Labels not named get an equal share of what is left (an error if nothing is left)."""
+    from ..errors import LabelError
+
+    given: dict[str, float] = {}
+    for part in spec.split(","):
+        if not part.strip():
+            continue
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        if not sep or name not in names:
+            raise LabelError(f"--prior {part.strip()!r}: expected LABEL=WEIGHT with a label of "
+                             f"{', '.join(names)}")  # fmt: skip
+        try:
+            w = float(value)
+        except ValueError:
+            raise LabelError(
+                f"--prior {part.strip()!r}: {value.strip()!r} is not a number"
+            ) from None
+        if not np.isfinite(w) or w <= 0:
+            raise LabelError(f"--prior {part.strip()!r}: weights must be positive")
+        given[name] = w
+    if not given:
+        raise LabelError("--prior names no label")
+    rest = [n for n in names if n not in given]
+    total = sum(given.values())
+    if rest:
+        if total >= 1:
+            raise LabelError(f"--prior leaves nothing for {', '.join(rest)}: name every label "
+                             "or let the weights sum below 1")  # fmt: skip
+        share = (1 - total) / len(rest)
+        given |= dict.fromkeys(rest, share)
+        total = 1.0
+    return tuple(given[n] / total for n in names)

@@ -1,0 +1,60 @@
+"""Prompt inputs from files: label descriptions (`--labels-file`) and few-shot examples
+(`--examples`), with the same readers and line-numbered errors as the classify input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import InputError, LabelError
+from .inputs import describe_errors, read_rows
+
+
+def read_labels_file(path: str | Path) -> dict[str, str]:
+    """A JSON or YAML mapping of label -> one-line description, in file order."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read the labels file ({e})") from None
+    try:
+        if path.suffix.lower() in (".yaml", ".yml"):
+            import yaml  # PyYAML comes with mlx-lm
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except Exception as e:  # json and yaml raise several types; all mean "not parseable"
+        raise InputError(
+            f"{path}: not a valid labels file ({str(e).splitlines()[0][:120]})"
+        ) from None
+    if not isinstance(data, dict) or not data:
+        raise InputError(f"{path}: expected a mapping of label to description")
+    out = {}
+    for label, desc in data.items():
+        if not isinstance(label, str) or not label.strip():
+            raise LabelError(f"{path}: label {label!r} is not a non-empty string")
+        if desc is not None and not isinstance(desc, str):
+            raise InputError(f"{path}: the description of {label!r} is not a string")
+        if desc and "\n" in desc.strip():
+            raise InputError(f"{path}: the description of {label!r} spans several lines")
+        out[label.strip()] = (desc or "").strip()
+    return out
+
+
+def read_examples(
+    path: str, labels: tuple[str, ...], text_field: str = "text", label_field: str = "label"
+) -> tuple[tuple[str, str], ...]:
+    """Few-shot (text, label) pairs; every bad row and unknown label named by its line."""
+    rows, fmt = read_rows(path, text_field, None, "auto", fields=(label_field,))
+    for r in rows:
+        if r.error:
+            continue
+        label = r.fields.get(label_field)
+        if not isinstance(label, str) or not label.strip():
+            r.error = f"missing or empty {label_field!r} field"
+        elif label not in labels:
+            r.error = f"label {label!r} is not in the label set ({', '.join(labels)})"
+    if any(r.error for r in rows):
+        raise InputError("examples: " + describe_errors(rows, path, fmt))
+    return tuple((r.text, r.fields[label_field]) for r in rows)

@@ -1,0 +1,165 @@
+"""How good the labels are: accuracy, per-class precision/recall/F1, the confusion matrix,
+calibration (expected calibration error, accuracy above confidence thresholds), coverage.
+
+Pure functions over lists: predicted labels (None for an abstention), gold labels, and the
+top probability of each prediction. Gold labels outside the label set are counted and named,
+never silently dropped: they are excluded from the metrics and reported under `unknown_gold`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+THRESHOLDS = (0.5, 0.7, 0.9)
+
+
+def expected_calibration_error(
+    confidence: np.ndarray, correct: np.ndarray, bins: int = 10
+) -> float:
+    """Sum over equal-width confidence bins of |accuracy - mean confidence| x bin share."""
+    if len(confidence) == 0:
+        return 0.0
+    edges = np.linspace(0, 1, bins + 1)
+    which = np.clip(np.digitize(confidence, edges[1:-1], right=True), 0, bins - 1)
+    ece = 0.0
+    for b in range(bins):
+        m = which == b
+        if m.any():
+            ece += m.mean() * abs(correct[m].mean() - confidence[m].mean())
+    return float(ece)
+
+
+def evaluate(
+    predicted: list[str | None], gold: list, labels: tuple[str, ...] | list[str],
+    confidence: list[float] | None = None,
+) -> dict:  # fmt: skip
+    """Metrics of `predicted` against `gold` over the label set `labels`."""
+    labels = tuple(labels)
+    if len(predicted) != len(gold):
+        raise ValueError(f"{len(predicted)} predictions for {len(gold)} gold labels")
+    conf = np.array(confidence if confidence is not None else [np.nan] * len(gold), np.float64)
+    unknown = Counter(str(g) for g in gold if g is not None and g not in labels)
+    missing = sum(1 for g in gold if g is None)
+    keep = [i for i, g in enumerate(gold) if g in labels]
+    pred = [predicted[i] for i in keep]
+    gl = [gold[i] for i in keep]
+    conf = conf[keep] if len(keep) else np.zeros(0)
+    n = len(gl)
+    answered = [i for i, p in enumerate(pred) if p is not None]
+    correct = np.array([pred[i] == gl[i] for i in range(n)], bool)
+    cols = (*labels, None) if len(answered) < n else labels
+    matrix = [
+        [sum(1 for p, g in zip(pred, gl) if g == gt and p == pt) for pt in cols] for gt in labels
+    ]
+    per_class = {}
+    for j, lab in enumerate(labels):
+        tp = matrix[j][j]
+        predicted_as = sum(matrix[k][j] for k in range(len(labels)))
+        support = sum(matrix[j])
+        p = tp / predicted_as if predicted_as else 0.0
+        r = tp / support if support else 0.0
+        f1 = 2 * p * r / (p + r) if p + r else 0.0
+        per_class[lab] = {"precision": p, "recall": r, "f1": f1, "support": support,
+                          "predicted": predicted_as}  # fmt: skip
+    present = [lab for lab in labels if per_class[lab]["support"] > 0]
+    out = {
+        "items": len(gold),
+        "evaluated": n,
+        "unknown_gold": dict(unknown),
+        "missing_gold": missing,
+        "accuracy": float(correct.mean()) if n else 0.0,
+        "macro_f1": float(np.mean([per_class[x]["f1"] for x in present])) if present else 0.0,
+        "per_class": per_class,
+        "confusion": {
+            "labels": list(labels),
+            "columns": [c if c else "(abstained)" for c in cols],
+            "matrix": matrix,
+        },  # fmt: skip
+        "coverage": len(answered) / n if n else 0.0,
+        "accuracy_answered": float(correct[answered].mean()) if answered else None,
+        "abstained": n - len(answered),
+    }
+    if confidence is not None and n:
+        out["ece"] = expected_calibration_error(conf, correct)
+        out["above_threshold"] = {
+            str(t): {"coverage": float((conf >= t).mean()),
+                     "accuracy": float(correct[conf >= t].mean()) if (conf >= t).any() else None}
+            for t in THRESHOLDS
+        }  # fmt: skip
+    return out
+
+
+def format_evaluation(m: dict) -> str:
+    """The evaluation as text tables."""
+    labels = m["confusion"]["labels"]
+    w = max(12, *(len(x) + 2 for x in labels))
+    lines = [f"evaluation over {m['evaluated']} of {m['items']} rows with a known gold label: "
+             f"accuracy {m['accuracy']:.1%}, macro-F1 {m['macro_f1']:.3f}"]  # fmt: skip
+    if m["unknown_gold"]:
+        names = ", ".join(f"{k!r} x{v}" for k, v in sorted(m["unknown_gold"].items()))
+        lines.append(f"gold labels not in the label set (not evaluated): {names}")
+    if m.get("missing_gold"):
+        lines.append(f"rows without a gold label (not evaluated): {m['missing_gold']}")
+    if m["abstained"]:
+        kept = "n/a" if m["accuracy_answered"] is None else f"{m['accuracy_answered']:.1%}"
+        lines.append(f"coverage {m['coverage']:.1%} ({m['abstained']} abstained); accuracy on "
+                     f"the rows kept {kept}")  # fmt: skip
+    lines += ["", f"{'class':<{w}} {'precision':>9} {'recall':>7} {'f1':>6} {'support':>8}"]
+    for lab, c in m["per_class"].items():
+        lines.append(f"{lab:<{w}} {c['precision']:>9.3f} {c['recall']:>7.3f} {c['f1']:>6.3f} "
+                     f"{c['support']:>8}")  # fmt: skip
+    cols = m["confusion"]["columns"]
+    cw = max(8, *(len(c) + 1 for c in cols))
+    lines += ["", "confusion (rows: gold, columns: predicted)",
+              f"{'':<{w}}" + "".join(f"{c:>{cw}}" for c in cols)]  # fmt: skip
+    for lab, row in zip(labels, m["confusion"]["matrix"]):
+        lines.append(f"{lab:<{w}}" + "".join(f"{v:>{cw}}" for v in row))
+    if "ece" in m:
+        lines += ["", f"calibration: expected calibration error {m['ece']:.3f} (10 bins)"]
+        for t, v in m["above_threshold"].items():
+            acc = "n/a" if v["accuracy"] is None else f"{v['accuracy']:.1%}"
+            lines.append(f"  confidence >= {t}: {v['coverage']:.1%} of rows, accuracy {acc}")
+    return "\n".join(lines)
+
+
+def plot_confusion(m: dict, path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        from ..errors import UsageError
+
+        raise UsageError("--plot needs matplotlib: pip install 'mlxbatch[plot]'") from None
+    mat = np.array(m["confusion"]["matrix"])
+    fig, ax = plt.subplots(figsize=(1.2 * mat.shape[1] + 2, 1.1 * mat.shape[0] + 1.5))
+    ax.imshow(mat, cmap="Blues")
+    ax.set_xticks(range(mat.shape[1]), m["confusion"]["columns"], rotation=30, ha="right")
+    ax.set_yticks(range(mat.shape[0]), m["confusion"]["labels"])
+    for (i, j), v in np.ndenumerate(mat):
+        ax.text(j, i, str(v), ha="center", va="center",
+                color="white" if v > mat.max() / 2 else "black")  # fmt: skip
+    ax.set(xlabel="predicted", ylabel="gold",
+           title=f"accuracy {m['accuracy']:.1%}, macro-F1 {m['macro_f1']:.3f}")  # fmt: skip
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def evaluate_rows(results: list[dict], gold: list, labels: tuple[str, ...]) -> dict:
+    """Metrics from output rows (error rows are counted as not evaluated)."""
+    pred, g, conf = [], [], []
+    errors = 0
+    for r, gl in zip(results, gold):
+        if "error" in r:
+            errors += 1
+            continue
+        pred.append(r.get("label"))
+        g.append(gl)
+        conf.append(max(r["scores"].values()))
+    m = evaluate(pred, g, labels, conf)
+    m["error_rows"] = errors
+    return m
