@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .common import fail, max_batch_option, model_option, resolve_model
+from .common import LABELS_HELP, fail, max_batch_option, model_option, prompt_spec, resolve_model
 
 
 @click.command()
@@ -33,13 +33,23 @@ def tickets(n, seed, mix, output):
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option(
-    "--size", type=int, default=1024, show_default=True, help="Square matmul size to time."
-)
-def doctor(as_json, size):
-    """Device, dtype, the BLAS behind MLX's CPU matmuls, and its measured GFLOP/s."""
+    "--size", type=click.IntRange(16, 8192), default=1024, show_default=True,
+    help="Square matmul size to time.",
+)  # fmt: skip
+@click.option("--calibrate", is_flag=True, help="Measure the planner's cost model for --model.")
+@model_option
+def doctor(as_json, size, calibrate, model):
+    """Device, dtype, the BLAS behind MLX's CPU matmuls and its GFLOP/s, planner calibrations."""
     from ..jobs.doctor import report
 
     info = report(size)
+    if calibrate:
+        from ..jobs.classifier import Classifier
+        from ..jobs.tuning import calibrate as measure
+        from ..jobs.tuning import describe
+
+        cost, _ = measure(Classifier.load(resolve_model(model)), lambda m: click.echo(m, err=True))
+        info["planner_calibrated"] = describe(cost)
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:
@@ -57,29 +67,58 @@ def doctor(as_json, size):
     help="A ticket file, or a number of synthetic tickets.",
 )
 @click.option(
+    "--mix",
+    type=click.Choice(["default", "short", "long", "heavy-tail"]),
+    default="default",
+    show_default=True,
+    help="The synthetic tickets' length mix.",
+)
+@click.option(
+    "--prompt",
+    "prompt_name",
+    type=click.Choice(["default", "few-shot"]),
+    default="default",
+    show_default=True,
+    help="few-shot: label descriptions plus three examples a label (~300 prefix tokens).",
+)
+@click.option("--labels", help=LABELS_HELP)
+@click.option("--system-prompt", help="System prompt text (as classify).")
+@click.option("--system-prompt-file", type=click.Path(path_type=Path))
+@click.option("--labels-file", type=click.Path(path_type=Path), help="As classify.")
+@click.option("--examples", type=click.Path(path_type=Path), help="As classify.")
+@click.option(
     "--batch-tokens",
     type=click.IntRange(1),
-    help="Budget of the default sorted run (default: as classify).",
+    help="Budget of the greedy sorted run compared against the cost planner (default 4096).",
 )
 @max_batch_option
-@click.option(
-    "--naive-batch",
-    type=click.IntRange(1),
-    default=16,
-    show_default=True,
-    help="Rows per naive batch.",
-)
+@click.option("--naive-batch", type=click.IntRange(1), default=16, show_default=True,
+              help="Rows per naive batch.")  # fmt: skip
 @click.option(
     "--sweep",
     default="512,1024,2048,4096",
     show_default=True,
-    help="Budgets to sweep (comma-separated; empty for none).",
+    help="Greedy budgets to sweep (comma-separated; empty for none).",
 )
 @click.option(
-    "--peers/--no-peers",
-    default=True,
+    "--modes",
+    default="gold,prefix,naive,sorted,greedy,sweep",
     show_default=True,
-    help="Also time mlx-lm and transformers (if installed).",
+    help="Which of gold,prefix,naive,sorted,greedy,sweep to run.",
+)
+@click.option(
+    "--peers",
+    "peer_names",
+    default="mlx-lm,mlx-lm-batch,transformers,transformers-bf16",
+    show_default=True,
+    help="Peers to time (empty for none): mlx-lm,mlx-lm-batch,transformers,transformers-bf16.",
+)
+@click.option("--no-peers", is_flag=True, help="Time no peers.")
+@click.option("--no-calibrate", is_flag=True, help="Use the cached/default cost model.")
+@click.option(
+    "--against",
+    type=click.Path(path_type=Path),
+    help="A reference model (e.g. the full-precision source of a quantized --model).",
 )
 @click.option(
     "--json", "json_path", type=click.Path(path_type=Path), help="Write every figure as JSON."
@@ -90,14 +129,38 @@ def doctor(as_json, size):
 @click.option(
     "--quick", is_flag=True, help="Tiny synthetic model, 60 tickets: checks the command in seconds."
 )
-def bench(model, tickets_spec, batch_tokens, max_batch, naive_batch, sweep, peers, json_path, plot_path, quick):  # fmt: skip
-    """Time the gold loop, prefix caching, naive and sorted batching (and peers) in one run."""
-    from ..jobs.bench import bench_job
+def bench(model, tickets_spec, mix, prompt_name, labels, system_prompt, system_prompt_file,
+          labels_file, examples, batch_tokens, max_batch, naive_batch, sweep, modes, peer_names,
+          no_peers, no_calibrate, against, json_path, plot_path, quick):  # fmt: skip
+    """Time the gold loop, prefix caching, naive, greedy and cost-planned batching, and peers."""
+    from ..engine.prompt import few_shot_prompt
+    from ..jobs.bench import MODE_NAMES, BenchOptions, bench_job
+    from ..jobs.peers import PEERS
 
-    result, report = bench_job(model, tickets_spec, batch_tokens, max_batch, naive_batch,
-                               [int(x) for x in sweep.split(",") if x.strip()], peers, quick,
-                               resolve=resolve_model, progress=lambda m: click.echo(m, err=True),
-                               json_path=json_path, plot_path=plot_path)  # fmt: skip
+    wanted = tuple(x.strip() for x in modes.split(",") if x.strip())
+    peers = () if no_peers else tuple(x.strip() for x in peer_names.split(",") if x.strip())
+    for name, known, option in ((wanted, MODE_NAMES, "--modes"), (peers, PEERS, "--peers")):
+        bad = [x for x in name if x not in known]
+        if bad:
+            fail(f"{option}: unknown {', '.join(bad)} (choose from {', '.join(known)})")
+    spec = prompt_spec(labels, labels_file, system_prompt, system_prompt_file, examples)
+    system, shots = spec.system, spec.examples
+    if prompt_name == "few-shot":
+        if system_prompt or system_prompt_file or examples:
+            fail("--prompt few-shot is the built-in prompt: do not combine it with your own")
+        try:
+            system, shots = few_shot_prompt(spec.labels)
+        except ValueError as e:
+            fail(f"--prompt few-shot: {e}")
+    options = BenchOptions(
+        model=model, tickets=tickets_spec, mix=mix, labels=spec.labels, system_prompt=system,
+        examples=shots, prompt_name=prompt_name if not examples else f"examples from {examples}",
+        batch_tokens=batch_tokens, max_batch=max_batch, naive_batch=naive_batch,
+        sweep=tuple(int(x) for x in sweep.split(",") if x.strip()), modes=wanted, peers=peers,
+        quick=quick, calibrate=not no_calibrate, against=against, json_path=json_path,
+        plot_path=plot_path,
+    )  # fmt: skip
+    result, report = bench_job(options, resolve_model, progress=lambda m: click.echo(m, err=True))
     click.echo(report)
     if any(m["agreement"] < 1.0 for m in result["modes"]):
         fail("a batched mode disagrees with the gold loop", 1)

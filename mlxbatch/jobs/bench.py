@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 
 from ..engine.engine import Engine
-from ..engine.planner import Batch, global_max_stats, padding_stats, plan_batches
+from ..engine.planner import (
+    DEFAULT_MAX_BATCH,
+    Batch,
+    CostModel,
+    global_max_stats,
+    padding_stats,
+    plan,
+    plan_batches,
+)
+from ..engine.prompt import DEFAULT_LABELS
 from .classifier import Classifier
 
 
@@ -27,6 +37,7 @@ class ModeResult:
     useful_flops: float
     batches: int
     settings: dict = field(default_factory=dict)
+    predicted_seconds: float | None = None  # the cost model's prediction for these batches
 
     @property
     def items_per_s(self) -> float:
@@ -45,7 +56,7 @@ def flops_per_item(clf: Classifier, start: int, n: int) -> float:
 
 def useful(clf: Classifier, prompts: list[list[int]]) -> tuple[int, float]:
     """Useful tokens and FLOPs: the shared prefix once, then each item's own tokens."""
-    P = len(clf.engine.tokenizer.shared_prefix(clf.system_prompt))
+    P = len(clf.engine.tokenizer.shared_prefix(clf.system_prompt, clf.examples))
     tokens, flops = P, flops_per_item(clf, 0, P)
     for p in prompts:
         k = min(P, len(p) - 1)
@@ -57,6 +68,7 @@ def useful(clf: Classifier, prompts: list[list[int]]) -> tuple[int, float]:
 def run_mode(
     name: str, engine: Engine, prompts: list[list[int]], batches: list[Batch], scorer: str,
     reference: np.ndarray | None, useful_tokens: int, useful_flops: float, settings: dict,
+    cost: CostModel | None = None,
 ) -> tuple[ModeResult, np.ndarray]:  # fmt: skip
     mx.synchronize()
     mx.reset_peak_memory()
@@ -68,10 +80,14 @@ def run_mode(
     stats = padding_stats(fed, batches)
     processed = stats.processed_tokens + (0 if gold else len(engine.prefix))
     ref = probs if reference is None else reference
+    predicted = None
+    if cost is not None and not gold:
+        P = len(engine.prefix)
+        predicted = float(sum(cost.seconds(len(b.indices), b.width, P) for b in batches))
     return ModeResult(
         name, seconds, len(prompts), processed, useful_tokens, stats.overhead,
         float((probs.argmax(1) == ref.argmax(1)).mean()), float(np.abs(probs - ref).max()),
-        mx.get_peak_memory(), useful_flops, len(batches), settings,
+        mx.get_peak_memory(), useful_flops, len(batches), settings, predicted,
     ), probs  # fmt: skip
 
 
@@ -81,55 +97,77 @@ def length_stats(lengths: list[int]) -> dict:
             "max": int(arr.max()), "mean": float(arr.mean())}  # fmt: skip
 
 
+MODE_NAMES = ("gold", "prefix", "naive", "sorted", "greedy", "sweep")
+
+
 def run_bench(
     clf: Classifier, texts: list[str], batch_tokens: int, max_batch: int, naive_batch: int,
-    sweep: list[int], progress=print,
+    sweep: list[int], progress=print, modes=MODE_NAMES, cost: CostModel | None = None,
 ) -> dict:  # fmt: skip
+    """Every requested mode on the same prompts, each against the gold loop's probabilities.
+
+    gold: the sequential gold loop; prefix: one row per batch through the prefix cache; naive:
+    fixed-size batches in input order; sorted: the cost planner (the default); greedy: budget
+    filling at `batch_tokens`; sweep: greedy at each budget of `sweep`.
+    """
     prompts = [clf.engine.prompt(t) for t in texts]
     tok_lengths = [len(clf.lm.tokenizer.encode(t)) for t in texts]
     fed = clf.fed_lengths(prompts)
     u_tokens, u_flops = useful(clf, prompts)
-    n = len(prompts)
     runs: list[ModeResult] = []
+    cost = cost or clf.cost_model()
+    P = len(clf.engine.prefix)
+    labels = clf.labels
+    label_rows = len(labels.names) if labels.max_len > 1 else 0
+    cap = clf.default_batch_tokens(max_batch, max(fed), "cost")
 
-    def go(name, engine, batches, scorer="fast", **settings):
+    def go(name, batches, scorer="fast", **settings):
         progress(f"running {name} ({len(batches)} batches) ...")
-        res, probs = run_mode(
-            name, engine, prompts, batches, scorer, ref, u_tokens, u_flops, settings
-        )
+        res, probs = run_mode(name, clf.engine, prompts, batches, scorer, ref, u_tokens, u_flops,
+                              settings, cost)  # fmt: skip
         runs.append(res)
-        progress(
-            f"  {res.seconds:.1f} s, {res.items_per_s:.2f} items/s, agreement {res.agreement:.1%}"
-        )
+        extra = f", predicted {res.predicted_seconds:.1f} s" if res.predicted_seconds else ""
+        progress(f"  {res.seconds:.1f} s{extra}, {res.items_per_s:.2f} items/s, "
+                 f"agreement {res.agreement:.1%}")  # fmt: skip
         return probs
 
     ref = None
-    ref = go(
-        "sequential (gold)",
-        clf.engine,
-        plan_batches([len(p) for p in prompts], "sequential", 1 << 30, 1),
-        scorer="gold",
-    )
-    go("sequential + prefix cache", clf.engine, plan_batches(fed, "sequential", 1 << 30, 1))
-    go(f"naive (batch {naive_batch})", clf.engine, plan_batches(fed, "naive", 1 << 30, naive_batch),
-       max_batch=naive_batch)  # fmt: skip
-    go("sorted (default)", clf.engine, plan_batches(fed, "sorted", batch_tokens, max_batch),
-       batch_tokens=batch_tokens, max_batch=max_batch)  # fmt: skip
-    for b in sweep:
-        if b != batch_tokens and b >= max(fed):
-            go(f"sorted, budget {b}", clf.engine, plan_batches(fed, "sorted", b, max_batch),
-               batch_tokens=b, max_batch=max_batch)  # fmt: skip
-    sorted_default = plan_batches(fed, "sorted", batch_tokens, max_batch)
+    if "gold" in modes:
+        ref = go("sequential (gold)", plan_batches([len(p) for p in prompts], "sequential", 1 << 30, 1),
+                 scorer="gold")  # fmt: skip
+    if "prefix" in modes:
+        ref = go("sequential + prefix cache", plan_batches(fed, "sequential", 1 << 30, 1))
+    if "naive" in modes:
+        go(f"naive (batch {naive_batch})", plan_batches(fed, "naive", 1 << 30, naive_batch),
+           max_batch=naive_batch)  # fmt: skip
+    if "sorted" in modes:
+        go("sorted (default)", plan(fed, "cost", cap, max_batch, cost, P, label_rows,
+                                    labels.max_len - 1), batch_tokens=cap, max_batch=max_batch,
+           planner="cost")  # fmt: skip
+    if "greedy" in modes:
+        go(f"sorted, greedy {batch_tokens}", plan_batches(fed, "sorted", batch_tokens, max_batch),
+           batch_tokens=batch_tokens, max_batch=max_batch, planner="greedy")  # fmt: skip
+    if "sweep" in modes:
+        for b in sweep:
+            if b != batch_tokens and b >= max(fed):
+                go(f"sorted, greedy {b}", plan_batches(fed, "sorted", b, max_batch),
+                   batch_tokens=b, max_batch=max_batch, planner="greedy")  # fmt: skip
+    cost_plan = plan(fed, "cost", cap, max_batch, cost, P, label_rows, labels.max_len - 1)
     return {
-        "items": n,
+        "items": len(prompts),
+        "prefix_tokens": len(clf.engine.tokenizer.shared_prefix(clf.system_prompt, clf.examples)),
         "ticket_tokens": length_stats(tok_lengths),
         "fed_tokens": length_stats(fed),
+        "cost_model": cost.to_dict(),
         "padding_tax": {
             "global_max_factor": global_max_stats(fed).factor,
             "naive_factor": padding_stats(
                 fed, plan_batches(fed, "naive", 1 << 30, naive_batch)
             ).factor,
-            "sorted_factor": padding_stats(fed, sorted_default).factor,
+            "greedy_factor": padding_stats(
+                fed, plan_batches(fed, "sorted", batch_tokens, max_batch)
+            ).factor,
+            "sorted_factor": padding_stats(fed, cost_plan).factor,
             "sweep": {
                 b: padding_stats(fed, plan_batches(fed, "sorted", b, max_batch)).overhead
                 for b in sorted({*sweep, batch_tokens})
@@ -137,85 +175,122 @@ def run_bench(
             },
         },  # fmt: skip
         "modes": [asdict(r) | {"items_per_s": r.items_per_s} for r in runs],
-        "gold_labels": [clf.labels.names[i] for i in ref.argmax(1)],
+        "gold_labels": [clf.labels.names[i] for i in ref.argmax(1)] if ref is not None else [],
     }
 
 
-def load_tickets(spec: str) -> tuple[list[str], str]:
-    """A JSONL/CSV/text file, or a count of built-in synthetic tickets."""
+def load_tickets(spec: str, mix: str = "default") -> tuple[list[str], str]:
+    """A JSONL/CSV/text file, or a count of built-in synthetic tickets of a mix."""
     from ..errors import InputError
     from ..io.inputs import describe_errors, read_rows
     from ..io.tickets import generate
 
     if spec.isdigit():
-        return [t["text"] for t in generate(int(spec))], f"{spec} synthetic tickets (seed 0)"
+        return [
+            t["text"] for t in generate(int(spec), 0, mix)
+        ], f"{spec} synthetic tickets ({mix} mix, seed 0)"
     rows, fmt = read_rows(spec)
     if any(r.error for r in rows):
         raise InputError(describe_errors(rows, spec, fmt))
     return [r.text for r in rows], spec
 
 
-def run_peers(
-    clf: Classifier, prompts, result, budget, max_batch, naive_batch, progress
-) -> list[dict]:
-    from .peers import mlx_lm_peer, transformers_peer
+@dataclass
+class BenchOptions:
+    model: Path | None = None
+    tickets: str = "600"
+    mix: str = "default"
+    labels: tuple[str, ...] = DEFAULT_LABELS
+    system_prompt: str | None = None  # None: the default prompt for `labels`
+    examples: tuple[tuple[str, str], ...] = ()
+    prompt_name: str = "default"
+    batch_tokens: int | None = None  # the greedy budget compared against (default: 4096-ish)
+    max_batch: int = DEFAULT_MAX_BATCH
+    naive_batch: int = 16
+    sweep: tuple[int, ...] = ()
+    modes: tuple[str, ...] = MODE_NAMES
+    peers: tuple[str, ...] = ()
+    quick: bool = False
+    calibrate: bool = True
+    against: Path | None = None
+    json_path: Path | None = None
+    plot_path: Path | None = None
 
-    if clf.labels.max_len > 1:
-        return [{"name": "peers", "error": "peers score single-token labels only"}]
-    names = list(clf.labels.names)
-    gold = [names.index(x) for x in result["gold_labels"]]
-    ids = clf.labels.first_ids
-    out = []
-    for name, run in (
-        ("mlx-lm", lambda: mlx_lm_peer(clf.lm.path, prompts, ids, gold, naive_batch)),
-        ("transformers", lambda: transformers_peer(clf.lm.path, prompts, ids, gold, budget, max_batch)),
-    ):  # fmt: skip
-        progress(f"running peer {name} ...")
-        try:
-            out.append(run())
-        except ImportError as e:
-            out.append({"name": name, "error": f"not installed ({e.name})"})
-    return out
 
-
-def bench_job(
-    model, tickets_spec: str, batch_tokens: int | None, max_batch: int, naive_batch: int,
-    sweep: list[int], peers: bool, quick: bool, resolve, progress=print, json_path=None,
-    plot_path=None,
-) -> tuple[dict, str]:  # fmt: skip
-    """The whole `bench` command: model, tickets, modes, peers, report, JSON and plot."""
+def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
+    """The whole `bench` command: model, tickets, calibration, modes, peers, report, files."""
     import json
     import tempfile
-    from pathlib import Path
 
     from ..model.convert import init_random
     from .doctor import report as doctor_report
+    from .peers import run_peers
     from .report import format_report, plot
+    from .tuning import calibrate, describe
 
     with tempfile.TemporaryDirectory() as tmp:
-        if quick:
+        model, tickets = o.model, o.tickets
+        if o.quick:
             model = Path(tmp) / "tiny"
             init_random(model, preset="tiny", seed=0, dtype="float32")
-            tickets_spec = "60" if tickets_spec == "600" else tickets_spec
-        texts, source = load_tickets(tickets_spec)
-        clf = Classifier.load(resolve(model))
+            tickets = "60" if tickets == "600" else tickets
+        texts, source = load_tickets(tickets, o.mix)
+        clf = Classifier.load(resolve(model), o.labels, o.system_prompt, examples=o.examples)
         prompts = [clf.engine.prompt(t) for t in texts]
-        budget = batch_tokens or clf.default_batch_tokens(max_batch, max(clf.fed_lengths(prompts)))
-        info = doctor_report(2048 if not quick else 512)
-        result = run_bench(clf, texts, budget, max_batch, naive_batch, sweep, progress=progress)
+        fed = clf.fed_lengths(prompts)
+        greedy = o.batch_tokens or clf.default_batch_tokens(o.max_batch, max(fed), "greedy")
+        info = doctor_report(2048 if not o.quick else 512)
+        cost, calib = calibrate(clf, progress) if o.calibrate else (clf.cost_model(), None)
+        if not o.calibrate:
+            progress(f"planner: {describe(cost)}")
+        result = run_bench(clf, texts, greedy, o.max_batch, o.naive_batch, list(o.sweep),
+                           progress, o.modes, cost)  # fmt: skip
+        result["calibration"] = calib
         result["meta"] = {
-            "model": clf.lm.describe(), "tickets": source, "device": info["device"],
-            "device_name": info["device_name"], "dtype": info["dtype"],
+            "model": clf.lm.describe(), "tickets": source, "prompt": o.prompt_name,
+            "device": info["device"], "device_name": info["device_name"], "dtype": info["dtype"],
             "blas": info["blas_kernels"] or info["blas"],
             "peak_matmul_gflops": info[f"matmul_gflops_{info['dtype']}"], "doctor": info,
         }  # fmt: skip
-        if peers:
-            result["peers"] = run_peers(
-                clf, prompts, result, budget, max_batch, naive_batch, progress
-            )
+        if o.peers and clf.labels.max_len > 1:
+            result["peers"] = [{"name": "peers", "error": "peers score single-token labels only"}]
+        elif o.peers and result["gold_labels"]:
+            names = list(clf.labels.names)
+            gold = [names.index(x) for x in result["gold_labels"]]
+            result["peers"] = run_peers(clf.lm.path, prompts, clf.labels.first_ids, gold, greedy,
+                                        o.max_batch, o.naive_batch, o.peers, progress)  # fmt: skip
+        if o.against:
+            result["against"] = against(clf, texts, o, resolve(o.against), progress)
     text = format_report(result)
-    if json_path:
-        Path(json_path).write_text(json.dumps(result, indent=2, default=str) + "\n")
-    if plot_path:
-        plot(result, plot_path, [len(clf.lm.tokenizer.encode(t)) for t in texts])
+    if o.json_path:
+        Path(o.json_path).write_text(json.dumps(result, indent=2, default=str) + "\n")
+    if o.plot_path:
+        plot(result, o.plot_path, [len(clf.lm.tokenizer.encode(t)) for t in texts])
     return result, text
+
+
+def _sorted_run(clf: Classifier, texts: list[str], max_batch: int) -> tuple[np.ndarray, float, int]:
+    prompts = [clf.engine.prompt(t) for t in texts]
+    batches = clf.plan(prompts, "sorted", None, max_batch)
+    mx.synchronize()
+    mx.reset_peak_memory()
+    t = time.perf_counter()
+    probs = clf.engine.score_all(prompts, batches)
+    return probs, time.perf_counter() - t, mx.get_peak_memory()
+
+
+def against(clf: Classifier, texts: list[str], o: BenchOptions, reference: Path, progress) -> dict:
+    """The model under test against a reference (say, a quantized model against its full-
+    precision source): label agreement, largest probability difference, speed and memory."""
+    progress(f"comparing against {reference} ...")
+    probs, seconds, peak = _sorted_run(clf, texts, o.max_batch)
+    ref = Classifier.load(reference, clf.labels.names, clf.system_prompt, examples=clf.examples)
+    ref_probs, ref_seconds, ref_peak = _sorted_run(ref, texts, o.max_batch)
+    return {
+        "model": clf.lm.describe(), "reference": ref.lm.describe(), "items": len(texts),
+        "label_agreement": float((probs.argmax(1) == ref_probs.argmax(1)).mean()),
+        "max_abs_prob_diff": float(np.abs(probs - ref_probs).max()),
+        "seconds": seconds, "items_per_s": len(texts) / seconds, "peak_memory": peak,
+        "reference_seconds": ref_seconds, "reference_items_per_s": len(texts) / ref_seconds,
+        "reference_peak_memory": ref_peak,
+    }  # fmt: skip

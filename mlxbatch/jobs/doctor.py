@@ -47,6 +47,15 @@ def report(size: int = 1024) -> dict:
         "fast_blas": fast,
         f"matmul_gflops_{str(dtype).split('.')[-1]}": round(matmul_gflops(size, dtype), 1),
     }
+    from ..engine.planner import CostModel
+    from .tuning import cached_entries, describe
+
+    info["planner_calibrations"] = [
+        f"{e.get('model_path', '?')} ({e.get('dtype', '?')}, {e.get('at', '?')}): "
+        + describe(CostModel(**e["model"]))
+        for e in cached_entries()
+        if isinstance(e.get("model"), dict)
+    ] or "none cached (mlxbatch doctor --calibrate --model DIR, or any bench run)"
     if mx.default_device() == mx.gpu:
         info["matmul_gflops_float32"] = round(matmul_gflops(size, mx.float32), 1)
     return info

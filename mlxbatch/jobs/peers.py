@@ -1,4 +1,12 @@
-"""Peers for the benchmark, on the same weights and prompt tokens: mlx-lm and transformers."""
+"""Peers for the benchmark, on the same weights and prompt tokens: what a user would pick instead.
+
+- mlx-lm, one ticket at a time: its own `load` and forward, last-position label logits.
+- mlx-lm `batch_generate`: one new token, logits masked to the label tokens.
+- transformers fp32 with the same sorted batches (left padding, last-position label logits).
+- transformers bf16 where the CPU has native bf16 matmul (AVX512-BF16 or AMX).
+- on a Mac (GPU), mlx-lm one at a time in fp16.
+Each reports seconds, items/s and label agreement with our gold loop.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +17,50 @@ from pathlib import Path
 import numpy as np
 
 from ..engine.planner import plan_batches
+from ..runtime import blas
 
 
 def _agreement(labels: list[int], gold: list[int]) -> float:
     return float(np.mean(np.array(labels) == np.array(gold)))
+
+
+def native_bf16() -> str | None:
+    """The CPU's native bf16 matmul instructions, if any (what makes PyTorch bf16 fast)."""
+    flags = blas._cpu_flags()
+    found = [f for f in ("amx_bf16", "avx512_bf16") if f in flags]
+    return ", ".join(found) or None
+
+
+def _mlx_lm_model(model_dir: Path, dtype=None):
+    import mlx.core as mx
+    from mlx_lm import load
+
+    model, tokenizer = load(str(model_dir))
+    if dtype is not None:
+        model.set_dtype(dtype)
+    elif mx.default_device() == mx.cpu:
+        model.set_dtype(mx.float32)  # as ours: fp16/bf16 matmuls are very slow on the CPU
+    return model, tokenizer
+
+
+def mlx_lm_single_peer(
+    model_dir: Path, prompts: list[list[int]], label_ids: list[int], gold: list[int],
+    fp16: bool = False,
+) -> dict:  # fmt: skip
+    """mlx-lm one ticket at a time: its model's forward, label logits at the last position."""
+    import mlx.core as mx
+
+    model, _ = _mlx_lm_model(model_dir, mx.float16 if fp16 else None)
+    ids = mx.array(label_ids)
+    picked = []
+    t = time.perf_counter()
+    for p in prompts:
+        logits = model(mx.array([p]))[0, -1]
+        picked.append(int(mx.argmax(logits[ids]).item()))
+    seconds = time.perf_counter() - t
+    name = "mlx-lm one at a time" + (" (fp16)" if fp16 else "")
+    return {"name": name, "seconds": seconds, "items_per_s": len(prompts) / seconds,
+            "agreement": _agreement(picked, gold)}  # fmt: skip
 
 
 def mlx_lm_peer(
@@ -20,12 +68,9 @@ def mlx_lm_peer(
 ) -> dict:
     """mlx-lm's `batch_generate`, one new token, logits masked to the label tokens."""
     import mlx.core as mx
-    from mlx_lm import load
 
     gen = importlib.import_module("mlx_lm.generate")
-    model, tokenizer = load(str(model_dir))
-    if mx.default_device() == mx.cpu:
-        model.set_dtype(mx.float32)  # as ours: fp16/bf16 matmuls are very slow on the CPU
+    model, tokenizer = _mlx_lm_model(model_dir)
     allowed = np.full(model.args.vocab_size, -np.inf, np.float32)
     allowed[label_ids] = 0.0
     bias = mx.array(allowed)
@@ -48,15 +93,17 @@ def mlx_lm_peer(
 
 def transformers_peer(
     model_dir: Path, prompts: list[list[int]], label_ids: list[int], gold: list[int],
-    batch_tokens: int, max_batch: int,
+    batch_tokens: int, max_batch: int, dtype: str = "float32",
 ) -> dict:  # fmt: skip
-    """PyTorch transformers, fp32, length-sorted left-padded batches, label logits only."""
+    """PyTorch transformers, length-sorted left-padded batches, label logits only."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype).eval()
     batches = plan_batches([len(p) for p in prompts], "sorted", batch_tokens, max_batch)
     picked = [0] * len(prompts)
+    head = model.lm_head.weight[label_ids]
     t = time.perf_counter()
     with torch.inference_mode():
         for b in batches:
@@ -68,9 +115,49 @@ def transformers_peer(
                 att[r, width - len(prompts[i]) :] = 1
             pos = (att.cumsum(-1) - 1).clamp(min=0)
             h = model.model(input_ids=ids, attention_mask=att, position_ids=pos).last_hidden_state
-            logits = h[:, -1] @ model.lm_head.weight[label_ids].T
+            logits = h[:, -1] @ head.T
             for r, i in enumerate(b.indices):
-                picked[i] = int(logits[r].argmax())
+                picked[i] = int(logits[r].float().argmax())
     seconds = time.perf_counter() - t
-    return {"name": f"transformers fp32 (sorted, budget {batch_tokens})", "seconds": seconds,
+    return {"name": f"transformers {dtype} (sorted, budget {batch_tokens})", "seconds": seconds,
             "items_per_s": len(prompts) / seconds, "agreement": _agreement(picked, gold)}  # fmt: skip
+
+
+PEERS = ("mlx-lm", "mlx-lm-batch", "transformers", "transformers-bf16")
+
+
+def run_peers(
+    model_dir: Path, prompts: list[list[int]], label_ids: list[int], gold: list[int],
+    budget: int, max_batch: int, naive_batch: int, names=PEERS, progress=print,
+) -> list[dict]:  # fmt: skip
+    """Every requested peer that can run here; the others say why not."""
+    import mlx.core as mx
+
+    runs = {
+        "mlx-lm": lambda: mlx_lm_single_peer(model_dir, prompts, label_ids, gold),
+        "mlx-lm-batch": lambda: mlx_lm_peer(model_dir, prompts, label_ids, gold, naive_batch),
+        "transformers": lambda: transformers_peer(
+            model_dir, prompts, label_ids, gold, budget, max_batch
+        ),  # fmt: skip
+        "transformers-bf16": lambda: transformers_peer(
+            model_dir, prompts, label_ids, gold, budget, max_batch, "bfloat16"
+        ),  # fmt: skip
+        "mlx-lm-fp16": lambda: mlx_lm_single_peer(model_dir, prompts, label_ids, gold, True),
+    }
+    wanted = list(names)
+    if mx.default_device() == mx.gpu and "mlx-lm" in wanted:
+        wanted.append("mlx-lm-fp16")
+    out = []
+    for name in wanted:
+        if name == "transformers-bf16" and mx.default_device() == mx.cpu and not native_bf16():
+            out.append({"name": "transformers bfloat16", "error": "no native bf16 on this CPU"})
+            continue
+        progress(f"running peer {name} ...")
+        try:
+            result = runs[name]()
+        except ImportError as e:
+            result = {"name": name, "error": f"not installed ({e.name})"}
+        if name == "transformers-bf16":
+            result["cpu_bf16"] = native_bf16()
+        out.append(result)
+    return out
