@@ -12,7 +12,7 @@ from .bench import bench, demo, doctor, tickets
 from .classify import classify
 from .common import fail
 from .evaluate import evaluate_cmd
-from .models import convert, init_random_cmd, parity
+from .models import convert, init_random_cmd, models, parity
 
 
 class Group(click.Group):
@@ -33,8 +33,8 @@ def cli() -> None:
     """Classify batches of short texts with a small Qwen2/2.5 model in MLX."""
 
 
-for command in (classify, evaluate_cmd, convert, init_random_cmd, parity, bench, demo, doctor,
-                tickets):  # fmt: skip
+for command in (classify, evaluate_cmd, convert, init_random_cmd, models, parity, bench, demo,
+                doctor, tickets):  # fmt: skip
     cli.add_command(command)
 
 

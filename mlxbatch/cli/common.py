@@ -23,7 +23,9 @@ def echo(message: str) -> None:
 
 
 model_option = click.option(
-    "--model", type=click.Path(path_type=Path), help="Model directory (default: see README)."
+    "--model",
+    help="A model directory (mlxbatch, Hugging Face or mlx-lm, quantized or not) or a hub id "
+    "such as Qwen/Qwen2.5-0.5B-Instruct (default: see README).",
 )
 max_batch_option = click.option(
     "--max-batch",
@@ -34,10 +36,11 @@ max_batch_option = click.option(
 )
 
 
-def resolve_model(model: Path | None) -> Path:
+def resolve_model(model: str | Path | None) -> Path:
     from ..jobs.defaults import default_model_dir
+    from ..model.hub import resolve
 
-    return model or default_model_dir(announce=echo)
+    return resolve(model) if model else default_model_dir(announce=echo)
 
 
 def parse_labels(labels: str | None) -> tuple[str, ...]:

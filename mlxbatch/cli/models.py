@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from ..model.presets import PRESETS
+
 
 @click.command()
 @click.argument("hf_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
@@ -15,11 +17,18 @@ import click
     "--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), help="Cast (default: keep)."
 )
 @click.option("--force", is_flag=True, help="Replace OUT_DIR if it exists.")
-def convert(hf_dir, out_dir, dtype, force):
-    """Convert a Hugging Face Qwen2/2.5 checkpoint (safetensors) to an mlxbatch directory."""
+@click.option("-q", "--quantize", "quantize", is_flag=True, help="Quantize (MLX affine format).")
+@click.option("--q-bits", type=click.Choice(["2", "3", "4", "5", "6", "8"]), default="4",
+              show_default=True)  # fmt: skip
+@click.option("--q-group-size", type=click.Choice(["32", "64", "128"]), default="64",
+              show_default=True)  # fmt: skip
+def convert(hf_dir, out_dir, dtype, force, quantize, q_bits, q_group_size):
+    """Convert a Hugging Face Qwen2/2.5 checkpoint (safetensors) to an mlxbatch directory,
+    optionally quantized in the layout mlx-lm writes and loads."""
     from ..model.convert import convert_hf
 
-    m = convert_hf(hf_dir, out_dir, dtype, force)
+    bits = int(q_bits) if quantize else None
+    m = convert_hf(hf_dir, out_dir, dtype, force, bits, int(q_group_size))
     click.echo(
         f"wrote {out_dir}: {m['tensors']} tensors, {m['parameters']:,} parameters, {m['dtype']}"
     )
@@ -29,7 +38,7 @@ def convert(hf_dir, out_dir, dtype, force):
 @click.argument("out_dir", type=click.Path(path_type=Path))
 @click.option(
     "--preset",
-    type=click.Choice(["qwen2.5-0.5b", "tiny"]),
+    type=click.Choice(list(PRESETS)),
     default="qwen2.5-0.5b",
     show_default=True,
 )
@@ -82,3 +91,27 @@ def parity(hf_dir, mlx_dir, no_mlx_lm):
     for r in reports:
         click.echo(r.line())
     sys.exit(0 if all(r.passed for r in reports) else 1)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def models(as_json):
+    """The models mlxbatch can run: under weights/ (or $MLXBATCH_WEIGHTS) and in the Hugging
+    Face cache."""
+    import json
+
+    from ..jobs.defaults import weights_dir
+    from ..model.hub import list_models
+
+    found = list_models(weights_dir())
+    if as_json:
+        click.echo(json.dumps(found, indent=2))
+        return
+    if not found:
+        click.echo(
+            f"no runnable Qwen2/2.5 model under {weights_dir()}/ or in the Hugging Face cache"
+        )
+    for m in found:
+        tags = [m["kind"], m["size"]] + ([m["quantization"]] if m["quantization"] else [])
+        tags += ["SYNTHETIC"] if m["synthetic"] else []
+        click.echo(f"{m['name']:<40} {', '.join(tags):<45} {m['path']}")

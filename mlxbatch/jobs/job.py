@@ -170,7 +170,9 @@ def apply_too_long(
 
 def fingerprint(rows: list[Row], clf: Classifier, s: JobSettings) -> str:
     h = hashlib.sha256()
-    manifest = clf.lm.manifest.get("sha256") or str(clf.lm.path.resolve())
+    manifest = clf.lm.manifest.get("sha256") or sorted(
+        (p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in clf.lm.path.glob("*.safetensors")
+    )
     # everything that changes a row's scores or errors (the batch shape is recorded instead)
     parts = [manifest, str(clf.lm.path.resolve()), str(clf.lm.dtype), list(clf.labels.names),
              [list(t) for t in clf.labels.tokens], clf.system_prompt, s.mode, s.prefix_cache,

@@ -17,44 +17,14 @@ from pathlib import Path
 import mlx.core as mx
 
 from ..errors import ModelError
+from . import quantize
 from .config import ModelArgs
 from .load import DTYPES
+from .presets import PRESETS
 from .tokenizer import TOKENIZER_FILES
 from .weights import check_checkpoint, load_tensors
 
 EXTRA_FILES = ("special_tokens_map.json", "added_tokens.json", "generation_config.json")
-
-# The published Qwen2.5-0.5B-Instruct config.json, and a tiny sibling for tests.
-QWEN25_05B = {
-    "architectures": ["Qwen2ForCausalLM"],
-    "model_type": "qwen2",
-    "hidden_act": "silu",
-    "hidden_size": 896,
-    "intermediate_size": 4864,
-    "num_hidden_layers": 24,
-    "num_attention_heads": 14,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 32768,
-    "rms_norm_eps": 1e-06,
-    "rope_theta": 1000000.0,
-    "sliding_window": 32768,
-    "use_sliding_window": False,
-    "tie_word_embeddings": True,
-    "vocab_size": 151936,
-    "bos_token_id": 151643,
-    "eos_token_id": 151645,
-}
-PRESETS = {
-    "qwen2.5-0.5b": QWEN25_05B,
-    "tiny": QWEN25_05B
-    | {
-        "hidden_size": 64,
-        "intermediate_size": 160,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-    },  # fmt: skip
-}
 
 
 def qwen_tokenizer_dir() -> Path:
@@ -132,31 +102,73 @@ def _write_files(out: Path, tensors: dict[str, mx.array], config: dict, tok_dir:
     return manifest
 
 
+FP16_MAX = 65504.0
+
+
+def check_fp16_range(tensors: dict[str, mx.array], source: Path) -> None:
+    """Refuse a cast to float16 that would turn weights into inf."""
+    for name, t in tensors.items():
+        if mx.issubdtype(t.dtype, mx.floating) and t.size:
+            peak = mx.max(mx.abs(t.astype(mx.float32))).item()
+            if peak > FP16_MAX:
+                raise ModelError(
+                    f"{source}: tensor {name} holds values up to {peak:.3g}, beyond float16's "
+                    f"range ({FP16_MAX:.0f}); keep --dtype bfloat16 or float32"
+                )
+
+
 def convert_hf(hf_dir: str | Path, out_dir: str | Path, dtype: str | None = None,
-               force: bool = False) -> dict:  # fmt: skip
-    """Convert a Hugging Face Qwen2/2.5 checkpoint directory; returns the manifest."""
+               force: bool = False, q_bits: int | None = None, q_group_size: int = 64) -> dict:  # fmt: skip
+    """Convert a Hugging Face Qwen2/2.5 checkpoint directory; returns the manifest.
+
+    `q_bits` quantizes (MLX's affine format, mlx-lm's layout, so mlx-lm loads it too)."""
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     check_destination(out_dir, force, hf_dir)
     args = ModelArgs.load(hf_dir)
     if not (hf_dir / "tokenizer.json").is_file():
         raise ModelError(f"{hf_dir}: tokenizer.json not found (needed next to the weights)")
+    config = json.loads((hf_dir / "config.json").read_text())
+    if quantize.quantization(config):
+        raise ModelError(f"{hf_dir}: already quantized; mlxbatch runs it as it is (--model)")
     tensors = load_tensors(check_checkpoint(hf_dir, args))
     if args.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)
     if dtype is not None:
         if dtype not in DTYPES:
             raise ModelError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+        if dtype == "float16":
+            check_fp16_range(tensors, hf_dir)
         tensors = {k: v.astype(DTYPES[dtype]) for k, v in tensors.items()}
-    config = json.loads((hf_dir / "config.json").read_text())
-    if dtype is not None:
         config["torch_dtype"] = dtype
+    if q_bits is not None:
+        tensors, config = _quantized(args, tensors, config, q_bits, q_group_size)
     source_manifest = _manifest(hf_dir)
     synthetic = bool(source_manifest.get("synthetic") or config.get("mlxbatch_synthetic"))
     meta = {"source": str(hf_dir.resolve()), "synthetic": synthetic}
+    if q_bits is not None:
+        meta["quantization"] = config["quantization"]
     if synthetic:  # a copy of a synthetic model is still synthetic
         config["mlxbatch_synthetic"] = True
         meta["synthetic_source"] = source_manifest.get("source", str(hf_dir.resolve()))
     return _write(out_dir, tensors, config, hf_dir, meta, force)
+
+
+def _quantized(args: ModelArgs, tensors: dict, config: dict, bits: int, group_size: int):
+    from mlx.utils import tree_flatten
+
+    from .qwen2 import Qwen2
+
+    if bits not in (2, 3, 4, 5, 6, 8) or group_size not in (32, 64, 128):
+        raise ModelError(f"--q-bits {bits} / --q-group-size {group_size}: bits must be one of "
+                         "2, 3, 4, 5, 6, 8 and the group size 32, 64 or 128")  # fmt: skip
+    bad = [n for n, t in tensors.items() if t.ndim == 2 and t.shape[-1] % group_size]
+    if bad:
+        raise ModelError(f"--q-group-size {group_size} does not divide the width of {bad[0]} "
+                         f"({tensors[bad[0]].shape[-1]})")  # fmt: skip
+    model = Qwen2(args)
+    model.load_weights(list(tensors.items()), strict=True)
+    config = quantize.quantize_for_saving(model, config, bits, group_size)
+    return dict(tree_flatten(model.parameters())), config
 
 
 def _manifest(model_dir: Path) -> dict:

@@ -9,6 +9,7 @@ from pathlib import Path
 import mlx.core as mx
 
 from ..errors import ModelError
+from . import quantize
 from .config import ModelArgs
 from .qwen2 import Qwen2
 from .tokenizer import PromptTokenizer
@@ -31,8 +32,19 @@ def parse_dtype(name: str | None) -> mx.Dtype:
 
 
 def read_manifest(model_dir: Path) -> dict:
-    path = model_dir / "mlxbatch.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+    try:
+        m = json.loads((model_dir / "mlxbatch.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return m if isinstance(m, dict) else {}
+
+
+def read_config(model_dir: Path) -> dict:
+    try:
+        cfg = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return cfg if isinstance(cfg, dict) else {}
 
 
 @dataclass
@@ -42,14 +54,22 @@ class LoadedModel:
     path: Path
     manifest: dict
     dtype: mx.Dtype
+    quantization: dict | None = None  # the checkpoint's (MLX format), if quantized
+    note: str = ""  # how the weights were transformed at load, for describe()
 
     @property
     def synthetic(self) -> bool:
         return bool(self.manifest.get("synthetic"))
 
     def describe(self) -> str:
-        kind = "SYNTHETIC random weights, not a real model" if self.synthetic else "converted"
-        return f"{self.path} ({kind}, {str(self.dtype).split('.')[-1]})"
+        dtype = str(self.dtype).split(".")[-1]
+        kind = "SYNTHETIC random weights, not a real model" if self.synthetic else "checkpoint"
+        parts = [kind]
+        if self.quantization:
+            q = self.quantization
+            parts.append(f"{q['bits']}-bit, group {q['group_size']}")
+        parts.append(self.note.format(dtype) if self.note else dtype)
+        return f"{self.path} ({', '.join(parts)})"
 
 
 def load_model(
@@ -66,12 +86,22 @@ def load_model(
             f"id {max(tokenizer.im_start, tokenizer.im_end)}) but config.json's vocab_size is "
             f"{args.vocab_size}: tokenizer and checkpoint do not belong together"
         )
+    q = quantize.quantization(read_config(model_dir))
     files = check_checkpoint(model_dir, args)
     dt = dtype if isinstance(dtype, mx.Dtype) else parse_dtype(dtype)
     tensors = load_tensors(files, check_finite=check_finite)
     if args.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)
     model = Qwen2(args)
-    model.load_weights([(k, v.astype(dt)) for k, v in tensors.items()], strict=True)
+    if q:
+        quantize.apply(model, q, tensors)
+    # floating tensors take the run's dtype; packed quantized weights stay uint32
+    model.load_weights([(k, v.astype(dt) if mx.issubdtype(v.dtype, mx.floating) else v)
+                        for k, v in tensors.items()], strict=True)  # fmt: skip
+    note = ""
+    if q and mx.default_device() == mx.cpu:
+        quantize.dequantize(model, dt)
+        note = "dequantized to {} at load: MLX's CPU quantized matmul is slower than BLAS"
     mx.eval(model.parameters())
-    return LoadedModel(model, tokenizer, model_dir, read_manifest(model_dir), dt)
+    manifest = read_manifest(model_dir)
+    return LoadedModel(model, tokenizer, model_dir, manifest, dt, q, note)

@@ -12,6 +12,7 @@ import mlx.nn as nn
 
 from .cache import KVCache
 from .config import ModelArgs
+from .quantize import row_weights
 
 Mask = mx.array | str | None  # bool (B, 1, Lq, Lk), "causal", or None
 
@@ -104,17 +105,16 @@ class Qwen2(nn.Module):
             cache.advance(tokens.shape[1])
         return self.model.norm(x)
 
-    def head_weight(self) -> mx.array:
-        if self.args.tie_word_embeddings:
-            return self.model.embed_tokens.weight
-        return self.lm_head.weight
+    def head_layer(self) -> nn.Module:
+        """The output projection: the embedding when tied, else `lm_head` (dense or quantized)."""
+        return self.model.embed_tokens if self.args.tie_word_embeddings else self.lm_head
 
     def head(self, h: mx.array, rows: mx.array | None = None) -> mx.array:
         """Logits of hidden states `h` (..., D) for vocabulary `rows` (all when None)."""
-        w = self.head_weight()
-        if rows is not None:
-            w = w[rows]
-        return h @ w.T
+        layer = self.head_layer()
+        if rows is None:
+            return layer.as_linear(h) if self.args.tie_word_embeddings else layer(h)
+        return h @ row_weights(layer, rows).T
 
     def num_parameters(self) -> int:
         from mlx.utils import tree_flatten

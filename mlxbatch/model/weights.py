@@ -137,6 +137,8 @@ def check_checkpoint(model_dir: Path, args: ModelArgs) -> list[Path]:
     expected = args.expected_shapes()
     if args.tie_word_embeddings:
         found.pop("lm_head.weight", None)  # some tied checkpoints still carry the copy
+    for name in [n for n in found if n.endswith(".scales")]:  # quantized layers: MLX's format
+        _check_quantized(name[: -len(".scales")], expected, found, model_dir)
     missing = sorted(set(expected) - set(found))
     extra = sorted(set(found) - set(expected))
     if missing:
@@ -154,6 +156,28 @@ def check_checkpoint(model_dir: Path, args: ModelArgs) -> list[Path]:
         if got != shape:
             raise ModelError(f"{path}: tensor {name} has shape {got}, config.json implies {shape}")
     return files
+
+
+QUANT_BITS = (2, 3, 4, 5, 6, 8)
+
+
+def _check_quantized(base: str, expected: dict, found: dict, model_dir: Path) -> None:
+    """A quantized layer: packed weight, scales and biases agreeing with the dense shape;
+    replaces the three entries by the dense one so the generic check passes."""
+    dense = expected.get(base + ".weight")
+    w, s, b = (found.get(f"{base}.{k}") for k in ("weight", "scales", "biases"))
+    if dense is None or len(dense) != 2 or w is None or s is None or b is None:
+        raise ModelError(f"{model_dir}: quantized tensor {base}.scales has no matching layer, "
+                         "packed weight or biases")  # fmt: skip
+    out_dim, in_dim = dense
+    (wo, wi), (so, si) = w[0], s[0]
+    bits = wi * 32 // in_dim if wi * 32 % in_dim == 0 else 0
+    group = in_dim // si if si and in_dim % si == 0 else 0
+    if (wo, so) != (out_dim, out_dim) or bits not in QUANT_BITS or group < 1 or b[0] != s[0]:
+        raise ModelError(f"{w[1]}: quantized {base} has weight {w[0]}, scales {s[0]}, biases "
+                         f"{b[0]}: not a quantization of {dense}")  # fmt: skip
+    found[base + ".weight"] = (dense, w[1])
+    del found[base + ".scales"], found[base + ".biases"]
 
 
 def load_tensors(files: list[Path], check_finite: bool = False) -> dict[str, mx.array]:

@@ -1,0 +1,110 @@
+"""Where `--model` points: a local directory, or a Hugging Face hub id resolved like mlx-lm.
+
+A local path wins. Else `org/name` is resolved with `huggingface_hub.snapshot_download` and
+the same file patterns as `mlx_lm.utils.load` (safetensors, JSON, tokenizer files): from the
+local cache when it has the snapshot (always so with HF_HUB_OFFLINE=1), else downloaded.
+Any directory is then loaded the same way, whichever tool wrote it: mlxbatch, transformers
+(`save_pretrained` with safetensors) or mlx-lm (quantized or not): they share the Hugging
+Face parameter names, so no conversion step or cache directory is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from ..errors import ModelError
+
+ALLOW_PATTERNS = ["*.json", "model*.safetensors", "tokenizer.model", "*.tiktoken", "*.txt"]
+REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def hub_cache() -> str:
+    """The Hugging Face hub cache, read from the environment now (HF_HUB_CACHE, HF_HOME)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
+    )
+    return os.path.join(home, "hub")
+
+
+def offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def resolve(spec: str | Path) -> Path:
+    """A local model directory for `spec`: a path, or a hub id (cached or downloaded)."""
+    path = Path(spec).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ModelError(f"{spec}: not a model directory")
+        return path
+    text = str(spec)
+    if not REPO_ID.match(text) or text.startswith((".", "/", "~")):
+        raise ModelError(f"{spec}: model directory not found")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise ModelError(f"{spec}: not a local directory, and huggingface_hub is not "
+                         "installed to look it up on the hub") from None  # fmt: skip
+    try:
+        found = snapshot_download(text, allow_patterns=ALLOW_PATTERNS, cache_dir=hub_cache(),
+                                  local_files_only=offline())  # fmt: skip
+    except Exception as e:  # huggingface_hub raises many types; each means "not available"
+        how = ("HF_HUB_OFFLINE is set and the local Hugging Face cache has no snapshot of it"
+               if offline() else f"not in the local cache and could not be downloaded "
+               f"({type(e).__name__})")  # fmt: skip
+        raise ModelError(f"{spec}: {how}; download it with `huggingface-cli download {text}` "
+                         "or give a local directory") from None  # fmt: skip
+    return Path(found)
+
+
+def describe_dir(path: Path) -> dict | None:
+    """What `mlxbatch models` shows of a directory, or None if mlxbatch cannot run it."""
+    try:
+        cfg = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(cfg, dict) or cfg.get("model_type") != "qwen2":
+        return None
+    if not (path / "tokenizer.json").is_file() or not any(path.glob("*.safetensors")):
+        return None
+    q = cfg.get("quantization")
+    if (path / "mlxbatch.json").is_file():
+        kind = "mlxbatch"
+    elif q or "mlx" in json.dumps(cfg.get("quantization_config", "")):
+        kind = "mlx-lm"
+    else:
+        kind = "hugging face"
+    return {
+        "path": str(path), "kind": kind, "synthetic": bool(cfg.get("mlxbatch_synthetic")),
+        "quantization": f"{q['bits']}-bit, group {q['group_size']}" if isinstance(q, dict) else None,
+        "size": f"{cfg.get('hidden_size')} x {cfg.get('num_hidden_layers')} layers",
+    }  # fmt: skip
+
+
+def list_models(weights_dir: Path) -> list[dict]:
+    """Runnable models under `weights_dir` and in the Hugging Face cache."""
+    out = []
+    if weights_dir.is_dir():
+        for d in sorted(weights_dir.iterdir()):
+            info = describe_dir(d) if d.is_dir() else None
+            if info:
+                out.append(info | {"name": d.name})
+    try:
+        from huggingface_hub import scan_cache_dir
+
+        cache = scan_cache_dir(hub_cache())
+    except Exception:  # no cache directory yet, or an unreadable one: nothing to list
+        return out
+    for repo in sorted(cache.repos, key=lambda r: r.repo_id):
+        if repo.repo_type != "model":
+            continue
+        for rev in repo.revisions:
+            info = describe_dir(Path(rev.snapshot_path))
+            if info:
+                out.append(info | {"name": repo.repo_id, "revision": rev.commit_hash[:8]})
+    return out

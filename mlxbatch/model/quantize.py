@@ -1,0 +1,86 @@
+"""Quantization as a transform of the model, in MLX's own format (what mlx-lm writes and loads).
+
+A quantized checkpoint's `config.json` has a `quantization` key (`group_size`, `bits`, `mode`,
+and optionally per-layer entries); each quantized layer stores packed `weight` (uint32) with
+`scales` and `biases`. Loading applies `mlx.nn.quantize` with mlx-lm's class predicate (a layer
+is quantized only where the checkpoint has its `.scales`, with the parameters inferred from its
+shapes), so unquantized layers stay unquantized. Writing reuses mlx-lm's `quantize_model`.
+On the CPU, MLX's quantized matmul is slower than fp32 through OpenBLAS (see BENCHMARKS.md),
+so the CPU path dequantizes once at load: the same values a quantized matmul would use.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+
+from ..errors import ModelError
+
+
+def quantization(config: dict) -> dict | None:
+    """The checkpoint's quantization settings, or None for a dense checkpoint."""
+    q = config.get("quantization") or config.get("quantization_config")
+    if not q:
+        return None
+    if (
+        not isinstance(q, dict)
+        or not isinstance(q.get("bits"), int)
+        or not isinstance(q.get("group_size"), int)
+    ):
+        raise ModelError(f"config.json: quantization {q!r} is not MLX's format "
+                         "(group_size and bits as integers)")  # fmt: skip
+    if q.get("mode", "affine") != "affine":
+        raise ModelError(
+            f"config.json: quantization mode {q['mode']!r} is not supported (affine only)"
+        )
+    return q
+
+
+def apply(model: nn.Module, q: dict, weights: dict[str, mx.array]) -> None:
+    """Turn the layers the checkpoint stores quantized into quantized layers, in place."""
+    from mlx_lm.utils import infer_quant_config
+
+    def predicate(path: str, module: nn.Module):
+        if path in q:  # a per-layer entry: parameters, or False for "not quantized"
+            return q[path]
+        if not hasattr(module, "to_quantized") or f"{path}.scales" not in weights:
+            return False
+        return infer_quant_config(path, module, weights)
+
+    nn.quantize(model, q["group_size"], q["bits"], mode=q.get("mode", "affine"),
+                class_predicate=predicate)  # fmt: skip
+
+
+def is_quantized(model: nn.Module) -> bool:
+    return any(isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding))
+               for _, m in model.named_modules())  # fmt: skip
+
+
+def dequantize(model: nn.Module, dtype: mx.Dtype) -> None:
+    """Replace every quantized layer by a dense one holding its dequantized weights."""
+    from mlx_lm.utils import dequantize_model
+
+    dequantize_model(model)
+    model.set_dtype(dtype)
+
+
+def quantize_for_saving(model: nn.Module, config: dict, bits: int, group_size: int) -> dict:
+    """Quantize `model` in place as mlx-lm does; returns the config to write beside it."""
+    from mlx_lm.utils import quantize_model
+
+    _, config = quantize_model(model, config, group_size, bits)
+    config["quantization_config"] = config["quantization"]
+    return config
+
+
+def row_weights(layer: nn.Module, rows: mx.array) -> mx.array:
+    """Dense rows of an output head (Embedding or Linear weight), dequantized if need be."""
+    if isinstance(layer, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
+        return mx.dequantize(layer.weight[rows], layer.scales[rows], layer.biases[rows],
+                             layer.group_size, layer.bits)  # fmt: skip
+    return layer.weight[rows]
+
+
+def parameter_bytes(model: nn.Module) -> int:
+    return sum(v.nbytes for _, v in tree_flatten(model.parameters()))
