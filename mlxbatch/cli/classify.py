@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -106,21 +107,32 @@ from .common import (
 @click.option(
     "--plot", "plot_path", type=click.Path(path_type=Path), help="Draw the confusion matrix (PNG)."
 )
+@click.option("--distributed", is_flag=True,
+              help="Require an mlx.launch group (detected anyway when launched with it).")  # fmt: skip
+@click.option("--collective-timeout", type=click.FloatRange(1), default=600.0, show_default=True,
+              help="Seconds a distributed round may wait for the other ranks.")  # fmt: skip
 def classify(input_path, model, labels, system_prompt, system_prompt_file, text_field, id_field,
              input_format, output, mode, batch_tokens, max_batch, planner, no_prefix_cache, max_tokens,
              too_long, on_error, resume, verify, dtype, check_weights, labels_file, examples,
-             calibrate, prior, min_confidence, gold_field, json_path, plot_path):  # fmt: skip
+             calibrate, prior, min_confidence, gold_field, json_path, plot_path, distributed,
+             collective_timeout):  # fmt: skip
     """Classify every row of INPUT (JSONL, CSV, text, or - for stdin) into one label."""
     from ..io.inputs import read_rows
     from ..io.sinks import check_output
     from ..jobs.classifier import Classifier
+    from ..jobs.distributed import Cluster, run_distributed_job
     from ..jobs.job import JobSettings, run_job
 
+    cluster = None
+    if distributed or os.environ.get("MLX_RANK") is not None:  # set by mlx.launch
+        cluster = Cluster.join(distributed, collective_timeout)
+    rank = cluster.rank if cluster else 0
     if output is not None and str(output) == "-":
         output = None  # -o - is standard output
     if resume and output is None:
         fail("--resume needs -o/--output (the journal lives next to it)")
-    if output is not None:  # before anything is read or written
+    kind = "stdout"
+    if output is not None and rank == 0:  # before anything is read or written
         inputs = [Path("/dev/stdin" if str(p) == "-" else p)
                   for p in (input_path, system_prompt_file) if p]  # fmt: skip
         kind = check_output(output, inputs, resume)
@@ -138,7 +150,13 @@ def classify(input_path, model, labels, system_prompt, system_prompt_file, text_
     settings = JobSettings(mode, batch_tokens, max_batch, not no_prefix_cache, max_tokens,
                            too_long, on_error, planner)  # fmt: skip
     try:
-        result = run_job(clf, rows, settings, output, resume, verify, input_path, fmt)
+        if cluster:
+            result = run_distributed_job(cluster, clf, rows, settings, output if rank == 0 else None,
+                                         resume, verify and rank == 0, input_path, fmt)  # fmt: skip
+            if result is None:  # ranks other than 0 write nothing
+                return
+        else:
+            result = run_job(clf, rows, settings, output, resume, verify, input_path, fmt)
     except KeyboardInterrupt:
         if output and kind == "file":
             fail(f"interrupted; finished batches are saved in {output}.part. Run the same "

@@ -85,6 +85,7 @@ class JobResult:
     predicted_seconds: float | None = None
     results: list[dict] = field(default_factory=list, repr=False)  # output rows, input order
     abstained: int = 0
+    ranks: list[dict] = field(default_factory=list)  # per rank: host, items, padded, seconds
 
     def summary(self) -> str:
         rate = self.scored / self.seconds if self.seconds else 0.0
@@ -96,7 +97,23 @@ class JobResult:
             + (f"; planner {self.planner}" if self.planner else "")
             + (f", predicted {self.predicted_seconds:.1f} s" if self.predicted_seconds else "")
             + (f"; {self.abstained} abstained" if self.abstained else "")
+            + "".join(self._rank_lines())
         )
+
+    def _rank_lines(self):
+        if not self.ranks:
+            return
+        total = sum(r["padded_tokens"] for r in self.ranks) or 1
+        slowest = min(r["items"] / r["seconds"] for r in self.ranks if r["seconds"]) if any(
+            r["seconds"] for r in self.ranks) else 0.0  # fmt: skip
+        for r in self.ranks:
+            rate = r["items"] / r["seconds"] if r["seconds"] else 0.0
+            yield (f"\n  rank {r['rank']} ({r['host']}): {r['items']} items, {rate:.2f} items/s "
+                   f"while computing, {r['padded_tokens'] / total:.0%} of the padded tokens")  # fmt: skip
+        if slowest:
+            overall = self.scored / self.seconds
+            yield (f"\n  {len(self.ranks)} ranks: {overall:.2f} items/s overall, "
+                   f"{overall / slowest:.2f}x the slowest rank alone")  # fmt: skip
 
 
 MARK = " […] "
@@ -257,33 +274,58 @@ def non_finite_error(clf: Classifier) -> str:
     return f"the model gave non-finite scores (NaN/inf) in {dtype}; {hint}"
 
 
-def execute(clf: Classifier, rows: list[Row], plan: JobPlan, sink: Sink, on_error: str) -> None:
-    """Score every batch not yet in the sink, appending each as it completes."""
-    todo = [b for b in plan.batches if any(plan.order[i] not in sink.done for i in b.indices)]
+def batch_rows(
+    clf: Classifier, rows: list[Row], plan: JobPlan, batch: Batch, probs: np.ndarray, on_error: str
+) -> list[tuple[int, dict]]:
+    """Output rows of one scored batch (input index, row); non-finite scores fail their row,
+    or the job under --on-error fail (after the batch's good rows are kept)."""
+    out, bad = [], None
+    for i, p in zip(batch.indices, clf.adjust.apply(probs)):
+        index = plan.order[i]
+        row = rows[index]
+        if np.isfinite(p).all():
+            out.append((index, result_row(row.id, clf.labels.names, p, plan.extras.get(index),
+                                          clf.adjust.abstains(p))))  # fmt: skip
+        else:
+            bad = bad or row
+            out.append((index, error_row(row.id, non_finite_error(clf), row.line)))
+    if bad is not None and on_error == "fail":
+        raise NonFinite(f"line {bad.line}: {non_finite_error(clf)} (finished rows are kept; "
+                        "--on-error skip writes an error row instead)", [x for x in out if "error" not in x[1]])  # fmt: skip
+    return out
+
+
+class NonFinite(JobError):
+    def __init__(self, message: str, good: list):
+        super().__init__(message)
+        self.good = good
+
+
+def todo_batches(plan: JobPlan, done: dict) -> list[Batch]:
+    return [b for b in plan.batches if any(plan.order[i] not in done for i in b.indices)]
+
+
+def progress_bar(plan: JobPlan, todo: list[Batch]) -> tqdm:
     bar = tqdm(
         total=len(plan.order), unit="item", file=sys.stderr, disable=None, dynamic_ncols=True
     )
     bar.update(len(plan.order) - sum(len(b.indices) for b in todo))
-    names, extras = clf.labels.names, plan.extras
+    return bar
+
+
+def execute(clf: Classifier, rows: list[Row], plan: JobPlan, sink: Sink, on_error: str) -> None:
+    """Score every batch not yet in the sink, appending each as it completes."""
+    todo = todo_batches(plan, sink.done)
+    bar = progress_bar(plan, todo)
     plist = [plan.prompts[i] for i in plan.order]
     scorer = MODES[plan.settings["mode"]].scorer
     try:
         for batch, probs in clf.engine.run(plist, todo, scorer, progress=bar.update):
-            out, bad = [], None
-            for i, p in zip(batch.indices, clf.adjust.apply(probs)):
-                row = rows[plan.order[i]]
-                if np.isfinite(p).all():
-                    result = result_row(row.id, names, p, extras.get(plan.order[i]),
-                                        clf.adjust.abstains(p))  # fmt: skip
-                    out.append((plan.order[i], result))
-                else:
-                    bad = bad or row
-                    out.append((plan.order[i], error_row(row.id, non_finite_error(clf), row.line)))
-            if bad is not None and on_error == "fail":
-                sink.append([x for x in out if "error" not in x[1]])
-                raise JobError(f"line {bad.line}: {non_finite_error(clf)} (finished rows are kept; "
-                               "--on-error skip writes an error row instead)")  # fmt: skip
-            sink.append(out)
+            try:
+                sink.append(batch_rows(clf, rows, plan, batch, probs, on_error))
+            except NonFinite as e:
+                sink.append(e.good)
+                raise
     except BaseException:  # Ctrl-C included: what is in the journal stays there
         sink.close()
         raise

@@ -1,0 +1,271 @@
+"""Data-parallel classification over MLX's distributed layer (`mlx.launch`: ring, MPI, NCCL).
+
+Every rank reads, validates and tokenizes the whole input and computes the same global batch
+plan (rank 0's batch shape and cost model are broadcast first, and the ranks check that they
+hold the same input, model and settings). Whole batches are dealt to ranks balanced by padded
+tokens; each batch is computed exactly as a single process would, so the scores are
+bit-identical. After every round (one batch a rank) the probabilities are all-gathered, padded
+to the round's largest batch (every rank knows the plan, so only the numbers travel), and
+rank 0 appends them to its journal: `--resume` after a kill of any rank re-deals only the
+batches the journal lacks. Every collective runs under a watchdog: MLX's ring backend has been
+seen to hang rather than fail when a peer dies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+from ..engine.engine import MODES
+from ..engine.planner import Batch
+from ..errors import JobError
+from ..io.inputs import Row, describe_errors
+from ..io.sinks import Journal, error_row, recorded_header
+from .classifier import Classifier
+from .job import (
+    JobPlan,
+    JobResult,
+    JobSettings,
+    NonFinite,
+    batch_rows,
+    fingerprint,
+    open_sink,
+    plan_job,
+    progress_bar,
+    run_verify,
+    todo_batches,
+)
+
+HOST_BYTES = 64
+
+
+class Cluster:
+    """The ranks of an `mlx.launch` job, with watchdog-guarded collectives."""
+
+    def __init__(self, group, timeout: float):
+        self.group, self.timeout = group, timeout
+        self.rank, self.size = group.rank(), group.size()
+        self.host = socket.gethostname()
+        raw = np.frombuffer(self.host.encode()[:HOST_BYTES].ljust(HOST_BYTES, b"\0"), np.uint8)
+        hosts = self.gather(raw.astype(np.int32), "hostnames")
+        self.hosts = [
+            bytes(h.astype(np.uint8)).rstrip(b"\0").decode(errors="replace") for h in hosts
+        ]
+
+    @classmethod
+    def join(cls, required: bool, timeout: float) -> Cluster | None:
+        """The launch's group when there is more than one rank, else None (or an error when
+        `required`)."""
+        try:
+            group = mx.distributed.init(strict=required)
+        except Exception as e:  # MLX raises RuntimeError with the backend's reason
+            raise JobError(f"--distributed: no distributed group could be formed ({e}); start "
+                           "the job with mlx.launch (see README)") from None  # fmt: skip
+        if group.size() < 2:
+            if required:
+                raise JobError("--distributed: this process is the only rank; start the job "
+                               "with mlx.launch -n N (see README)")  # fmt: skip
+            return None
+        return cls(group, timeout)
+
+    def _guarded(self, what: str, fn):
+        fired = threading.Event()
+
+        def fire():
+            fired.set()
+            sys.stderr.write(
+                f"error: rank {self.rank} ({self.host}): the collective '{what}' did not complete "
+                f"within {self.timeout:.0f} s: another rank died or hangs (MLX's ring backend "
+                "can hang instead of failing); finished batches are kept by rank 0's journal: "
+                "run the same command with --resume\n"
+            )
+            sys.stderr.flush()
+            os._exit(3)
+
+        timer = threading.Timer(self.timeout, fire)
+        timer.daemon = True
+        timer.start()
+        try:
+            return fn()
+        finally:
+            timer.cancel()
+
+    def gather(self, arr: np.ndarray, what: str) -> np.ndarray:
+        """(size, *arr.shape): every rank's `arr` (the same shape on every rank)."""
+
+        def run():
+            out = mx.distributed.all_gather(mx.array(arr)[None], group=self.group)
+            mx.eval(out)
+            return np.array(out)
+
+        return self._guarded(what, run)
+
+    def broadcast(self, arr: np.ndarray, what: str) -> np.ndarray:
+        """Rank 0's int32 `arr` on every rank."""
+        return self.gather(arr if self.rank == 0 else np.zeros_like(arr), what)[0]
+
+
+def _f64_to_i32(values: list[float]) -> np.ndarray:
+    return np.array(values, np.float64).view(np.int32)
+
+
+def shared_settings(cluster: Cluster, plan: JobPlan | None, n_fields: int = 7) -> dict | None:
+    """Rank 0's batch shape and cost model, exactly (float64 bits travel as int32 pairs)."""
+    from ..engine.planner import CostModel
+
+    if cluster.rank == 0:
+        s, c = plan.settings, plan.cost
+        vals = [
+            s["batch_tokens"],
+            s["max_batch"],
+            *((c.per_batch, c.per_token, c.per_key, c.underfill, c.lanes) if c else (np.nan,) * 5),
+        ]
+    else:
+        vals = [0.0] * n_fields
+    got = cluster.broadcast(_f64_to_i32(vals), "settings").view(np.float64)
+    out = {"batch_tokens": int(got[0]), "max_batch": int(got[1]), "cost_model": None}
+    if not np.isnan(got[2]):
+        out["cost_model"] = CostModel(*map(float, got[2:6]), int(got[6]), "rank 0").to_dict()
+    return out
+
+
+def deal(batches: list[Batch], ranks: int) -> list[list[Batch]]:
+    """Whole batches to ranks, largest first to the least loaded (by padded tokens)."""
+    loads, out = [0] * ranks, [[] for _ in range(ranks)]
+    for b in sorted(batches, key=lambda b: (-b.padded_tokens, b.indices)):
+        r = min(range(ranks), key=lambda k: (loads[k], k))
+        out[r].append(b)
+        loads[r] += b.padded_tokens
+    return out
+
+
+@dataclass
+class RankStats:
+    items: int = 0
+    seconds: float = 0.0
+    padded: int = 0
+
+
+def run_distributed_job(
+    cluster: Cluster, clf: Classifier, rows: list[Row], s: JobSettings, output: Path | None,
+    resume: bool = False, verify: bool = False, source: str = "input", fmt: str = "jsonl",
+) -> JobResult | None:  # fmt: skip
+    """The classify job over every rank; rank 0 returns the result, the others None."""
+    t0, rank = time.perf_counter(), cluster.rank
+    header = {"fingerprint": fingerprint(rows, clf, s)}
+    digest = np.frombuffer(hashlib.sha256(header["fingerprint"].encode()).digest(), np.int32)
+    digests = cluster.gather(digest, "fingerprints")
+    differ = [k for k in range(cluster.size) if not np.array_equal(digests[k], digests[0])]
+    if differ:
+        raise JobError(f"rank(s) {differ} ({', '.join(cluster.hosts[k] for k in differ)}) hold a "
+                       "different input, model, labels or settings than rank 0")  # fmt: skip
+    recorded = recorded_header(output, header) if rank == 0 and output and resume else None
+    plan0 = (
+        plan_job(clf, rows, s, recorded["settings"] if recorded else None) if rank == 0 else None
+    )
+    plan = plan0 or plan_job(clf, rows, s, shared_settings(cluster, None))
+    if rank == 0:
+        shared_settings(cluster, plan0)
+    bad = [r for r in rows if r.error]
+    if bad and s.on_error == "fail":
+        first, *rest = describe_errors(rows, source, fmt).split("\n")
+        raise JobError("\n".join([first + "; nothing was computed (--on-error skip writes an "
+                                  "error row for each)", *rest]))  # fmt: skip
+    sink = None
+    if rank == 0:
+        sink = open_sink(clf, len(rows), output, header | {"settings": plan.settings}, resume)
+        sink.append([(i, error_row(r.id, r.error, r.line)) for i, r in enumerate(rows) if r.error])
+        _on_sigterm(sink, output)
+    done = np.zeros(len(plan.batches), np.int32)
+    if rank == 0:
+        todo = set(map(id, todo_batches(plan, sink.done)))
+        done = np.array([id(b) not in todo for b in plan.batches], np.int32)
+    done = cluster.broadcast(done, "journal state")
+    remaining = [b for b, d in zip(plan.batches, done) if not d]
+    shares = deal(remaining, cluster.size)
+    stats = _rounds(cluster, clf, rows, plan, shares, sink, s.on_error)
+    table = cluster.gather(np.array([stats.items, stats.padded, int(stats.seconds * 1e6)], np.int64)
+                           .view(np.int32), "statistics").view(np.int64)  # fmt: skip
+    if rank != 0:
+        return None
+    seconds = time.perf_counter() - t0
+    report = run_verify(clf, rows, plan.prompts, sink.done) if verify else None
+    sink.finish(len(rows), clf.labels.names)
+    from ..engine.planner import padding_stats
+
+    per_rank = [{"rank": k, "host": cluster.hosts[k], "items": int(t[0]), "padded_tokens": int(t[1]),
+                 "seconds": t[2] / 1e6} for k, t in enumerate(table)]  # fmt: skip
+    return JobResult(
+        rows=len(rows), scored=len(plan.order), errors=len(bad), seconds=seconds,
+        padding_overhead=padding_stats(plan.fed_lengths, plan.batches).overhead,
+        batch_tokens=plan.batch_tokens, peak_memory=mx.get_peak_memory(),
+        memory_bound=plan.memory_bound, verify=report, results=[sink.done[i] for i in range(len(rows))],
+        ranks=per_rank,
+    )  # fmt: skip
+
+
+def _rounds(cluster, clf, rows, plan, shares, sink, on_error) -> RankStats:
+    """One batch a rank per round; rank 0 journals every round's results."""
+    J = len(clf.labels.names)
+    mine = shares[cluster.rank]
+    n_rounds = max((len(x) for x in shares), default=0)
+    plist = [plan.prompts[i] for i in plan.order]
+    scorer = clf.engine.scorers[MODES[plan.settings["mode"]].scorer]
+    stats = RankStats()
+    bar = progress_bar(plan, [b for x in shares for b in x]) if cluster.rank == 0 else None
+    try:
+        for r in range(n_rounds):
+            width = max(len(x[r].indices) for x in shares if r < len(x))
+            probs = np.full((width, J), np.nan, np.float32)
+            if r < len(mine):
+                t = time.perf_counter()
+                got = scorer.score([plist[i] for i in mine[r].indices])
+                stats.seconds += time.perf_counter() - t
+                stats.items += len(mine[r].indices)
+                stats.padded += mine[r].padded_tokens
+                probs[: len(got)] = got
+            everyone = cluster.gather(probs, f"results of round {r + 1}")
+            if sink is None:
+                continue
+            for k, share in enumerate(shares):
+                if r < len(share):
+                    batch = share[r]
+                    try:
+                        sink.append(batch_rows(clf, rows, plan, batch,
+                                               everyone[k, : len(batch.indices)], on_error))  # fmt: skip
+                    except NonFinite as e:
+                        sink.append(e.good)
+                        raise
+                    bar.update(len(batch.indices))
+    except BaseException:
+        if sink is not None:
+            sink.close()
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    return stats
+
+
+def _on_sigterm(sink, output) -> None:
+    """mlx.launch stops the other ranks with SIGTERM when one fails: say so, keep the journal."""
+
+    def handler(signum, frame):
+        where = (f"finished batches are kept in {output}.part: run the same command with "
+                 "--resume to continue" if isinstance(sink, Journal) else "")  # fmt: skip
+        sys.stderr.write(f"error: rank 0 ({socket.gethostname()}) was stopped by the launcher: "
+                         f"another rank failed or was killed (mlx.launch names it); {where}\n")  # fmt: skip
+        sys.stderr.flush()
+        os._exit(3)
+
+    signal.signal(signal.SIGTERM, handler)

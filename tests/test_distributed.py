@@ -1,0 +1,125 @@
+"""Data-parallel classify under `mlx.launch` (ring backend, 2 ranks on localhost): the output
+file is byte-for-byte the single-process one; a killed rank fails the job with its rank named,
+and --resume completes it identically; uneven shards work."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mlxbatch.io.sinks import journal_path
+from mlxbatch.io.tickets import generate, write_jsonl
+from mlxbatch.jobs.distributed import deal
+
+LAUNCH = Path(sys.executable).parent / "mlx.launch"
+pytestmark = pytest.mark.skipif(not LAUNCH.exists(), reason="mlx.launch is not installed")
+
+
+def single(model, src, out, *extra):
+    cmd = [sys.executable, "-m", "mlxbatch", "classify", str(src), "--model", str(model),
+           "-o", str(out), *extra]  # fmt: skip
+    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+
+
+def launched(model, src, out, *extra, wait=True):
+    cmd = [str(LAUNCH), "-n", "2", "--backend", "ring", sys.executable, "-m", "mlxbatch",
+           "classify", str(src), "--model", str(model), "-o", str(out), *extra]  # fmt: skip
+    if not wait:
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dist")
+    src = root / "in.jsonl"
+    tickets = generate(60, seed=11, mix="heavy-tail")
+    tickets[7]["text"] = "   "  # a bad row: an error row under --on-error skip
+    write_jsonl(tickets, src)
+    return root, src
+
+
+@pytest.mark.parametrize("mode", ["sorted", "naive"])
+def test_two_ranks_write_the_single_process_file(tiny_model_dir, inputs, mode):
+    root, src = inputs
+    extra = ["--mode", mode, "--on-error", "skip", "--max-batch", "4"]
+    single(tiny_model_dir, src, root / f"one-{mode}.jsonl", *extra)
+    r = launched(tiny_model_dir, src, root / f"two-{mode}.jsonl", *extra)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (root / f"two-{mode}.jsonl").read_bytes() == (root / f"one-{mode}.jsonl").read_bytes()
+    assert "rank 1" in r.stdout + r.stderr and "2 ranks:" in r.stdout + r.stderr
+
+
+def test_fewer_batches_than_ranks(tiny_model_dir, tmp_path):
+    src = tmp_path / "one.jsonl"
+    write_jsonl(generate(1, seed=2), src)
+    single(tiny_model_dir, src, tmp_path / "a.jsonl")
+    r = launched(tiny_model_dir, src, tmp_path / "b.jsonl")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+
+
+def test_batches_are_dealt_by_padded_tokens():
+    from mlxbatch.engine.planner import Batch
+
+    batches = [Batch((0,), 100), Batch((1, 2), 30), Batch((3, 4, 5), 10), Batch((6,), 40)]
+    shares = deal(batches, 2)
+    loads = [sum(b.padded_tokens for b in s) for s in shares]
+    assert sorted(loads) == [100, 130] and sum(len(s) for s in shares) == 4  # 100 | 60+40 (+30)
+    assert deal(batches[:1], 3)[1:] == [[], []]
+
+
+def rank_pid(rank: int, marker: str) -> int | None:
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            env = (d / "environ").read_bytes().split(b"\0")
+            cmd = (d / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if f"MLX_RANK={rank}".encode() in env and marker.encode() in cmd and b"mlxbatch" in cmd:
+            return int(d.name)
+    return None
+
+
+def test_a_killed_rank_fails_the_job_and_resume_completes_it(tiny_model_dir, tmp_path):
+    src = tmp_path / "in.jsonl"
+    write_jsonl(generate(240, seed=5), src)
+    extra = ["--max-batch", "2", "--planner", "greedy", "--batch-tokens", "1024"]
+    single(tiny_model_dir, src, tmp_path / "ref.jsonl", *extra)
+    out = tmp_path / "killed.jsonl"
+    proc = launched(tiny_model_dir, src, out, *extra, wait=False)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        p = journal_path(out)
+        if p.exists() and len(p.read_bytes().split(b"\n")) > 20:
+            break
+        time.sleep(0.05)
+    pid = rank_pid(1, str(out))
+    assert pid is not None, "rank 1 not found"
+    os.kill(pid, signal.SIGKILL)
+    text, _ = proc.communicate(timeout=120)
+    assert "rank 1" in text and "--resume" in text, text
+    assert not out.exists() and journal_path(out).exists()
+    r = launched(tiny_model_dir, src, out, *extra, "--resume")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert out.read_bytes() == (tmp_path / "ref.jsonl").read_bytes()
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(rows) == 240 and np.all([abs(sum(x["scores"].values()) - 1) < 1e-5 for x in rows])
+
+
+def test_distributed_flag_without_a_launcher_fails_clearly(tiny_model_dir, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("hello\n")
+    r = subprocess.run([sys.executable, "-m", "mlxbatch", "classify", str(src), "--model",
+                        str(tiny_model_dir), "--distributed"], capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 2 and "mlx.launch" in r.stderr and "Traceback" not in r.stderr
