@@ -129,14 +129,38 @@ def doctor(as_json, size, calibrate, model):
 @click.option(
     "--quick", is_flag=True, help="Tiny synthetic model, 60 tickets: checks the command in seconds."
 )
+@click.option("--ranks", type=click.IntRange(2), help="Instead: classify on 1 and on N ranks "
+              "(mlx.launch, ring, this host) and print the ratio.")  # fmt: skip
 def bench(model, tickets_spec, mix, prompt_name, labels, system_prompt, system_prompt_file,
           labels_file, examples, batch_tokens, max_batch, naive_batch, sweep, modes, peer_names,
-          no_peers, no_calibrate, against, json_path, plot_path, quick):  # fmt: skip
+          no_peers, no_calibrate, against, json_path, plot_path, quick, ranks):  # fmt: skip
     """Time the gold loop, prefix caching, naive, greedy and cost-planned batching, and peers."""
     from ..engine.prompt import few_shot_prompt
     from ..jobs.bench import MODE_NAMES, BenchOptions, bench_job
     from ..jobs.peers import PEERS
 
+    if ranks:
+        import tempfile
+
+        from ..jobs.bench import load_tickets
+        from ..jobs.distributed import measure_ranks
+        from ..model.convert import init_random
+
+        tmp = tempfile.TemporaryDirectory()
+        if quick:
+            model = str(Path(tmp.name) / "tiny")
+            init_random(model, preset="tiny", seed=0, dtype="float32")
+            tickets_spec = "60" if tickets_spec == "600" else tickets_spec
+        texts, source = load_tickets(tickets_spec, mix)
+        m = measure_ranks(ranks, resolve_model(model), texts, ["--max-batch", str(max_batch)],
+                          lambda x: click.echo(x, err=True))  # fmt: skip
+        tmp.cleanup()
+        click.echo(f"{source}: 1 rank {m['seconds_1']:.1f} s, {ranks} ranks "
+                   f"{m[f'seconds_{ranks}']:.1f} s: {m['speedup']:.2f}x on {m['cpu_count']} cores "
+                   f"of {m['host']}; output files identical: {m['identical_output']}")  # fmt: skip
+        if json_path:
+            json_path.write_text(json.dumps(m, indent=2) + "\n")
+        return
     wanted = tuple(x.strip() for x in modes.split(",") if x.strip())
     peers = () if no_peers else tuple(x.strip() for x in peer_names.split(",") if x.strip())
     for name, known, option in ((wanted, MODE_NAMES, "--modes"), (peers, PEERS, "--peers")):

@@ -269,3 +269,44 @@ def _on_sigterm(sink, output) -> None:
         os._exit(3)
 
     signal.signal(signal.SIGTERM, handler)
+
+
+def measure_ranks(n: int, model: Path, texts: list[str], extra: list[str], progress=print) -> dict:
+    """The same classify job on 1 rank and under `mlx.launch -n N` (ring, this host): seconds,
+    the ratio, and whether the two output files are byte-identical."""
+    import json
+    import shutil
+    import subprocess
+    import tempfile
+
+    launch = shutil.which("mlx.launch") or str(Path(sys.executable).parent / "mlx.launch")
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "tickets.jsonl"
+        src.write_text(
+            "".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts))
+        )
+        base = [
+            sys.executable,
+            "-m",
+            "mlxbatch",
+            "classify",
+            str(src),
+            "--model",
+            str(model),
+            *extra,
+        ]
+        runs = {}
+        for ranks, cmd in ((1, base), (n, [launch, "-n", str(n), "--backend", "ring", *base])):
+            out = Path(tmp) / f"out-{ranks}.jsonl"
+            progress(f"running classify on {ranks} rank(s) ...")
+            t = time.perf_counter()
+            r = subprocess.run([*cmd, "-o", str(out)], capture_output=True, text=True)
+            runs[ranks] = time.perf_counter() - t
+            if r.returncode != 0 or not out.exists():
+                raise JobError(f"the {ranks}-rank run failed: {(r.stderr or r.stdout)[-400:]}")
+        same = (Path(tmp) / "out-1.jsonl").read_bytes() == (
+            Path(tmp) / f"out-{n}.jsonl"
+        ).read_bytes()
+    return {"items": len(texts), "ranks": n, "seconds_1": runs[1], f"seconds_{n}": runs[n],
+            "speedup": runs[1] / runs[n], "identical_output": same,
+            "cpu_count": os.cpu_count(), "host": socket.gethostname()}  # fmt: skip
