@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-__all__ = ["Classifier", "Prediction"]
+__all__ = ["Classifier", "Prediction", "evaluate"]
+_HOMES = {"Classifier": "classifier", "Prediction": "classifier", "evaluate": "evaluate"}
 
 
 def __getattr__(name: str):
-    # Lazy, so `mlxbatch` can pick the BLAS before mlx is first imported (see blas.py).
+    # Lazy, so `mlxbatch` can pick the BLAS before mlx is first imported (see runtime/blas.py).
     if name in __all__:
+        import importlib
+
         from .runtime import blas
 
         if not blas.activate_in_process() and blas.warning():
             import warnings
 
             warnings.warn(blas.warning(), RuntimeWarning, stacklevel=2)
-        from .jobs import classifier
-
-        return getattr(classifier, name)
+        return getattr(importlib.import_module(f".jobs.{_HOMES[name]}", __name__), name)
     raise AttributeError(name)

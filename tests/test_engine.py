@@ -79,6 +79,23 @@ def test_prefix_cache_reuse_equals_a_fresh_cache(lm):
         np.testing.assert_array_equal(out, fresh.score_batch([prompts[i] for i in b.indices]))
 
 
+def test_cache_buffers_serve_every_batch_size_exactly(lm):
+    """Buffers made for a large or wide batch are reused by smaller ones, rows and slots
+    alike, and grown when a batch needs more: every result equals a fresh cache's."""
+    texts = random_texts(3, 30, 40)
+    reused = engine(lm, MULTI)
+    prompts = [reused.prompt(t) for t in texts]
+    sizes = [8, 3, 1, 5, 9, 2, 2]
+    start = 0
+    for n in sizes:
+        batch = prompts[start : start + n]
+        start += n
+        out = reused.score_batch(batch)
+        np.testing.assert_array_equal(out, engine(lm, MULTI).score_batch(batch))
+    kvs = reused.scorers["fast"]._lane_kv.values()
+    assert max(kv.allocated for kv in kvs) >= 4  # the large batch's buffers were kept
+
+
 def test_batch_mask_table_is_exact():
     # P=2 shared prefix slots; row 0 uses both and has 2 real tokens, row 1 shares only the
     # first prefix slot and has 1 real token; width 2; the query covers the item region.

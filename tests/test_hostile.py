@@ -153,6 +153,7 @@ ERRORS = {
     "-o symlink to input": (c_out(_symlink), "is the input file"),
     "-o is a directory": (c_out(lambda t, s: t), "is a directory"),
     "-o under /proc": (c_out(lambda t, s: Path("/proc/mlxbatch-test.jsonl")), "/proc"),
+    "-o on a full disk": (c_out(lambda t, s: Path("/dev/full")), "No space left"),
     "-o journal name is someone's file": (c_out(_foreign_part), "not written by mlxbatch"),
     "input named like the journal": (_input_is_part, "is the input file"),
     "--resume on /dev/null": (c_out(lambda t, s: Path("/dev/null"), "--resume"), "regular output file"),
@@ -392,6 +393,27 @@ def test_bad_memory_limit_is_named(tiny_model_dir, tmp_path, monkeypatch):
         ["classify", write(tmp_path / "in.jsonl", GOOD), "--model", tiny_model_dir], None, tmp_path
     )
     assert r.exit_code == 2 and "MLXBATCH_MEMORY_LIMIT" in r.stderr
+
+
+def test_output_onto_the_file_redirected_to_stdin_is_refused(tiny_model_dir, tmp_path):
+    src = write(tmp_path / "in.jsonl", GOOD)
+    with open(src, "rb") as stdin:
+        r = subprocess.run([sys.executable, "-m", "mlxbatch", "classify", "-", "--model",
+                            str(tiny_model_dir), "-o", str(src)], stdin=stdin,
+                           capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 2 and "is the input file" in r.stderr
+    assert src.read_text() == GOOD
+
+
+def test_the_printed_memory_bound_never_exceeds_the_machine(tiny_model_dir, tmp_path):
+    from mlxbatch.runtime.memory import total_bytes
+
+    src = write(tmp_path / "in.jsonl", GOOD)
+    r = invoke(["classify", src, "--model", tiny_model_dir, "--max-batch", 10**7,
+                "--labels", "billing issue,account access,technical problem"], None, tmp_path)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    bound = float(r.stderr.split("(bound ")[1].split(" GiB")[0])
+    assert 0 < bound * 2**30 < total_bytes()
 
 
 def test_table_is_large_enough():

@@ -68,6 +68,7 @@ class PrefixScorer:
     def _score_rows(self, prompts: list[list[int]], lane: int) -> mx.array:
         layout = RowLayout.build(prompts, self.prefix, self.labels.max_len - 1)
         kv = self._batch_cache(lane, layout.batch, layout.capacity)
+        kv.use_rows(layout.batch)
         h = self.model(mx.array(layout.tokens()), kv, mx.array(layout.positions()),
                        mx.array(layout.mask()))  # fmt: skip
         probs = score_labels(self.model, h, kv, layout, self.labels)
@@ -75,11 +76,16 @@ class PrefixScorer:
         return probs
 
     def _batch_cache(self, lane: int, batch: int, capacity: int) -> KVCache:
-        """The prefix broadcast to `batch` rows; the lane's previous buffers when they fit."""
+        """The prefix broadcast to `batch` rows: the lane's buffers when they are large enough
+        (whatever batch size they were made for), else new ones, grown in both dimensions."""
         kv = self._lane_kv.get(lane)
-        if kv is not None and kv.batch == batch and kv.capacity >= capacity:
+        if kv is not None and kv.allocated >= batch and kv.capacity >= capacity:
             kv.crop(len(self.prefix))
+            kv.use_rows(batch)
             return kv
+        if kv is not None:  # grow to the larger of both shapes: few reallocations per job
+            batch, capacity = max(batch, kv.allocated), max(capacity, kv.capacity)
+            del self._lane_kv[lane], kv  # free the old buffers first
         if self.prefix_kv is None:
             kv = new_cache(self.model, batch, capacity, self.dtype)
         else:

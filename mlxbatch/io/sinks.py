@@ -273,8 +273,14 @@ class OrderedStream:
             self.next += 1
         if self.next > start:
             out = self.stream or sys.stdout
-            write_rows(out, [self.done[i] for i in range(start, self.next)], self.labels, "")
-            out.flush()
+            try:
+                write_rows(out, [self.done[i] for i in range(start, self.next)], self.labels, "")
+                out.flush()
+            except BrokenPipeError:
+                raise
+            except OSError as e:
+                name = getattr(out, "name", "standard output")
+                raise OutputError(f"{name}: cannot write ({e.strerror or e})") from None
 
     def finish(self, n_rows: int, labels: tuple[str, ...]) -> None:
         if self.next != self.n:
@@ -283,7 +289,10 @@ class OrderedStream:
 
     def close(self) -> None:
         if self.stream is not None and not self.stream.closed:
-            self.stream.close()
+            try:
+                self.stream.close()
+            except OSError:
+                pass  # the write error was reported already
 
 
 def output_kind(output: Path) -> str:

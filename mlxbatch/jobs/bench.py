@@ -284,8 +284,10 @@ def against(clf: Classifier, texts: list[str], o: BenchOptions, reference: Path,
     precision source): label agreement, largest probability difference, speed and memory."""
     progress(f"comparing against {reference} ...")
     probs, seconds, peak = _sorted_run(clf, texts, o.max_batch)
+    clf.engine.scorers["fast"]._lane_kv.clear()  # the first model's caches go; its weights stay
     ref = Classifier.load(reference, clf.labels.names, clf.system_prompt, examples=clf.examples)
     ref_probs, ref_seconds, ref_peak = _sorted_run(ref, texts, o.max_batch)
+    ref_peak -= clf.footprint.weight_bytes  # still resident, but not the reference's
     return {
         "model": clf.lm.describe(), "reference": ref.lm.describe(), "items": len(texts),
         "label_agreement": float((probs.argmax(1) == ref_probs.argmax(1)).mean()),

@@ -97,6 +97,12 @@ class Cluster:
         timer.start()
         try:
             return fn()
+        except RuntimeError as e:  # e.g. "[ring] connection to a peer was lost"
+            raise JobError(
+                f"rank {self.rank} ({self.host}): the collective '{what}' failed ({e}): another "
+                "rank died or was stopped (mlx.launch names it); finished batches are kept by "
+                "rank 0's journal: run the same command with --resume"
+            ) from None
         finally:
             timer.cancel()
 

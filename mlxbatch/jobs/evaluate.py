@@ -104,8 +104,10 @@ def format_evaluation(m: dict) -> str:
         lines.append(f"rows without a gold label (not evaluated): {m['missing_gold']}")
     if m["abstained"]:
         kept = "n/a" if m["accuracy_answered"] is None else f"{m['accuracy_answered']:.1%}"
-        lines.append(f"coverage {m['coverage']:.1%} ({m['abstained']} abstained); accuracy on "
-                     f"the rows kept {kept}")  # fmt: skip
+        lines.append(f"coverage {m['coverage']:.1%} ({m['abstained']} abstained, counted as "
+                     f"wrong above); accuracy on the rows kept {kept}")  # fmt: skip
+        if m.get("accuracy_top_label") is not None:
+            lines.append(f"top-label accuracy if nothing abstained: {m['accuracy_top_label']:.1%}")
     lines += ["", f"{'class':<{w}} {'precision':>9} {'recall':>7} {'f1':>6} {'support':>8}"]
     for lab, c in m["per_class"].items():
         lines.append(f"{lab:<{w}} {c['precision']:>9.3f} {c['recall']:>7.3f} {c['f1']:>6.3f} "
@@ -162,4 +164,8 @@ def evaluate_rows(results: list[dict], gold: list, labels: tuple[str, ...]) -> d
         conf.append(max(r["scores"].values()))
     m = evaluate(pred, g, labels, conf)
     m["error_rows"] = errors
+    if m["abstained"]:  # what the top label alone would score, abstentions ignored
+        top = [max(r["scores"], key=r["scores"].get) for r in results if "error" not in r]
+        pairs = [(t, x) for t, x in zip(top, g) if x in labels]
+        m["accuracy_top_label"] = sum(t == x for t, x in pairs) / len(pairs) if pairs else None
     return m

@@ -229,7 +229,15 @@ def plan_job(clf: Classifier, rows: list[Row], s: JobSettings, recorded: dict | 
     order = sorted(prompts)
     lengths = engine.fed_lengths([prompts[i] for i in order])
     batches = clf.plan([prompts[i] for i in order], s.mode, batch_tokens, max_batch, planner, cost)
-    bound = fp.weight_bytes + max((fp.cost_of(b).total for b in batches), default=0)
+    # the lanes' cache buffers grow to the most rows and the widest batch of the job
+    bound = (
+        fp.weight_bytes
+        + fp.batch_cost(
+            max((b.padded_tokens for b in batches), default=1),
+            max((len(b.indices) for b in batches), default=1),
+            max((b.width for b in batches), default=1),
+        ).total
+    )
     if not recorded:
         check_fits(fp, max((b.padded_tokens for b in batches), default=1),
                    max((len(b.indices) for b in batches), default=1),

@@ -1,4 +1,4 @@
-"""The batched KV cache and the attention mask of a padded batch behind a shared prefix.
+"""The batched KV cache of a padded batch behind a shared prefix (its mask: engine/layout.py).
 
 Cache layout (slots along axis 2):
     keys[layer], values[layer]: (B, n_kv_heads, capacity, head_dim)
@@ -6,17 +6,19 @@ Cache layout (slots along axis 2):
     [P, P + W)        each row's own tokens, left-aligned, padded to the batch width W
     [P + W, ...)      teacher-forced label tokens (multi-token labels only)
 Slots [0, offset) are filled; `crop(P)` drops everything after the prefix in O(1).
+The buffers may hold more rows than a batch uses: `use_rows(B)` makes the first B rows the
+cache (an O(1) change too), so one buffer serves every batch size up to its own.
 """
 
 from __future__ import annotations
 
 import mlx.core as mx
-import numpy as np
 
 
 class KVCache:
     def __init__(self, keys: list[mx.array], values: list[mx.array], offset: int = 0):
         self.keys, self.values, self.offset = keys, values, offset
+        self.rows = keys[0].shape[0]  # rows in use: [0, rows) of the buffers
 
     @classmethod
     def allocate(
@@ -30,7 +32,17 @@ class KVCache:
 
     @property
     def batch(self) -> int:
+        return self.rows
+
+    @property
+    def allocated(self) -> int:
         return self.keys[0].shape[0]
+
+    def use_rows(self, n: int) -> None:
+        """Make the first `n` rows of the buffers the cache's rows (their filled slots kept)."""
+        if not 1 <= n <= self.allocated:
+            raise ValueError(f"cannot use {n} rows of a cache with {self.allocated}")
+        self.rows = n
 
     @property
     def capacity(self) -> int:
@@ -41,9 +53,16 @@ class KVCache:
         end = self.offset + k.shape[2]
         if end > self.capacity:
             raise ValueError(f"KV cache overflow: {end} slots needed, capacity {self.capacity}")
-        self.keys[layer][:, :, self.offset : end, :] = k
-        self.values[layer][:, :, self.offset : end, :] = v
-        return self.keys[layer][:, :, :end, :], self.values[layer][:, :, :end, :]
+        B = self.rows
+        if k.shape[0] != B:
+            raise ValueError(f"KV cache holds {B} rows, the update has {k.shape[0]}")
+        if B == self.allocated:
+            self.keys[layer][:, :, self.offset : end, :] = k
+            self.values[layer][:, :, self.offset : end, :] = v
+            return self.keys[layer][:, :, :end, :], self.values[layer][:, :, :end, :]
+        self.keys[layer][:B, :, self.offset : end, :] = k
+        self.values[layer][:B, :, self.offset : end, :] = v
+        return self.keys[layer][:B, :, :end, :], self.values[layer][:B, :, :end, :]
 
     def advance(self, n: int) -> None:
         self.offset += n
@@ -56,7 +75,7 @@ class KVCache:
 
     def expand(self, batch: int, capacity: int) -> KVCache:
         """A new cache of `batch` rows whose first `offset` slots are this B=1 cache's."""
-        if self.batch != 1:
+        if self.allocated != 1:
             raise ValueError("only a batch-1 (prefix) cache can be expanded")
         if capacity < self.offset:
             raise ValueError(f"capacity {capacity} is below the prefix length {self.offset}")
@@ -74,32 +93,8 @@ class KVCache:
         """Each row repeated `repeats` times (row r -> rows r*repeats ...), filled slots kept."""
 
         def rep(a: mx.array) -> mx.array:
-            a = mx.repeat(a[:, :, : self.offset], repeats, axis=0)
+            a = mx.repeat(a[: self.rows, :, : self.offset], repeats, axis=0)
             pad = mx.zeros((a.shape[0], a.shape[1], capacity - self.offset, a.shape[3]), a.dtype)
             return mx.concatenate([a, pad], axis=2)
 
         return KVCache([rep(k) for k in self.keys], [rep(v) for v in self.values], self.offset)
-
-
-def batch_mask(
-    prefix_width: int,
-    prefix_lens: np.ndarray,
-    lengths: np.ndarray,
-    width: int,
-    q_start: int,
-    q_len: int,
-) -> np.ndarray:
-    """Which cache slot each query may attend to: bool (B, 1, q_len, q_start + q_len).
-
-    Row r sees prefix slots [0, prefix_lens[r]) of the shared [0, P) (its own prompt may
-    diverge from the shared prefix at the end), its `lengths[r]` real tokens in
-    [P, P + width) (the rest of that region is padding), and label slots [P + width, ...),
-    all causally. Padding queries see at least the row's real tokens: no softmax row is empty.
-    """
-    k = np.arange(q_start + q_len)[None, None, :]
-    q = (q_start + np.arange(q_len))[None, :, None]
-    n = np.asarray(lengths)[:, None, None]
-    p = np.asarray(prefix_lens)[:, None, None]
-    rel = k - prefix_width
-    valid = np.where(rel < 0, k < p, (rel >= width) | (rel < n))
-    return (valid & (k <= q))[:, None]

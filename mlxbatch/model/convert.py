@@ -19,7 +19,7 @@ import mlx.core as mx
 from ..errors import ModelError
 from . import quantize
 from .config import ModelArgs
-from .load import DTYPES
+from .load import DTYPES, read_manifest
 from .presets import PRESETS
 from .tokenizer import TOKENIZER_FILES
 from .weights import check_checkpoint, load_tensors
@@ -142,7 +142,7 @@ def convert_hf(hf_dir: str | Path, out_dir: str | Path, dtype: str | None = None
         config["torch_dtype"] = dtype
     if q_bits is not None:
         tensors, config = _quantized(args, tensors, config, q_bits, q_group_size)
-    source_manifest = _manifest(hf_dir)
+    source_manifest = read_manifest(hf_dir)
     synthetic = bool(source_manifest.get("synthetic") or config.get("mlxbatch_synthetic"))
     meta = {"source": str(hf_dir.resolve()), "synthetic": synthetic}
     if q_bits is not None:
@@ -169,14 +169,6 @@ def _quantized(args: ModelArgs, tensors: dict, config: dict, bits: int, group_si
     model.load_weights(list(tensors.items()), strict=True)
     config = quantize.quantize_for_saving(model, config, bits, group_size)
     return dict(tree_flatten(model.parameters())), config
-
-
-def _manifest(model_dir: Path) -> dict:
-    try:
-        m = json.loads((model_dir / "mlxbatch.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return m if isinstance(m, dict) else {}
 
 
 def random_tensors(args: ModelArgs, seed: int, dtype: mx.Dtype) -> dict[str, mx.array]:

@@ -72,7 +72,7 @@ class PromptTokenizer:
 
         An item's own prompt may diverge from it near the end when BPE merges the text's
         first characters with `\\n` (text starting with newlines); the engine then uses only
-        the common part for that row (see `common_prefix_len`).
+        the common part for that row (see `engine/layout.py`).
         """
         return self.prefix(system, examples) + self.encode("user\n")
 
@@ -91,12 +91,3 @@ class PromptTokenizer:
 
     def text_length(self, text: str) -> int:
         return len(self.encode(text))
-
-
-def common_prefix_len(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
