@@ -62,13 +62,19 @@ def fake_cache(root, repo, source):
     return snap
 
 
-def test_hub_id_resolves_from_the_cache_offline(hf_dirs, tickets, tmp_path):
+def test_hub_id_resolves_from_the_cache_offline(hf_dirs, tickets, tmp_path, monkeypatch):
     fake_cache(tmp_path / "hf", "Qwen/Tiny", hf_dirs["tied_gqa"])
     env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
     verify_all_modes("Qwen/Tiny", tickets, tmp_path, env=env)
     r = run("classify", tickets, "--model", "Qwen/Absent", env=env)
     assert r.exit_code == 2 and r.stderr.count("\n") == 1
     assert "Qwen/Absent" in r.stderr and "HF_HUB_OFFLINE" in r.stderr
+    from mlxbatch.jobs.classifier import Classifier
+
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    pred = Classifier.load("Qwen/Tiny").classify(["hello"])[0]  # the Python API resolves ids too
+    assert pred.label in ("billing", "technical", "account")
     r = CliRunner(env=env).invoke(cli, ["models", "--json"])
     assert r.exit_code == 0 and any(m["name"] == "Qwen/Tiny" for m in json.loads(r.stdout))
 

@@ -21,6 +21,7 @@ from ..engine.labels import LabelSet
 from ..engine.planner import DEFAULT_MAX_BATCH, Batch, CostModel, plan
 from ..engine.prompt import DEFAULT_LABELS, default_system_prompt
 from ..errors import LabelError
+from ..model.hub import resolve
 from ..model.load import LoadedModel, load_model
 from ..model.tokenizer import Examples
 
@@ -56,10 +57,10 @@ class Classifier:
         prior: dict[str, float] | str | None = None, min_confidence: float | None = None,
         descriptions: dict[str, str] | None = None,
     ) -> Classifier:  # fmt: skip
-        """Load a model for a label set. `examples`: few-shot (text, label) pairs; `calibrate`:
+        """Load a model (a directory or a hub id) for a label set. `examples`: few-shot (text, label) pairs; `calibrate`:
         contextual calibration; `prior`: {label: weight} or "a=0.5,b=0.5"; `min_confidence`:
         abstain below it; `descriptions`: {label: one line} for the default system prompt."""
-        lm = load_model(model_dir, dtype=dtype, check_finite=check_finite)
+        lm = load_model(resolve(model_dir), dtype=dtype, check_finite=check_finite)
         labels = tuple(labels)
         label_set = LabelSet.build(labels, lm.tokenizer.label, lm.model.args.vocab_size)
         bad = [lab for _, lab in examples if lab not in labels]
