@@ -172,6 +172,18 @@ def test_eval_command_and_plot(tiny_model_dir, tmp_path):
     assert (tmp_path / "cm.png").stat().st_size > 1000
 
 
+def test_plot_without_a_path_lands_beside_the_output(tiny_model_dir, tmp_path):
+    pytest.importorskip("matplotlib")
+    from mlxbatch.io.tickets import generate, write_jsonl
+
+    src, out = tmp_path / "t.jsonl", tmp_path / "o.jsonl"
+    write_jsonl(generate(12, seed=4), src)
+    r = CliRunner().invoke(cli, ["classify", str(src), "--model", str(tiny_model_dir), "-o", str(out),
+                                 "--gold-field", "intent", "--plot"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "o.confusion.png").stat().st_size > 1000
+
+
 def test_python_api_options(tiny_model_dir):
     from mlxbatch.jobs.classifier import Classifier
     from mlxbatch.jobs.evaluate import evaluate

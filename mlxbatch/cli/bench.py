@@ -8,7 +8,16 @@ from pathlib import Path
 
 import click
 
-from .common import LABELS_HELP, fail, max_batch_option, model_option, prompt_spec, resolve_model
+from .common import (
+    LABELS_HELP,
+    PLOT_DEFAULT,
+    fail,
+    max_batch_option,
+    model_option,
+    plot_target,
+    prompt_spec,
+    resolve_model,
+)
 
 
 @click.command()
@@ -124,7 +133,12 @@ def doctor(as_json, size, calibrate, model):
     "--json", "json_path", type=click.Path(path_type=Path), help="Write every figure as JSON."
 )
 @click.option(
-    "--plot", "plot_path", type=click.Path(path_type=Path), help="Write a PNG (needs matplotlib)."
+    "--plot",
+    "plot_path",
+    type=click.Path(path_type=Path),
+    is_flag=False,
+    flag_value=PLOT_DEFAULT,
+    help="Draw a PNG (needs matplotlib); without a path: next to the output, else ./bench.png.",
 )
 @click.option(
     "--quick", is_flag=True, help="Tiny synthetic model, 60 tickets: checks the command in seconds."
@@ -161,6 +175,7 @@ def bench(model, tickets_spec, mix, prompt_name, labels, system_prompt, system_p
         if json_path:
             json_path.write_text(json.dumps(m, indent=2) + "\n")
         return
+    plot_path = plot_target(plot_path, json_path, "bench")
     wanted = tuple(x.strip() for x in modes.split(",") if x.strip())
     peers = () if no_peers else tuple(x.strip() for x in peer_names.split(",") if x.strip())
     for name, known, option in ((wanted, MODE_NAMES, "--modes"), (peers, PEERS, "--peers")):

@@ -11,9 +11,11 @@ import click
 
 from .common import (
     LABELS_HELP,
+    PLOT_DEFAULT,
     fail,
     max_batch_option,
     model_option,
+    plot_target,
     prompt_options,
     prompt_spec,
     report_evaluation,
@@ -105,7 +107,12 @@ from .common import (
     "--json", "json_path", type=click.Path(path_type=Path), help="Write the evaluation as JSON."
 )
 @click.option(
-    "--plot", "plot_path", type=click.Path(path_type=Path), help="Draw the confusion matrix (PNG)."
+    "--plot",
+    "plot_path",
+    type=click.Path(path_type=Path),
+    is_flag=False,
+    flag_value=PLOT_DEFAULT,
+    help="Draw a PNG (needs matplotlib); without a path: next to the output, else ./confusion.png.",
 )
 @click.option("--distributed", is_flag=True,
               help="Require an mlx.launch group (detected anyway when launched with it).")  # fmt: skip
@@ -136,6 +143,7 @@ def classify(input_path, model, labels, system_prompt, system_prompt_file, text_
         inputs = [Path("/dev/stdin" if str(p) == "-" else p)
                   for p in (input_path, system_prompt_file) if p]  # fmt: skip
         kind = check_output(output, inputs, resume)
+    plot_path = plot_target(plot_path, output, "confusion")
     if (json_path or plot_path) and not gold_field:
         fail("--json and --plot report the evaluation: give --gold-field too")
     spec = prompt_spec(labels, labels_file, system_prompt, system_prompt_file, examples, text_field)

@@ -10,6 +10,18 @@ import click
 
 from ..engine.planner import DEFAULT_MAX_BATCH
 
+PLOT_DEFAULT = "__mlxbatch_default_plot__"  # `--plot` given without a path
+
+
+def plot_target(plot_path: Path | None, output: Path | None, name: str) -> Path | None:
+    """Where `--plot` writes: its path, or beside the output (else in the working directory)."""
+    if plot_path is None or str(plot_path) != PLOT_DEFAULT:
+        return plot_path
+    if output is not None and str(output) != "-":
+        return Path(output).with_name(Path(output).stem + f".{name}.png")
+    return Path(f"{name}.png")
+
+
 LABELS_HELP = "Comma-separated labels (default: billing,technical,account)."
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .common import fail
+from .common import PLOT_DEFAULT, fail, plot_target
 
 
 @click.command("eval")
@@ -27,12 +27,18 @@ from .common import fail
     "--json", "json_path", type=click.Path(path_type=Path), help="Write the metrics as JSON."
 )
 @click.option(
-    "--plot", "plot_path", type=click.Path(path_type=Path), help="Draw the confusion matrix (PNG)."
+    "--plot",
+    "plot_path",
+    type=click.Path(path_type=Path),
+    is_flag=False,
+    flag_value=PLOT_DEFAULT,
+    help="Draw a PNG (needs matplotlib); without a path: next to the output, else ./confusion.png.",
 )
 def evaluate_cmd(input_path, predictions, gold_field, text_field, id_field, input_format, labels,
                  json_path, plot_path):  # fmt: skip
     """Accuracy, per-class F1, confusion and calibration of PREDICTIONS (a classify output,
     JSONL) against the gold labels of INPUT, row by row."""
+    plot_path = plot_target(plot_path, predictions, "confusion")
     from ..io.inputs import read_rows
     from ..jobs.evaluate import evaluate_rows, format_evaluation, plot_confusion
 
