@@ -10,12 +10,12 @@ import click
 
 from .common import (
     LABELS_HELP,
-    PLOT_DEFAULT,
     fail,
     max_batch_option,
     model_option,
     plot_target,
     prompt_spec,
+    report_options,
     resolve_model,
 )
 
@@ -129,17 +129,7 @@ def doctor(as_json, size, calibrate, model):
     type=click.Path(path_type=Path),
     help="A reference model (e.g. the full-precision source of a quantized --model).",
 )
-@click.option(
-    "--json", "json_path", type=click.Path(path_type=Path), help="Write every figure as JSON."
-)
-@click.option(
-    "--plot",
-    "plot_path",
-    type=click.Path(path_type=Path),
-    is_flag=False,
-    flag_value=PLOT_DEFAULT,
-    help="Draw a PNG (needs matplotlib); without a path: next to the output, else ./bench.png.",
-)
+@report_options("every figure", "bench")
 @click.option(
     "--quick", is_flag=True, help="Tiny synthetic model, 60 tickets: checks the command in seconds."
 )

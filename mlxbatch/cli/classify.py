@@ -11,7 +11,6 @@ import click
 
 from .common import (
     LABELS_HELP,
-    PLOT_DEFAULT,
     fail,
     max_batch_option,
     model_option,
@@ -19,6 +18,7 @@ from .common import (
     prompt_options,
     prompt_spec,
     report_evaluation,
+    report_options,
     resolve_model,
 )
 
@@ -103,17 +103,7 @@ from .common import (
 @click.option("--check-weights", is_flag=True, help="Also refuse weights with NaN or inf values.")
 @prompt_options
 @click.option("--gold-field", help="JSONL key / CSV column of a gold label: print an evaluation.")
-@click.option(
-    "--json", "json_path", type=click.Path(path_type=Path), help="Write the evaluation as JSON."
-)
-@click.option(
-    "--plot",
-    "plot_path",
-    type=click.Path(path_type=Path),
-    is_flag=False,
-    flag_value=PLOT_DEFAULT,
-    help="Draw a PNG (needs matplotlib); without a path: next to the output, else ./confusion.png.",
-)
+@report_options("the evaluation", "confusion")
 @click.option("--distributed", is_flag=True,
               help="Require an mlx.launch group (detected anyway when launched with it).")  # fmt: skip
 @click.option("--collective-timeout", type=click.FloatRange(1), default=600.0, show_default=True,

@@ -22,6 +22,22 @@ def plot_target(plot_path: Path | None, output: Path | None, name: str) -> Path 
     return Path(f"{name}.png")
 
 
+def report_options(what: str, default_name: str):
+    """`--json PATH` and `--plot [PATH]`, shared by classify, eval and bench."""
+
+    def apply(f):
+        f = click.option(
+            "--plot", "plot_path", type=click.Path(path_type=Path), is_flag=False,
+            flag_value=PLOT_DEFAULT,
+            help=f"Draw a PNG (needs matplotlib); without a path: beside the output, else "
+            f"./{default_name}.png.",
+        )(f)  # fmt: skip
+        return click.option("--json", "json_path", type=click.Path(path_type=Path),
+                            help=f"Write {what} as JSON.")(f)  # fmt: skip
+
+    return apply
+
+
 LABELS_HELP = "Comma-separated labels (default: billing,technical,account)."
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .common import PLOT_DEFAULT, fail, plot_target
+from .common import fail, plot_target, report_options
 
 
 @click.command("eval")
@@ -23,17 +23,7 @@ from .common import PLOT_DEFAULT, fail, plot_target
     show_default=True,
 )
 @click.option("--labels", help="The label set (default: the score keys of the predictions).")
-@click.option(
-    "--json", "json_path", type=click.Path(path_type=Path), help="Write the metrics as JSON."
-)
-@click.option(
-    "--plot",
-    "plot_path",
-    type=click.Path(path_type=Path),
-    is_flag=False,
-    flag_value=PLOT_DEFAULT,
-    help="Draw a PNG (needs matplotlib); without a path: next to the output, else ./confusion.png.",
-)
+@report_options("the metrics", "confusion")
 def evaluate_cmd(input_path, predictions, gold_field, text_field, id_field, input_format, labels,
                  json_path, plot_path):  # fmt: skip
     """Accuracy, per-class F1, confusion and calibration of PREDICTIONS (a classify output,
