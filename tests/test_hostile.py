@@ -156,6 +156,7 @@ ERRORS = {
     "-o on a full disk": (c_out(lambda t, s: Path("/dev/full")), "No space left"),
     "-o journal name is someone's file": (c_out(_foreign_part), "not written by mlxbatch"),
     "input named like the journal": (_input_is_part, "is the input file"),
+    "-o is the examples file": (lambda t, m: (["classify", write(t / "in.jsonl", GOOD), "--model", m, "--examples", write(t / "ex.jsonl", '{"text": "x", "label": "billing"}\n'), "-o", t / "ex.jsonl"], None), "is the input file"),
     "--resume on /dev/null": (c_out(lambda t, s: Path("/dev/null"), "--resume"), "regular output file"),
     "--resume without -o": (c_in(GOOD, "--resume"), "--resume needs -o"),
     # settings

@@ -115,7 +115,7 @@ def classify(input_path, model, labels, system_prompt, system_prompt_file, text_
              collective_timeout):  # fmt: skip
     """Classify every row of INPUT (JSONL, CSV, text, or - for stdin) into one label."""
     from ..io.inputs import read_rows
-    from ..io.sinks import check_output
+    from ..io.outputs import check_output
     from ..jobs.classifier import Classifier
     from ..jobs.distributed import Cluster, run_distributed_job
     from ..jobs.job import JobSettings, run_job
@@ -131,7 +131,7 @@ def classify(input_path, model, labels, system_prompt, system_prompt_file, text_
     kind = "stdout"
     if output is not None and rank == 0:  # before anything is read or written
         inputs = [Path("/dev/stdin" if str(p) == "-" else p)
-                  for p in (input_path, system_prompt_file) if p]  # fmt: skip
+                  for p in (input_path, system_prompt_file, labels_file, examples) if p]  # fmt: skip
         kind = check_output(output, inputs, resume)
     plot_path = plot_target(plot_path, output, "confusion")
     if (json_path or plot_path) and not gold_field:
