@@ -20,7 +20,6 @@ import csv
 import fcntl
 import json
 import os
-import stat
 import struct
 import sys
 import tempfile
@@ -67,7 +66,7 @@ def journal_path(output: Path) -> Path:
     return output.with_name(output.name + ".part")
 
 
-def _oserror(path: Path, e: OSError, what: str = "cannot write") -> OutputError:
+def oserror(path: Path, e: OSError, what: str = "cannot write") -> OutputError:
     return OutputError(f"{path}: {what} ({e.strerror or e})")
 
 
@@ -99,7 +98,7 @@ class Journal:
             fresh = False
             self.fd = self._open_existing()
         except OSError as e:
-            raise _oserror(self.path, e, "cannot create the journal") from None
+            raise oserror(self.path, e, "cannot create the journal") from None
         self._lock()
         if fresh:
             self.header = header
@@ -119,7 +118,7 @@ class Journal:
         try:
             fd = os.open(self.path, os.O_RDWR)
         except OSError as e:
-            raise _oserror(self.path, e, "cannot open the journal") from None
+            raise oserror(self.path, e, "cannot open the journal") from None
         with os.fdopen(os.dup(fd), "rb") as f:
             first = f.readline()
         if not first.startswith(b'{"mlxbatch_journal"'):
@@ -147,7 +146,7 @@ class Journal:
                 data = data[os.write(self.fd, data) :]
             os.fsync(self.fd)
         except OSError as e:
-            raise _oserror(self.path, e) from None
+            raise oserror(self.path, e) from None
 
     def _load(self, header: dict) -> dict:
         size = os.fstat(self.fd).st_size
@@ -183,7 +182,7 @@ class Journal:
             fd, tmp = tempfile.mkstemp(dir=self.output.parent, prefix=f".{self.output.name}.",
                                        suffix=".mlxbatch-tmp")  # fmt: skip
         except OSError as e:
-            raise _oserror(self.output.parent, e, "cannot create a temporary file") from None
+            raise oserror(self.output.parent, e, "cannot create a temporary file") from None
         try:
             with open(fd, "w", encoding="utf-8", newline="") as f:
                 write_rows(f, [self.done[i] for i in range(n_rows)], labels, self.output.suffix)
@@ -193,7 +192,7 @@ class Journal:
             os.replace(tmp, self.output)
         except OSError as e:
             Path(tmp).unlink(missing_ok=True)
-            raise _oserror(self.output, e, "cannot write (the journal keeps every row)") from None
+            raise oserror(self.output, e, "cannot write (the journal keeps every row)") from None
         self.path.unlink()
         self.close()
 
@@ -228,7 +227,7 @@ def recorded_header(output: Path, header: dict) -> dict | None:
             pid = _lock_holder(f.fileno())
             first = f.readline()
     except OSError as e:
-        raise _oserror(path, e, "cannot read the journal") from None
+        raise oserror(path, e, "cannot read the journal") from None
     if pid:
         raise OutputError(f"another run is writing this output (pid {pid}): {output}")
     if not first.endswith(b"\n"):
@@ -293,71 +292,3 @@ class OrderedStream:
                 self.stream.close()
             except OSError:
                 pass  # the write error was reported already
-
-
-def output_kind(output: Path) -> str:
-    """ "stdout" for `-`, "stream" for character devices and FIFOs, else "file"."""
-    if str(output) == "-":
-        return "stdout"
-    real = os.path.realpath(output)
-    if real.startswith(("/dev/", "/proc/")) and os.path.exists(real):
-        return "stream"  # /dev/stdout and friends: never a journal or a rename there
-    try:
-        mode = os.stat(output).st_mode
-    except FileNotFoundError:
-        return "file"
-    except OSError as e:
-        raise _oserror(output, e, "cannot be used as output") from None
-    if stat.S_ISDIR(mode):
-        raise OutputError(f"{output}: is a directory; -o takes a file path")
-    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
-        return "stream"
-    if not stat.S_ISREG(mode):
-        raise OutputError(f"{output}: not a regular file, a character device or a FIFO")
-    return "file"
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
-def check_output(output: Path, inputs: list[Path], resume: bool) -> str:
-    """Refuse, before anything is read or written, an output that could destroy data."""
-    kind = output_kind(output)
-    for path in inputs:
-        for candidate, role in ((output, "-o"), (journal_path(output), "the journal of -o")):
-            if _same_file(candidate, path):
-                raise OutputError(
-                    f"{role} ({candidate}) is the input file {path}; choose another -o"
-                )
-    if kind != "file":
-        if resume:
-            raise OutputError(f"--resume needs a regular output file, not {output}")
-        return kind
-    parent = output.parent if str(output.parent) else Path(".")
-    if not parent.exists():
-        try:
-            parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise _oserror(parent, e, "cannot create the output directory") from None
-    if not parent.is_dir():
-        raise OutputError(f"{output}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputError(f"{output}: the directory {parent} is not writable")
-    if output.exists() and not os.access(output, os.W_OK):
-        raise OutputError(f"{output}: exists and is not writable")
-    return kind
-
-
-def open_stream(output: Path, n_rows: int, labels: tuple[str, ...], header: dict) -> OrderedStream:
-    """Standard output, or a character device / FIFO opened for writing (always JSONL)."""
-    if str(output) == "-":
-        return OrderedStream(n_rows, labels, header)
-    try:
-        stream = open(output, "w", encoding="utf-8", newline="")  # noqa: SIM115
-    except OSError as e:
-        raise _oserror(output, e) from None
-    return OrderedStream(n_rows, labels, header, stream)

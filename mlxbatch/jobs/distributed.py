@@ -29,8 +29,8 @@ import numpy as np
 from ..engine.engine import MODES
 from ..engine.planner import Batch
 from ..errors import JobError
-from ..io.inputs import Row, describe_errors
-from ..io.sinks import Journal, error_row, recorded_header
+from ..io.inputs import Row
+from ..io.sinks import Journal, recorded_header
 from .classifier import Classifier
 from .job import (
     JobPlan,
@@ -39,9 +39,11 @@ from .job import (
     NonFinite,
     batch_rows,
     fingerprint,
-    open_sink,
+    job_result,
+    open_job_sink,
     plan_job,
     progress_bar,
+    refuse_bad_rows,
     run_verify,
     todo_batches,
 )
@@ -182,15 +184,10 @@ def run_distributed_job(
     plan = plan0 or plan_job(clf, rows, s, shared_settings(cluster, None))
     if rank == 0:
         shared_settings(cluster, plan0)
-    bad = [r for r in rows if r.error]
-    if bad and s.on_error == "fail":
-        first, *rest = describe_errors(rows, source, fmt).split("\n")
-        raise JobError("\n".join([first + "; nothing was computed (--on-error skip writes an "
-                                  "error row for each)", *rest]))  # fmt: skip
+    refuse_bad_rows(rows, s, source, fmt)
     sink = None
     if rank == 0:
-        sink = open_sink(clf, len(rows), output, header | {"settings": plan.settings}, resume)
-        sink.append([(i, error_row(r.id, r.error, r.line)) for i, r in enumerate(rows) if r.error])
+        sink = open_job_sink(clf, rows, plan, output, header, resume)
         _on_sigterm(sink, output)
     done = np.zeros(len(plan.batches), np.int32)
     if rank == 0:
@@ -207,17 +204,9 @@ def run_distributed_job(
     seconds = time.perf_counter() - t0
     report = run_verify(clf, rows, plan.prompts, sink.done) if verify else None
     sink.finish(len(rows), clf.labels.names)
-    from ..engine.planner import padding_stats
-
     per_rank = [{"rank": k, "host": cluster.hosts[k], "items": int(t[0]), "padded_tokens": int(t[1]),
                  "seconds": t[2] / 1e6} for k, t in enumerate(table)]  # fmt: skip
-    return JobResult(
-        rows=len(rows), scored=len(plan.order), errors=len(bad), seconds=seconds,
-        padding_overhead=padding_stats(plan.fed_lengths, plan.batches).overhead,
-        batch_tokens=plan.batch_tokens, peak_memory=mx.get_peak_memory(),
-        memory_bound=plan.memory_bound, verify=report, results=[sink.done[i] for i in range(len(rows))],
-        ranks=per_rank,
-    )  # fmt: skip
+    return job_result(clf, rows, plan, sink, seconds, mx.get_peak_memory(), report, per_rank)
 
 
 def _rounds(cluster, clf, rows, plan, shares, sink, on_error) -> RankStats:

@@ -22,17 +22,17 @@ from ..engine.engine import MODES
 from ..engine.planner import DEFAULT_MAX_BATCH, Batch, CostModel, padding_stats
 from ..errors import JobError
 from ..io.inputs import Row, describe_errors
+from ..io.outputs import open_stream, output_kind
 from ..io.sinks import (
     Journal,
     Sink,
     error_row,
-    open_stream,
-    output_kind,
     recorded_header,
     result_row,
 )
 from ..runtime.memory import available_bytes
 from .classifier import Classifier
+from .limits import apply_too_long, item_limit, truncate  # noqa: F401  (truncate: API)
 
 TOO_LONG = ("error", "truncate")
 
@@ -114,75 +114,6 @@ class JobResult:
             overall = self.scored / self.seconds
             yield (f"\n  {len(self.ranks)} ranks: {overall:.2f} items/s overall, "
                    f"{overall / slowest:.2f}x the slowest rank alone")  # fmt: skip
-
-
-MARK = " […] "
-
-
-def truncate(clf: Classifier, text: str, limit: int) -> tuple[str, int] | None:
-    """The longest head + tail of `text` (cut between characters, never inside one) whose fed
-    tokens fit `limit`: (text, tokens); None when not even the marker alone fits."""
-    engine = clf.engine
-
-    def cut(k: int) -> str:
-        return text[: k - k // 2] + MARK + (text[len(text) - k // 2 :] if k // 2 else "")
-
-    def size(k: int) -> int:
-        return len(engine.fed(engine.prompt(cut(k))))
-
-    if size(0) > limit:
-        return None
-    lo, hi = 0, len(text)  # size(lo) fits; find the largest k that fits (sizes grow with k)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if size(mid) <= limit:
-            lo = mid
-        else:
-            hi = mid - 1
-    return cut(lo), size(lo)
-
-
-@dataclass(frozen=True)
-class Limit:
-    tokens: int
-    source: str  # the setting it comes from, for messages
-
-
-def item_limit(clf: Classifier, s: JobSettings, batch_tokens: int, ctx_limit: int) -> Limit:
-    """The per-item limit on fed tokens and the setting that imposes it."""
-    options = [(ctx_limit, "the model's context (max_position_embeddings)")]
-    if s.max_tokens:
-        options.append((s.max_tokens, f"--max-tokens {s.max_tokens}"))
-    src = (f"--batch-tokens {batch_tokens}" if s.batch_tokens else
-           f"the batch budget {batch_tokens} (what fits in memory with --max-batch {s.max_batch})")  # fmt: skip
-    options.append((batch_tokens, src))
-    tokens, source = min(options, key=lambda x: x[0])
-    return Limit(tokens, source)
-
-
-def apply_too_long(
-    clf: Classifier, rows: list[Row], prompts: dict[int, list[int]], s: JobSettings, limit: Limit
-) -> dict[int, dict]:
-    """Apply the too-long policy to the tokenized rows, in place. Returns extras by index."""
-    extras = {}
-    for i, prompt in list(prompts.items()):
-        n = len(clf.engine.fed(prompt))
-        if n <= limit.tokens:
-            continue
-        where = f"over the limit of {limit.tokens} set by {limit.source}"
-        if s.too_long == "error":
-            rows[i].error = f"{n} tokens, {where} (see --max-tokens, --too-long)"
-            del prompts[i]
-            continue
-        done = truncate(clf, rows[i].text, limit.tokens)
-        if done is None:
-            rows[i].error = f"{n} tokens, {where}, and too few tokens remain to truncate into"
-            del prompts[i]
-            continue
-        text, m = done
-        prompts[i] = clf.engine.prompt(text)
-        extras[i] = {"truncated": {"from_tokens": n, "to_tokens": m}}
-    return extras
 
 
 def fingerprint(rows: list[Row], clf: Classifier, s: JobSettings) -> str:
@@ -341,6 +272,40 @@ def execute(clf: Classifier, rows: list[Row], plan: JobPlan, sink: Sink, on_erro
         bar.close()
 
 
+def refuse_bad_rows(rows: list[Row], s: JobSettings, source: str, fmt: str) -> None:
+    """Under --on-error fail, any bad row stops the job before anything is computed."""
+    if s.on_error == "fail" and any(r.error for r in rows):
+        first, *rest = describe_errors(rows, source, fmt).split("\n")
+        raise JobError("\n".join([first + "; nothing was computed (--on-error skip writes an "
+                                  "error row for each)", *rest]))  # fmt: skip
+
+
+def open_job_sink(clf: Classifier, rows: list[Row], plan: JobPlan, output: Path | None,
+                  header: dict, resume: bool) -> Sink:  # fmt: skip
+    """The job's sink, holding an error row for every bad input row."""
+    sink = open_sink(clf, len(rows), output, header | {"settings": plan.settings}, resume)
+    sink.append([(i, error_row(r.id, r.error, r.line)) for i, r in enumerate(rows) if r.error])
+    return sink
+
+
+def job_result(
+    clf: Classifier, rows: list[Row], plan: JobPlan, sink: Sink, seconds: float, peak: int,
+    verify: dict | None, ranks: list[dict] | None = None,
+) -> JobResult:  # fmt: skip
+    """The summary of a finished job (its sink already finished)."""
+    return JobResult(
+        rows=len(rows), scored=len(plan.order), errors=sum(1 for r in rows if r.error),
+        seconds=seconds, padding_overhead=padding_stats(plan.fed_lengths, plan.batches).overhead,
+        batch_tokens=plan.batch_tokens, peak_memory=peak, memory_bound=plan.memory_bound,
+        verify=verify,
+        planner=(plan.settings["planner"] + (f" ({plan.cost.source})" if plan.cost else "")
+                 if plan.settings["mode"] == "sorted" else ""),
+        predicted_seconds=plan.predicted_seconds(clf.footprint.prefix),
+        results=[sink.done[i] for i in range(len(rows))],
+        abstained=sum(1 for r in sink.done.values() if r.get("abstained")), ranks=ranks or [],
+    )  # fmt: skip
+
+
 def run_job(
     clf: Classifier, rows: list[Row], s: JobSettings, output: Path | None, resume: bool = False,
     verify: bool = False, source: str = "input", fmt: str = "jsonl",
@@ -352,28 +317,13 @@ def run_job(
     header = {"fingerprint": fingerprint(rows, clf, s)}
     recorded = recorded_header(output, header) if output and resume else None
     plan = plan_job(clf, rows, s, recorded["settings"] if recorded else None)
-    bad = [r for r in rows if r.error]
-    if bad and s.on_error == "fail":
-        first, *rest = describe_errors(rows, source, fmt).split("\n")
-        raise JobError("\n".join([first + "; nothing was computed (--on-error skip writes an "
-                                  "error row for each)", *rest]))  # fmt: skip
-    sink = open_sink(clf, len(rows), output, header | {"settings": plan.settings}, resume)
-    sink.append([(i, error_row(r.id, r.error, r.line)) for i, r in enumerate(rows) if r.error])
+    refuse_bad_rows(rows, s, source, fmt)
+    sink = open_job_sink(clf, rows, plan, output, header, resume)
     execute(clf, rows, plan, sink, s.on_error)
     seconds = time.perf_counter() - t0
     report = run_verify(clf, rows, plan.prompts, sink.done) if verify else None
     sink.finish(len(rows), clf.labels.names)
-    abstained = sum(1 for r in sink.done.values() if r.get("abstained"))
-    return JobResult(
-        rows=len(rows), scored=len(plan.order), errors=len(bad), seconds=seconds,
-        padding_overhead=padding_stats(plan.fed_lengths, plan.batches).overhead,
-        batch_tokens=plan.batch_tokens, peak_memory=mx.get_peak_memory() - others,
-        memory_bound=plan.memory_bound, verify=report,
-        planner=(plan.settings["planner"] + (f" ({plan.cost.source})" if plan.cost else "")
-                 if plan.settings["mode"] == "sorted" else ""),
-        predicted_seconds=plan.predicted_seconds(clf.footprint.prefix),
-        results=[sink.done[i] for i in range(len(rows))], abstained=abstained,
-    )  # fmt: skip
+    return job_result(clf, rows, plan, sink, seconds, mx.get_peak_memory() - others, report)
 
 
 def run_verify(clf: Classifier, rows: list[Row], prompts: dict, results: dict) -> dict:
