@@ -40,8 +40,24 @@ def brute_force(lengths, cost, prefix, budget, max_batch):
 @given(lengths=st.lists(st.integers(1, 120), min_size=1, max_size=9),
        budget=st.integers(100, 600), max_batch=st.integers(1, 6))  # fmt: skip
 def test_the_dp_is_exact_on_small_inputs(lengths, budget, max_batch):
-    batches = plan_cost(lengths, CM, 40, budget, max_batch)
+    batches = plan_cost(lengths, CM, 40, budget, max_batch, max_padding=None)
     assert predicted(batches) == pytest.approx(brute_force(lengths, CM, 40, budget, max_batch))
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=st.lists(st.integers(1, 400), min_size=1, max_size=200),
+       cap=st.sampled_from([0.0, 0.01, 0.03, 0.1]), max_batch=st.integers(1, 70))  # fmt: skip
+def test_the_padding_cap_holds_at_the_least_cost_it_allows(lengths, cap, max_batch):
+    free = plan_cost(lengths, CM, 40, 1 << 20, max_batch, max_padding=None)
+    capped = plan_cost(lengths, CM, 40, 1 << 20, max_batch, max_padding=cap)
+    assert padding_stats(lengths, capped).overhead <= cap + 1e-12
+    assert predicted(capped) >= predicted(free) - 1e-9
+    if padding_stats(lengths, free).overhead <= cap:
+        assert capped == free  # no penalty when the optimum already meets the cap
+    for budget in (256, 1024, 4096):  # a plan padding no more costs no less (Lagrange)
+        greedy = plan(lengths, "greedy", max(budget, max(lengths)), max_batch)
+        if padding_stats(lengths, greedy).overhead <= padding_stats(lengths, capped).overhead:
+            assert predicted(capped) <= predicted(greedy) + 1e-9
 
 
 @settings(max_examples=100, deadline=None)
@@ -58,7 +74,8 @@ def test_every_item_once_within_caps_and_never_worse_than_greedy(lengths, budget
     results = [(b, list(b.indices)) for b in batches]
     assert unsort(results, len(lengths)) == list(range(len(lengths)))
     greedy = plan(lengths, "greedy", max(budget, max(lengths)), max_batch)
-    assert predicted(batches) <= predicted(greedy) + 1e-9
+    uncapped = plan_cost(lengths, CM, 40, budget, max_batch, max_padding=None)
+    assert predicted(uncapped) <= predicted(greedy) + 1e-9
 
 
 def test_a_long_tail_is_cut_with_little_padding():

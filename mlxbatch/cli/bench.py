@@ -85,10 +85,11 @@ def doctor(as_json, size, calibrate, model):
 @click.option(
     "--prompt",
     "prompt_name",
-    type=click.Choice(["default", "few-shot"]),
+    type=click.Choice(["default", "descriptions", "few-shot"]),
     default="default",
     show_default=True,
-    help="few-shot: label descriptions plus three examples a label (~300 prefix tokens).",
+    help="descriptions: the default prompt with a line describing each label (~90 prefix "
+    "tokens); few-shot: those descriptions plus three examples a label (~300 prefix tokens).",
 )
 @click.option("--labels", help=LABELS_HELP)
 @click.option("--system-prompt", help="System prompt text (as classify).")
@@ -174,13 +175,15 @@ def bench(model, tickets_spec, mix, prompt_name, labels, system_prompt, system_p
             fail(f"{option}: unknown {', '.join(bad)} (choose from {', '.join(known)})")
     spec = prompt_spec(labels, labels_file, system_prompt, system_prompt_file, examples)
     system, shots = spec.system, spec.examples
-    if prompt_name == "few-shot":
+    if prompt_name != "default":
         if system_prompt or system_prompt_file or examples:
-            fail("--prompt few-shot is the built-in prompt: do not combine it with your own")
+            fail(f"--prompt {prompt_name} is a built-in prompt: do not combine it with your own")
         try:
             system, shots = few_shot_prompt(spec.labels)
         except ValueError as e:
-            fail(f"--prompt few-shot: {e}")
+            fail(f"--prompt {prompt_name}: {e}")
+        if prompt_name == "descriptions":
+            shots = ()
     options = BenchOptions(
         model=model, tickets=tickets_spec, mix=mix, labels=spec.labels, system_prompt=system,
         examples=shots, prompt_name=prompt_name if not examples else f"examples from {examples}",

@@ -10,11 +10,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
+from mlx.utils import tree_flatten
 
 from ..model.load import LoadedModel
 from ..model.tokenizer import Examples
 from ..runtime import executor as executors
+from ..runtime import memory
 from .adjust import CONTENT_FREE
+from .footprint import Footprint
 from .labels import LabelSet
 from .layout import split
 from .planner import Batch, unsort
@@ -44,6 +47,11 @@ class Engine:
         self.labels, self.system_prompt, self.examples = labels, system_prompt, tuple(examples)
         self.prefix = (self.tokenizer.shared_prefix(system_prompt, self.examples)
                        if prefix_cache else [])  # fmt: skip
+        self.footprint = Footprint(
+            lm.model.args, lm.dtype.size,
+            sum(v.nbytes for _, v in tree_flatten(lm.model.parameters())),
+            len(self.prefix), len(labels.names), labels.max_len,
+        )  # fmt: skip
         self.scorers = {
             "gold": GoldScorer(self.model, labels),
             "fast": PrefixScorer(self.model, labels, self.prefix, lm.dtype,
@@ -72,7 +80,13 @@ class Engine:
 
     def score_batch(self, prompts: list[list[int]]) -> np.ndarray:
         """(B, J) probabilities of one batch on the fast path."""
+        self._keep_buffers([Batch(tuple(range(len(prompts))), max(self.fed_lengths(prompts)))])
         return self.scorers["fast"].score(prompts)
+
+    def _keep_buffers(self, batches: list[Batch]) -> None:
+        """Keep the freed intermediates of the largest batch for the next ones."""
+        if batches:
+            memory.keep_freed_buffers(max(self.footprint.cost_of(b).activations for b in batches))
 
     def score_gold(self, prompt: list[int]) -> np.ndarray:
         return self.scorers["gold"].score_one(prompt)
@@ -83,6 +97,7 @@ class Engine:
     ) -> Iterator[tuple[Batch, np.ndarray]]:  # fmt: skip
         """Score `batches` of `prompts`, yielding (batch, probabilities) as each completes."""
         score = self.scorers[scorer].score
+        self._keep_buffers(batches)
         for batch in batches:
             probs = score([prompts[i] for i in batch.indices])
             if progress:

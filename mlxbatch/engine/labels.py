@@ -108,15 +108,16 @@ def normalise(label_logprobs: mx.array) -> mx.array:
 
 
 def score_labels(
-    model: Qwen2, h: mx.array, kv: KVCache, layout: RowLayout, labels: LabelSet
-) -> mx.array:
-    """(B, J) label probabilities of a batch whose row pass left hidden states `h` (B, W, D).
+    model: Qwen2, h_last: mx.array, kv: KVCache, layout: RowLayout, labels: LabelSet,
+    host: bool = False,
+) -> mx.array:  # fmt: skip
+    """(B, J) label probabilities of a batch whose row pass left `h_last` (B, D), each row's
+    hidden state at its last prompt token, and its keys and values in `kv`.
 
     Multi-token labels need a second pass: every row's cache repeated once per label, the
     labels' earlier tokens fed behind it (teacher forcing), their later tokens scored.
     """
     B = layout.batch
-    h_last = h[mx.arange(B), mx.array(layout.last())]  # (B, D)
     scores = first_token_logits(model, h_last, labels).astype(mx.float32)
     if labels.max_len > 1:
         J = len(labels.names)
@@ -124,7 +125,7 @@ def score_labels(
         lab_tokens = np.tile(labels.teacher_inputs(), (B, 1))  # (B * J, T)
         h_lab = model(
             mx.array(lab_tokens), lab_kv, mx.array(layout.label_positions(J)),
-            mx.array(layout.label_mask(J)),
+            mx.array(layout.label_mask(J)), host=host,
         )  # fmt: skip
         scores = scores + continuation_logprobs(model, h_lab, labels)
     return normalise(scores)

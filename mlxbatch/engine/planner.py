@@ -3,7 +3,7 @@
 Planners: `sequential` (one item per batch, input order), `naive` (fixed-size batches in input
 order), `greedy` (longest first, each batch filled up to a token budget), and `cost` (longest
 first, cut into the contiguous batches that minimise the predicted time of a `CostModel`:
-an exact dynamic program over the sorted order, O(n x max rows)).
+an exact dynamic program over the sorted order, O(n x max rows), padding capped at 3%).
 """
 
 from __future__ import annotations
@@ -135,34 +135,67 @@ class CostModel:
         return asdict(self)
 
 
+MAX_PADDING = 0.03  # the cost planner's cap on padding (share of processed tokens)
+
+
 def plan_cost(
     lengths: list[int], cost: CostModel, prefix: int, batch_tokens: int, max_batch: int,
-    label_rows: int = 0, label_len: int = 0,
+    label_rows: int = 0, label_len: int = 0, max_padding: float | None = MAX_PADDING,
 ) -> list[Batch]:  # fmt: skip
-    """Longest first; the contiguous cut with the least predicted time (an exact DP).
+    """Longest first; the contiguous cut with the least predicted time (an exact DP), among
+    the cuts that pad at most `max_padding` of the processed tokens (None: no cap).
 
     A batch never exceeds `max_batch` rows or `batch_tokens` padded tokens (an item longer than
-    the budget gets a batch of its own).
+    the budget gets a batch of its own). The cap is met with a Lagrange penalty per padded
+    token, the smallest that meets it (bisection; the padding of the optimum never grows with
+    the penalty): near the time optimum, padding falls much faster than predicted time rises.
     """
     if batch_tokens < 1 or max_batch < 1:
         raise ValueError("batch_tokens and max_batch must be positive")
-    n = len(lengths)
-    order = sorted(range(n), key=lambda i: (-lengths[i], i))
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     width = np.array([lengths[i] for i in order], np.int64)
+    args = (cost, prefix, batch_tokens, max_batch, label_rows, label_len)
+    cuts = _cut(width, *args, 0.0)
+
+    def padding(c: list[tuple[int, int]]) -> float:
+        processed = sum((b - a) * int(width[a]) for a, b in c)
+        return 1 - int(width.sum()) / processed if processed else 0.0
+
+    if max_padding is not None and padding(cuts) > max_padding:
+        lo, hi = 0.0, max(cost.per_batch, cost.per_token, 1e-9)
+        while padding(_cut(width, *args, hi)) > max_padding and hi < 1e6:
+            hi *= 4
+        for _ in range(12):
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if padding(_cut(width, *args, mid)) <= max_padding else (mid, hi)
+        cuts = _cut(width, *args, hi)
+    return [Batch(tuple(order[a:b]), int(width[a])) for a, b in cuts]
+
+
+def _cut(
+    width: np.ndarray, cost: CostModel, prefix: int, batch_tokens: int, max_batch: int,
+    label_rows: int, label_len: int, penalty: float,
+) -> list[tuple[int, int]]:  # fmt: skip
+    """The DP over lengths sorted longest first: [start, end) of each batch, minimising
+    predicted seconds + `penalty` per padded token."""
+    n = len(width)
+    before = np.concatenate([[0], np.cumsum(width)])  # tokens of the first i items
     best = np.zeros(n + 1)
-    cut = np.zeros(n + 1, np.int64)  # best[i]: items order[:i]; its last batch starts at cut[i]
+    cut = np.zeros(n + 1, np.int64)  # best[i]: items [0, i); its last batch starts at cut[i]
     for i in range(1, n + 1):
-        k = np.arange(1, min(max_batch, i) + 1)  # candidate last batches: order[i - k : i]
+        k = np.arange(1, min(max_batch, i) + 1)  # candidate last batches: [i - k, i)
         w = width[i - k]  # the first (longest) item of the batch sets its width
         total = best[i - k] + cost.seconds(k, w, prefix, label_rows, label_len)
+        if penalty:
+            total = total + penalty * (k * w - (before[i] - before[i - k]))
         total[(k * w > batch_tokens) & (k > 1)] = np.inf
         j = int(np.argmin(total))
         best[i], cut[i] = total[j], i - k[j]
-    groups, i = [], n
+    out, i = [], n
     while i > 0:
-        groups.append(order[cut[i] : i])
-        i = cut[i]
-    return [Batch(tuple(g), max(lengths[x] for x in g)) for g in reversed(groups)]
+        out.append((int(cut[i]), i))
+        i = int(cut[i])
+    return out[::-1]
 
 
 def plan(

@@ -49,5 +49,5 @@ def default_system_prompt(
 def few_shot_prompt(labels: tuple[str, ...]) -> tuple[str, tuple[tuple[str, str], ...]]:
     """The built-in few-shot prompt (default labels only): descriptions + 3 examples a label."""
     if tuple(labels) != DEFAULT_LABELS:
-        raise ValueError("the built-in few-shot prompt is written for the default labels")
+        raise ValueError("the built-in prompts are written for the default labels")
     return default_system_prompt(labels, DEFAULT_DESCRIPTIONS), FEW_SHOT_EXAMPLES

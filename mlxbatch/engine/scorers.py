@@ -10,6 +10,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
+from ..model import hostops
 from ..model.cache import KVCache
 from ..model.qwen2 import Qwen2
 from ..runtime.executor import Executor
@@ -53,12 +54,13 @@ class PrefixScorer:
     ):  # fmt: skip
         self.model, self.labels, self.prefix, self.dtype = model, labels, prefix, dtype
         self.executor = executor
+        self.host = hostops.available(dtype)  # host elementwise kernels (CPU, float32)
         self.prefix_kv = self._prefill(prefix) if prefix else None
         self._lane_kv: dict[int, KVCache] = {}
 
     def _prefill(self, tokens: list[int]) -> KVCache:
         cache = new_cache(self.model, 1, len(tokens), self.dtype)
-        self.model(mx.array([tokens]), cache, 0, "causal")
+        self.model(mx.array([tokens]), cache, 0, "causal", host=self.host)
         mx.eval(cache.keys, cache.values)
         return cache
 
@@ -70,8 +72,9 @@ class PrefixScorer:
         kv = self._batch_cache(lane, layout.batch, layout.capacity)
         kv.use_rows(layout.batch)
         h = self.model(mx.array(layout.tokens()), kv, mx.array(layout.positions()),
-                       mx.array(layout.mask()))  # fmt: skip
-        probs = score_labels(self.model, h, kv, layout, self.labels)
+                       mx.array(layout.mask()), host=self.host,
+                       keep=mx.array(layout.last()))  # fmt: skip  # (B, 1, D): the last positions
+        probs = score_labels(self.model, h[:, 0], kv, layout, self.labels, self.host)
         kv.crop(layout.prefix_width)
         return probs
 

@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from mlx.utils import tree_flatten
 
 from ..engine.adjust import Adjustment, parse_prior
 from ..engine.engine import MODES, Engine
-from ..engine.footprint import PREFERRED_BUDGET, Footprint
+from ..engine.footprint import PREFERRED_BUDGET
 from ..engine.labels import LabelSet
 from ..engine.planner import DEFAULT_MAX_BATCH, Batch, CostModel, plan
 from ..engine.prompt import DEFAULT_LABELS, default_system_prompt
@@ -43,11 +42,7 @@ class Classifier:
         self.engine = Engine(lm, labels, system_prompt, prefix_cache=prefix_cache,
                              examples=self.examples)  # fmt: skip
         self.adjust = adjust or Adjustment()
-        self.footprint = Footprint(
-            lm.model.args, lm.dtype.size,
-            sum(v.nbytes for _, v in tree_flatten(lm.model.parameters())),
-            len(self.engine.prefix), len(labels.names), labels.max_len,
-        )  # fmt: skip
+        self.footprint = self.engine.footprint
 
     @classmethod
     def load(

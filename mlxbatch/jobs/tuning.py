@@ -2,7 +2,7 @@
 
 `calibrate` times the fast scorer on a handful of batch shapes (random tokens behind the real
 prefix) and fits the few constants of `planner.CostModel` by least squares. The result is cached
-per model shape, dtype, executor, machine and MLX version in `~/.cache/mlxbatch/planner.json`;
+per model shape, dtype, executor, host kernels, machine and MLX version in `~/.cache/mlxbatch/planner.json`;
 `mlxbatch doctor` lists what is cached. Uncalibrated, the constants come from FLOP counts and a
 nominal device rate: good enough to avoid padding, not to predict seconds.
 """
@@ -23,16 +23,20 @@ from ..engine.planner import CostModel
 from ..runtime import blas
 from .classifier import Classifier
 
-# (rows, width): short, medium and long rows at several batch sizes, ~2,300 tokens in all
-SHAPES = ((1, 16), (4, 16), (16, 16), (2, 64), (8, 64), (2, 192), (4, 192), (1, 192))
+# (rows, width): short, medium and long rows at several batch sizes, ~3,800 tokens in all
+SHAPES = ((1, 16), (4, 16), (16, 16), (2, 64), (8, 64), (32, 48), (2, 192), (4, 192), (1, 192))
+# Bumped whenever the engine's speed changes shape, so older calibrations are measured again
+# (2: host elementwise kernels, per-lane threads, last-layer pruning, kept MLX buffers).
+ENGINE_REVISION = 2
 
 
 def cache_key(clf: Classifier) -> str:
     a = clf.lm.model.args
-    lanes = clf.engine.scorers["fast"].executor.lanes
-    parts = [asdict(a), str(clf.lm.dtype), lanes, str(mx.default_device()),
+    fast = clf.engine.scorers["fast"]
+    lanes, host = fast.executor.lanes, fast.host
+    parts = [asdict(a), str(clf.lm.dtype), lanes, host, str(mx.default_device()),
              mx.device_info().get("device_name", "?"), blas._cpu_model(), mx.__version__,
-             blas.ACTIVE.get("source", "none"), clf.lm.quantization]  # fmt: skip
+             blas.ACTIVE.get("source", "none"), clf.lm.quantization, ENGINE_REVISION]  # fmt: skip
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 

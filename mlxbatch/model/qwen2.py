@@ -10,6 +10,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
+from . import hostops
 from .cache import KVCache
 from .config import ModelArgs
 from .quantize import row_weights
@@ -33,18 +34,27 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.n_heads * hd, d, bias=False)
 
     def __call__(
-        self, x: mx.array, cache: KVCache | None, layer: int, offsets: mx.array | int, mask: Mask
-    ) -> mx.array:
+        self, x: mx.array, cache: KVCache | None, layer: int, offsets: mx.array | int, mask: Mask,
+        host: hostops.Host | None = None, keep: mx.array | None = None,
+    ) -> mx.array:  # fmt: skip
+        """Keys and values for every position; queries for every position, or with `keep`
+        (B,) only for position keep[b] of row b (then `mask` is that row's (B, 1, 1, S))."""
         B, L, _ = x.shape
-        q = self.q_proj(x).reshape(B, L, self.n_heads, -1).transpose(0, 2, 1, 3)  # (B, H, L, hd)
         k = self.k_proj(x).reshape(B, L, self.n_kv_heads, -1).transpose(0, 2, 1, 3)
         v = self.v_proj(x).reshape(B, L, self.n_kv_heads, -1).transpose(0, 2, 1, 3)
-        rope = dict(traditional=False, base=self.rope_theta, scale=1.0, offset=offsets)
-        q = mx.fast.rope(q, self.head_dim, **rope)
-        k = mx.fast.rope(k, self.head_dim, **rope)
+        rope = dict(traditional=False, base=self.rope_theta, scale=1.0)
+        k = mx.fast.rope(k, self.head_dim, offset=offsets, **rope)
+        if keep is not None:
+            x, offsets, L = x[mx.arange(B), keep][:, None], offsets + keep, 1
+        q = self.q_proj(x).reshape(B, L, self.n_heads, -1).transpose(0, 2, 1, 3)  # (B, H, L, hd)
+        q = mx.fast.rope(q, self.head_dim, offset=offsets, **rope)
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, KV, offset + L, hd)
-        o = mx.fast.scaled_dot_product_attention(q, k, v, scale=self.head_dim**-0.5, mask=mask)
+        scale = self.head_dim**-0.5
+        if host is None:
+            o = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
+        else:
+            o = hostops.attention(q, k, v, scale, host.mask)
         return self.o_proj(o.transpose(0, 2, 1, 3).reshape(B, L, -1))
 
 
@@ -55,8 +65,10 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
         self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=False)
 
-    def __call__(self, x: mx.array) -> mx.array:
+    def __call__(self, x: mx.array, host: bool = False) -> mx.array:
         g = self.gate_proj(x)
+        if host:
+            return self.down_proj(hostops.silu_mul(g, self.up_proj(x)))
         # SiLU as g / (1 + exp(-g)): the same function, and MLX's CPU exp is ~1.4x its sigmoid
         return self.down_proj(g / (1 + mx.exp(-g)) * self.up_proj(x))
 
@@ -69,9 +81,11 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = nn.RMSNorm(args.hidden_size, eps=args.rms_norm_eps)
         self.post_attention_layernorm = nn.RMSNorm(args.hidden_size, eps=args.rms_norm_eps)
 
-    def __call__(self, x, cache, layer, offsets, mask):
-        h = x + self.self_attn(self.input_layernorm(x), cache, layer, offsets, mask)
-        return h + self.mlp(self.post_attention_layernorm(h))
+    def __call__(self, x, cache, layer, offsets, mask, host: hostops.Host | None = None,
+                 keep: mx.array | None = None):  # fmt: skip
+        r = x if keep is None else x[mx.arange(x.shape[0]), keep][:, None]
+        h = r + self.self_attn(self.input_layernorm(x), cache, layer, offsets, mask, host, keep)
+        return h + self.mlp(self.post_attention_layernorm(h), host is not None)
 
 
 class Qwen2Body(nn.Module):
@@ -96,11 +110,31 @@ class Qwen2(nn.Module):
         cache: KVCache | None = None,
         offsets: mx.array | int = 0,  # rotary position of each row's first token: (B,) or int
         mask: Mask = "causal",
+        host: bool = False,
+        keep: mx.array | None = None,
     ) -> mx.array:
-        """Final-normed hidden states (B, L, D); `cache` advances by L."""
+        """Final-normed hidden states (B, L, D); `cache` advances by L.
+
+        `host=True` runs SiLU and the attention softmax as host kernels (see hostops.py):
+        the forward then evaluates inside, layer by layer. Float32 on the CPU only.
+        `keep` (B,): only position keep[b] of each row is wanted, so the last layer computes
+        queries, attention output and MLP for those positions alone (keys and values for all):
+        the result is (B, 1, D). Needs an array mask.
+        """
         x = self.model.embed_tokens(tokens)
+        L = tokens.shape[1]
+        S = (cache.offset if cache is not None else 0) + L
+        hm = hostops.prepare(mask, L, S) if host else None
+        last = len(self.model.layers) - 1
         for i, layer in enumerate(self.model.layers):
-            x = layer(x, cache, i, offsets, mask)
+            if keep is not None and i == last:
+                if not isinstance(mask, mx.array):
+                    raise ValueError("keep needs an array mask")
+                mask = mx.take_along_axis(mask, keep[:, None, None, None], axis=2)  # (B,1,1,S)
+                hm = hostops.prepare(mask, 1, S) if host else None
+                x = layer(x, cache, i, offsets, mask, hm, keep)
+                break
+            x = layer(x, cache, i, offsets, mask, hm)
         if cache is not None:
             cache.advance(tokens.shape[1])
         return self.model.norm(x)
