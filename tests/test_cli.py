@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 
@@ -267,3 +268,23 @@ def test_demo_main_job_runs_and_verifies(tiny_model_dir, tmp_path):
     assert r.exit_code == 0, r.output
     assert "100.0% label agreement" in r.output and "SYNTHETIC" in r.output
     assert len(read_jsonl(tmp_path / "demo" / "predictions.jsonl")) == 20
+
+
+def test_bench_built_in_prompts_grow_the_shared_prefix(tmp_path):
+    prefix = {}
+    for name in ("default", "descriptions", "few-shot"):
+        js = tmp_path / f"{name}.json"
+        out = subprocess.run([sys.executable, "-m", "mlxbatch", "bench", "--quick", "--tickets", "8",
+                              "--prompt", name, "--modes", "gold,sorted", "--sweep", "",
+                              "--no-peers", "--no-calibrate", "--json", js],
+                             capture_output=True, text=True, env=cli_env())  # fmt: skip
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert f"prompt {name} (" in out.stdout
+        m = re.search(r"prompt \S+ \((\d+) shared prefix tokens\)", out.stdout)
+        prefix[name] = int(m.group(1))
+        assert all(m["agreement"] == 1.0 for m in json.loads(js.read_text())["modes"])
+    assert prefix["default"] < prefix["descriptions"] < prefix["few-shot"]
+    bad = subprocess.run([sys.executable, "-m", "mlxbatch", "bench", "--quick", "--prompt",
+                          "descriptions", "--system-prompt", "mine"],
+                         capture_output=True, text=True, env=cli_env())  # fmt: skip
+    assert bad.returncode == 2 and "built-in prompt" in bad.stderr

@@ -196,3 +196,87 @@ def test_non_finite_weights_are_caught_when_asked(model_copy):
     load_model(model_copy)  # the check is optional: off by default
     with pytest.raises(ModelError, match="NaN or infinite"):
         load_model(model_copy, check_finite=True)
+
+
+@pytest.mark.parametrize("heads,kv", [(4, 2), (14, 2), (3, 3)])
+@pytest.mark.parametrize("mask_kind", ["array", "causal", "none"])
+def test_host_attention_equals_mlx_sdpa(heads, kv, mask_kind):
+    from mlxbatch.model import hostops
+
+    rng = np.random.default_rng(heads * 10 + kv)
+    B, L, S, hd = 3, 5, 9, 16
+    q, k, v = (mx.array(rng.standard_normal(s).astype(np.float32))
+               for s in ((B, heads, L, hd), (B, kv, S, hd), (B, kv, S, hd)))  # fmt: skip
+    mask = {"array": mx.array(rng.random((B, 1, L, S)) < 0.7) | mx.eye(L, S, S - L, dtype=mx.bool_),
+            "causal": "causal", "none": None}[mask_kind]  # fmt: skip
+    want = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask=mask)
+    got = hostops.attention(q, k, v, 0.25, hostops.prepare(mask, L, S).mask)
+    np.testing.assert_allclose(np.array(got), np.array(want), atol=2e-6)
+
+
+def test_host_attention_gives_zeros_for_a_row_that_sees_nothing():
+    from mlxbatch.model import hostops
+
+    q, k, v = mx.ones((1, 2, 2, 4)), mx.ones((1, 1, 3, 4)), mx.ones((1, 1, 3, 4))
+    mask = mx.array([[[[True, True, False], [False, False, False]]]])
+    out = np.array(hostops.attention(q, k, v, 0.5, hostops.prepare(mask, 2, 3).mask))
+    assert np.isfinite(out).all() and (out[0, :, 1] == 0).all() and (out[0, :, 0] == 1).all()
+
+
+def test_host_silu_equals_the_mlx_formula_and_is_quiet_at_the_extremes():
+    import warnings
+
+    from mlxbatch.model import hostops
+
+    g = mx.array(
+        np.concatenate([np.linspace(-200, 200, 3001), [-1e30, 1e30, 0.0]]).astype(np.float32)
+    )
+    g = mx.broadcast_to(g, (40, g.size)) * mx.linspace(0.5, 1.5, 40)[:, None]  # rows in chunks
+    u = mx.random.normal(g.shape, key=mx.random.key(0))
+    want = np.array(g / (1 + mx.exp(-g)) * u)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow warning from exp(-g)
+        got = np.array(hostops.silu_mul(g, u * 1))  # u * 1: a fresh array, as the MLP passes
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-12)  # exp: last bits only
+
+
+def test_host_forward_and_last_position_forward_equal_the_mlx_forward(tiny_model_dir):
+    from mlxbatch.engine.layout import RowLayout
+
+    lm = load_model(tiny_model_dir)
+    prefix = lm.tokenizer.shared_prefix("Be brief.", ())
+    prompts = [
+        lm.tokenizer.prompt("Be brief.", t)
+        for t in ("short", "a longer ticket " * 9, "mid one here")
+    ]
+    layout = RowLayout.build(prompts, prefix, 0)
+    a = lm.model.args
+
+    def forward(**kw):
+        pre = KVCache.allocate(a.num_hidden_layers, 1, a.num_key_value_heads, a.head_dim,
+                               len(prefix), mx.float32)  # fmt: skip
+        lm.model(mx.array([prefix]), pre, 0, "causal", host=kw.get("host", False))
+        kv = pre.expand(layout.batch, layout.capacity)
+        return lm.model(mx.array(layout.tokens()), kv, mx.array(layout.positions()),
+                        mx.array(layout.mask()), **kw)  # fmt: skip
+
+    plain = np.array(forward())
+    last = layout.last()
+    np.testing.assert_allclose(np.array(forward(host=True)), plain, atol=2e-5)
+    for host in (False, True):
+        kept = np.array(forward(host=host, keep=mx.array(last)))
+        assert kept.shape == (layout.batch, 1, a.hidden_size)
+        np.testing.assert_allclose(kept[:, 0], plain[np.arange(layout.batch), last], atol=2e-5)
+
+
+def test_mlx_keeps_freed_buffers_up_to_the_largest_batch_and_never_less():
+    from mlxbatch.runtime.memory import keep_freed_buffers
+
+    before = mx.set_cache_limit(64 << 20)
+    try:
+        keep_freed_buffers(256 << 20)
+        assert mx.set_cache_limit(256 << 20) == 256 << 20
+        keep_freed_buffers(1 << 20)  # lower: ignored
+        assert mx.set_cache_limit(256 << 20) == 256 << 20
+    finally:
+        mx.set_cache_limit(before)
