@@ -284,6 +284,12 @@ def test_bench_built_in_prompts_grow_the_shared_prefix(tmp_path):
         prefix[name] = int(m.group(1))
         assert all(m["agreement"] == 1.0 for m in json.loads(js.read_text())["modes"])
     assert prefix["default"] < prefix["descriptions"] < prefix["few-shot"]
+    alone = subprocess.run([sys.executable, "-m", "mlxbatch", "bench", "--quick", "--tickets", "8",
+                            "--modes", "sorted", "--no-peers", "--no-calibrate", "--json", js],
+                           capture_output=True, text=True, env=cli_env())  # fmt: skip
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    (mode,) = json.loads(js.read_text())["modes"]
+    assert mode["agreement"] is None and " n/a " in alone.stdout  # no reference ran: no claim
     bad = subprocess.run([sys.executable, "-m", "mlxbatch", "bench", "--quick", "--prompt",
                           "descriptions", "--system-prompt", "mine"],
                          capture_output=True, text=True, env=cli_env())  # fmt: skip

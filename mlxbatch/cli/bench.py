@@ -194,7 +194,7 @@ def bench(model, tickets_spec, mix, prompt_name, labels, system_prompt, system_p
     )  # fmt: skip
     result, report = bench_job(options, resolve_model, progress=lambda m: click.echo(m, err=True))
     click.echo(report)
-    if any(m["agreement"] < 1.0 for m in result["modes"]):
+    if any(m["agreement"] is not None and m["agreement"] < 1.0 for m in result["modes"]):
         fail("a batched mode disagrees with the gold loop", 1)
 
 

@@ -31,7 +31,7 @@ class ModeResult:
     processed_tokens: int  # every token fed through the model, padding and prefixes included
     useful_tokens: int  # the least an exact method must feed: the prefix once + every item's own
     padding_overhead: float
-    agreement: float  # label agreement with the gold loop
+    agreement: float | None  # label agreement with the gold loop (None: no reference ran)
     max_abs_diff: float | None  # largest |probability difference| from the gold loop
     peak_memory: int
     useful_flops: float
@@ -79,15 +79,15 @@ def run_mode(
     fed = [len(p) for p in prompts] if gold else engine.fed_lengths(prompts)
     stats = padding_stats(fed, batches)
     processed = stats.processed_tokens + (0 if gold else len(engine.prefix))
-    ref = probs if reference is None else reference
+    ref = probs if reference is None and gold else reference  # the gold loop is its own
     predicted = None
     if cost is not None and not gold:
         P = len(engine.prefix)
         predicted = float(sum(cost.seconds(len(b.indices), b.width, P) for b in batches))
     return ModeResult(
         name, seconds, len(prompts), processed, useful_tokens, stats.overhead,
-        float((probs.argmax(1) == ref.argmax(1)).mean()), float(np.abs(probs - ref).max()),
-        mx.get_peak_memory(), useful_flops, len(batches), settings, predicted,
+        None if ref is None else float((probs.argmax(1) == ref.argmax(1)).mean()),
+        None if ref is None else float(np.abs(probs - ref).max()), mx.get_peak_memory(), useful_flops, len(batches), settings, predicted,
     ), probs  # fmt: skip
 
 
@@ -127,8 +127,8 @@ def run_bench(
                               settings, cost)  # fmt: skip
         runs.append(res)
         extra = f", predicted {res.predicted_seconds:.1f} s" if res.predicted_seconds else ""
-        progress(f"  {res.seconds:.1f} s{extra}, {res.items_per_s:.2f} items/s, "
-                 f"agreement {res.agreement:.1%}")  # fmt: skip
+        agree = "n/a (no reference run)" if res.agreement is None else f"{res.agreement:.1%}"
+        progress(f"  {res.seconds:.1f} s{extra}, {res.items_per_s:.2f} items/s, agreement {agree}")
         return probs
 
     ref = None
@@ -136,7 +136,8 @@ def run_bench(
         ref = go("sequential (gold)", plan_batches([len(p) for p in prompts], "sequential", 1 << 30, 1),
                  scorer="gold")  # fmt: skip
     if "prefix" in modes:
-        ref = go("sequential + prefix cache", plan_batches(fed, "sequential", 1 << 30, 1))
+        probs = go("sequential + prefix cache", plan_batches(fed, "sequential", 1 << 30, 1))
+        ref = probs if ref is None else ref  # the reference when the gold loop did not run
     if "naive" in modes:
         go(f"naive (batch {naive_batch})", plan_batches(fed, "naive", 1 << 30, naive_batch),
            max_batch=naive_batch)  # fmt: skip

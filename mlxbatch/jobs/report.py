@@ -45,7 +45,7 @@ def format_report(r: dict) -> str:
         lines.append(
             f"{x['name']:<28} {x['seconds']:>8.1f} {pred} {x['items_per_s']:>8.2f} {speed} "
             f"{x['padding_overhead']:>8.1%} {x['processed_tokens']:>10} {x['useful_tokens']:>8} "
-            f"{x['agreement']:>7.1%} {x['max_abs_diff']:>9.1e} {x['peak_memory'] / 2**30:>9.2f} "
+            f"{_pct(x['agreement']):>7} {_sci(x['max_abs_diff']):>9} {x['peak_memory'] / 2**30:>9.2f} "
             f"{mfu:>6.1%}"
         )
     best = _sorted(r)
@@ -102,3 +102,11 @@ def plot(r: dict, path: Path, lengths: list[int]) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def _sci(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1e}"

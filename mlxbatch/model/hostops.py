@@ -23,7 +23,7 @@ import mlx.core as mx
 import numpy as np
 
 _local = threading.local()
-CHUNK = 1 << 18  # elements a host kernel works on at a time (256 KB of float32)
+CHUNK = 1 << 18  # elements a host kernel works on at a time (1 MB of float32)
 
 
 @dataclass(frozen=True)
