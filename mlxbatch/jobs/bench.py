@@ -47,11 +47,8 @@ class ModeResult:
 def flops_per_item(clf: Classifier, start: int, n: int) -> float:
     """Forward FLOPs of `n` tokens at positions [start, start + n): matmuls + attention."""
     a = clf.lm.model.args
-    hd = a.head_dim
-    dense = a.hidden_size * (a.num_attention_heads + 2 * a.num_key_value_heads) * hd
-    dense += a.num_attention_heads * hd * a.hidden_size + 3 * a.hidden_size * a.intermediate_size
-    attn = 4 * a.num_attention_heads * hd * (n * start + n * (n + 1) / 2)  # QK^T and PV
-    return a.num_hidden_layers * (2 * dense * n + attn)
+    pairs = n * start + n * (n + 1) / 2  # each token attends to the keys up to its own
+    return a.flops_per_token * n + a.flops_per_token_key * pairs
 
 
 def useful(clf: Classifier, prompts: list[list[int]]) -> tuple[int, float]:

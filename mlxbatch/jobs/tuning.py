@@ -65,17 +65,7 @@ def default_model(clf: Classifier) -> CostModel:
     """Constants from FLOP counts and a nominal rate, for when nothing was measured."""
     a, fp = clf.lm.model.args, clf.footprint
     lanes = clf.engine.scorers["fast"].executor.lanes
-    hd = a.head_dim
-    dense = (
-        2
-        * a.num_hidden_layers
-        * (
-            a.hidden_size * (a.num_attention_heads + 2 * a.num_key_value_heads) * hd
-            + a.num_attention_heads * hd * a.hidden_size
-            + 3 * a.hidden_size * a.intermediate_size
-        )
-    )
-    attn = 4 * a.num_hidden_layers * a.num_attention_heads * hd
+    dense, attn = a.flops_per_token, a.flops_per_token_key
     gpu = mx.default_device() == mx.gpu
     rate = 5e12 if gpu else 0.6e9 * (blas.ACTIVE.get("gflops") or 50.0)
     per_batch = fp.weight_bytes / (200e9 if gpu else 20e9) + 0.005

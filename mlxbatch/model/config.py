@@ -35,6 +35,23 @@ class ModelArgs:
     def n_rep(self) -> int:
         return self.num_attention_heads // self.num_key_value_heads
 
+    @property
+    def flops_per_token(self) -> int:
+        """Matmul FLOPs of one token through the decoder layers (projections and MLP)."""
+        d, hd, H, KV = (
+            self.hidden_size,
+            self.head_dim,
+            self.num_attention_heads,
+            self.num_key_value_heads,
+        )
+        per_layer = d * (H + 2 * KV) * hd + H * hd * d + 3 * d * self.intermediate_size
+        return 2 * self.num_hidden_layers * per_layer
+
+    @property
+    def flops_per_token_key(self) -> int:
+        """Attention FLOPs of one (query token, attended key) pair: QK^T and PV, every layer."""
+        return 4 * self.num_hidden_layers * self.num_attention_heads * self.head_dim
+
     @classmethod
     def from_dict(cls, cfg: dict, source: str = "config.json") -> ModelArgs:
         if not isinstance(cfg, dict):
