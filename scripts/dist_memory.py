@@ -14,31 +14,16 @@ import time
 from pathlib import Path
 
 from mlxbatch.io.tickets import generate, write_jsonl
+from mlxbatch.jobs.distributed import classify_command
 from mlxbatch.model.convert import init_random
 
-launch = Path(sys.executable).parent / "mlx.launch"
 with tempfile.TemporaryDirectory() as tmp:
     model = Path(tmp) / "tiny"
     init_random(model, preset="tiny", seed=0, dtype="float32")
     for n in map(int, sys.argv[1:]):
         src = Path(tmp) / f"t{n}.jsonl"
         write_jsonl(generate(n, seed=1), src)
-        cmd = [
-            str(launch),
-            "-n",
-            "2",
-            "--backend",
-            "ring",
-            sys.executable,
-            "-m",
-            "mlxbatch",
-            "classify",
-            str(src),
-            "--model",
-            str(model),
-            "-o",
-            str(Path(tmp) / f"o{n}.jsonl"),
-        ]
+        cmd = classify_command(src, model, "-o", str(Path(tmp) / f"o{n}.jsonl"), ranks=2)
         before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         t = time.perf_counter()
         r = subprocess.run(cmd, capture_output=True, text=True)

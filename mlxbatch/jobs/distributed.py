@@ -266,36 +266,37 @@ def _on_sigterm(sink, output) -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def classify_command(src: Path, model: Path | str, *extra: str, ranks: int = 1) -> list[str]:
+    """`mlxbatch classify SRC --model MODEL EXTRA...` in this Python; under `mlx.launch -n
+    RANKS --backend ring` on this host when `ranks` > 1."""
+    import shutil
+
+    cmd = [sys.executable, "-m", "mlxbatch", "classify", str(src), "--model", str(model), *extra]
+    if ranks == 1:
+        return cmd
+    launch = shutil.which("mlx.launch") or str(Path(sys.executable).parent / "mlx.launch")
+    return [launch, "-n", str(ranks), "--backend", "ring", *cmd]
+
+
 def measure_ranks(n: int, model: Path, texts: list[str], extra: list[str], progress=print) -> dict:
     """The same classify job on 1 rank and under `mlx.launch -n N` (ring, this host): seconds,
     the ratio, and whether the two output files are byte-identical."""
     import json
-    import shutil
     import subprocess
     import tempfile
 
-    launch = shutil.which("mlx.launch") or str(Path(sys.executable).parent / "mlx.launch")
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "tickets.jsonl"
         src.write_text(
             "".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts))
         )
-        base = [
-            sys.executable,
-            "-m",
-            "mlxbatch",
-            "classify",
-            str(src),
-            "--model",
-            str(model),
-            *extra,
-        ]
         runs = {}
-        for ranks, cmd in ((1, base), (n, [launch, "-n", str(n), "--backend", "ring", *base])):
+        for ranks in (1, n):
             out = Path(tmp) / f"out-{ranks}.jsonl"
             progress(f"running classify on {ranks} rank(s) ...")
             t = time.perf_counter()
-            r = subprocess.run([*cmd, "-o", str(out)], capture_output=True, text=True)
+            cmd = classify_command(src, model, *extra, "-o", str(out), ranks=ranks)
+            r = subprocess.run(cmd, capture_output=True, text=True)
             runs[ranks] = time.perf_counter() - t
             if r.returncode != 0 or not out.exists():
                 raise JobError(f"the {ranks}-rank run failed: {(r.stderr or r.stdout)[-400:]}")
