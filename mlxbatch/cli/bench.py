@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ..engine.prompt import BUILT_IN_PROMPTS
 from .common import (
     LABELS_HELP,
     fail,
@@ -85,7 +86,7 @@ def doctor(as_json, size, calibrate, model):
 @click.option(
     "--prompt",
     "prompt_name",
-    type=click.Choice(["default", "descriptions", "few-shot"]),
+    type=click.Choice(["default", *BUILT_IN_PROMPTS]),
     default="default",
     show_default=True,
     help="descriptions: the default prompt with a line describing each label (~90 prefix "
@@ -140,7 +141,7 @@ def bench(model, tickets_spec, mix, prompt_name, labels, system_prompt, system_p
           labels_file, examples, batch_tokens, max_batch, naive_batch, sweep, modes, peer_names,
           no_peers, no_calibrate, against, json_path, plot_path, quick, ranks):  # fmt: skip
     """Time the gold loop, prefix caching, naive, greedy and cost-planned batching, and peers."""
-    from ..engine.prompt import few_shot_prompt
+    from ..engine.prompt import built_in_prompt
     from ..jobs.bench import MODE_NAMES, BenchOptions, bench_job
     from ..jobs.peers import PEERS
 
@@ -179,11 +180,9 @@ def bench(model, tickets_spec, mix, prompt_name, labels, system_prompt, system_p
         if system_prompt or system_prompt_file or examples:
             fail(f"--prompt {prompt_name} is a built-in prompt: do not combine it with your own")
         try:
-            system, shots = few_shot_prompt(spec.labels)
+            system, shots = built_in_prompt(prompt_name, spec.labels)
         except ValueError as e:
             fail(f"--prompt {prompt_name}: {e}")
-        if prompt_name == "descriptions":
-            shots = ()
     options = BenchOptions(
         model=model, tickets=tickets_spec, mix=mix, labels=spec.labels, system_prompt=system,
         examples=shots, prompt_name=prompt_name if not examples else f"examples from {examples}",

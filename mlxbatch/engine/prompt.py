@@ -48,6 +48,18 @@ def default_system_prompt(
 
 def few_shot_prompt(labels: tuple[str, ...]) -> tuple[str, tuple[tuple[str, str], ...]]:
     """The built-in few-shot prompt (default labels only): descriptions + 3 examples a label."""
+    return built_in_prompt("few-shot", labels)
+
+
+BUILT_IN_PROMPTS = ("descriptions", "few-shot")
+
+
+def built_in_prompt(name: str, labels: tuple[str, ...]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """(system prompt, examples) of a built-in prompt, for the default labels only:
+    "descriptions" (a line describing each label) or "few-shot" (those + 3 examples a label)."""
+    if name not in BUILT_IN_PROMPTS:
+        raise ValueError(f"no built-in prompt {name!r} (choose from {', '.join(BUILT_IN_PROMPTS)})")
     if tuple(labels) != DEFAULT_LABELS:
         raise ValueError("the built-in prompts are written for the default labels")
-    return default_system_prompt(labels, DEFAULT_DESCRIPTIONS), FEW_SHOT_EXAMPLES
+    shots = FEW_SHOT_EXAMPLES if name == "few-shot" else ()
+    return default_system_prompt(labels, DEFAULT_DESCRIPTIONS), shots
