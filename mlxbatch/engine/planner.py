@@ -163,12 +163,17 @@ def plan_cost(
 
     if max_padding is not None and padding(cuts) > max_padding:
         lo, hi = 0.0, max(cost.per_batch, cost.per_token, 1e-9)
-        while padding(_cut(width, *args, hi)) > max_padding and hi < 1e6:
+        cuts = _cut(width, *args, hi)  # `cuts` stays the plan at penalty `hi`
+        while padding(cuts) > max_padding and hi < 1e6:
             hi *= 4
+            cuts = _cut(width, *args, hi)
         for _ in range(12):
             mid = (lo + hi) / 2
-            lo, hi = (lo, mid) if padding(_cut(width, *args, mid)) <= max_padding else (mid, hi)
-        cuts = _cut(width, *args, hi)
+            trial = _cut(width, *args, mid)
+            if padding(trial) <= max_padding:
+                hi, cuts = mid, trial
+            else:
+                lo = mid
     return [Batch(tuple(order[a:b]), int(width[a])) for a, b in cuts]
 
 
