@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from mlxbatch.engine.planner import CostModel, padding_stats, plan, plan_cost, unsort
 
-CM = CostModel(per_batch=0.08, per_token=2.3e-3, per_key=2e-6, underfill=0.7, lanes=2)
+CM = CostModel(per_batch=0.08, per_token=2.3e-3, per_key=2e-6, lanes=2)
 
 
 def predicted(batches, cost=CM, prefix=40):
@@ -88,9 +88,20 @@ def test_a_long_tail_is_cut_with_little_padding():
     assert padding_stats(lengths, cost).overhead < 0.03 < padding_stats(lengths, greedy).overhead
 
 
-def test_multi_token_labels_and_underfill_raise_the_predicted_cost():
+def test_multi_token_labels_raise_the_predicted_cost():
     assert CM.seconds(4, 50, 40, label_rows=3, label_len=2) > CM.seconds(4, 50, 40)
-    assert CM.seconds(1, 50, 40) - CM.per_batch > 0.5 * (CM.seconds(2, 50, 40) - CM.per_batch)
+
+
+def test_a_plan_is_predicted_shared_among_the_lanes():
+    batches = plan([30, 20, 20, 10, 5], "greedy", 40, 64)
+    one = CostModel(CM.per_batch, CM.per_token, CM.per_key, lanes=1)
+    assert one.plan_seconds(batches, 40) == pytest.approx(predicted(batches, one))
+    assert CM.plan_seconds(batches, 40) == pytest.approx(predicted(batches) / 2)
+
+
+def test_a_cost_model_recorded_by_an_older_version_still_loads():
+    old = CM.to_dict() | {"underfill": 0.7}  # a field this version dropped
+    assert CostModel.from_dict(old) == CM
 
 
 def test_fit_recovers_known_constants(tiny_model_dir):
@@ -98,15 +109,14 @@ def test_fit_recovers_known_constants(tiny_model_dir):
     from mlxbatch.jobs.tuning import SHAPES, fit
 
     clf = Classifier.load(tiny_model_dir)
-    truth = CostModel(0.05, 1e-3, 3e-6, 0.5, clf.engine.scorers["fast"].executor.lanes)
+    truth = CostModel(0.05, 1e-3, 3e-6, clf.engine.lanes)
     P = len(clf.engine.prefix)
     seconds = [float(truth.seconds(r, w, P)) for r, w in SHAPES]
     got = fit(clf, list(SHAPES), seconds)
     assert got.per_batch == pytest.approx(truth.per_batch, rel=1e-6)
     assert got.per_token == pytest.approx(truth.per_token, rel=1e-6)
     assert got.per_key == pytest.approx(truth.per_key, rel=1e-6)
-    if truth.lanes > 1:
-        assert got.underfill == pytest.approx(truth.underfill, rel=1e-6)
+    assert got.lanes == truth.lanes
 
 
 def test_calibration_is_cached_and_used(tiny_model_dir, tmp_path, monkeypatch):

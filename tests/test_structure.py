@@ -57,6 +57,37 @@ def test_both_executors_give_the_same_scores(tiny_model_dir):
     np.testing.assert_allclose(out["single"], out["three"], atol=1e-6)
 
 
+def test_lanes_run_whole_batches_and_return_them_in_order(tiny_model_dir):
+    """A job's batches on CPU lanes: each batch's scores are those of the batch alone on one
+    stream (to the bit: a batch runs whole on one lane), in the batches' order, whichever lane
+    was free; closing early stops the lanes and leaves the executor usable."""
+    from mlxbatch.engine.engine import Engine
+    from mlxbatch.engine.labels import LabelSet
+    from mlxbatch.engine.prompt import default_system_prompt
+    from mlxbatch.model.load import load_model
+    from mlxbatch.runtime import blas, executor
+
+    lm = load_model(tiny_model_dir)
+    names = ("billing", "technical")
+    labels = LabelSet.build(names, lm.tokenizer.label, lm.model.args.vocab_size)
+    lanes = Engine(lm, labels, default_system_prompt(names), executor=executor.CpuLanes(2))
+    one = Engine(lm, labels, default_system_prompt(names), executor=executor.SingleStream())
+    texts = ["charged twice " * k for k in range(1, 12)]
+    batches = [[lanes.prompt(t) for t in texts[a:b]] for a, b in ((0, 1), (1, 5), (5, 6),
+                                                                  (6, 9), (9, 11))]  # fmt: skip
+    got = lanes.score_batches(batches)
+    with blas.single_threaded():  # the lanes' BLAS setting, for the same kernels
+        want = one.score_batches(batches)
+    assert [g.shape for g in got] == [(len(b), 2) for b in batches]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    run = lanes.scorers["fast"].score_batches(iter(batches * 3))
+    first = next(run)
+    run.close()  # what was queued is cancelled, what runs finishes
+    np.testing.assert_array_equal(first, want[0])
+    np.testing.assert_array_equal(lanes.score_batches(batches[1:2])[0], want[1])
+
+
 def test_resume_keeps_the_first_runs_truncation_and_batches(tiny_model_dir, tmp_path, monkeypatch):
     """Interrupted at batch tokens 64 with truncation, resumed with 4096 and less free memory:
     the file equals an uninterrupted run (the journal's batch shape wins, before truncation)."""

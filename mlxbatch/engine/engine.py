@@ -47,15 +47,15 @@ class Engine:
         self.labels, self.system_prompt, self.examples = labels, system_prompt, tuple(examples)
         self.prefix = (self.tokenizer.shared_prefix(system_prompt, self.examples)
                        if prefix_cache else [])  # fmt: skip
+        executor = executor or executors.for_device()
         self.footprint = Footprint(
             lm.model.args, lm.dtype.size,
             sum(v.nbytes for _, v in tree_flatten(lm.model.parameters())),
-            len(self.prefix), len(labels.names), labels.max_len,
+            len(self.prefix), len(labels.names), labels.max_len, executor.lanes,
         )  # fmt: skip
         self.scorers = {
             "gold": GoldScorer(self.model, labels),
-            "fast": PrefixScorer(self.model, labels, self.prefix, lm.dtype,
-                                 executor or executors.for_device()),
+            "fast": PrefixScorer(self.model, labels, self.prefix, lm.dtype, executor),
         }  # fmt: skip
 
     def prompt(self, text: str) -> list[int]:
@@ -83,10 +83,20 @@ class Engine:
         self._keep_buffers([Batch(tuple(range(len(prompts))), max(self.fed_lengths(prompts)))])
         return self.scorers["fast"].score(prompts)
 
+    def score_batches(self, batches: list[list[list[int]]]) -> list[np.ndarray]:
+        """Probabilities of several batches on the fast path, run as a job runs them."""
+        self._keep_buffers([Batch(tuple(range(len(p))), max(self.fed_lengths(p))) for p in batches])
+        return list(self.scorers["fast"].score_batches(batches))
+
     def _keep_buffers(self, batches: list[Batch]) -> None:
-        """Keep the freed intermediates of the largest batch for the next ones."""
+        """Keep the freed intermediates of the largest batch (one per lane) for the next ones."""
         if batches:
             memory.keep_freed_buffers(max(self.footprint.cost_of(b).activations for b in batches))
+
+    @property
+    def lanes(self) -> int:
+        """How many batches run at once on this device (CPU lanes; 1 on a GPU)."""
+        return self.scorers["fast"].executor.lanes
 
     def score_gold(self, prompt: list[int]) -> np.ndarray:
         return self.scorers["gold"].score_one(prompt)
@@ -96,13 +106,16 @@ class Engine:
         progress: Callable[[int], None] | None = None,
     ) -> Iterator[tuple[Batch, np.ndarray]]:  # fmt: skip
         """Score `batches` of `prompts`, yielding (batch, probabilities) as each completes."""
-        score = self.scorers[scorer].score
         self._keep_buffers(batches)
-        for batch in batches:
-            probs = score([prompts[i] for i in batch.indices])
-            if progress:
-                progress(len(batch.indices))
-            yield batch, probs
+        results = self.scorers[scorer].score_batches([prompts[i] for i in b.indices]
+                                                     for b in batches)  # fmt: skip
+        try:
+            for batch, probs in zip(batches, results):
+                if progress:
+                    progress(len(batch.indices))
+                yield batch, probs
+        finally:
+            results.close()  # stopped early: the lanes stop too
 
     def score_all(
         self, prompts: list[list[int]], batches: list[Batch], scorer: str = "fast"

@@ -9,9 +9,11 @@ from ..runtime.memory import available_bytes
 
 MAX_BUDGET = 16384  # the largest default budget memory can justify
 MIN_BUDGET = 64
-# The preferred padded-token budget per batch. On the 2-core CPU of BENCHMARKS.md, 4096 beat
-# 512 and 1024 (bigger lanes amortise per-batch work despite more padding); GPUs want rows too.
-PREFERRED_BUDGET = 4096
+# The preferred padded-token budget per batch: the default cap of both planners, so that the
+# largest batch, hence peak memory, does not grow with the job. On the CPU each batch runs on
+# one core (a lane), and at 2,048 tokens its fixed cost (the weights streamed once) is ~1.5% of
+# its time; one GPU stream runs a batch on the whole device.
+PREFERRED_BUDGET = {"lane": 2048, "device": 4096}
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class Footprint:
     prefix: int  # shared prefix tokens
     n_labels: int
     label_len: int  # tokens of the longest label
+    lanes: int = 1  # batches in flight at once (CPU lanes)
 
     def context(self, longest: int) -> int:
         """The longest key length a row can have (prefix + item + label tokens)."""
@@ -42,8 +45,9 @@ class Footprint:
         return self.batch_cost(batch.padded_tokens, len(batch.indices), batch.width)
 
     def batch_cost(self, batch_tokens: int, max_batch: int, longest: int) -> BudgetCost:
-        """Upper bound on the transient bytes of one batch (weights not included): at most
-        `max_batch` rows (and never more rows than tokens) of at most `longest` tokens.
+        """Upper bound on the transient bytes of `lanes` batches in flight (weights not
+        included), each at most `max_batch` rows (never more rows than tokens) of at most
+        `longest` tokens.
 
         KV: every row holds `context` slots (x labels for the multi-token label pass).
         Activations: the largest per-layer working set of a forward over `batch_tokens` tokens:
@@ -59,7 +63,7 @@ class Footprint:
         attn = 3 * t * a.num_attention_heads * context * 4 + 5 * t * context  # + the masks
         hidden = 8 * t * a.hidden_size * self.dtype_bytes
         head = max_batch * self.n_labels * max(self.label_len - 1, 0) * a.vocab_size * 4
-        return BudgetCost(kv, mlp + attn + hidden + head)
+        return BudgetCost(kv * self.lanes, (mlp + attn + hidden + head) * self.lanes)
 
     def memory_budget(
         self, max_batch: int, longest: int, available: int | None = None, share: float = 0.5
@@ -75,10 +79,10 @@ class Footprint:
 
     def default_budget(
         self, max_batch: int, longest: int, available: int | None = None, share: float = 0.5,
-        preferred: int | None = PREFERRED_BUDGET,
+        preferred: int | None = None,
     ) -> int:  # fmt: skip
-        """The preferred budget (None: as large as memory allows), raised to fit the longest
-        item, within `share` of memory."""
+        """`preferred` (None: as large as memory allows), raised to fit the longest item,
+        within `share` of memory."""
         fits = self.memory_budget(max_batch, longest, available, share)
         want = fits if preferred is None else min(preferred, fits)
         return max(want, min(longest, fits))

@@ -8,7 +8,7 @@ an exact dynamic program over the sorted order, O(n x max rows), padding capped 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
@@ -105,19 +105,18 @@ def unsort(results_by_batch: list[tuple[Batch, list]], n: int) -> list:
 
 @dataclass(frozen=True)
 class CostModel:
-    """Predicted seconds of one batch of `rows` x `width` fed tokens behind `prefix` tokens.
+    """Predicted seconds of one batch of `rows` x `width` fed tokens behind `prefix` tokens, on
+    one lane while the other lanes run batches too (on the CPU each batch runs whole on one
+    core; see runtime/executor.py). A plan takes the sum of its batches over `lanes`.
 
     per_batch: fixed cost (weights streamed once, kernel launches, host work);
     per_token: each padded token through the dense layers;
-    per_key: each (padded token x attended key) pair of attention;
-    underfill: extra share of the work when a batch has fewer rows than the executor's lanes
-    (a lane without a row leaves a core idle).
+    per_key: each (padded token x attended key) pair of attention.
     """
 
     per_batch: float
     per_token: float
     per_key: float
-    underfill: float = 0.0
     lanes: int = 1
     source: str = "default"
 
@@ -128,11 +127,23 @@ class CostModel:
         if label_rows and label_len:  # the teacher-forced pass of multi-token labels
             lab = rows * label_rows * label_len
             work = work + self.per_token * lab + self.per_key * lab * (prefix + width + label_len)
-        idle = np.maximum(self.lanes - np.minimum(rows, self.lanes), 0) / self.lanes
-        return self.per_batch + work * (1 + self.underfill * idle)
+        return self.per_batch + work
+
+    def plan_seconds(self, batches: list[Batch], prefix: int, label_rows: int = 0,
+                     label_len: int = 0) -> float:  # fmt: skip
+        """The predicted time of a whole plan: its batches shared among the lanes."""
+        total = sum(self.seconds(len(b.indices), b.width, prefix, label_rows, label_len)
+                    for b in batches)  # fmt: skip
+        return float(total) / max(self.lanes, 1)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CostModel:
+        """From `to_dict` output, also an older version's (fields it no longer has are dropped:
+        a journal written before keeps its recorded constants)."""
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
 
 
 MAX_PADDING = 0.03  # the cost planner's cap on padding (share of processed tokens)

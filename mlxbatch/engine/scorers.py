@@ -1,11 +1,14 @@
 """The two scorers behind one interface, `score(prompts) -> (B, J) probabilities`.
 
-`GoldScorer` is the reference: one item at a time, the whole prompt, no cache, the full
+`score_batches` runs a sequence of batches the same way, yielding each one's probabilities
+in order. `GoldScorer` is the reference: one item at a time, the whole prompt, no cache, the full
 vocabulary softmax; simple on purpose. `PrefixScorer` is the fast path: the shared prefix
 computed once, rows batched behind it (prepare the row layout, forward, score the labels).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
 
 import mlx.core as mx
 import numpy as np
@@ -31,6 +34,10 @@ class GoldScorer:
 
     def score(self, prompts: list[list[int]]) -> np.ndarray:
         return np.stack([self.score_one(p) for p in prompts])
+
+    def score_batches(self, batches: Iterable[list[list[int]]]) -> Iterator[np.ndarray]:
+        for prompts in batches:
+            yield self.score(prompts)
 
     def score_one(self, prompt: list[int]) -> np.ndarray:
         n = len(prompt)
@@ -65,7 +72,12 @@ class PrefixScorer:
         return cache
 
     def score(self, prompts: list[list[int]]) -> np.ndarray:
+        """One batch (on the CPU: its rows split over the lanes)."""
         return self.executor.run(self._score_rows, prompts)
+
+    def score_batches(self, batches: Iterable[list[list[int]]]) -> Iterator[np.ndarray]:
+        """Batch after batch, in order (on the CPU: each whole on the next free lane)."""
+        return self.executor.run_batches(self._score_rows, batches)
 
     def _score_rows(self, prompts: list[list[int]], lane: int) -> mx.array:
         layout = RowLayout.build(prompts, self.prefix, self.labels.max_len - 1)

@@ -79,8 +79,7 @@ def run_mode(
     ref = probs if reference is None and gold else reference  # the gold loop is its own
     predicted = None
     if cost is not None and not gold:
-        P = len(engine.prefix)
-        predicted = float(sum(cost.seconds(len(b.indices), b.width, P) for b in batches))
+        predicted = cost.plan_seconds(batches, len(engine.prefix))
     return ModeResult(
         name, seconds, len(prompts), processed, useful_tokens, stats.overhead,
         None if ref is None else float((probs.argmax(1) == ref.argmax(1)).mean()),
@@ -116,7 +115,7 @@ def run_bench(
     P = len(clf.engine.prefix)
     labels = clf.labels
     label_rows = len(labels.names) if labels.max_len > 1 else 0
-    cap = clf.default_batch_tokens(max_batch, max(fed), "cost")
+    cap = clf.default_batch_tokens(max_batch, max(fed))
 
     def go(name, batches, scorer="fast", **settings):
         progress(f"running {name} ({len(batches)} batches) ...")
@@ -202,7 +201,9 @@ class BenchOptions:
     system_prompt: str | None = None  # None: the default prompt for `labels`
     examples: tuple[tuple[str, str], ...] = ()
     prompt_name: str = "default"
-    batch_tokens: int | None = None  # the greedy budget compared against (default: 4096-ish)
+    batch_tokens: int | None = (
+        None  # the greedy budget compared against (default: the preferred one)
+    )
     max_batch: int = DEFAULT_MAX_BATCH
     naive_batch: int = 16
     sweep: tuple[int, ...] = ()
@@ -236,7 +237,7 @@ def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
         clf = Classifier.load(resolve(model), o.labels, o.system_prompt, examples=o.examples)
         prompts = [clf.engine.prompt(t) for t in texts]
         fed = clf.fed_lengths(prompts)
-        greedy = o.batch_tokens or clf.default_batch_tokens(o.max_batch, max(fed), "greedy")
+        greedy = o.batch_tokens or clf.default_batch_tokens(o.max_batch, max(fed))
         info = doctor_report(2048 if not o.quick else 512)
         cost, calib = calibrate(clf, progress) if o.calibrate else (clf.cost_model(), None)
         if not o.calibrate:

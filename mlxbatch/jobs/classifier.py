@@ -78,11 +78,11 @@ class Classifier:
         """Tokens each item feeds through the model (its prompt minus the shared prefix)."""
         return self.engine.fed_lengths(prompts)
 
-    def default_batch_tokens(self, max_batch: int, longest: int, planner: str = "cost") -> int:
-        """The budget cap: for the cost planner, as large as memory allows (it cuts batches by
-        predicted time, not by filling a budget); for greedy, the device's preferred budget.
-        Either is raised to fit the longest item, within memory."""
-        preferred = None if planner == "cost" else PREFERRED_BUDGET
+    def default_batch_tokens(self, max_batch: int, longest: int) -> int:
+        """The budget cap of either planner: the device's preferred budget (a CPU lane's or a
+        whole device's), raised to fit the longest item, within memory. The cost planner cuts
+        by predicted time below it; greedy fills it."""
+        preferred = PREFERRED_BUDGET["lane" if self.engine.lanes > 1 else "device"]
         return self.footprint.default_budget(max_batch, longest, preferred=preferred)
 
     def cost_model(self) -> CostModel:
@@ -99,7 +99,7 @@ class Classifier:
         lengths = self.fed_lengths(prompts)
         name = planner if mode == "sorted" else MODES[mode].planner
         if batch_tokens is None:
-            batch_tokens = self.default_batch_tokens(max_batch, max(lengths, default=1), name)
+            batch_tokens = self.default_batch_tokens(max_batch, max(lengths, default=1))
         if name == "cost" and cost is None:
             cost = self.cost_model()
         labels = self.labels

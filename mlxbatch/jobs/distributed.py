@@ -127,7 +127,7 @@ def _f64_to_i32(values: list[float]) -> np.ndarray:
     return np.array(values, np.float64).view(np.int32)
 
 
-def shared_settings(cluster: Cluster, plan: JobPlan | None, n_fields: int = 7) -> dict | None:
+def shared_settings(cluster: Cluster, plan: JobPlan | None, n_fields: int = 6) -> dict | None:
     """Rank 0's batch shape and cost model, exactly (float64 bits travel as int32 pairs)."""
     from ..engine.planner import CostModel
 
@@ -136,14 +136,14 @@ def shared_settings(cluster: Cluster, plan: JobPlan | None, n_fields: int = 7) -
         vals = [
             s["batch_tokens"],
             s["max_batch"],
-            *((c.per_batch, c.per_token, c.per_key, c.underfill, c.lanes) if c else (np.nan,) * 5),
+            *((c.per_batch, c.per_token, c.per_key, c.lanes) if c else (np.nan,) * 4),
         ]
     else:
         vals = [0.0] * n_fields
     got = cluster.broadcast(_f64_to_i32(vals), "settings").view(np.float64)
     out = {"batch_tokens": int(got[0]), "max_batch": int(got[1]), "cost_model": None}
     if not np.isnan(got[2]):
-        out["cost_model"] = CostModel(*map(float, got[2:6]), int(got[6]), "rank 0").to_dict()
+        out["cost_model"] = CostModel(*map(float, got[2:5]), int(got[5]), "rank 0").to_dict()
     return out
 
 
@@ -210,34 +210,36 @@ def run_distributed_job(
 
 
 def _rounds(cluster, clf, rows, plan, shares, sink, on_error) -> RankStats:
-    """One batch a rank per round; rank 0 journals every round's results."""
+    """Rounds of one batch per CPU lane on every rank (each batch whole on one lane, as in a
+    single process: the same scores to the bit); rank 0 journals every round's results."""
     J = len(clf.labels.names)
-    mine = shares[cluster.rank]
-    n_rounds = max((len(x) for x in shares), default=0)
+    lanes = [int(x[0]) for x in cluster.gather(np.array([clf.engine.lanes], np.int32), "lanes")]
+    rounds = [[share[j : j + n] for j in range(0, len(share), n)]
+              for share, n in zip(shares, lanes)]  # fmt: skip
     plist = [plan.prompts[i] for i in plan.order]
-    scorer = clf.engine.scorers[MODES[plan.settings["mode"]].scorer]
+    score = clf.engine.scorers[MODES[plan.settings["mode"]].scorer].score_batches
     stats = RankStats()
     bar = progress_bar(plan, [b for x in shares for b in x]) if cluster.rank == 0 else None
     try:
-        for r in range(n_rounds):
-            width = max(len(x[r].indices) for x in shares if r < len(x))
-            probs = np.full((width, J), np.nan, np.float32)
-            if r < len(mine):
+        for r in range(max((len(x) for x in rounds), default=0)):
+            width = max(len(b.indices) for x in rounds if r < len(x) for b in x[r])
+            probs = np.full((max(lanes), width, J), np.nan, np.float32)
+            if r < len(rounds[cluster.rank]):
+                mine = rounds[cluster.rank][r]
                 t = time.perf_counter()
-                got = scorer.score([plist[i] for i in mine[r].indices])
+                for j, got in enumerate(score([[plist[i] for i in b.indices] for b in mine])):
+                    probs[j, : len(got)] = got
                 stats.seconds += time.perf_counter() - t
-                stats.items += len(mine[r].indices)
-                stats.padded += mine[r].padded_tokens
-                probs[: len(got)] = got
+                stats.items += sum(len(b.indices) for b in mine)
+                stats.padded += sum(b.padded_tokens for b in mine)
             everyone = cluster.gather(probs, f"results of round {r + 1}")
             if sink is None:
                 continue
-            for k, share in enumerate(shares):
-                if r < len(share):
-                    batch = share[r]
+            for k, x in enumerate(rounds):
+                for j, batch in enumerate(x[r] if r < len(x) else []):
                     try:
                         sink.append(batch_rows(clf, rows, plan, batch,
-                                               everyone[k, : len(batch.indices)], on_error))  # fmt: skip
+                                               everyone[k, j, : len(batch.indices)], on_error))  # fmt: skip
                     except NonFinite as e:
                         sink.append(e.good)
                         raise

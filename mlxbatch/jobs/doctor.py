@@ -52,7 +52,7 @@ def report(size: int = 1024) -> dict:
 
     info["planner_calibrations"] = [
         f"{e.get('model_path', '?')} ({e.get('dtype', '?')}, {e.get('at', '?')}): "
-        + describe(CostModel(**e["model"]))
+        + describe(CostModel.from_dict(e["model"]))
         for e in cached_entries()
         if isinstance(e.get("model"), dict)
     ] or "none cached (mlxbatch doctor --calibrate --model DIR, or any bench run)"

@@ -63,7 +63,7 @@ class JobPlan:
     def predicted_seconds(self, prefix: int) -> float | None:
         if self.cost is None:
             return None
-        return float(sum(self.cost.seconds(len(b.indices), b.width, prefix) for b in self.batches))
+        return self.cost.plan_seconds(self.batches, prefix)
 
     @property
     def batch_tokens(self) -> int:
@@ -146,9 +146,9 @@ def plan_job(clf: Classifier, rows: list[Row], s: JobSettings, recorded: dict | 
     planner = s.planner if s.mode == "sorted" else MODES[s.mode].planner
     if recorded:  # the batch shape the journal's rows were computed with
         batch_tokens, max_batch = recorded["batch_tokens"], recorded["max_batch"]
-        cost = CostModel(**recorded["cost_model"]) if recorded.get("cost_model") else None
+        cost = CostModel.from_dict(recorded["cost_model"]) if recorded.get("cost_model") else None
     else:
-        batch_tokens = s.batch_tokens or clf.default_batch_tokens(s.max_batch, longest, planner)
+        batch_tokens = s.batch_tokens or clf.default_batch_tokens(s.max_batch, longest)
         max_batch = s.max_batch
         cost = clf.cost_model() if planner == "cost" else None
         if s.batch_tokens:  # the budget as declared must fit, whatever this input's shape

@@ -24,7 +24,7 @@ def format_report(r: dict) -> str:
         f"peak matmul rate measured in this run: {peak:.1f} GFLOP/s ({m['dtype']})",
         f"planner cost model ({cm['source']}): {cm['per_batch'] * 1e3:.1f} ms per batch + "
         f"{cm['per_token'] * 1e6:.1f} us per token + {cm['per_key'] * 1e9:.2f} ns per token-key "
-        f"pair, underfill x{1 + cm['underfill']:.2f} with {cm['lanes']} lane(s)",
+        f"pair, {cm['lanes']} lane(s) at once",
         "",
         "ticket tokens: median {median:.0f}, p90 {p90:.0f}, max {max}".format(**r["ticket_tokens"]),
         "fed tokens per item (prompt minus the shared prefix): median {median:.0f}, p90 {p90:.0f}, "

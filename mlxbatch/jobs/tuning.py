@@ -23,11 +23,13 @@ from ..engine.planner import CostModel
 from ..runtime import blas
 from .classifier import Classifier
 
-# (rows, width): short, medium and long rows at several batch sizes, ~3,800 tokens in all
-SHAPES = ((1, 16), (4, 16), (16, 16), (2, 64), (8, 64), (32, 48), (2, 192), (4, 192), (1, 192))
+# (rows, width) of one lane's batch: short, medium and long rows at several batch sizes,
+# ~3,000 tokens a lane in all
+SHAPES = ((1, 16), (4, 16), (16, 16), (2, 64), (8, 64), (16, 48), (1, 192), (4, 192), (2, 128))
 # Bumped whenever the engine's speed changes shape, so older calibrations are measured again
-# (2: host elementwise kernels, per-lane threads, last-layer pruning, kept MLX buffers).
-ENGINE_REVISION = 2
+# (2: host elementwise kernels, per-lane threads, last-layer pruning, kept MLX buffers;
+# 3: each batch whole on one lane).
+ENGINE_REVISION = 3
 
 
 def cache_key(clf: Classifier) -> str:
@@ -51,7 +53,7 @@ def _cache() -> dict:
 def cached(clf: Classifier) -> CostModel | None:
     entry = _cache().get(cache_key(clf))
     try:
-        return CostModel(**entry["model"]) if entry else None
+        return CostModel.from_dict(entry["model"]) if entry else None
     except (TypeError, KeyError):
         return None
 
@@ -64,34 +66,31 @@ def cached_entries() -> list[dict]:
 def default_model(clf: Classifier) -> CostModel:
     """Constants from FLOP counts and a nominal rate, for when nothing was measured."""
     a, fp = clf.lm.model.args, clf.footprint
-    lanes = clf.engine.scorers["fast"].executor.lanes
+    lanes = clf.engine.lanes
     dense, attn = a.flops_per_token, a.flops_per_token_key
     gpu = mx.default_device() == mx.gpu
-    rate = 5e12 if gpu else 0.6e9 * (blas.ACTIVE.get("gflops") or 50.0)
+    rate = 5e12 if gpu else 0.6e9 * (blas.ACTIVE.get("gflops") or 50.0) / lanes  # one core's
     per_batch = fp.weight_bytes / (200e9 if gpu else 20e9) + 0.005
-    return CostModel(
-        per_batch, dense / rate, 3 * attn / rate, 0.0 if gpu else 0.7, lanes, "default"
-    )
+    return CostModel(per_batch, dense / rate, 3 * attn / rate, lanes, "default")
 
 
 def _time(clf: Classifier, rows: int, width: int, rng: random.Random) -> float:
+    """Seconds of one batch of this shape while every lane runs one (as in a job)."""
     prefix = clf.engine.prefix
     vocab = (1000, min(30000, clf.lm.model.args.vocab_size - 1))
     prompts = [prefix + [rng.randint(*vocab) for _ in range(width)] for _ in range(rows)]
-    clf.engine.score_batch(prompts)  # warm: buffers for this batch size
+    batches = [prompts] * clf.engine.lanes
+    clf.engine.score_batches(batches)  # warm: buffers for this batch size
     t = time.perf_counter()
-    clf.engine.score_batch(prompts)
+    clf.engine.score_batches(batches)
     return time.perf_counter() - t
 
 
 def fit(clf: Classifier, shapes: list[tuple[int, int]], seconds: list[float]) -> CostModel:
-    """Least squares (relative error) for per_batch, per_token, per_key on the shapes that fill
-    every lane; then the underfill share from the ones that do not."""
-    lanes = clf.engine.scorers["fast"].executor.lanes
+    """Least squares (relative error) for per_batch, per_token and per_key."""
     P = len(clf.engine.prefix)
-    full = [(r, w, t) for (r, w), t in zip(shapes, seconds) if r >= lanes]
-    X = np.array([[1.0, r * w, r * w * (P + w)] for r, w, _ in full])
-    y = np.array([t for *_, t in full])
+    X = np.array([[1.0, r * w, r * w * (P + w)] for r, w in shapes])
+    y = np.array(seconds)
     active = [0, 1, 2]
     while True:  # drop a term whose coefficient comes out negative, refit
         coef, *_ = np.linalg.lstsq(X[:, active] / y[:, None], np.ones(len(y)), rcond=None)
@@ -100,16 +99,7 @@ def fit(clf: Classifier, shapes: list[tuple[int, int]], seconds: list[float]) ->
         active.pop(int(np.argmin(coef)))
     c = np.zeros(3)
     c[active] = np.maximum(coef, 0)
-    model = CostModel(float(c[0]), float(c[1]), float(c[2]), 0.0, lanes, "calibrated")
-    under = [(r, w, t) for (r, w), t in zip(shapes, seconds) if r < lanes]
-    ratios = []
-    for r, w, t in under:
-        work = model.seconds(r, w, P) - model.per_batch
-        idle = (lanes - r) / lanes
-        if work > 0:
-            ratios.append(((t - model.per_batch) / work - 1) / idle)
-    u = float(np.clip(np.median(ratios), 0, 4)) if ratios else 0.0
-    return CostModel(model.per_batch, model.per_token, model.per_key, u, lanes, "calibrated")
+    return CostModel(float(c[0]), float(c[1]), float(c[2]), clf.engine.lanes, "calibrated")
 
 
 def calibrate(clf: Classifier, progress=None, save: bool = True) -> tuple[CostModel, dict]:
@@ -151,5 +141,4 @@ def cost_model(clf: Classifier) -> CostModel:
 
 def describe(m: CostModel) -> str:
     return (f"{m.source}: {m.per_batch * 1e3:.1f} ms per batch + {m.per_token * 1e6:.1f} us per "
-            f"token + {m.per_key * 1e9:.2f} ns per token-key pair; underfill x{1 + m.underfill:.2f} "
-            f"with {m.lanes} lane(s)")  # fmt: skip
+            f"token + {m.per_key * 1e9:.2f} ns per token-key pair; {m.lanes} lane(s) at once")  # fmt: skip

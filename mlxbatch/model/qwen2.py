@@ -16,6 +16,7 @@ from .config import ModelArgs
 from .quantize import row_weights
 
 Mask = mx.array | str | None  # bool (B, 1, Lq, Lk), "causal", or None
+EVAL_EACH_LAYER = True  # on the host-kernel path (see Qwen2.__call__); off only to measure it
 
 
 class Attention(nn.Module):
@@ -85,7 +86,10 @@ class DecoderLayer(nn.Module):
                  keep: mx.array | None = None):  # fmt: skip
         r = x if keep is None else x[mx.arange(x.shape[0]), keep][:, None]
         h = r + self.self_attn(self.input_layernorm(x), cache, layer, offsets, mask, host, keep)
-        return h + self.mlp(self.post_attention_layernorm(h), host is not None)
+        out = h + self.mlp(self.post_attention_layernorm(h), host is not None)
+        if host is not None and EVAL_EACH_LAYER:  # see Qwen2.__call__
+            mx.eval(out)
+        return out
 
 
 class Qwen2Body(nn.Module):
@@ -116,7 +120,9 @@ class Qwen2(nn.Module):
         """Final-normed hidden states (B, L, D); `cache` advances by L.
 
         `host=True` runs SiLU and the attention softmax as host kernels (see hostops.py):
-        the forward then evaluates inside, layer by layer. Float32 on the CPU only.
+        the forward then evaluates inside, layer by layer. Float32 on the CPU only. It also
+        evaluates each layer's output: with CPU lanes running at once, graphs spanning two
+        layers ran 12% slower than these (measured, scripts/lane_concurrency.py).
         `keep` (B,): only position keep[b] of each row is wanted, so the last layer computes
         queries, attention output and MLP for those positions alone (keys and values for all):
         the result is (B, 1, D). Needs an array mask.

@@ -1,9 +1,12 @@
-"""How a batch's rows are executed on the device: one stream, or CPU lanes.
+"""How batches are executed on the device: one stream, or CPU lanes.
 
 On the CPU, MLX's elementwise ops run on one thread per stream, and so does the NumPy work of
-the host kernels, so a batch is split into row "lanes", one per core, each with its own thread
-and stream, with OpenBLAS single-threaded while they run. On a GPU one stream does it all.
-The engine only calls `run`; which policy a machine gets is decided here, once, and tests can
+the host kernels, so work is spread over "lanes", one per core, each a thread with its own
+stream, with OpenBLAS single-threaded while they run. A job's batches go to whichever lane is
+free (`run_batches`): each batch runs whole on one core, so no lane waits for another inside a
+batch, and nothing waits between batches; the results still come back in the batches' order.
+One batch alone (`run`) is split into row lanes instead. On a GPU one stream does it all.
+The engine only calls these; which policy a machine gets is decided here, once, and tests can
 force either.
 """
 
@@ -11,8 +14,9 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import mlx.core as mx
 import numpy as np
@@ -24,7 +28,7 @@ RowScorer = Callable[[list, int], mx.array]
 
 
 class SingleStream:
-    """Every row of a batch in one lazy graph on the default stream."""
+    """Every row of a batch in one lazy graph on the default stream, one batch after another."""
 
     lanes = 1
 
@@ -33,51 +37,91 @@ class SingleStream:
         mx.eval(out)
         return np.array(out)
 
+    def run_batches(self, score_rows: RowScorer, batches: Iterable[list]) -> Iterator[np.ndarray]:
+        for prompts in batches:
+            yield self.run(score_rows, prompts)
+
 
 class CpuLanes:
-    """Rows split into contiguous lanes, each run by its own thread on its own CPU stream.
+    """`lanes` threads, each with its own CPU stream and lane number (its cache buffers).
 
-    A lane's rows are scored eagerly in its thread, so a forward that evaluates inside (host
+    A lane scores its rows eagerly in its thread, so a forward that evaluates inside (host
     kernels, see model/hostops.py) runs its NumPy work concurrently with the other lanes too.
     MLX streams belong to the thread that made them: each lane thread makes its own, once.
     """
 
     def __init__(self, lanes: int):
         self.lanes = lanes
-        self._pools: list[ThreadPoolExecutor] = []  # one thread per lane, made on first use
+        self._pool: ThreadPoolExecutor | None = None  # made on first use
         self._local = threading.local()
+        self._numbered = 0
+        self._lock = threading.Lock()
 
-    def _score_lane(self, score_rows: RowScorer, prompts: list, lane: int) -> np.ndarray:
-        stream = getattr(self._local, "stream", None)
-        if stream is None:
-            stream = self._local.stream = mx.new_stream(mx.cpu)
-        with mx.stream(stream):
-            out = score_rows(prompts, lane)
+    def _score(self, score_rows: RowScorer, prompts: list) -> np.ndarray:
+        if getattr(self._local, "stream", None) is None:
+            with self._lock:
+                self._local.lane, self._numbered = self._numbered, self._numbered + 1
+            self._local.stream = mx.new_stream(mx.cpu)
+        with mx.stream(self._local.stream):
+            out = score_rows(prompts, self._local.lane)
             mx.eval(out)
             return np.array(out)
 
+    def _submit(self, score_rows: RowScorer, prompts: list) -> Future:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.lanes, thread_name_prefix="mlxbatch-lane")
+        return self._pool.submit(self._score, score_rows, prompts)
+
     def run(self, score_rows: RowScorer, prompts: list) -> np.ndarray:
+        """One batch, its rows split into contiguous lanes that run at once."""
         n = min(self.lanes, len(prompts))
         if n < 2:
             return SingleStream().run(score_rows, prompts)
-        while len(self._pools) < n:
-            i = len(self._pools)
-            self._pools.append(ThreadPoolExecutor(1, thread_name_prefix=f"mlxbatch-lane{i}"))
         bounds = np.linspace(0, len(prompts), n + 1).round().astype(int)
         with blas.single_threaded():  # one core per lane
-            futures = [
-                self._pools[lane].submit(self._score_lane, score_rows, prompts[a:b], lane)
-                for lane, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))
-            ]
+            futures = [self._submit(score_rows, prompts[a:b])
+                       for a, b in zip(bounds[:-1], bounds[1:])]  # fmt: skip
             return np.concatenate([f.result() for f in futures])
+
+    def run_batches(self, score_rows: RowScorer, batches: Iterable[list]) -> Iterator[np.ndarray]:
+        """Each batch whole on the next free lane; results in the batches' order.
+
+        At most two batches per lane are queued ahead, so a lane never waits for the caller.
+        Closing the iterator early (an error, Ctrl-C) cancels what has not started and waits
+        for what has.
+        """
+        pending: deque[Future] = deque()
+        todo = iter(batches)
+        with blas.single_threaded():
+            try:
+                for prompts in todo:
+                    pending.append(self._submit(score_rows, prompts))
+                    if len(pending) >= 2 * self.lanes:
+                        yield pending.popleft().result()
+                while pending:
+                    yield pending.popleft().result()
+            finally:
+                for f in pending:
+                    f.cancel()
+                for f in pending:
+                    if not f.cancelled():
+                        f.exception()  # wait: a lane must not outlive the job's BLAS setting
 
 
 Executor = SingleStream | CpuLanes
 
 
+def usable_cores() -> list[int]:
+    """The cores this process may run on (a cgroup or `taskset` may allow fewer than exist)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
 def for_device(kind: str = "auto") -> Executor:
-    """The policy for this machine: CPU lanes (one per core, at most 8) on the CPU, else one stream."""
+    """The policy for this machine: CPU lanes (one per usable core, at most 8) on the CPU, else
+    one stream."""
     if kind == "single" or (kind == "auto" and mx.default_device() != mx.cpu):
         return SingleStream()
-    lanes = min(os.cpu_count() or 1, 8)
+    lanes = min(len(usable_cores()), 8)
     return CpuLanes(lanes) if lanes > 1 else SingleStream()
