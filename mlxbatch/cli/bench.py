@@ -100,7 +100,8 @@ def doctor(as_json, size, calibrate, model):
 @click.option(
     "--batch-tokens",
     type=click.IntRange(1),
-    help="Budget of the greedy sorted run compared against the cost planner (default 4096).",
+    help="Budget of the greedy sorted run compared against the cost planner (default: the "
+    "preferred budget, 2048 a batch on the CPU).",
 )
 @max_batch_option
 @click.option("--naive-batch", type=click.IntRange(1), default=16, show_default=True,
@@ -124,6 +125,13 @@ def doctor(as_json, size, calibrate, model):
     show_default=True,
     help="Peers to time (empty for none): mlx-lm,mlx-lm-batch,transformers,transformers-bf16.",
 )
+@click.option(
+    "--peer-batch-tokens",
+    type=click.IntRange(1),
+    default=4096,
+    show_default=True,
+    help="Padded-token budget of the transformers peers' sorted batches (whole prompts).",
+)
 @click.option("--no-peers", is_flag=True, help="Time no peers.")
 @click.option("--no-calibrate", is_flag=True, help="Use the cached/default cost model.")
 @click.option(
@@ -139,7 +147,7 @@ def doctor(as_json, size, calibrate, model):
               "(mlx.launch, ring, this host) and print the ratio.")  # fmt: skip
 def bench(model, tickets_spec, mix, prompt_name, labels, system_prompt, system_prompt_file,
           labels_file, examples, batch_tokens, max_batch, naive_batch, sweep, modes, peer_names,
-          no_peers, no_calibrate, against, json_path, plot_path, quick, ranks):  # fmt: skip
+          peer_batch_tokens, no_peers, no_calibrate, against, json_path, plot_path, quick, ranks):  # fmt: skip
     """Time the gold loop, prefix caching, naive, greedy and cost-planned batching, and peers."""
     from ..engine.prompt import built_in_prompt
     from ..jobs.bench import MODE_NAMES, BenchOptions, bench_job
@@ -188,7 +196,7 @@ def bench(model, tickets_spec, mix, prompt_name, labels, system_prompt, system_p
         examples=shots, prompt_name=prompt_name if not examples else f"examples from {examples}",
         batch_tokens=batch_tokens, max_batch=max_batch, naive_batch=naive_batch,
         sweep=tuple(int(x) for x in sweep.split(",") if x.strip()), modes=wanted, peers=peers,
-        quick=quick, calibrate=not no_calibrate, against=against, json_path=json_path,
+        peer_batch_tokens=peer_batch_tokens, quick=quick, calibrate=not no_calibrate, against=against, json_path=json_path,
         plot_path=plot_path,
     )  # fmt: skip
     result, report = bench_job(options, resolve_model, progress=lambda m: click.echo(m, err=True))

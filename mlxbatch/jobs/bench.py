@@ -209,6 +209,10 @@ class BenchOptions:
     sweep: tuple[int, ...] = ()
     modes: tuple[str, ...] = MODE_NAMES
     peers: tuple[str, ...] = ()
+    # transformers' sorted batches: its own budget, not mlxbatch's (whole prompts, one
+    # multi-threaded forward a batch); fp32 ran 57.0 s at 4096 and 68.6 s at 2048 on the
+    # default 120 (bench/default-120.txt, bench/default-120-peers-at-2048.txt)
+    peer_batch_tokens: int = 4096
     quick: bool = False
     calibrate: bool = True
     against: Path | None = None
@@ -256,8 +260,9 @@ def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
         elif o.peers and result["gold_labels"]:
             names = list(clf.labels.names)
             gold = [names.index(x) for x in result["gold_labels"]]
-            result["peers"] = run_peers(clf.lm.path, prompts, clf.labels.first_ids, gold, greedy,
-                                        o.max_batch, o.naive_batch, o.peers, progress)  # fmt: skip
+            result["peers"] = run_peers(clf.lm.path, prompts, clf.labels.first_ids, gold,
+                                        o.peer_batch_tokens, o.max_batch, o.naive_batch, o.peers,
+                                        progress)  # fmt: skip
         if o.against:
             result["against"] = against(clf, texts, o, resolve(o.against), progress)
     text = format_report(result)
