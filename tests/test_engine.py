@@ -96,6 +96,32 @@ def test_cache_buffers_serve_every_batch_size_exactly(lm):
     assert max(kv.allocated for kv in kvs) >= 4  # the large batch's buffers were kept
 
 
+def test_lane_buffers_stay_within_the_largest_batch(lm):
+    """A job's batches, longest first: from few long rows to many short ones. A lane's cache
+    buffers never hold more rows x slots than the largest single batch needs (buffers grown
+    to the job's most rows x longest row grew with the job), and results equal a fresh
+    cache's."""
+    from mlxbatch.engine.layout import RowLayout
+    from mlxbatch.runtime.executor import SingleStream
+
+    names = ("billing", "technical")
+    e = Engine(lm, LabelSet.build(names, lm.tokenizer.label, lm.model.args.vocab_size),
+               default_system_prompt(names), executor=SingleStream())  # fmt: skip
+    prompts = [e.prompt(t) for t in random_texts(5, 40, 60)]
+    fed = e.fed_lengths(prompts)
+    order = sorted(range(len(prompts)), key=lambda i: -fed[i])
+    largest = 0
+    for a, b in ((0, 1), (1, 3), (3, 7), (7, 15), (15, 40)):
+        batch = [prompts[i] for i in order[a:b]]
+        need = RowLayout.build(batch, e.prefix, e.labels.max_len - 1)
+        largest = max(largest, need.batch * need.capacity)
+        out = e.score_batch(batch)
+        (kv,) = e.scorers["fast"]._lane_kv.values()
+        assert kv.allocated * kv.capacity <= largest
+        fresh = Engine(e.lm, e.labels, e.system_prompt, executor=SingleStream())
+        np.testing.assert_array_equal(out, fresh.score_batch(batch))
+
+
 def test_batch_mask_table_is_exact():
     # P=2 shared prefix slots; row 0 uses both and has 2 real tokens, row 1 shares only the
     # first prefix slot and has 1 real token; width 2; the query covers the item region.
