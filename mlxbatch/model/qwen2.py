@@ -122,7 +122,7 @@ class Qwen2(nn.Module):
         `host=True` runs SiLU and the attention softmax as host kernels (see hostops.py):
         the forward then evaluates inside, layer by layer. Float32 on the CPU only. It also
         evaluates each layer's output: with CPU lanes running at once, graphs spanning two
-        layers ran 12% slower than these (measured, scripts/lane_concurrency.py).
+        layers ran ~18% slower than these (measured, scripts/lane_concurrency.py).
         `keep` (B,): only position keep[b] of each row is wanted, so the last layer computes
         queries, attention output and MLP for those positions alone (keys and values for all):
         the result is (B, 1, D). Needs an array mask.
