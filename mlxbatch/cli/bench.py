@@ -147,7 +147,8 @@ def doctor(as_json, size, calibrate, model):
               "(mlx.launch, ring, this host) and print the ratio.")  # fmt: skip
 def bench(model, tickets_spec, mix, prompt_name, labels, system_prompt, system_prompt_file,
           labels_file, examples, batch_tokens, max_batch, naive_batch, sweep, modes, peer_names,
-          peer_batch_tokens, no_peers, no_calibrate, against, json_path, plot_path, quick, ranks):  # fmt: skip
+          peer_batch_tokens, no_peers, no_calibrate, against, json_path, plot_path, quick,
+          ranks):  # fmt: skip
     """Time the gold loop, prefix caching, naive, greedy and cost-planned batching, and peers."""
     from ..engine.prompt import built_in_prompt
     from ..jobs.bench import MODE_NAMES, BenchOptions, bench_job
@@ -196,8 +197,8 @@ def bench(model, tickets_spec, mix, prompt_name, labels, system_prompt, system_p
         examples=shots, prompt_name=prompt_name if not examples else f"examples from {examples}",
         batch_tokens=batch_tokens, max_batch=max_batch, naive_batch=naive_batch,
         sweep=tuple(int(x) for x in sweep.split(",") if x.strip()), modes=wanted, peers=peers,
-        peer_batch_tokens=peer_batch_tokens, quick=quick, calibrate=not no_calibrate, against=against, json_path=json_path,
-        plot_path=plot_path,
+        peer_batch_tokens=peer_batch_tokens, quick=quick, calibrate=not no_calibrate,
+        against=against, json_path=json_path, plot_path=plot_path,
     )  # fmt: skip
     result, report = bench_job(options, resolve_model, progress=lambda m: click.echo(m, err=True))
     click.echo(report)

@@ -80,13 +80,17 @@ class Engine:
 
     def score_batch(self, prompts: list[list[int]]) -> np.ndarray:
         """(B, J) probabilities of one batch on the fast path."""
-        self._keep_buffers([Batch(tuple(range(len(prompts))), max(self.fed_lengths(prompts)))])
+        self._keep_buffers([self._whole(prompts)])
         return self.scorers["fast"].score(prompts)
 
     def score_batches(self, batches: list[list[list[int]]]) -> list[np.ndarray]:
         """Probabilities of several batches on the fast path, run as a job runs them."""
-        self._keep_buffers([Batch(tuple(range(len(p))), max(self.fed_lengths(p))) for p in batches])
+        self._keep_buffers([self._whole(p) for p in batches])
         return list(self.scorers["fast"].score_batches(batches))
+
+    def _whole(self, prompts: list[list[int]]) -> Batch:
+        """`prompts` as one planned batch (for its memory footprint)."""
+        return Batch(tuple(range(len(prompts))), max(self.fed_lengths(prompts)))
 
     def _keep_buffers(self, batches: list[Batch]) -> None:
         """Keep the freed intermediates of the largest batch (one per lane) for the next ones."""

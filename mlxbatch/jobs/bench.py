@@ -83,7 +83,8 @@ def run_mode(
     return ModeResult(
         name, seconds, len(prompts), processed, useful_tokens, stats.overhead,
         None if ref is None else float((probs.argmax(1) == ref.argmax(1)).mean()),
-        None if ref is None else float(np.abs(probs - ref).max()), mx.get_peak_memory(), useful_flops, len(batches), settings, predicted,
+        None if ref is None else float(np.abs(probs - ref).max()), mx.get_peak_memory(),
+        useful_flops, len(batches), settings, predicted,
     ), probs  # fmt: skip
 
 
@@ -201,9 +202,7 @@ class BenchOptions:
     system_prompt: str | None = None  # None: the default prompt for `labels`
     examples: tuple[tuple[str, str], ...] = ()
     prompt_name: str = "default"
-    batch_tokens: int | None = (
-        None  # the greedy budget compared against (default: the preferred one)
-    )
+    batch_tokens: int | None = None  # the greedy budget compared against (default: preferred)
     max_batch: int = DEFAULT_MAX_BATCH
     naive_batch: int = 16
     sweep: tuple[int, ...] = ()

@@ -217,7 +217,7 @@ def _rounds(cluster, clf, rows, plan, shares, sink, on_error) -> RankStats:
     rounds = [[share[j : j + n] for j in range(0, len(share), n)]
               for share, n in zip(shares, lanes)]  # fmt: skip
     plist = [plan.prompts[i] for i in plan.order]
-    score = clf.engine.scorers[MODES[plan.settings["mode"]].scorer].score_batches
+    scorer = MODES[plan.settings["mode"]].scorer
     stats = RankStats()
     bar = progress_bar(plan, [b for x in shares for b in x]) if cluster.rank == 0 else None
     try:
@@ -227,7 +227,7 @@ def _rounds(cluster, clf, rows, plan, shares, sink, on_error) -> RankStats:
             if r < len(rounds[cluster.rank]):
                 mine = rounds[cluster.rank][r]
                 t = time.perf_counter()
-                for j, got in enumerate(score([[plist[i] for i in b.indices] for b in mine])):
+                for j, (_, got) in enumerate(clf.engine.run(plist, mine, scorer)):
                     probs[j, : len(got)] = got
                 stats.seconds += time.perf_counter() - t
                 stats.items += sum(len(b.indices) for b in mine)

@@ -4,8 +4,9 @@ On the CPU, MLX evaluates `exp` one element at a time on one thread (measured he
 element, against 0.34 ns for NumPy's vectorised float32 `exp`), so SiLU and the attention
 softmax cost more than the matmuls around them. With `host=True` the forward evaluates the
 matmul that feeds each of them, runs the elementwise part in NumPy on the evaluated buffer,
-and hands the result back to MLX: two synchronisation points a layer, each a few hundred
-microseconds against tens of milliseconds saved. Only for float32 on the CPU (NumPy has no
+and hands the result back to MLX: two synchronisation points a layer (the forward adds a
+third, each layer's output: see qwen2.py), each a few hundred microseconds against tens of
+milliseconds saved. Only for float32 on the CPU (NumPy has no
 bfloat16, and on a GPU the MLX kernels are the fast ones).
 
 The functions are the same mathematics as the MLX path, `g / (1 + exp(-g)) * u` and a

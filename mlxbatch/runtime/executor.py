@@ -91,10 +91,9 @@ class CpuLanes:
         for what has.
         """
         pending: deque[Future] = deque()
-        todo = iter(batches)
         with blas.single_threaded():
             try:
-                for prompts in todo:
+                for prompts in batches:
                     pending.append(self._submit(score_rows, prompts))
                     if len(pending) >= 2 * self.lanes:
                         yield pending.popleft().result()
