@@ -32,3 +32,14 @@ class ResumeError(UsageError):
 
 class OutputError(UsageError):
     """An output path that cannot be written safely."""
+
+
+def unicode_problem(text: str) -> str | None:
+    """Why `text` is not valid Unicode, or None: a lone surrogate, which JSON's "\\ud800" escape
+    and command-line bytes that are not UTF-8 both produce, and which no tokenizer or UTF-8
+    output can take."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"a lone surrogate {text[e.start]!r} at character {e.start + 1} (not valid Unicode)"
+    return None

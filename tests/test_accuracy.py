@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 
 from mlxbatch.cli import cli
 from mlxbatch.engine.adjust import Adjustment, parse_prior
-from mlxbatch.jobs.evaluate import evaluate, expected_calibration_error
+from mlxbatch.jobs.evaluate import evaluate, expected_calibration_error, format_evaluation
 
 L = ("a", "b", "c")
 
@@ -42,6 +42,14 @@ def test_metrics_match_a_hand_computed_table():
     assert above["0.5"] == {"coverage": pytest.approx(5 / 7), "accuracy": pytest.approx(3 / 5)}
     assert above["0.7"] == {"coverage": pytest.approx(3 / 7), "accuracy": 1.0}
     assert above["0.9"] == {"coverage": pytest.approx(1 / 7), "accuracy": 1.0}
+
+
+def test_nothing_evaluated_reports_no_figures_not_zero():
+    """Every gold label unknown: accuracy is undefined, not 0%."""
+    m = evaluate(["a", "b"], ["zzz", None], L, [0.9, 0.8])
+    assert m["evaluated"] == 0 and m["missing_gold"] == 1 and m["unknown_gold"] == {"zzz": 1}
+    assert m["accuracy"] is None and m["macro_f1"] is None and m["coverage"] is None
+    assert "accuracy n/a, macro-F1 n/a" in format_evaluation(m)
 
 
 def test_expected_calibration_error_by_hand():

@@ -79,6 +79,29 @@ def _foreign_part(tmp, src):
     return tmp / "data.jsonl"
 
 
+def c_report(*extra, data=GOOD + '{"id": "c", "text": "x", "gold": "billing"}\n'):
+    def setup(tmp, m):
+        src = write(tmp / "in.jsonl", data)
+        args = ["classify", src, "--model", m, "--gold-field", "gold"]
+        return args + [tmp / x if str(x).endswith((".jsonl", ".part", ".png", ".txt")) else x
+                       for x in extra], None  # fmt: skip
+
+    return setup
+
+
+def c_eval(predictions: str, *extra):
+    def setup(tmp, m):
+        src = write(tmp / "in.jsonl", GOOD.replace("}", ', "gold": "billing"}'))
+        pred = write(tmp / "pred.jsonl", predictions)
+        return ["eval", src, pred, "--gold-field", "gold", *extra], None
+
+    return setup
+
+
+PRED = ('{"id": "a", "label": "billing", "scores": {"billing": 0.7, "technical": 0.3}}\n'
+        '{"id": "b", "label": "technical", "scores": {"billing": 0.4, "technical": 0.6}}\n')  # fmt: skip
+
+
 def _input_is_part(tmp, m):
     src = write(tmp / "x.jsonl.part", GOOD)
     return ["classify", src, "--model", m, "-o", tmp / "x.jsonl"], None
@@ -136,6 +159,9 @@ ERRORS = {
     "missing id field": (c_in(GOOD, "--id-field", "key"), "missing id field 'key'"),
     "missing text field": (c_in(GOOD, "--text-field", "body"), "missing text field 'body'"),
     "non-string text": (c_in('{"text": 5}\n'), "not a string"),
+    "lone surrogate text": (c_in(GOOD + '{"id": "s", "text": "half \\ud800"}\n'), "line 3: text holds a lone surrogate"),
+    "lone surrogate id": (c_in(GOOD + '{"id": "\\ud800", "text": "x"}\n'), "line 3: id '\\ud800' holds a lone surrogate"),
+    "infinite id": (c_in(GOOD + '{"id": Infinity, "text": "x"}\n'), "line 3: id inf is not a finite number"),
     "binary file": (c_in(bytes(range(256)) * 4, name="in.txt"), "not UTF-8"),
     "forced csv on jsonl": (c_in(GOOD, "--input-format", "csv"), "no 'text' column"),
     # labels and prompts
@@ -143,6 +169,10 @@ ERRORS = {
     "one label": (c_in(GOOD, "--labels", "billing"), "at least two labels"),
     "empty label": (c_in(GOOD, "--labels", "billing,,x"), "empty label"),
     "blank labels": (c_in(GOOD, "--labels", " , "), "empty label"),
+    "label not utf-8 on argv": (c_in(GOOD, "--labels", "billing,tech\udcffnical"), "holds a lone surrogate"),
+    "prompt not utf-8 on argv": (c_in(GOOD, "--system-prompt", "Classify \udcff"), "--system-prompt holds a lone surrogate"),
+    "examples text lone surrogate": (lambda t, m: (["classify", write(t / "in.jsonl", GOOD), "--model", m, "--examples", write(t / "ex.jsonl", '{"text": "\\ud800", "label": "billing"}\n')], None), "line 1: text holds a lone surrogate"),
+    "labels file lone surrogate": (lambda t, m: (["classify", write(t / "in.jsonl", GOOD), "--model", m, "--labels-file", write(t / "l.json", '{"billing": "money \\udfff", "technical": "bugs"}')], None), "description of 'billing' holds a lone surrogate"),
     "prefix labels": (c_in(GOOD, "--labels", "account,account access"), "token prefix"),
     "two system prompts": (lambda t, m: (["classify", write(t / "in.jsonl", GOOD), "--model", m, "--system-prompt", "x", "--system-prompt-file", write(t / "p.txt", "y")], None), "not both"),
     "missing prompt file": (c_in(GOOD, "--system-prompt-file", "/nonexistent/p.txt"), "cannot read the system prompt"),
@@ -159,6 +189,21 @@ ERRORS = {
     "-o is the examples file": (lambda t, m: (["classify", write(t / "in.jsonl", GOOD), "--model", m, "--examples", write(t / "ex.jsonl", '{"text": "x", "label": "billing"}\n'), "-o", t / "ex.jsonl"], None), "is the input file"),
     "--resume on /dev/null": (c_out(lambda t, s: Path("/dev/null"), "--resume"), "regular output file"),
     "--resume without -o": (c_in(GOOD, "--resume"), "--resume needs -o"),
+    # evaluation reports
+    "--json onto the input": (c_report("--json", "in.jsonl"), "--json"),
+    "--plot onto the input": (c_report("--plot", "in.jsonl"), "would overwrite"),
+    "--json onto -o": (c_report("-o", "o.jsonl", "--json", "o.jsonl"), "would overwrite"),
+    "--json onto the journal": (c_report("-o", "o.jsonl", "--json", "o.jsonl.part"), "would overwrite"),
+    "--json and --plot one path": (c_report("--json", "r.png", "--plot", "r.png"), "different paths"),
+    "--plot not an image name": (c_report("--plot", "r.txt"), "must end in .png"),
+    "--json in a missing directory": (c_report("--json", "/nonexistent-mlxbatch/r.json"), "does not exist"),
+    "--gold-field no row has": (c_report("--gold-field", "golden"), "no row has the gold field 'golden'"),
+    "eval --json onto predictions": (lambda t, m: c_eval(PRED, "--json", t / "pred.jsonl")(t, m), "would overwrite"),
+    "eval --json onto the input": (lambda t, m: c_eval(PRED, "--json", t / "in.jsonl")(t, m), "would overwrite"),
+    "eval rows not predictions": (c_eval('{"id": "a", "label": "billing"}\n{"id": "b"}\n'), "row 1: neither an error row"),
+    "eval ids out of order": (c_eval("".join(reversed(PRED.splitlines(True)))), "row 1: id 'b' where the input's row 1 has id 'a'"),
+    "eval no gold field": (c_eval(PRED, "--gold-field", "golden"), "no row has the gold field"),
+    "bench --json onto its tickets": (lambda t, m: (["bench", "--model", m, "--tickets", write(t / "b.jsonl", GOOD), "--json", t / "b.jsonl", "--no-peers", "--sweep", ""], None), "would overwrite"),
     # settings
     "budget cannot fit": (c_in(GOOD, "--batch-tokens", 10**9), "--batch-tokens"),
     "unknown option": (c_in(GOOD, "--fast-please"), "No such option"),

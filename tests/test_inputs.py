@@ -50,6 +50,27 @@ def test_jsonl_bad_rows_are_each_reported(tmp_path):
     assert "not UTF-8" in e[10]
 
 
+def test_rows_that_no_tokenizer_or_json_output_can_take_are_named(tmp_path):
+    """JSON accepts lone surrogates ("\\ud800") and non-finite numbers; neither can reach the
+    tokenizer or a strict JSON output, so each is a row error, found before anything runs."""
+    lines = [
+        '{"id": "a", "text": "fine"}',
+        '{"id": "b", "text": "half \\ud800 a pair"}',
+        '{"id": "\\udfff", "text": "x"}',
+        '{"id": Infinity, "text": "y"}',
+        '{"id": NaN, "text": "z"}',
+        '{"id": 1e400, "text": "w"}',
+    ]
+    rows, _ = read_rows(write(tmp_path, "in.jsonl", "\n".join(lines) + "\n"))
+    e = errors(rows)
+    assert 1 not in e
+    assert "lone surrogate '\\ud800' at character 6" in e[2]
+    assert e[3].startswith("id '\\udfff' holds a lone surrogate")
+    assert e[4] == "id inf is not a finite number"
+    assert e[5] == "id nan is not a finite number"
+    assert e[6] == "id inf is not a finite number"
+
+
 def test_ids_default_to_row_numbers_and_blank_lines_are_not_rows(tmp_path):
     rows, _ = read_rows(write(tmp_path, "in.jsonl", '{"text": "a"}\n\n{"text": "b"}\n'))
     assert [(r.id, r.number, r.text) for r in rows] == [(1, 1, "a"), (3, 3, "b")]

@@ -151,10 +151,12 @@ def bench(model, tickets_spec, mix, prompt_name, labels, system_prompt, system_p
           ranks):  # fmt: skip
     """Time the gold loop, prefix caching, naive, greedy and cost-planned batching, and peers."""
     from ..engine.prompt import built_in_prompt
+    from ..io.outputs import check_reports, write_json_report
     from ..jobs.bench import MODE_NAMES, BenchOptions, bench_job
     from ..jobs.peers import PEERS
 
     if ranks:
+        check_reports(json_path, None, [] if tickets_spec.isdigit() else [Path(tickets_spec)])
         import tempfile
 
         from ..jobs.bench import load_tickets
@@ -174,9 +176,13 @@ def bench(model, tickets_spec, mix, prompt_name, labels, system_prompt, system_p
                    f"{m[f'seconds_{ranks}']:.1f} s: {m['speedup']:.2f}x on {m['cpu_count']} cores "
                    f"of {m['host']}; output files identical: {m['identical_output']}")  # fmt: skip
         if json_path:
-            json_path.write_text(json.dumps(m, indent=2) + "\n")
+            write_json_report(json_path, m)
         return
     plot_path = plot_target(plot_path, json_path, "bench")
+    read = [Path(p) for p in (system_prompt_file, labels_file, examples) if p]
+    check_reports(
+        json_path, plot_path, read + ([] if tickets_spec.isdigit() else [Path(tickets_spec)])
+    )
     wanted = tuple(x.strip() for x in modes.split(",") if x.strip())
     peers = () if no_peers else tuple(x.strip() for x in peer_names.split(",") if x.strip())
     for name, known, option in ((wanted, MODE_NAMES, "--modes"), (peers, PEERS, "--peers")):

@@ -11,6 +11,7 @@ import click
 
 from .common import (
     LABELS_HELP,
+    check_gold_field,
     fail,
     max_batch_option,
     model_option,
@@ -115,7 +116,8 @@ def classify(input_path, model, labels, system_prompt, system_prompt_file, text_
              collective_timeout):  # fmt: skip
     """Classify every row of INPUT (JSONL, CSV, text, or - for stdin) into one label."""
     from ..io.inputs import read_rows
-    from ..io.outputs import check_output
+    from ..io.outputs import check_output, check_reports
+    from ..io.sinks import journal_path
     from ..jobs.classifier import Classifier
     from ..jobs.distributed import Cluster, run_distributed_job
     from ..jobs.job import JobSettings, run_job
@@ -136,11 +138,18 @@ def classify(input_path, model, labels, system_prompt, system_prompt_file, text_
     plot_path = plot_target(plot_path, output, "confusion")
     if (json_path or plot_path) and not gold_field:
         fail("--json and --plot report the evaluation: give --gold-field too")
+    if rank == 0:
+        written = [output, journal_path(output)] if kind in ("file", "stream") else []
+        read = [Path(p) for p in (input_path, system_prompt_file, labels_file, examples)
+                if p and str(p) != "-"]  # fmt: skip
+        check_reports(json_path, plot_path, read + written)
     spec = prompt_spec(labels, labels_file, system_prompt, system_prompt_file, examples, text_field)
     fields = (gold_field,) if gold_field else ()
     rows, fmt = read_rows(
         input_path, text_field, id_field, input_format, fields
     )  # before the model
+    if gold_field:
+        check_gold_field(rows, gold_field, input_path)
     clf = Classifier.load(
         resolve_model(model), spec.labels, spec.system, dtype, not no_prefix_cache, check_weights,
         examples=spec.examples, calibrate=calibrate, prior=prior, min_confidence=min_confidence,

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ..engine.planner import DEFAULT_MAX_BATCH
+from ..errors import unicode_problem
 
 PLOT_DEFAULT = "__mlxbatch_default_plot__"  # `--plot` given without a path
 
@@ -89,6 +90,8 @@ def system_prompt_from(text: str | None, file: Path | None, labels) -> str:
             return file.read_text(encoding="utf-8").strip("\n")
         except (OSError, UnicodeDecodeError) as e:
             fail(f"{file}: cannot read the system prompt ({e})")
+    if text is not None and (problem := unicode_problem(text)):
+        fail(f"--system-prompt holds {problem}")
     return text if text is not None else default_system_prompt(labels)
 
 
@@ -138,10 +141,15 @@ def prompt_spec(
     return PromptSpec(names, system, shots)
 
 
+def check_gold_field(rows, gold_field: str, source) -> None:
+    """A gold field that no row has is a typo, not an evaluation of nothing: refuse it."""
+    if not any(gold_field in r.fields for r in rows):
+        fail(f"{source}: no row has the gold field {gold_field!r} (--gold-field)")
+
+
 def report_evaluation(clf, rows, results, gold_field, json_path=None, plot_path=None) -> dict:
     """Print (and write) the evaluation of a job's rows against their gold labels."""
-    import json
-
+    from ..io.outputs import write_json_report
     from ..jobs.evaluate import evaluate_rows, format_evaluation, plot_confusion
 
     gold = [r.fields.get(gold_field) for r in rows]
@@ -149,7 +157,7 @@ def report_evaluation(clf, rows, results, gold_field, json_path=None, plot_path=
     note = " (SYNTHETIC weights: chance level is expected)" if clf.lm.synthetic else ""
     click.echo(format_evaluation(m) + ("\n" + note.strip() if note else ""), err=True)
     if json_path:
-        Path(json_path).write_text(json.dumps(m, indent=2) + "\n")
+        write_json_report(json_path, m)
     if plot_path:
         plot_confusion(m, plot_path)
     return m

@@ -7,7 +7,23 @@ from pathlib import Path
 
 import click
 
-from .common import fail, plot_target, report_options
+from .common import check_gold_field, fail, plot_target, report_options
+
+
+def _not_a_prediction(res, row) -> str | None:
+    """Why an output row cannot be evaluated against its input row, or None."""
+    if not isinstance(res, dict):
+        return "not a JSON object"
+    if "error" not in res and not (
+        isinstance(res.get("scores"), dict) and res["scores"]
+        and all(isinstance(v, (int, float)) for v in res["scores"].values())
+        and (res.get("label") is None or res["label"] in res["scores"])
+    ):  # fmt: skip
+        return "neither an error row nor a label with its scores"
+    if row.id is not None and "id" in res and res["id"] != row.id:
+        return (f"id {res['id']!r} where the input's row {row.number} has id {row.id!r}; "
+                "give the input the predictions were made from, in the same order")  # fmt: skip
+    return None
 
 
 @click.command("eval")
@@ -30,6 +46,9 @@ def evaluate_cmd(input_path, predictions, gold_field, text_field, id_field, inpu
     JSONL) against the gold labels of INPUT, row by row."""
     plot_path = plot_target(plot_path, predictions, "confusion")
     from ..io.inputs import read_rows
+    from ..io.outputs import check_reports, write_json_report
+
+    check_reports(json_path, plot_path, [Path(input_path), predictions])
     from ..jobs.evaluate import evaluate_rows, format_evaluation, plot_confusion
 
     rows, _ = read_rows(input_path, text_field, id_field, input_format, (gold_field,))
@@ -38,9 +57,13 @@ def evaluate_cmd(input_path, predictions, gold_field, text_field, id_field, inpu
         results = [json.loads(x) for x in lines if x.strip()]
     except (OSError, UnicodeDecodeError, ValueError) as e:
         fail(f"{predictions}: not a JSONL output of mlxbatch classify ({str(e)[:100]})")
-    if len(results) != len(rows) or not all(isinstance(r, dict) for r in results):
+    if len(results) != len(rows):
         fail(f"{predictions}: {len(results)} rows for the {len(rows)} rows of {input_path}; "
              "give the input the predictions were made from")  # fmt: skip
+    for n, (row, res) in enumerate(zip(rows, results), start=1):
+        if problem := _not_a_prediction(res, row):
+            fail(f"{predictions}: row {n}: {problem}")
+    check_gold_field(rows, gold_field, input_path)
     scored = [r for r in results if isinstance(r.get("scores"), dict)]
     if labels:
         names = tuple(x.strip() for x in labels.split(","))
@@ -51,6 +74,6 @@ def evaluate_cmd(input_path, predictions, gold_field, text_field, id_field, inpu
     m = evaluate_rows(results, [r.fields.get(gold_field) for r in rows], names)
     click.echo(format_evaluation(m))
     if json_path:
-        json_path.write_text(json.dumps(m, indent=2) + "\n")
+        write_json_report(json_path, m)
     if plot_path:
         plot_confusion(m, plot_path)

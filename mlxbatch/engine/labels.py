@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-from ..errors import LabelError
+from ..errors import LabelError, unicode_problem
 from ..model.cache import KVCache
 from ..model.qwen2 import Qwen2
 from .layout import RowLayout
@@ -35,6 +35,9 @@ class LabelSet:
             raise LabelError("the label set is empty or holds an empty label")
         if len(names) < 2:
             raise LabelError(f"need at least two labels to choose from, got {list(names)}")
+        for n in names:
+            if problem := unicode_problem(n):
+                raise LabelError(f"label {n!r} holds {problem}")
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise LabelError(f"duplicate label(s): {', '.join(map(repr, dupes))}")

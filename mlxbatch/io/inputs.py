@@ -14,12 +14,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..errors import InputError, unicode_problem
 
 FORMATS = ("auto", "jsonl", "csv", "tsv", "text")
 BOM = b"\xef\xbb\xbf"
@@ -219,8 +220,14 @@ def read_rows(
                 row.error = f"missing id field {id_field!r}"
                 continue
             rid = obj[id_field]
-            if isinstance(rid, bool) or not isinstance(rid, (str, int, float)) or rid != rid:
+            if isinstance(rid, bool) or not isinstance(rid, (str, int, float)):
                 row.error = f"id {_short(rid)} is not a string or number"
+                continue
+            if isinstance(rid, float) and not math.isfinite(rid):
+                row.error = f"id {rid} is not a finite number"
+                continue
+            if isinstance(rid, str) and (problem := unicode_problem(rid)):
+                row.error = f"id {_short(rid)} holds {problem}"
                 continue
             if rid in seen:
                 row.error = f"duplicate id {rid!r} (first at {seen[rid]})"
@@ -234,6 +241,8 @@ def read_rows(
             row.error = f"text field {text_field!r} is a {type(text).__name__}, not a string"
         elif not text.strip():
             row.error = "empty text"
+        elif problem := unicode_problem(text):
+            row.error = f"text holds {problem}"
         else:
             row.text = text
     return rows, fmt

@@ -69,6 +69,63 @@ def check_output(output: Path, inputs: list[Path], resume: bool) -> str:
     return kind
 
 
+PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    """The same file, or (when neither exists yet) the same path once links are resolved."""
+    return _same_file(a, b) or os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_reports(json_path: Path | None, plot_path: Path | None, protected: list[Path]) -> None:
+    """Refuse, before anything is computed, a --json/--plot path that would overwrite an input,
+    the output or its journal (`protected`) or the other report, or that cannot be written."""
+    reports = [(p, o) for p, o in ((json_path, "--json"), (plot_path, "--plot")) if p is not None]
+    if len(reports) == 2 and _same_path(json_path, plot_path):
+        raise OutputError(f"--json and --plot are both {json_path}; give them different paths")
+    for path, option in reports:
+        for other in protected:
+            if _same_path(path, other):
+                raise OutputError(f"{option} {path} would overwrite {other}, which this run "
+                                  f"reads or writes; choose another {option} path")  # fmt: skip
+        if option == "--plot" and path.suffix.lower() not in PLOT_SUFFIXES:
+            raise OutputError(f"--plot {path}: the name must end in {', '.join(PLOT_SUFFIXES)}")
+        if path.is_dir():
+            raise OutputError(f"{option} {path}: is a directory; give a file path")
+        parent = path.parent if str(path.parent) else Path(".")
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            raise OutputError(f"{option} {path}: the directory {parent} does not exist or is "
+                              "not writable")  # fmt: skip
+        if path.exists() and not os.access(path, os.W_OK):
+            raise OutputError(f"{option} {path}: exists and is not writable")
+
+
+def write_json_report(path: Path, data: dict) -> None:
+    """Write a --json report whole or not at all (a temporary file renamed over it)."""
+    import json
+    import tempfile
+
+    path = Path(path)
+    text = json.dumps(data, indent=2, default=str) + "\n"
+    try:
+        if path.exists() and not path.is_file():  # /dev/stdout, a FIFO: written straight
+            path.write_text(text, encoding="utf-8")
+            return
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fd, 0o666 & ~umask)  # as a plain open() would have made it
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as e:
+        raise oserror(path, e) from None
+
+
 def open_stream(output: Path, n_rows: int, labels: tuple[str, ...], header: dict) -> OrderedStream:
     """Standard output, or a character device / FIFO opened for writing (always JSONL)."""
     if str(output) == "-":

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import InputError, LabelError
+from ..errors import InputError, LabelError, unicode_problem
 from .inputs import describe_errors, read_rows
 
 
@@ -36,6 +36,9 @@ def read_labels_file(path: str | Path) -> dict[str, str]:
             raise LabelError(f"{path}: label {label!r} is not a non-empty string")
         if desc is not None and not isinstance(desc, str):
             raise InputError(f"{path}: the description of {label!r} is not a string")
+        for what, value in (("label", label), ("description of", desc or "")):
+            if problem := unicode_problem(value):
+                raise InputError(f"{path}: the {what} {label!r} holds {problem}")
         if desc and "\n" in desc.strip():
             raise InputError(f"{path}: the description of {label!r} spans several lines")
         out[label.strip()] = (desc or "").strip()

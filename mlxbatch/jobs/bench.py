@@ -221,9 +221,9 @@ class BenchOptions:
 
 def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
     """The whole `bench` command: model, tickets, calibration, modes, peers, report, files."""
-    import json
     import tempfile
 
+    from ..io.outputs import write_json_report
     from ..model.convert import init_random
     from .doctor import report as doctor_report
     from .peers import run_peers
@@ -266,7 +266,7 @@ def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
             result["against"] = against(clf, texts, o, resolve(o.against), progress)
     text = format_report(result)
     if o.json_path:
-        Path(o.json_path).write_text(json.dumps(result, indent=2, default=str) + "\n")
+        write_json_report(o.json_path, result)
     if o.plot_path:
         plot(result, o.plot_path, [len(clf.lm.tokenizer.encode(t)) for t in texts])
     return result, text

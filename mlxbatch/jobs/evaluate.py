@@ -69,15 +69,15 @@ def evaluate(
         "evaluated": n,
         "unknown_gold": dict(unknown),
         "missing_gold": missing,
-        "accuracy": float(correct.mean()) if n else 0.0,
-        "macro_f1": float(np.mean([per_class[x]["f1"] for x in present])) if present else 0.0,
+        "accuracy": float(correct.mean()) if n else None,
+        "macro_f1": float(np.mean([per_class[x]["f1"] for x in present])) if present else None,
         "per_class": per_class,
         "confusion": {
             "labels": list(labels),
             "columns": [c if c else "(abstained)" for c in cols],
             "matrix": matrix,
         },  # fmt: skip
-        "coverage": len(answered) / n if n else 0.0,
+        "coverage": len(answered) / n if n else None,
         "accuracy_answered": float(correct[answered].mean()) if answered else None,
         "abstained": n - len(answered),
     }
@@ -91,23 +91,32 @@ def evaluate(
     return out
 
 
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
 def format_evaluation(m: dict) -> str:
     """The evaluation as text tables."""
     labels = m["confusion"]["labels"]
     w = max(12, *(len(x) + 2 for x in labels))
     lines = [f"evaluation over {m['evaluated']} of {m['items']} rows with a known gold label: "
-             f"accuracy {m['accuracy']:.1%}, macro-F1 {m['macro_f1']:.3f}"]  # fmt: skip
+             f"accuracy {_pct(m['accuracy'])}, macro-F1 {_num(m['macro_f1'])}"]  # fmt: skip
     if m["unknown_gold"]:
         names = ", ".join(f"{k!r} x{v}" for k, v in sorted(m["unknown_gold"].items()))
         lines.append(f"gold labels not in the label set (not evaluated): {names}")
     if m.get("missing_gold"):
         lines.append(f"rows without a gold label (not evaluated): {m['missing_gold']}")
     if m["abstained"]:
-        kept = "n/a" if m["accuracy_answered"] is None else f"{m['accuracy_answered']:.1%}"
-        lines.append(f"coverage {m['coverage']:.1%} ({m['abstained']} abstained, counted as "
-                     f"wrong above); accuracy on the rows kept {kept}")  # fmt: skip
+        lines.append(f"coverage {_pct(m['coverage'])} ({m['abstained']} abstained, counted as "
+                     f"wrong above); accuracy on the rows kept {_pct(m['accuracy_answered'])}")  # fmt: skip
         if m.get("accuracy_top_label") is not None:
-            lines.append(f"top-label accuracy if nothing abstained: {m['accuracy_top_label']:.1%}")
+            lines.append(
+                f"top-label accuracy if nothing abstained: {_pct(m['accuracy_top_label'])}"
+            )
     lines += ["", f"{'class':<{w}} {'precision':>9} {'recall':>7} {'f1':>6} {'support':>8}"]
     for lab, c in m["per_class"].items():
         lines.append(f"{lab:<{w}} {c['precision']:>9.3f} {c['recall']:>7.3f} {c['f1']:>6.3f} "
@@ -121,8 +130,8 @@ def format_evaluation(m: dict) -> str:
     if "ece" in m:
         lines += ["", f"calibration: expected calibration error {m['ece']:.3f} (10 bins)"]
         for t, v in m["above_threshold"].items():
-            acc = "n/a" if v["accuracy"] is None else f"{v['accuracy']:.1%}"
-            lines.append(f"  confidence >= {t}: {v['coverage']:.1%} of rows, accuracy {acc}")
+            lines.append(f"  confidence >= {t}: {v['coverage']:.1%} of rows, "
+                         f"accuracy {_pct(v['accuracy'])}")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -145,7 +154,7 @@ def plot_confusion(m: dict, path) -> None:
         ax.text(j, i, str(v), ha="center", va="center",
                 color="white" if v > mat.max() / 2 else "black")  # fmt: skip
     ax.set(xlabel="predicted", ylabel="gold",
-           title=f"accuracy {m['accuracy']:.1%}, macro-F1 {m['macro_f1']:.3f}")  # fmt: skip
+           title=f"accuracy {_pct(m['accuracy'])}, macro-F1 {_num(m['macro_f1'])}")  # fmt: skip
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from ..errors import LabelError, ModelError
+from ..errors import LabelError, ModelError, UsageError, unicode_problem
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 Examples = tuple[tuple[str, str], ...]  # few-shot (text, label) pairs, earlier turns
@@ -48,7 +48,13 @@ class PromptTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Plain text to ids; special-token strings are never control tokens here."""
-        return self._tok.encode(text, add_special_tokens=False).ids
+        try:
+            return self._tok.encode(text, add_special_tokens=False).ids
+        except TypeError:  # what `tokenizers` raises for a str that is not valid Unicode
+            problem = unicode_problem(text) if isinstance(text, str) else None
+            if problem is None:
+                raise
+            raise UsageError(f"cannot tokenize text that holds {problem}: {text[:60]!r}") from None
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids, skip_special_tokens=False)
