@@ -92,6 +92,26 @@ def test_multi_token_labels_raise_the_predicted_cost():
     assert CM.seconds(4, 50, 40, label_rows=3, label_len=2) > CM.seconds(4, 50, 40)
 
 
+def test_the_reported_prediction_counts_the_label_pass(tiny_model_dir, tmp_path):
+    """The job's "predicted" figure is the time the planner minimised, label pass included."""
+    from mlxbatch.io.inputs import read_rows
+    from mlxbatch.io.tickets import generate, write_jsonl
+    from mlxbatch.jobs.classifier import Classifier
+    from mlxbatch.jobs.job import JobSettings, run_job
+
+    clf = Classifier.load(tiny_model_dir, ("billing issue", "technical problem", "account"))
+    prefix, rows, length = clf.cost_terms()
+    assert prefix == len(clf.engine.prefix) and rows == 3 and length == clf.labels.max_len - 1 > 0
+    src = tmp_path / "t.jsonl"
+    write_jsonl(generate(20, seed=3), src)
+    result = run_job(clf, read_rows(str(src))[0], JobSettings(), tmp_path / "o.jsonl")
+    prompts = [clf.engine.prompt(t["text"]) for t in generate(20, seed=3)]
+    cost = clf.cost_model()
+    batches = clf.plan(prompts, cost=cost)
+    assert result.predicted_seconds == pytest.approx(cost.plan_seconds(batches, *clf.cost_terms()))
+    assert result.predicted_seconds > cost.plan_seconds(batches, prefix)
+
+
 def test_a_plan_is_predicted_shared_among_the_lanes():
     batches = plan([30, 20, 20, 10, 5], "greedy", 40, 64)
     one = CostModel(CM.per_batch, CM.per_token, CM.per_key, lanes=1)
@@ -117,6 +137,20 @@ def test_fit_recovers_known_constants(tiny_model_dir):
     assert got.per_token == pytest.approx(truth.per_token, rel=1e-6)
     assert got.per_key == pytest.approx(truth.per_key, rel=1e-6)
     assert got.lanes == truth.lanes
+
+
+def test_the_preferred_budget_follows_the_device_not_the_lane_count(tiny_model_dir, monkeypatch):
+    """A 1-core CPU runs one lane: its batches still run on one core, so they get the CPU's
+    budget, not the GPU's."""
+    from mlxbatch.engine.footprint import PREFERRED_BUDGET
+    from mlxbatch.jobs.classifier import Classifier
+    from mlxbatch.runtime import executor
+
+    for cores in ([0], [0, 1]):
+        monkeypatch.setattr(executor, "usable_cores", lambda c=cores: c)
+        clf = Classifier.load(tiny_model_dir)
+        assert clf.engine.lanes == len(cores)
+        assert clf.default_batch_tokens(64, 50) == PREFERRED_BUDGET["cpu"] < PREFERRED_BUDGET["gpu"]
 
 
 def test_calibration_is_cached_and_used(tiny_model_dir, tmp_path, monkeypatch):

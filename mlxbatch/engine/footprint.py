@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import mlx.core as mx
+
 from ..model.config import ModelArgs
 from ..runtime.memory import available_bytes
 
@@ -11,9 +13,14 @@ MAX_BUDGET = 16384  # the largest default budget memory can justify
 MIN_BUDGET = 64
 # The preferred padded-token budget per batch: the default cap of both planners, so that the
 # largest batch, hence peak memory, does not grow with the job. On the CPU each batch runs on
-# one core (a lane), and at 2,048 tokens its fixed cost (the weights streamed once) is ~1.5% of
-# its time; one GPU stream runs a batch on the whole device.
-PREFERRED_BUDGET = {"lane": 2048, "device": 4096}
+# one core (a lane; a 1-core machine has one), and at 2,048 tokens its fixed cost (the weights
+# streamed once) is ~1.5% of its time; on a GPU one stream runs a batch on the whole device.
+PREFERRED_BUDGET = {"cpu": 2048, "gpu": 4096}
+
+
+def preferred_budget() -> int:
+    """The preferred budget of the device MLX runs on."""
+    return PREFERRED_BUDGET["cpu" if mx.default_device() == mx.cpu else "gpu"]
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ import random
 import sys
 from pathlib import Path
 
+from ..errors import OutputError
+
 INTENTS = ("billing", "technical", "account")
 
 # mix: (median body sentences, log-normal sigma, chance of a log, chance of a long story)
@@ -151,5 +153,8 @@ def write_jsonl(rows: list[dict], path: Path | None) -> None:
     if path is None:
         sys.stdout.write(text)
     else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        except OSError as e:
+            raise OutputError(f"{path}: cannot write the tickets ({e.strerror or e})") from None

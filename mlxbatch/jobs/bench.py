@@ -65,8 +65,9 @@ def useful(clf: Classifier, prompts: list[list[int]]) -> tuple[int, float]:
 def run_mode(
     name: str, engine: Engine, prompts: list[list[int]], batches: list[Batch], scorer: str,
     reference: np.ndarray | None, useful_tokens: int, useful_flops: float, settings: dict,
-    cost: CostModel | None = None,
+    predict=None,
 ) -> tuple[ModeResult, np.ndarray]:  # fmt: skip
+    """Time one mode; `predict(batches)`: the cost model's time for them (None: not shown)."""
     mx.synchronize()
     mx.reset_peak_memory()
     t = time.perf_counter()
@@ -77,9 +78,7 @@ def run_mode(
     stats = padding_stats(fed, batches)
     processed = stats.processed_tokens + (0 if gold else len(engine.prefix))
     ref = probs if reference is None and gold else reference  # the gold loop is its own
-    predicted = None
-    if cost is not None and not gold:
-        predicted = cost.plan_seconds(batches, len(engine.prefix))
+    predicted = predict(batches) if predict is not None and not gold else None
     return ModeResult(
         name, seconds, len(prompts), processed, useful_tokens, stats.overhead,
         None if ref is None else float((probs.argmax(1) == ref.argmax(1)).mean()),
@@ -113,15 +112,13 @@ def run_bench(
     u_tokens, u_flops = useful(clf, prompts)
     runs: list[ModeResult] = []
     cost = cost or clf.cost_model()
-    P = len(clf.engine.prefix)
-    labels = clf.labels
-    label_rows = len(labels.names) if labels.max_len > 1 else 0
+    terms = clf.cost_terms()  # prefix, label rows, label tokens
     cap = clf.default_batch_tokens(max_batch, max(fed))
 
     def go(name, batches, scorer="fast", **settings):
         progress(f"running {name} ({len(batches)} batches) ...")
         res, probs = run_mode(name, clf.engine, prompts, batches, scorer, ref, u_tokens, u_flops,
-                              settings, cost)  # fmt: skip
+                              settings, lambda b: cost.plan_seconds(b, *terms))  # fmt: skip
         runs.append(res)
         extra = f", predicted {res.predicted_seconds:.1f} s" if res.predicted_seconds else ""
         agree = "n/a (no reference run)" if res.agreement is None else f"{res.agreement:.1%}"
@@ -139,9 +136,8 @@ def run_bench(
         go(f"naive (batch {naive_batch})", plan_batches(fed, "naive", 1 << 30, naive_batch),
            max_batch=naive_batch)  # fmt: skip
     if "sorted" in modes:
-        go("sorted (default)", plan(fed, "cost", cap, max_batch, cost, P, label_rows,
-                                    labels.max_len - 1), batch_tokens=cap, max_batch=max_batch,
-           planner="cost")  # fmt: skip
+        go("sorted (default)", plan(fed, "cost", cap, max_batch, cost, *terms), batch_tokens=cap,
+           max_batch=max_batch, planner="cost")  # fmt: skip
     if "greedy" in modes:
         go(f"sorted, greedy {batch_tokens}", plan_batches(fed, "sorted", batch_tokens, max_batch),
            batch_tokens=batch_tokens, max_batch=max_batch, planner="greedy")  # fmt: skip
@@ -150,7 +146,7 @@ def run_bench(
             if b != batch_tokens and b >= max(fed):
                 go(f"sorted, greedy {b}", plan_batches(fed, "sorted", b, max_batch),
                    batch_tokens=b, max_batch=max_batch, planner="greedy")  # fmt: skip
-    cost_plan = plan(fed, "cost", cap, max_batch, cost, P, label_rows, labels.max_len - 1)
+    cost_plan = plan(fed, "cost", cap, max_batch, cost, *terms)
     return {
         "items": len(prompts),
         "prefix_tokens": len(clf.engine.tokenizer.shared_prefix(clf.system_prompt, clf.examples)),

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..engine.adjust import Adjustment, parse_prior
 from ..engine.engine import MODES, Engine
-from ..engine.footprint import PREFERRED_BUDGET
+from ..engine.footprint import preferred_budget
 from ..engine.labels import LabelSet
 from ..engine.planner import DEFAULT_MAX_BATCH, Batch, CostModel, plan
 from ..engine.prompt import DEFAULT_LABELS, default_system_prompt
@@ -79,11 +79,10 @@ class Classifier:
         return self.engine.fed_lengths(prompts)
 
     def default_batch_tokens(self, max_batch: int, longest: int) -> int:
-        """The budget cap of either planner: the device's preferred budget (a CPU lane's or a
-        whole device's), raised to fit the longest item, within memory. The cost planner cuts
+        """The budget cap of either planner: the device's preferred budget (a CPU core's or a
+        whole GPU's), raised to fit the longest item, within memory. The cost planner cuts
         by predicted time below it; greedy fills it."""
-        preferred = PREFERRED_BUDGET["lane" if self.engine.lanes > 1 else "device"]
-        return self.footprint.default_budget(max_batch, longest, preferred=preferred)
+        return self.footprint.default_budget(max_batch, longest, preferred=preferred_budget())
 
     def cost_model(self) -> CostModel:
         """The planner's cost model: this machine's cached calibration, else the defaults."""
@@ -102,9 +101,15 @@ class Classifier:
             batch_tokens = self.default_batch_tokens(max_batch, max(lengths, default=1))
         if name == "cost" and cost is None:
             cost = self.cost_model()
+        return plan(lengths, name, batch_tokens, max_batch, cost, *self.cost_terms())
+
+    def cost_terms(self) -> tuple[int, int, int]:
+        """What the cost model counts besides each batch's rows and width: the shared prefix
+        tokens, and the multi-token label pass (rows per item, tokens per row; none when every
+        label is one token)."""
         labels = self.labels
-        return plan(lengths, name, batch_tokens, max_batch, cost, len(self.engine.prefix),
-                    len(labels.names) if labels.max_len > 1 else 0, labels.max_len - 1)  # fmt: skip
+        rows = len(labels.names) if labels.max_len > 1 else 0
+        return len(self.engine.prefix), rows, labels.max_len - 1
 
     def classify(
         self, texts: list[str], mode: str = "sorted", batch_tokens: int | None = None,

@@ -60,10 +60,11 @@ class JobPlan:
     memory_bound: int
     cost: CostModel | None = None  # the cost planner's model (None for the other planners)
 
-    def predicted_seconds(self, prefix: int) -> float | None:
+    def predicted_seconds(self, terms: tuple[int, int, int]) -> float | None:
+        """The cost model's time for these batches (`terms`: `Classifier.cost_terms`)."""
         if self.cost is None:
             return None
-        return self.cost.plan_seconds(self.batches, prefix)
+        return self.cost.plan_seconds(self.batches, *terms)
 
     @property
     def batch_tokens(self) -> int:
@@ -300,7 +301,7 @@ def job_result(
         verify=verify,
         planner=(plan.settings["planner"] + (f" ({plan.cost.source})" if plan.cost else "")
                  if plan.settings["mode"] == "sorted" else ""),
-        predicted_seconds=plan.predicted_seconds(clf.footprint.prefix),
+        predicted_seconds=plan.predicted_seconds(clf.cost_terms()),
         results=[sink.done[i] for i in range(len(rows))],
         abstained=sum(1 for r in sink.done.values() if r.get("abstained")), ranks=ranks or [],
     )  # fmt: skip
