@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from mlxbatch.io.tickets import generate, write_jsonl
-from mlxbatch.jobs.distributed import classify_command
+from mlxbatch.jobs.scaling import classify_command
 from mlxbatch.model.convert import init_random
 
 with tempfile.TemporaryDirectory() as tmp:

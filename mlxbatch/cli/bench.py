@@ -160,7 +160,7 @@ def bench(model, tickets_spec, mix, prompt_name, labels, system_prompt, system_p
         import tempfile
 
         from ..jobs.bench import load_tickets
-        from ..jobs.distributed import measure_ranks
+        from ..jobs.scaling import measure_ranks
         from ..model.convert import init_random
 
         tmp = tempfile.TemporaryDirectory()

@@ -10,7 +10,7 @@ from ..io.inputs import Row
 from .classifier import Classifier
 
 if TYPE_CHECKING:
-    from .job import JobSettings
+    from .jobplan import JobSettings
 
 MARK = " […] "
 
