@@ -139,6 +139,20 @@ def test_python_api(tiny_model_dir):
     assert set(preds[0].scores) == {"billing", "account access", "account deletion"}
 
 
+def test_python_api_names_texts_it_cannot_classify(tiny_model_dir):
+    from mlxbatch import Classifier
+    from mlxbatch.errors import UsageError
+
+    clf = Classifier.load(tiny_model_dir)
+    assert clf.classify([]) == []
+    with pytest.raises(UsageError, match=r"texts\[1\]: expected a str, got int"):
+        clf.classify(["fine", 5])
+    with pytest.raises(
+        UsageError, match=r"texts\[0\] holds a lone surrogate '\\ud800' at character 6"
+    ):
+        clf.classify(["half \ud800 a pair"])
+
+
 def test_tickets_match_the_published_length_profile():
     import numpy as np
 

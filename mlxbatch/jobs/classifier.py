@@ -19,7 +19,7 @@ from ..engine.footprint import preferred_budget
 from ..engine.labels import LabelSet
 from ..engine.planner import DEFAULT_MAX_BATCH, Batch, CostModel, plan
 from ..engine.prompt import DEFAULT_LABELS, default_system_prompt
-from ..errors import LabelError
+from ..errors import LabelError, UsageError, unicode_problem
 from ..model.hub import resolve
 from ..model.load import LoadedModel, load_model
 from ..model.tokenizer import Examples
@@ -116,6 +116,14 @@ class Classifier:
         max_batch: int = DEFAULT_MAX_BATCH,
     ) -> list[Prediction]:  # fmt: skip
         """Label probabilities for each text, in input order. mode='sequential' is the gold loop."""
+        texts = list(texts)
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise UsageError(f"texts[{i}]: expected a str, got {type(t).__name__}")
+            if problem := unicode_problem(t):
+                raise UsageError(f"texts[{i}] holds {problem}")
+        if not texts:
+            return []
         prompts = [self.engine.prompt(t) for t in texts]
         batches = self.plan(prompts, mode, batch_tokens, max_batch)
         probs = self.adjust.apply(self.engine.score_all(prompts, batches, MODES[mode].scorer))
