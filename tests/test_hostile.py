@@ -203,6 +203,11 @@ ERRORS = {
     "eval rows not predictions": (c_eval('{"id": "a", "label": "billing"}\n{"id": "b"}\n'), "row 1: neither an error row"),
     "eval ids out of order": (c_eval("".join(reversed(PRED.splitlines(True)))), "row 1: id 'b' where the input's row 1 has id 'a'"),
     "eval no gold field": (c_eval(PRED, "--gold-field", "golden"), "no row has the gold field"),
+    "bench --sweep not a number": (lambda t, m: (["bench", "--model", m, "--tickets", "5", "--sweep", "512,abc", "--no-peers"], None), "--sweep: 'abc'"),
+    "bench --sweep zero": (lambda t, m: (["bench", "--model", m, "--tickets", "5", "--sweep", "0", "--no-peers"], None), "--sweep: '0'"),
+    "bench --tickets 0": (lambda t, m: (["bench", "--model", m, "--tickets", "0", "--no-peers"], None), "--tickets 0"),
+    "bench no modes": (lambda t, m: (["bench", "--model", m, "--tickets", "5", "--modes", ",", "--no-peers"], None), "--modes: choose at least one"),
+    "bench --against missing, before running": (lambda t, m: (["bench", "--model", m, "--tickets", "5", "--against", t / "nope", "--no-peers", "--modes", "gold"], None), "not found"),
     "bench --json onto its tickets": (lambda t, m: (["bench", "--model", m, "--tickets", write(t / "b.jsonl", GOOD), "--json", t / "b.jsonl", "--no-peers", "--sweep", ""], None), "would overwrite"),
     # settings
     "budget cannot fit": (c_in(GOOD, "--batch-tokens", 10**9), "--batch-tokens"),

@@ -67,6 +67,17 @@ def doctor(as_json, size, calibrate, model):
             click.echo(f"{k:>16}: {v}")
 
 
+def _budgets(sweep: str) -> tuple[int, ...]:
+    """The --sweep budgets: whole numbers of at least 1, comma-separated."""
+    out = []
+    for x in (x.strip() for x in sweep.split(",")):
+        if x and (not x.isdigit() or int(x) < 1):
+            fail(f"--sweep: {x!r} is not a budget (a whole number of tokens, at least 1)")
+        if x:
+            out.append(int(x))
+    return tuple(out)
+
+
 @click.command()
 @model_option
 @click.option(
@@ -155,6 +166,8 @@ def bench(model, tickets_spec, mix, prompt_name, labels, system_prompt, system_p
     from ..jobs.bench import MODE_NAMES, BenchOptions, bench_job
     from ..jobs.peers import PEERS
 
+    if tickets_spec.isdigit() and int(tickets_spec) == 0:
+        fail("--tickets 0: give a number of tickets above 0, or a ticket file")
     if ranks:
         check_reports(json_path, None, [] if tickets_spec.isdigit() else [Path(tickets_spec)])
         import tempfile
@@ -184,6 +197,11 @@ def bench(model, tickets_spec, mix, prompt_name, labels, system_prompt, system_p
         json_path, plot_path, read + ([] if tickets_spec.isdigit() else [Path(tickets_spec)])
     )
     wanted = tuple(x.strip() for x in modes.split(",") if x.strip())
+    if not wanted:
+        fail(f"--modes: choose at least one of {', '.join(MODE_NAMES)}")
+    budgets = _budgets(sweep)
+    if against is not None:
+        against = resolve_model(str(against))  # before the long runs, not after them
     peers = () if no_peers else tuple(x.strip() for x in peer_names.split(",") if x.strip())
     for name, known, option in ((wanted, MODE_NAMES, "--modes"), (peers, PEERS, "--peers")):
         bad = [x for x in name if x not in known]
@@ -202,7 +220,7 @@ def bench(model, tickets_spec, mix, prompt_name, labels, system_prompt, system_p
         model=model, tickets=tickets_spec, mix=mix, labels=spec.labels, system_prompt=system,
         examples=shots, prompt_name=prompt_name if not examples else f"examples from {examples}",
         batch_tokens=batch_tokens, max_batch=max_batch, naive_batch=naive_batch,
-        sweep=tuple(int(x) for x in sweep.split(",") if x.strip()), modes=wanted, peers=peers,
+        sweep=budgets, modes=wanted, peers=peers,
         peer_batch_tokens=peer_batch_tokens, quick=quick, calibrate=not no_calibrate,
         against=against, json_path=json_path, plot_path=plot_path,
     )  # fmt: skip
