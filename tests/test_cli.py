@@ -239,6 +239,24 @@ def test_bench_quick_runs_end_to_end(tmp_path):
     assert "SYNTHETIC" in out.stdout and "items/s" in out.stdout
 
 
+def test_bench_against_a_reference_model(tiny_model_dir, tmp_path):
+    """`bench --against`: the same weights in another dtype agree on every label, with
+    probabilities that differ only by the cast; the figures land in the JSON."""
+    from mlxbatch.model.convert import convert_hf
+
+    half = tmp_path / "half"
+    convert_hf(tiny_model_dir, half, dtype="bfloat16")
+    js = tmp_path / "b.json"
+    r = CliRunner().invoke(cli, ["bench", "--model", str(tiny_model_dir), "--tickets", "12",
+                                 "--modes", "sorted", "--sweep", "", "--no-peers",
+                                 "--against", str(half), "--json", str(js)])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    a = json.loads(js.read_text())["against"]
+    assert a["items"] == 12 and a["reference"] != a["model"]
+    assert 0 < a["max_abs_prob_diff"] < 0.05 and a["label_agreement"] >= 0.9
+    assert a["seconds"] > 0 and a["reference_seconds"] > 0
+
+
 def test_convert_then_parity_through_the_cli(hf_and_mlx, tmp_path):
     hf, _ = hf_and_mlx
     out = tmp_path / "converted"

@@ -97,6 +97,10 @@ class Engine:
         if batches:
             memory.keep_freed_buffers(max(self.footprint.cost_of(b).activations for b in batches))
 
+    def release_buffers(self) -> None:
+        """Free the batch caches the fast path keeps between jobs (its weights stay)."""
+        self.scorers["fast"].release_buffers()
+
     @property
     def lanes(self) -> int:
         """How many batches run at once on this device (CPU lanes; 1 on a GPU)."""

@@ -65,6 +65,10 @@ class PrefixScorer:
         self.prefix_kv = self._prefill(prefix) if prefix else None
         self._lane_kv: dict[int, KVCache] = {}
 
+    def release_buffers(self) -> None:
+        """Free the lanes' batch caches (the prefix cache stays); the next batch makes new ones."""
+        self._lane_kv.clear()
+
     def _prefill(self, tokens: list[int]) -> KVCache:
         cache = new_cache(self.model, 1, len(tokens), self.dtype)
         self.model(mx.array([tokens]), cache, 0, "causal", host=self.host)

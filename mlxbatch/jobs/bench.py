@@ -221,6 +221,7 @@ def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
 
     from ..io.outputs import write_json_report
     from ..model.convert import init_random
+    from .against import against
     from .doctor import report as doctor_report
     from .peers import run_peers
     from .report import format_report, plot
@@ -259,39 +260,10 @@ def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
                                         o.peer_batch_tokens, o.max_batch, o.naive_batch, o.peers,
                                         progress)  # fmt: skip
         if o.against:
-            result["against"] = against(clf, texts, o, resolve(o.against), progress)
+            result["against"] = against(clf, texts, o.max_batch, resolve(o.against), progress)
     text = format_report(result)
     if o.json_path:
         write_json_report(o.json_path, result)
     if o.plot_path:
         plot(result, o.plot_path, [len(clf.lm.tokenizer.encode(t)) for t in texts])
     return result, text
-
-
-def _sorted_run(clf: Classifier, texts: list[str], max_batch: int) -> tuple[np.ndarray, float, int]:
-    prompts = [clf.engine.prompt(t) for t in texts]
-    batches = clf.plan(prompts, "sorted", None, max_batch)
-    mx.synchronize()
-    mx.reset_peak_memory()
-    t = time.perf_counter()
-    probs = clf.engine.score_all(prompts, batches)
-    return probs, time.perf_counter() - t, mx.get_peak_memory()
-
-
-def against(clf: Classifier, texts: list[str], o: BenchOptions, reference: Path, progress) -> dict:
-    """The model under test against a reference (say, a quantized model against its full-
-    precision source): label agreement, largest probability difference, speed and memory."""
-    progress(f"comparing against {reference} ...")
-    probs, seconds, peak = _sorted_run(clf, texts, o.max_batch)
-    clf.engine.scorers["fast"]._lane_kv.clear()  # the first model's caches go; its weights stay
-    ref = Classifier.load(reference, clf.labels.names, clf.system_prompt, examples=clf.examples)
-    ref_probs, ref_seconds, ref_peak = _sorted_run(ref, texts, o.max_batch)
-    ref_peak -= clf.footprint.weight_bytes  # still resident, but not the reference's
-    return {
-        "model": clf.lm.describe(), "reference": ref.lm.describe(), "items": len(texts),
-        "label_agreement": float((probs.argmax(1) == ref_probs.argmax(1)).mean()),
-        "max_abs_prob_diff": float(np.abs(probs - ref_probs).max()),
-        "seconds": seconds, "items_per_s": len(texts) / seconds, "peak_memory": peak,
-        "reference_seconds": ref_seconds, "reference_items_per_s": len(texts) / ref_seconds,
-        "reference_peak_memory": ref_peak,
-    }  # fmt: skip
