@@ -244,15 +244,6 @@ def rows_of(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()]  # strict: no NaN accepted
 
 
-def ok_skip_rows(n_rows):
-    def check(tmp, result):
-        out = rows_of(tmp / "o.jsonl")
-        assert len(out) == n_rows
-        return out
-
-    return check
-
-
 OKS = {
     "nested json skipped": (c_in(GOOD + NESTED, "--on-error", "skip", "-o", "o.jsonl"), 3),
     "huge integer skipped": (c_in(GOOD + HUGE_INT, "--on-error", "skip", "-o", "o.jsonl"), 3),
@@ -262,6 +253,8 @@ OKS = {
     "text with BOM": (c_in("\ufefffirst\nsecond\n", "-o", "o.jsonl", name="in.txt"), 2),
     "tsv keeps quotes": (c_in('id\ttext\n1\t"Urgent" please\n2\t"open quote\n3\tlast\n', "-o", "o.jsonl", name="in.tsv"), 3),
     "huge csv field truncated": (c_in("id,text\n1," + "word " * 40_000 + "\n2,short\n", "--too-long", "truncate", "--max-tokens", 64, "-o", "o.jsonl", name="in.csv"), 2),
+    "jsonl without a suffix": (c_in(GOOD, "-o", "o.jsonl", name="tickets"), ["a", "b"]),
+    "csv with another suffix": (c_in("id,text\nx,a\ny,b\n", "-o", "o.jsonl", name="in.csv.bak"), ["x", "y"]),
     "max-batch huge": (c_in(GOOD, "--max-batch", 10**7, "-o", "o.jsonl"), 2),
     "bad rows skipped": (c_in(GOOD + "{nope\n" + '{"id": "c"}\n', "--on-error", "skip", "-o", "o.jsonl"), 4),
 }  # fmt: skip
@@ -298,12 +291,15 @@ def test_refused_with_one_line(name, tiny_model_dir, tmp_path):
 
 @pytest.mark.parametrize("name", list(OKS))
 def test_handled_correctly(name, tiny_model_dir, tmp_path):
-    setup, n_rows = OKS[name]
+    setup, want = OKS[name]  # how many rows, or their ids in order
     args, stdin = setup(tmp_path, tiny_model_dir)
     r = invoke(args, stdin, tmp_path)
     assert r.exit_code == 0, r.output
     out = rows_of(tmp_path / "o.jsonl")
-    assert len(out) == n_rows
+    if isinstance(want, list):
+        assert [x["id"] for x in out] == want and all("scores" in x for x in out)
+    else:
+        assert len(out) == want
     ids = [x["id"] for x in out if x["id"] is not None]
     assert len(ids) == len(set(ids))
 

@@ -38,7 +38,9 @@ class Row:
 
 
 def detect_format(name: str, head: bytes, fmt: str, text_field: str = "text") -> str:
-    """The format named, else by extension, else (stdin, unknown suffixes) by content."""
+    """The format named, else by extension, else by content: stdin, and names with another or
+    no suffix (`tickets`, `data.jsonl.bak`, `/dev/fd/63` from a shell's `<(...)`), which would
+    otherwise classify each JSON line or CSV record as one text and exit 0."""
     if fmt != "auto":
         return fmt
     suffix = Path(name).suffix.lower()
@@ -46,7 +48,7 @@ def detect_format(name: str, head: bytes, fmt: str, text_field: str = "text") ->
         return "jsonl"
     if suffix in (".csv", ".tsv"):
         return suffix[1:]
-    if suffix == ".txt" or name != "-":
+    if suffix == ".txt":
         return "text"
     first = head.lstrip()
     if first.startswith(b"{"):
