@@ -163,6 +163,10 @@ ERRORS = {
     "lone surrogate id": (c_in(GOOD + '{"id": "\\ud800", "text": "x"}\n'), "line 3: id '\\ud800' holds a lone surrogate"),
     "infinite id": (c_in(GOOD + '{"id": Infinity, "text": "x"}\n'), "line 3: id inf is not a finite number"),
     "binary file": (c_in(bytes(range(256)) * 4, name="in.txt"), "not UTF-8"),
+    "utf-16 csv": (c_in("id,text\n1,a\n".encode("utf-16"), name="in.csv"), "UTF-16 text"),
+    "gzipped jsonl": (c_in(__import__("gzip").compress(GOOD.encode()), name="in.jsonl.gz"), "gzip-compressed"),
+    "xlsx workbook": (c_in(b"PK\x03\x04" + bytes(60), name="in.xlsx"), "zip archive"),
+    "csv with semicolons": (c_in("id;text\n1;a\n", name="in.csv"), "separated by ';'"),
     "forced csv on jsonl": (c_in(GOOD, "--input-format", "csv"), "no 'text' column"),
     # labels and prompts
     "duplicate labels": (c_in(GOOD, "--labels", "billing,billing"), "duplicate label"),

@@ -110,11 +110,23 @@ def _decode(data: bytes, source: str) -> str:
         raise InputError(f"{source}: bytes that are not UTF-8 on line(s) {bad[:20]}") from None
 
 
+# Inputs that are not UTF-8 text at all, named instead of reported line by line.
+FOREIGN = (
+    (b"\xff\xfe", "UTF-16 text (byte order mark FF FE)", "iconv -f UTF-16 -t UTF-8 FILE > FILE.utf8"),
+    (b"\xfe\xff", "UTF-16 text (byte order mark FE FF)", "iconv -f UTF-16 -t UTF-8 FILE > FILE.utf8"),
+    (b"\x1f\x8b", "gzip-compressed", "zcat FILE | mlxbatch classify - ..."),
+    (b"PK\x03\x04", "a zip archive (an .xlsx workbook?)", "export or unzip it to CSV or JSONL"),
+)  # fmt: skip
+
+
 def _check_header(header: list[str] | None, text_field: str, source: str, kind: str) -> list[str]:
     if not header or not any(h.strip() for h in header):
         raise InputError(f"{source}: empty file (no {kind} header)")
     header = [h.strip() for h in header]
     if text_field not in header:
+        if len(header) == 1 and text_field in [h.strip().strip('"') for h in header[0].split(";")]:
+            raise InputError(f"{source}: the {kind} header is separated by ';' ({header[0]!r}); "
+                             "save it with commas, or with tabs as .tsv")  # fmt: skip
         raise InputError(
             f"{source}: the {kind} header has no {text_field!r} column (columns: {header}); "
             "use --text-field to name the text column"
@@ -195,6 +207,9 @@ def read_rows(
     data = read_source(path)
     if data.startswith(BOM):
         data = data[len(BOM) :]
+    for magic, what, fix in FOREIGN:
+        if data.startswith(magic):
+            raise InputError(f"{path}: {what}; mlxbatch reads UTF-8 text: {fix}")
     fmt = detect_format(path, data[:4096], fmt, text_field)
     if fmt == "jsonl":
         parsed = _jsonl_rows(data, path)
