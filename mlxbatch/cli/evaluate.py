@@ -44,13 +44,12 @@ def evaluate_cmd(input_path, predictions, gold_field, text_field, id_field, inpu
                  json_path, plot_path):  # fmt: skip
     """Accuracy, per-class F1, confusion and calibration of PREDICTIONS (a classify output,
     JSONL) against the gold labels of INPUT, row by row."""
-    plot_path = plot_target(plot_path, predictions, "confusion")
     from ..io.inputs import read_rows
     from ..io.outputs import check_reports, write_json_report
-
-    check_reports(json_path, plot_path, [Path(input_path), predictions])
     from ..jobs.evaluate import evaluate_rows, format_evaluation, plot_confusion
 
+    plot_path = plot_target(plot_path, predictions, "confusion")
+    check_reports(json_path, plot_path, [Path(input_path), predictions])
     rows, _ = read_rows(input_path, text_field, id_field, input_format, (gold_field,))
     try:
         lines = predictions.read_text(encoding="utf-8").splitlines()
