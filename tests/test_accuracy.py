@@ -4,6 +4,7 @@ priors and abstention, each agreeing with the gold loop."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -190,6 +191,16 @@ def test_plot_without_a_path_lands_beside_the_output(tiny_model_dir, tmp_path):
                                  "--gold-field", "intent", "--plot"])  # fmt: skip
     assert r.exit_code == 0, r.output
     assert (tmp_path / "o.confusion.png").stat().st_size > 1000
+    # beside a device output there is no file to sit next to: the working directory
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        r = CliRunner().invoke(cli, ["classify", str(src), "--model", str(tiny_model_dir), "-o",
+                                     "/dev/null", "--gold-field", "intent", "--plot"])  # fmt: skip
+    finally:
+        os.chdir(cwd)
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "confusion.png").stat().st_size > 1000
 
 
 def test_python_api_options(tiny_model_dir):

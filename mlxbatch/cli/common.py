@@ -15,10 +15,14 @@ PLOT_DEFAULT = "__mlxbatch_default_plot__"  # `--plot` given without a path
 
 
 def plot_target(plot_path: Path | None, output: Path | None, name: str) -> Path | None:
-    """Where `--plot` writes: its path, or beside the output (else in the working directory)."""
+    """Where `--plot` writes: its path, or beside the output file (else, and beside a device
+    or FIFO output, in the working directory)."""
     if plot_path is None or str(plot_path) != PLOT_DEFAULT:
         return plot_path
-    if output is not None and str(output) != "-":
+    beside = output is not None and str(output) != "-"
+    if beside and Path(output).exists() and not Path(output).is_file():
+        beside = False  # /dev/stdout, a FIFO: not a directory to draw into
+    if beside:
         return Path(output).with_name(Path(output).stem + f".{name}.png")
     return Path(f"{name}.png")
 
