@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from mlxbatch.runtime import blas
+from mlxbatch.runtime import blas, sgemm
 
 blas.activate_in_process()
 
@@ -59,7 +59,7 @@ def main() -> None:
     print(
         f"one thread, {R} rows (MLX {mx.__version__}, BLAS {blas.ACTIVE.get('source', 'reference')})"
     )
-    with blas.single_threaded():
+    with sgemm.single_threaded():
         n = g.size
         print(f"exp per element: MLX {best(lambda: mx.eval(mx.exp(g))) / n * 1e6:.2f} ns, "
               f"NumPy {best(lambda: np.exp(gn)) / n * 1e6:.2f} ns")  # fmt: skip

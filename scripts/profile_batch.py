@@ -16,7 +16,7 @@ import argparse
 import time
 from collections import defaultdict
 
-from mlxbatch.runtime import blas
+from mlxbatch.runtime import blas, sgemm
 
 blas.activate_in_process()
 
@@ -130,7 +130,7 @@ def main() -> None:
         timed("head: label rows at the last positions", m.head,
               x[mx.arange(B), mx.array(layout.last())], mx.array(labels.first_ids))  # fmt: skip
 
-    with blas.single_threaded():
+    with sgemm.single_threaded():
         one_pass(False)
         T.clear()
         flops.clear()

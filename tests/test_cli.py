@@ -194,9 +194,9 @@ def test_python_api_gets_the_fast_blas_in_process():
     if blas.plan() is None:
         pytest.skip("no OpenBLAS measured faster than the reference BLAS on this machine")
     code = ("import mlxbatch; mlxbatch.Classifier\n"
-            "from mlxbatch.runtime import blas; from mlxbatch.jobs.doctor import matmul_gflops\n"
+            "from mlxbatch.runtime import sgemm; from mlxbatch.jobs.doctor import matmul_gflops\n"
             "import json, mlx.core as mx\n"
-            "print(json.dumps([blas.sgemm_provider()['library'], matmul_gflops(512, mx.float32)]))")  # fmt: skip
+            "print(json.dumps([sgemm.sgemm_provider()['library'], matmul_gflops(512, mx.float32)]))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=cli_env(), check=True)  # fmt: skip
     library, gflops = json.loads(out.stdout.splitlines()[-1])

@@ -65,7 +65,7 @@ def test_lanes_run_whole_batches_and_return_them_in_order(tiny_model_dir):
     from mlxbatch.engine.labels import LabelSet
     from mlxbatch.engine.prompt import default_system_prompt
     from mlxbatch.model.load import load_model
-    from mlxbatch.runtime import blas, executor
+    from mlxbatch.runtime import executor, sgemm
 
     lm = load_model(tiny_model_dir)
     names = ("billing", "technical")
@@ -76,7 +76,7 @@ def test_lanes_run_whole_batches_and_return_them_in_order(tiny_model_dir):
     batches = [[lanes.prompt(t) for t in texts[a:b]] for a, b in ((0, 1), (1, 5), (5, 6),
                                                                   (6, 9), (9, 11))]  # fmt: skip
     got = lanes.score_batches(batches)
-    with blas.single_threaded():  # the lanes' BLAS setting, for the same kernels
+    with sgemm.single_threaded():  # the lanes' BLAS setting, for the same kernels
         want = one.score_batches(batches)
     assert [g.shape for g in got] == [(len(b), 2) for b in batches]
     for g, w in zip(got, want):

@@ -16,7 +16,6 @@ one's pid; `-o -` is standard output, and character devices and FIFOs are writte
 
 from __future__ import annotations
 
-import csv
 import fcntl
 import json
 import os
@@ -24,31 +23,12 @@ import struct
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Protocol, TextIO
 
 from ..errors import OutputError, ResumeError
+from .rows import dumps, write_rows
 
 JOURNAL_VERSION = 1
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, allow_nan=False)
-
-
-def result_row(
-    rid: Any, labels: tuple[str, ...], probs, extra: dict | None = None, abstained: bool = False
-) -> dict:
-    """A scored row; an abstaining one keeps its scores with `"label": null, "abstained": true`."""
-    scores = {name: float(p) for name, p in zip(labels, probs)}
-    if abstained:
-        return {"id": rid, "label": None, "abstained": True, "scores": scores, **(extra or {})}
-    best = max(range(len(labels)), key=lambda j: probs[j])
-    return {"id": rid, "label": labels[best], "scores": scores, **(extra or {})}
-
-
-def error_row(rid: Any, message: str, line: int | None = None) -> dict:
-    """A row that could not be scored: its id (None when unreadable), its input line, why."""
-    return {"id": rid, **({"line": line} if line else {}), "error": message}
 
 
 class Sink(Protocol):
@@ -236,22 +216,6 @@ def recorded_header(output: Path, header: dict) -> dict | None:
     if not isinstance(head.get("settings"), dict):
         raise ResumeError(f"{path}: the journal header has no settings; delete it to start over")
     return {k: v for k, v in head.items() if k != "mlxbatch_journal"}
-
-
-def write_rows(f: TextIO, rows: list[dict], labels: tuple[str, ...], suffix: str) -> None:
-    if suffix.lower() in (".csv", ".tsv"):
-        extras = sorted({k for r in rows for k in r} - {"id", "label", "scores", "error"})
-        w = csv.writer(f, delimiter="\t" if suffix.lower() == ".tsv" else ",")
-        w.writerow(["id", "label", *(f"score_{x}" for x in labels), "error", *extras])
-        for r in rows:
-            s = r.get("scores") or {}
-            label = r.get("label")
-            w.writerow(["" if r["id"] is None else r["id"], "" if label is None else label,
-                        *(s.get(x, "") for x in labels), r.get("error", ""),
-                        *(dumps(r[k]) if k in r else "" for k in extras)])  # fmt: skip
-    else:
-        for r in rows:
-            f.write(dumps(r) + "\n")
 
 
 class OrderedStream:

@@ -6,7 +6,7 @@ import os
 import platform
 import time
 
-from ..runtime import blas
+from ..runtime import blas, sgemm
 
 
 def matmul_gflops(n: int, dtype, reps: int = 3) -> float:
@@ -30,7 +30,7 @@ def report(size: int = 1024) -> dict:
     from ..model.load import default_dtype
 
     dtype = default_dtype()
-    provider = blas.sgemm_provider()
+    provider = sgemm.sgemm_provider()
     lib = provider["library"] or "unknown"
     fast = platform.system() != "Linux" or "openblas" in os.path.basename(lib)
     info = {

@@ -19,13 +19,8 @@ from ..engine.planner import Batch, padding_stats
 from ..errors import JobError
 from ..io.inputs import Row, describe_errors
 from ..io.outputs import open_stream, output_kind
-from ..io.sinks import (
-    Journal,
-    Sink,
-    error_row,
-    recorded_header,
-    result_row,
-)
+from ..io.rows import error_row, result_row
+from ..io.sinks import Journal, Sink, recorded_header
 from .classifier import Classifier
 from .jobplan import JobPlan, JobSettings, fingerprint, plan_job
 from .limits import truncate  # noqa: F401  (truncate: API)

@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import mlx.core as mx
 import numpy as np
 
-from . import blas
+from . import sgemm
 
 # score_rows(prompts, lane) -> (rows, labels) probabilities, built on the current stream
 RowScorer = Callable[[list, int], mx.array]
@@ -78,7 +78,7 @@ class CpuLanes:
         if n < 2:
             return SingleStream().run(score_rows, prompts)
         bounds = np.linspace(0, len(prompts), n + 1).round().astype(int)
-        with blas.single_threaded():  # one core per lane
+        with sgemm.single_threaded():  # one core per lane
             futures = [self._submit(score_rows, prompts[a:b])
                        for a, b in zip(bounds[:-1], bounds[1:])]  # fmt: skip
             return np.concatenate([f.result() for f in futures])
@@ -91,7 +91,7 @@ class CpuLanes:
         for what has.
         """
         pending: deque[Future] = deque()
-        with blas.single_threaded():
+        with sgemm.single_threaded():
             try:
                 for prompts in batches:
                     pending.append(self._submit(score_rows, prompts))
