@@ -93,6 +93,30 @@ def test_few_shot_tokens_equal_a_reference_chatml_tokenization(tiny_model_dir):
     assert ours.prompt(system, text, examples)[: len(shared)] == shared
 
 
+def test_prompts_of_several_system_prompts_and_their_memory(tiny_model_dir):
+    """The prefix is encoded once per (system, examples), and every prompt refers to one int
+    object per token id: a 100,000-row job holds 100,000 prompts at once."""
+    from mlxbatch.engine.prompt import few_shot_prompt
+    from mlxbatch.model.tokenizer import PromptTokenizer
+
+    ref = Tokenizer.from_file(str(tiny_model_dir / "tokenizer.json"))
+    ours = PromptTokenizer(tiny_model_dir)
+    few = few_shot_prompt(("billing", "technical", "account"))
+    cases = [("Sort these.", ()), (few[0], few[1]), ("Sort these.", ()), ("Other.", few[1])]
+    for system, examples in cases * 3:  # cached prefixes are keyed by prompt and examples
+        convo = f"<|im_start|>system\n{system}<|im_end|>\n"
+        for t, lab in examples:
+            convo += f"<|im_start|>user\n{t}<|im_end|>\n<|im_start|>assistant\n{lab}<|im_end|>\n"
+        convo += "<|im_start|>user\ncharged twice<|im_end|>\n<|im_start|>assistant\n"
+        assert (
+            ours.prompt(system, "charged twice", examples)
+            == ref.encode(convo, add_special_tokens=False).ids
+        )
+    a, b = ours.prompt("Sort these.", "refund please"), ours.prompt("Sort these.", "refund now")
+    big = [i for i, t in enumerate(a) if t > 256 and i < len(b) and b[i] == t]
+    assert big and all(a[i] is b[i] for i in big)
+
+
 @pytest.fixture(scope="module")
 def examples_file(tmp_path_factory):
     p = tmp_path_factory.mktemp("ex") / "ex.jsonl"

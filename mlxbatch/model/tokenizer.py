@@ -35,10 +35,14 @@ class PromptTokenizer:
             raise ModelError(f"{file}: not a valid tokenizer file ({e})") from None
         tok.encode_special_tokens = True  # special-token strings in text are plain text
         self._tok = tok
+        self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
+        # One int object per token id, shared by every prompt: a job holds all its prompts,
+        # and a fresh int per token (ids are above CPython's small-int cache) is 32 bytes.
+        self._ids = list(range(self.vocab_size))
+        self._prefixes: dict[tuple[str, Examples], tuple[int, ...]] = {}
         self.im_start = self._special(IM_START)
         self.im_end = self._special(IM_END)
         self.newline = self.encode("\n")
-        self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
 
     def _special(self, s: str) -> int:
         i = self._tok.token_to_id(s)
@@ -49,12 +53,14 @@ class PromptTokenizer:
     def encode(self, text: str) -> list[int]:
         """Plain text to ids; special-token strings are never control tokens here."""
         try:
-            return self._tok.encode(text, add_special_tokens=False).ids
+            ids = self._tok.encode(text, add_special_tokens=False).ids
         except TypeError:  # what `tokenizers` raises for a str that is not valid Unicode
             problem = unicode_problem(text) if isinstance(text, str) else None
             if problem is None:
                 raise
             raise UsageError(f"cannot tokenize text that holds {problem}: {text[:60]!r}") from None
+        table = self._ids
+        return [table[i] for i in ids]
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids, skip_special_tokens=False)
@@ -65,13 +71,19 @@ class PromptTokenizer:
 
     def prefix(self, system: str, examples: Examples = ()) -> list[int]:
         """Tokens of everything before the item's user turn, encoded as part of the whole
-        prompt: the system turn, then each example as a user turn and an assistant turn."""
-        out = [self.im_start, *self.encode(f"system\n{system}"), self.im_end, *self.newline]
-        for text, label in examples:
-            out += [self.im_start, *self.encode(f"user\n{text}"), self.im_end, *self.newline,
-                    self.im_start, *self.encode(f"assistant\n{label}"), self.im_end,
-                    *self.newline]  # fmt: skip
-        return out + [self.im_start]
+        prompt: the system turn, then each example as a user turn and an assistant turn.
+        Encoded once per (system, examples): every item's prompt starts with it."""
+        key = (system, tuple(examples))
+        if key not in self._prefixes:
+            out = [self.im_start, *self.encode(f"system\n{system}"), self.im_end, *self.newline]
+            for text, label in examples:
+                out += [self.im_start, *self.encode(f"user\n{text}"), self.im_end, *self.newline,
+                        self.im_start, *self.encode(f"assistant\n{label}"), self.im_end,
+                        *self.newline]  # fmt: skip
+            if len(self._prefixes) >= 8:  # an API caller cycling through prompts
+                self._prefixes.clear()
+            self._prefixes[key] = (*out, self.im_start)
+        return list(self._prefixes[key])
 
     def shared_prefix(self, system: str, examples: Examples = ()) -> list[int]:
         """The prefix computed once per run: everything up to `user\\n`, before the text.
