@@ -102,6 +102,18 @@ PRED = ('{"id": "a", "label": "billing", "scores": {"billing": 0.7, "technical":
         '{"id": "b", "label": "technical", "scores": {"billing": 0.4, "technical": 0.6}}\n')  # fmt: skip
 
 
+def c_into_model(option: str, name: str, *extra):
+    """An output option pointed at a file of (a copy of) the model the run loads."""
+
+    def setup(tmp, m):
+        dst = tmp / "model"
+        shutil.copytree(m, dst)
+        src = write(tmp / "in.jsonl", GOOD.replace("}", ', "gold": "billing"}'))
+        return ["classify", src, "--model", dst, option, dst / name, *extra], None
+
+    return setup
+
+
 def _input_is_part(tmp, m):
     src = write(tmp / "x.jsonl.part", GOOD)
     return ["classify", src, "--model", m, "-o", tmp / "x.jsonl"], None
@@ -213,6 +225,8 @@ ERRORS = {
     "bench no modes": (lambda t, m: (["bench", "--model", m, "--tickets", "5", "--modes", ",", "--no-peers"], None), "--modes: choose at least one"),
     "bench --against missing, before running": (lambda t, m: (["bench", "--model", m, "--tickets", "5", "--against", t / "nope", "--no-peers", "--modes", "gold"], None), "not found"),
     "bench --json onto its tickets": (lambda t, m: (["bench", "--model", m, "--tickets", write(t / "b.jsonl", GOOD), "--json", t / "b.jsonl", "--no-peers", "--sweep", ""], None), "would overwrite"),
+    "-o onto the model's config": (c_into_model("-o", "config.json"), "is a file of the model"),
+    "--json onto the model's weights": (c_into_model("--json", "model.safetensors", "--gold-field", "gold"), "is a file of the model"),
     # settings
     "budget cannot fit": (c_in(GOOD, "--batch-tokens", 10**9), "--batch-tokens"),
     "unknown option": (c_in(GOOD, "--fast-please"), "No such option"),

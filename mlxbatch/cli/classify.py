@@ -117,7 +117,7 @@ def classify(input_path, model, labels, system_prompt, system_prompt_file, text_
              collective_timeout):  # fmt: skip
     """Classify every row of INPUT (JSONL, CSV, text, or - for stdin) into one label."""
     from ..io.inputs import read_rows
-    from ..io.outputs import check_output, check_reports
+    from ..io.outputs import check_model_untouched, check_output, check_reports
     from ..io.sinks import journal_path
     from ..jobs.classifier import Classifier
     from ..jobs.distributed import Cluster, run_distributed_job
@@ -151,8 +151,13 @@ def classify(input_path, model, labels, system_prompt, system_prompt_file, text_
     )  # before the model
     if gold_field:
         check_gold_field(rows, gold_field, input_path)
+    model_dir = resolve_model(model)
+    if rank == 0:
+        writes = [("-o", output), ("-o's journal", output and journal_path(output)),
+                  ("--json", json_path), ("--plot", plot_path)]  # fmt: skip
+        check_model_untouched(writes if kind == "file" else writes[2:], model_dir)
     clf = Classifier.load(
-        resolve_model(model), spec.labels, spec.system, dtype, not no_prefix_cache, check_weights,
+        model_dir, spec.labels, spec.system, dtype, not no_prefix_cache, check_weights,
         examples=spec.examples, calibrate=calibrate, prior=prior, min_confidence=min_confidence,
     )  # fmt: skip
     settings = JobSettings(mode, batch_tokens, max_batch, not no_prefix_cache, max_tokens,

@@ -77,6 +77,17 @@ def _same_path(a: Path, b: Path) -> bool:
     return _same_file(a, b) or os.path.realpath(a) == os.path.realpath(b)
 
 
+def check_model_untouched(writes: list[tuple[str, Path | None]], model_dir: Path) -> None:
+    """Refuse an output (`(option, path)` pairs) that would replace a file of the model the run
+    loads: its config, weights or tokenizer."""
+    files = [p for p in Path(model_dir).iterdir() if p.is_file()]
+    for option, path in writes:
+        for f in files if path is not None and str(path) != "-" else ():
+            if _same_path(path, f):
+                raise OutputError(f"{option} {path} is a file of the model ({f}); choose "
+                                  f"another {option} path")  # fmt: skip
+
+
 def check_reports(json_path: Path | None, plot_path: Path | None, protected: list[Path]) -> None:
     """Refuse, before anything is computed, a --json/--plot path that would overwrite an input,
     the output or its journal (`protected`) or the other report, or that cannot be written."""
