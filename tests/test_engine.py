@@ -64,6 +64,27 @@ def test_every_mode_matches_the_gold_loop(lm, labels, seed):
             np.testing.assert_allclose(probs, gold, atol=2e-6, err_msg=f"{mode} {prefix_cache}")
 
 
+def test_a_long_prefix_is_computed_in_chunks_with_the_same_answers(lm, monkeypatch):
+    """A prefix longer than PREFILL_CHUNK goes through in chunks: the same cache as one pass,
+    and the same scores as the gold loop (which sees the whole prompt at once)."""
+    from mlxbatch.engine import scorers
+
+    system = "Classify the ticket. " + " ".join(random_texts(3, 8, 200)[3:])
+    chunked = engine(lm, SINGLE, system=system)
+    assert len(chunked.prefix) > 2 * scorers.PREFILL_CHUNK
+    monkeypatch.setattr(scorers, "PREFILL_CHUNK", 10**6)
+    whole = engine(lm, SINGLE, system=system).scorers["fast"].prefix_kv
+    got = chunked.scorers["fast"].prefix_kv
+    for a, b in zip(got.keys + got.values, whole.keys + whole.values):
+        np.testing.assert_allclose(np.array(a), np.array(b), atol=2e-5)
+    texts = random_texts(4, 6, 20)
+    prompts = [chunked.prompt(t) for t in texts]
+    gold = np.stack([chunked.score_gold(p) for p in prompts])
+    fast = chunked.score_all(prompts, plan_batches(chunked.fed_lengths(prompts), "naive", 10**6, 3))
+    assert (fast.argmax(1) == gold.argmax(1)).all()
+    np.testing.assert_allclose(fast, gold, atol=2e-6)
+
+
 def test_prefix_cache_reuse_equals_a_fresh_cache(lm):
     texts = random_texts(7, 40, 25)
     reused = engine(lm, MULTI)

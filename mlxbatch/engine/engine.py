@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from mlx.utils import tree_flatten
 
+from ..errors import JobError
 from ..model.load import LoadedModel
 from ..model.tokenizer import Examples
 from ..runtime import executor as executors
@@ -45,8 +46,15 @@ class Engine:
     ):  # fmt: skip
         self.lm, self.model, self.tokenizer = lm, lm.model, lm.tokenizer
         self.labels, self.system_prompt, self.examples = labels, system_prompt, tuple(examples)
-        self.prefix = (self.tokenizer.shared_prefix(system_prompt, self.examples)
-                       if prefix_cache else [])  # fmt: skip
+        shared = self.tokenizer.shared_prefix(system_prompt, self.examples)
+        context = lm.model.args.max_position_embeddings
+        if len(shared) + labels.max_len >= context:  # before anything is computed with it
+            what = f"the system prompt and {len(self.examples)} examples" if examples else (
+                "the system prompt")  # fmt: skip
+            raise JobError(f"the prompt before each item ({what}) is {len(shared):,} tokens: no "
+                           f"room left in the model's context of {context:,} tokens; use fewer "
+                           "or shorter examples, or a shorter system prompt")  # fmt: skip
+        self.prefix = shared if prefix_cache else []
         executor = executor or executors.for_device()
         self.footprint = Footprint(
             lm.model.args, lm.dtype.size,
