@@ -168,8 +168,9 @@ def bench(model, tickets_spec, mix, prompt_name, labels, system_prompt, system_p
 
     if tickets_spec.isdigit() and int(tickets_spec) == 0:
         fail("--tickets 0: give a number of tickets above 0, or a ticket file")
+    tickets_file = [] if tickets_spec.isdigit() else [Path(tickets_spec)]
     if ranks:
-        check_reports(json_path, None, [] if tickets_spec.isdigit() else [Path(tickets_spec)])
+        check_reports(json_path, None, tickets_file)
         import tempfile
 
         from ..jobs.bench import load_tickets
@@ -193,9 +194,7 @@ def bench(model, tickets_spec, mix, prompt_name, labels, system_prompt, system_p
         return
     plot_path = plot_target(plot_path, json_path, "bench")
     read = [Path(p) for p in (system_prompt_file, labels_file, examples) if p]
-    check_reports(
-        json_path, plot_path, read + ([] if tickets_spec.isdigit() else [Path(tickets_spec)])
-    )
+    check_reports(json_path, plot_path, read + tickets_file)
     wanted = tuple(x.strip() for x in modes.split(",") if x.strip())
     if not wanted:
         fail(f"--modes: choose at least one of {', '.join(MODE_NAMES)}")

@@ -131,18 +131,16 @@ def classify(input_path, model, labels, system_prompt, system_prompt_file, text_
         output = None  # -o - is standard output
     if resume and output is None:
         fail("--resume needs -o/--output (the journal lives next to it)")
+    read = [Path("/dev/stdin" if str(p) == "-" else p)
+            for p in (input_path, system_prompt_file, labels_file, examples) if p]  # fmt: skip
     kind = "stdout"
     if output is not None and rank == 0:  # before anything is read or written
-        inputs = [Path("/dev/stdin" if str(p) == "-" else p)
-                  for p in (input_path, system_prompt_file, labels_file, examples) if p]  # fmt: skip
-        kind = check_output(output, inputs, resume)
+        kind = check_output(output, read, resume)
     plot_path = plot_target(plot_path, output, "confusion")
     if (json_path or plot_path) and not gold_field:
         fail("--json and --plot report the evaluation: give --gold-field too")
     if rank == 0:
-        written = [output, journal_path(output)] if kind in ("file", "stream") else []
-        read = [Path(p) for p in (input_path, system_prompt_file, labels_file, examples)
-                if p and str(p) != "-"]  # fmt: skip
+        written = [output, journal_path(output)] if output is not None else []
         check_reports(json_path, plot_path, read + written)
     spec = prompt_spec(labels, labels_file, system_prompt, system_prompt_file, examples, text_field)
     fields = (gold_field,) if gold_field else ()
@@ -155,7 +153,7 @@ def classify(input_path, model, labels, system_prompt, system_prompt_file, text_
     if rank == 0:
         writes = [("-o", output), ("-o's journal", output and journal_path(output)),
                   ("--json", json_path), ("--plot", plot_path)]  # fmt: skip
-        check_model_untouched(writes if kind == "file" else writes[2:], model_dir)
+        check_model_untouched(writes, model_dir)
     clf = Classifier.load(
         model_dir, spec.labels, spec.system, dtype, not no_prefix_cache, check_weights,
         examples=spec.examples, calibrate=calibrate, prior=prior, min_confidence=min_confidence,

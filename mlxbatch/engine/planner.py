@@ -136,6 +136,11 @@ class CostModel:
                     for b in batches)  # fmt: skip
         return float(total) / max(self.lanes, 1)
 
+    def constants(self) -> str:
+        """The three constants in words (for `doctor`, progress lines and the bench report)."""
+        return (f"{self.per_batch * 1e3:.1f} ms per batch + {self.per_token * 1e6:.1f} us per "
+                f"token + {self.per_key * 1e9:.2f} ns per token-key pair")  # fmt: skip
+
     def to_dict(self) -> dict:
         return asdict(self)
 

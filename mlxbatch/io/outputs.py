@@ -9,7 +9,7 @@ import stat
 from pathlib import Path
 
 from ..errors import OutputError
-from .sinks import OrderedStream, journal_path, oserror
+from .sinks import OrderedStream, journal_path, oserror, write_atomically
 
 
 def output_kind(output: Path) -> str:
@@ -41,15 +41,27 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
+def _same_path(a: Path, b: Path) -> bool:
+    """The same file, or (when neither exists yet) the same path once links are resolved."""
+    return _same_file(a, b) or os.path.realpath(a) == os.path.realpath(b)
+
+
+def _overlap(writes: list[tuple[str, Path | None]], others: list[Path]):
+    """The first (option, path, other) where a written `path` is one of `others`, or None."""
+    for option, path in writes:
+        for other in others if path is not None and str(path) != "-" else ():
+            if _same_path(path, other):
+                return option, path, other
+    return None
+
+
 def check_output(output: Path, inputs: list[Path], resume: bool) -> str:
     """Refuse, before anything is read or written, an output that could destroy data."""
     kind = output_kind(output)
-    for path in inputs:
-        for candidate, role in ((output, "-o"), (journal_path(output), "the journal of -o")):
-            if _same_file(candidate, path):
-                raise OutputError(
-                    f"{role} ({candidate}) is the input file {path}; choose another -o"
-                )
+    hit = _overlap([("-o", output), ("the journal of -o", journal_path(output))], inputs)
+    if hit:
+        role, candidate, path = hit
+        raise OutputError(f"{role} ({candidate}) is the input file {path}; choose another -o")
     if kind != "file":
         if resume:
             raise OutputError(f"--resume needs a regular output file, not {output}")
@@ -72,20 +84,14 @@ def check_output(output: Path, inputs: list[Path], resume: bool) -> str:
 PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
 
 
-def _same_path(a: Path, b: Path) -> bool:
-    """The same file, or (when neither exists yet) the same path once links are resolved."""
-    return _same_file(a, b) or os.path.realpath(a) == os.path.realpath(b)
-
-
 def check_model_untouched(writes: list[tuple[str, Path | None]], model_dir: Path) -> None:
     """Refuse an output (`(option, path)` pairs) that would replace a file of the model the run
     loads: its config, weights or tokenizer."""
-    files = [p for p in Path(model_dir).iterdir() if p.is_file()]
-    for option, path in writes:
-        for f in files if path is not None and str(path) != "-" else ():
-            if _same_path(path, f):
-                raise OutputError(f"{option} {path} is a file of the model ({f}); choose "
-                                  f"another {option} path")  # fmt: skip
+    hit = _overlap(writes, [p for p in Path(model_dir).iterdir() if p.is_file()])
+    if hit:
+        option, path, f = hit
+        raise OutputError(f"{option} {path} is a file of the model ({f}); choose another "
+                          f"{option} path")  # fmt: skip
 
 
 def check_reports(json_path: Path | None, plot_path: Path | None, protected: list[Path]) -> None:
@@ -94,11 +100,12 @@ def check_reports(json_path: Path | None, plot_path: Path | None, protected: lis
     reports = [(p, o) for p, o in ((json_path, "--json"), (plot_path, "--plot")) if p is not None]
     if len(reports) == 2 and _same_path(json_path, plot_path):
         raise OutputError(f"--json and --plot are both {json_path}; give them different paths")
+    hit = _overlap([(o, p) for p, o in reports], protected)
+    if hit:
+        option, path, other = hit
+        raise OutputError(f"{option} {path} would overwrite {other}, which this run reads or "
+                          f"writes; choose another {option} path")  # fmt: skip
     for path, option in reports:
-        for other in protected:
-            if _same_path(path, other):
-                raise OutputError(f"{option} {path} would overwrite {other}, which this run "
-                                  f"reads or writes; choose another {option} path")  # fmt: skip
         if option == "--plot" and path.suffix.lower() not in PLOT_SUFFIXES:
             raise OutputError(f"--plot {path}: the name must end in {', '.join(PLOT_SUFFIXES)}")
         if path.is_dir():
@@ -112,29 +119,18 @@ def check_reports(json_path: Path | None, plot_path: Path | None, protected: lis
 
 
 def write_json_report(path: Path, data: dict) -> None:
-    """Write a --json report whole or not at all (a temporary file renamed over it)."""
+    """Write a --json report whole or not at all, as the output is written."""
     import json
-    import tempfile
 
     path = Path(path)
     text = json.dumps(data, indent=2, default=str) + "\n"
-    try:
-        if path.exists() and not path.is_file():  # /dev/stdout, a FIFO: written straight
-            path.write_text(text, encoding="utf-8")
-            return
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    if path.exists() and not path.is_file():  # /dev/stdout, a FIFO: written straight
         try:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.fchmod(fd, 0o666 & ~umask)  # as a plain open() would have made it
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-    except OSError as e:
-        raise oserror(path, e) from None
+            path.write_text(text, encoding="utf-8")
+        except OSError as e:
+            raise oserror(path, e) from None
+        return
+    write_atomically(path, lambda f: f.write(text))
 
 
 def open_stream(output: Path, n_rows: int, labels: tuple[str, ...], header: dict) -> OrderedStream:

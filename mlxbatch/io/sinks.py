@@ -22,6 +22,7 @@ import os
 import struct
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, TextIO
 
@@ -48,6 +49,29 @@ def journal_path(output: Path) -> Path:
 
 def oserror(path: Path, e: OSError, what: str = "cannot write") -> OutputError:
     return OutputError(f"{path}: {what} ({e.strerror or e})")
+
+
+def write_atomically(
+    path: Path, write: Callable[[TextIO], None], failed: str = "cannot write"
+) -> None:
+    """`path` written whole or not at all: a new temporary file beside it (mkstemp opens with
+    O_EXCL: no existing file is ever touched), fsync'd, mode 0644, renamed over `path`."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".mlxbatch-tmp")
+    except OSError as e:
+        raise oserror(path.parent, e, "cannot create a temporary file") from None
+    try:
+        with open(fd, "w", encoding="utf-8", newline="") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException as e:  # Ctrl-C included: no temporary file is left behind
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise oserror(path, e, failed) from None
+        raise
 
 
 def _lock_holder(fd: int) -> int | None:
@@ -158,21 +182,9 @@ class Journal:
         missing = [i for i in range(n_rows) if i not in self.done]
         if missing:
             raise RuntimeError(f"rows {missing[:10]} have no result; not writing {self.output}")
-        try:  # mkstemp opens with O_EXCL: no existing file is ever touched
-            fd, tmp = tempfile.mkstemp(dir=self.output.parent, prefix=f".{self.output.name}.",
-                                       suffix=".mlxbatch-tmp")  # fmt: skip
-        except OSError as e:
-            raise oserror(self.output.parent, e, "cannot create a temporary file") from None
-        try:
-            with open(fd, "w", encoding="utf-8", newline="") as f:
-                write_rows(f, [self.done[i] for i in range(n_rows)], labels, self.output.suffix)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, self.output)
-        except OSError as e:
-            Path(tmp).unlink(missing_ok=True)
-            raise oserror(self.output, e, "cannot write (the journal keeps every row)") from None
+        rows = [self.done[i] for i in range(n_rows)]
+        write_atomically(self.output, lambda f: write_rows(f, rows, labels, self.output.suffix),
+                         "cannot write (the journal keeps every row)")  # fmt: skip
         self.path.unlink()
         self.close()
 

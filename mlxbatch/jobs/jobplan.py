@@ -75,10 +75,8 @@ def fingerprint(rows: list[Row], clf: Classifier, s: JobSettings) -> str:
 def plan_job(clf: Classifier, rows: list[Row], s: JobSettings, recorded: dict | None) -> JobPlan:
     """Decide everything before computing. `recorded`: the interrupted run's settings."""
     fp, engine = clf.footprint, clf.engine
+    # >= 1: the engine refused a prefix that leaves no room, before computing it
     ctx_limit = clf.lm.model.args.max_position_embeddings - fp.prefix - fp.label_len
-    if ctx_limit < 1:
-        raise JobError(f"the prompt prefix ({fp.prefix} tokens) leaves no room in the model's "
-                       f"context of {clf.lm.model.args.max_position_embeddings} tokens")  # fmt: skip
     prompts = {i: engine.prompt(r.text) for i, r in enumerate(rows) if not r.error}
     # the longest item that will be fed: longer ones are truncated or refused at the limit
     longest = min(max(engine.fed_lengths(list(prompts.values())), default=1), ctx_limit,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..engine.planner import CostModel
+
 
 def _gold(r: dict) -> dict | None:
     return next((x for x in r["modes"] if x["name"] == "sequential (gold)"), None)
@@ -22,9 +24,8 @@ def format_report(r: dict) -> str:
         f" ({r.get('prefix_tokens', '?')} shared prefix tokens); model {m['model']}",
         f"device {m['device']} ({m['device_name']}), dtype {m['dtype']}, BLAS {m['blas']}",
         f"peak matmul rate measured in this run: {peak:.1f} GFLOP/s ({m['dtype']})",
-        f"planner cost model ({cm['source']}): {cm['per_batch'] * 1e3:.1f} ms per batch + "
-        f"{cm['per_token'] * 1e6:.1f} us per token + {cm['per_key'] * 1e9:.2f} ns per token-key "
-        f"pair, {cm['lanes']} lane(s) at once",
+        f"planner cost model ({cm['source']}): {CostModel.from_dict(cm).constants()}, "
+        f"{cm['lanes']} lane(s) at once",
         "",
         "ticket tokens: median {median:.0f}, p90 {p90:.0f}, max {max}".format(**r["ticket_tokens"]),
         "fed tokens per item (prompt minus the shared prefix): median {median:.0f}, p90 {p90:.0f}, "

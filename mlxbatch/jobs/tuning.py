@@ -140,5 +140,4 @@ def cost_model(clf: Classifier) -> CostModel:
 
 
 def describe(m: CostModel) -> str:
-    return (f"{m.source}: {m.per_batch * 1e3:.1f} ms per batch + {m.per_token * 1e6:.1f} us per "
-            f"token + {m.per_key * 1e9:.2f} ns per token-key pair; {m.lanes} lane(s) at once")  # fmt: skip
+    return f"{m.source}: {m.constants()}; {m.lanes} lane(s) at once"

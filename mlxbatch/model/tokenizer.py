@@ -60,7 +60,10 @@ class PromptTokenizer:
                 raise
             raise UsageError(f"cannot tokenize text that holds {problem}: {text[:60]!r}") from None
         table = self._ids
-        return [table[i] for i in ids]
+        try:
+            return [table[i] for i in ids]
+        except IndexError:  # an id past the count (a vocabulary with gaps): its own ints
+            return ids
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids, skip_special_tokens=False)
