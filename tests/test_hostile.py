@@ -273,6 +273,7 @@ OKS = {
     "tsv keeps quotes": (c_in('id\ttext\n1\t"Urgent" please\n2\t"open quote\n3\tlast\n', "-o", "o.jsonl", name="in.tsv"), 3),
     "huge csv field truncated": (c_in("id,text\n1," + "word " * 40_000 + "\n2,short\n", "--too-long", "truncate", "--max-tokens", 64, "-o", "o.jsonl", name="in.csv"), 2),
     "jsonl without a suffix": (c_in(GOOD, "-o", "o.jsonl", name="tickets"), ["a", "b"]),
+    "--input-format tsv on classify": (c_in("id\ttext\nx\ta, b\n", "--input-format", "tsv", "-o", "o.jsonl", name="in.data"), ["x"]),
     "csv with another suffix": (c_in("id,text\nx,a\ny,b\n", "-o", "o.jsonl", name="in.csv.bak"), ["x", "y"]),
     "max-batch huge": (c_in(GOOD, "--max-batch", 10**7, "-o", "o.jsonl"), 2),
     "bad rows skipped": (c_in(GOOD + "{nope\n" + '{"id": "c"}\n', "--on-error", "skip", "-o", "o.jsonl"), 4),

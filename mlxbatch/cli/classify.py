@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from ..io.inputs import FORMATS
 from .common import (
     LABELS_HELP,
     check_gold_field,
@@ -44,7 +45,7 @@ from .common import (
 )
 @click.option(
     "--input-format",
-    type=click.Choice(["auto", "jsonl", "csv", "text"]),
+    type=click.Choice(FORMATS),
     default="auto",
     show_default=True,
 )

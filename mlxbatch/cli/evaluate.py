@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ..io.inputs import FORMATS
 from .common import check_gold_field, fail, plot_target, report_options
 
 
@@ -34,7 +35,7 @@ def _not_a_prediction(res, row) -> str | None:
 @click.option("--id-field", default=None)
 @click.option(
     "--input-format",
-    type=click.Choice(["auto", "jsonl", "csv", "tsv", "text"]),
+    type=click.Choice(FORMATS),
     default="auto",
     show_default=True,
 )
