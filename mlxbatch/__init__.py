@@ -17,5 +17,5 @@ def __getattr__(name: str):
             import warnings
 
             warnings.warn(blas.warning(), RuntimeWarning, stacklevel=2)
-        return getattr(importlib.import_module(f".jobs.{_HOMES[name]}", __name__), name)
+        return getattr(importlib.import_module(f".api.{_HOMES[name]}", __name__), name)
     raise AttributeError(name)

@@ -13,8 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from mlxbatch.io.tickets import generate, write_jsonl
-from mlxbatch.jobs.scaling import classify_command
+from mlxbatch.bench.scaling import classify_command
+from mlxbatch.bench.workload import generate, write_jsonl
 from mlxbatch.model.convert import init_random
 
 with tempfile.TemporaryDirectory() as tmp:

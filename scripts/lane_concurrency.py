@@ -26,7 +26,7 @@ def measure(model: str, rows: int, width: int, each_layer: bool) -> dict:
     from mlxbatch.runtime import blas
 
     blas.activate_in_process()
-    from mlxbatch.jobs.classifier import Classifier
+    from mlxbatch.api.classifier import Classifier
     from mlxbatch.model import qwen2
 
     qwen2.EVAL_EACH_LAYER = each_layer

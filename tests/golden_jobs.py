@@ -22,7 +22,7 @@ CASES = [
 
 
 def make_inputs(root: Path) -> tuple[Path, Path]:
-    from mlxbatch.io.tickets import generate, write_jsonl
+    from mlxbatch.bench.workload import generate, write_jsonl
     from mlxbatch.model.convert import init_random
 
     model = root / "tiny"

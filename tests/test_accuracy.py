@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 from tokenizers import Tokenizer
 
+from mlxbatch.api.evaluate import evaluate, expected_calibration_error, format_evaluation
 from mlxbatch.cli import cli
 from mlxbatch.engine.adjust import Adjustment, parse_prior
-from mlxbatch.jobs.evaluate import evaluate, expected_calibration_error, format_evaluation
 
 L = ("a", "b", "c")
 
@@ -127,8 +127,8 @@ def examples_file(tmp_path_factory):
 
 
 def test_calibration_equals_a_direct_computation_from_the_gold_loop(tiny_model_dir, examples_file):
+    from mlxbatch.api.classifier import Classifier
     from mlxbatch.io.prompts import read_examples
-    from mlxbatch.jobs.classifier import Classifier
 
     labels = ("billing", "technical", "account")
     ex = read_examples(str(examples_file), labels)
@@ -147,7 +147,7 @@ def test_calibration_equals_a_direct_computation_from_the_gold_loop(tiny_model_d
 def test_every_mode_verifies_with_examples_calibration_priors_and_abstention(
     tiny_model_dir, examples_file, tmp_path, mode
 ):
-    from mlxbatch.io.tickets import generate, write_jsonl
+    from mlxbatch.bench.workload import generate, write_jsonl
 
     src, out = tmp_path / "t.jsonl", tmp_path / "o.jsonl"
     write_jsonl(generate(40, seed=1), src)
@@ -186,7 +186,7 @@ def test_bad_examples_are_refused_with_their_line(tiny_model_dir, tmp_path):
 
 def test_eval_command_and_plot(tiny_model_dir, tmp_path):
     pytest.importorskip("matplotlib")
-    from mlxbatch.io.tickets import generate, write_jsonl
+    from mlxbatch.bench.workload import generate, write_jsonl
 
     src, out = tmp_path / "t.jsonl", tmp_path / "o.jsonl"
     tickets = generate(30, seed=2)
@@ -207,7 +207,7 @@ def test_eval_command_and_plot(tiny_model_dir, tmp_path):
 
 def test_plot_without_a_path_lands_beside_the_output(tiny_model_dir, tmp_path):
     pytest.importorskip("matplotlib")
-    from mlxbatch.io.tickets import generate, write_jsonl
+    from mlxbatch.bench.workload import generate, write_jsonl
 
     src, out = tmp_path / "t.jsonl", tmp_path / "o.jsonl"
     write_jsonl(generate(12, seed=4), src)
@@ -228,8 +228,8 @@ def test_plot_without_a_path_lands_beside_the_output(tiny_model_dir, tmp_path):
 
 
 def test_python_api_options(tiny_model_dir):
-    from mlxbatch.jobs.classifier import Classifier
-    from mlxbatch.jobs.evaluate import evaluate
+    from mlxbatch.api.classifier import Classifier
+    from mlxbatch.api.evaluate import evaluate
 
     clf = Classifier.load(tiny_model_dir, examples=[("refund please", "billing")], calibrate=True,
                           min_confidence=0.99, prior={"billing": 1, "technical": 1, "account": 1})  # fmt: skip

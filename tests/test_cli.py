@@ -12,8 +12,8 @@ import sys
 import pytest
 from click.testing import CliRunner
 
+from mlxbatch.bench.workload import generate, write_jsonl
 from mlxbatch.cli import cli
-from mlxbatch.io.tickets import generate, write_jsonl
 from mlxbatch.runtime import blas
 
 
@@ -110,8 +110,8 @@ def test_a_budget_that_cannot_fit_is_refused(tiny_model_dir, tickets_file):
 
 
 def test_peak_memory_stays_under_the_stated_bound(tiny_model_dir, tickets_file):
+    from mlxbatch.api.classifier import Classifier
     from mlxbatch.io.inputs import read_rows
-    from mlxbatch.jobs.classifier import Classifier
     from mlxbatch.jobs.job import JobSettings, run_job
 
     clf = Classifier.load(tiny_model_dir)
@@ -194,7 +194,7 @@ def test_python_api_gets_the_fast_blas_in_process():
     if blas.plan() is None:
         pytest.skip("no OpenBLAS measured faster than the reference BLAS on this machine")
     code = ("import mlxbatch; mlxbatch.Classifier\n"
-            "from mlxbatch.runtime import sgemm; from mlxbatch.jobs.doctor import matmul_gflops\n"
+            "from mlxbatch.runtime import sgemm; from mlxbatch.bench.doctor import matmul_gflops\n"
             "import json, mlx.core as mx\n"
             "print(json.dumps([sgemm.sgemm_provider()['library'], matmul_gflops(512, mx.float32)]))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mlxbatch.bench.workload import generate, write_jsonl
 from mlxbatch.io.sinks import journal_path
-from mlxbatch.io.tickets import generate, write_jsonl
 from mlxbatch.jobs.distributed import deal
 
 LAUNCH = Path(sys.executable).parent / "mlx.launch"

@@ -379,7 +379,7 @@ def test_truncation_meets_the_limit_on_character_boundaries(tiny_model_dir, tmp_
             assert "too few tokens remain" in row["error"]
         else:
             assert row["truncated"]["to_tokens"] <= 12
-    from mlxbatch.jobs.classifier import Classifier
+    from mlxbatch.api.classifier import Classifier
     from mlxbatch.jobs.job import truncate
 
     clf = Classifier.load(tiny_model_dir)

@@ -10,9 +10,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from mlxbatch.bench.parity import ATOL, run_parity
 from mlxbatch.engine.layout import batch_mask
 from mlxbatch.errors import ModelError
-from mlxbatch.jobs.parity import ATOL, run_parity
 from mlxbatch.model.cache import KVCache
 from mlxbatch.model.config import ModelArgs
 from mlxbatch.model.convert import PRESETS, convert_hf, init_random

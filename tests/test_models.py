@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import make_hf_checkpoint
 
+from mlxbatch.bench.workload import generate, write_jsonl
 from mlxbatch.cli import cli
-from mlxbatch.io.tickets import generate, write_jsonl
 from mlxbatch.model.config import ModelArgs
 from mlxbatch.model.presets import PRESETS
 
@@ -69,7 +69,7 @@ def test_hub_id_resolves_from_the_cache_offline(hf_dirs, tickets, tmp_path, monk
     r = run("classify", tickets, "--model", "Qwen/Absent", env=env)
     assert r.exit_code == 2 and r.stderr.count("\n") == 1
     assert "Qwen/Absent" in r.stderr and "HF_HUB_OFFLINE" in r.stderr
-    from mlxbatch.jobs.classifier import Classifier
+    from mlxbatch.api.classifier import Classifier
 
     for k, v in env.items():
         monkeypatch.setenv(k, v)

@@ -94,9 +94,9 @@ def test_multi_token_labels_raise_the_predicted_cost():
 
 def test_the_reported_prediction_counts_the_label_pass(tiny_model_dir, tmp_path):
     """The job's "predicted" figure is the time the planner minimised, label pass included."""
+    from mlxbatch.api.classifier import Classifier
+    from mlxbatch.bench.workload import generate, write_jsonl
     from mlxbatch.io.inputs import read_rows
-    from mlxbatch.io.tickets import generate, write_jsonl
-    from mlxbatch.jobs.classifier import Classifier
     from mlxbatch.jobs.job import JobSettings, run_job
 
     clf = Classifier.load(tiny_model_dir, ("billing issue", "technical problem", "account"))
@@ -125,8 +125,8 @@ def test_a_cost_model_recorded_by_an_older_version_still_loads():
 
 
 def test_fit_recovers_known_constants(tiny_model_dir):
-    from mlxbatch.jobs.classifier import Classifier
-    from mlxbatch.jobs.tuning import SHAPES, fit
+    from mlxbatch.api.classifier import Classifier
+    from mlxbatch.engine.calibration import SHAPES, fit
 
     clf = Classifier.load(tiny_model_dir)
     truth = CostModel(0.05, 1e-3, 3e-6, clf.engine.lanes)
@@ -142,8 +142,8 @@ def test_fit_recovers_known_constants(tiny_model_dir):
 def test_the_preferred_budget_follows_the_device_not_the_lane_count(tiny_model_dir, monkeypatch):
     """A 1-core CPU runs one lane: its batches still run on one core, so they get the CPU's
     budget, not the GPU's."""
+    from mlxbatch.api.classifier import Classifier
     from mlxbatch.engine.footprint import PREFERRED_BUDGET
-    from mlxbatch.jobs.classifier import Classifier
     from mlxbatch.runtime import executor
 
     for cores in ([0], [0, 1]):
@@ -155,26 +155,26 @@ def test_the_preferred_budget_follows_the_device_not_the_lane_count(tiny_model_d
 
 def test_calibration_is_cached_and_used(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    from mlxbatch.jobs.classifier import Classifier
-    from mlxbatch.jobs.tuning import cached, cached_entries, calibrate
+    from mlxbatch.api.classifier import Classifier
+    from mlxbatch.engine.calibration import cached, cached_entries, calibrate
 
     clf = Classifier.load(tiny_model_dir)
     assert clf.cost_model().source == "default"
-    model, meas = calibrate(clf)
+    model, meas = calibrate(clf.engine)
     assert model.source == "calibrated" and len(meas["seconds"]) == len(meas["shapes"])
-    assert cached(clf) == model and clf.cost_model() == model
+    assert cached(clf.engine) == model and clf.cost_model() == model
     assert cached_entries()[0]["model"]["per_token"] == model.per_token
 
 
 def test_the_journal_records_the_cost_model(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    from mlxbatch.api.classifier import Classifier
+    from mlxbatch.bench.workload import generate, write_jsonl
+    from mlxbatch.engine.calibration import calibrate
     from mlxbatch.engine.engine import Engine
     from mlxbatch.io.inputs import read_rows
     from mlxbatch.io.sinks import journal_path
-    from mlxbatch.io.tickets import generate, write_jsonl
-    from mlxbatch.jobs.classifier import Classifier
     from mlxbatch.jobs.job import JobSettings, run_job
-    from mlxbatch.jobs.tuning import calibrate
 
     src = tmp_path / "t.jsonl"
     write_jsonl(generate(80, seed=2, mix="heavy-tail"), src)
@@ -195,7 +195,7 @@ def test_the_journal_records_the_cost_model(tiny_model_dir, tmp_path, monkeypatc
     head = json.loads(journal_path(out).read_text().splitlines()[0])
     assert head["settings"]["cost_model"]["source"] == "default"
     monkeypatch.setattr(Engine, "run", real)
-    calibrate(clf)  # the machine's model changes between the runs: the recorded one is kept
+    calibrate(clf.engine)  # the machine's model changes between the runs: the recorded one is kept
     res = run_job(clf, read_rows(str(src))[0], JobSettings(max_batch=4), out, resume=True)
     assert out.read_bytes() == (tmp_path / "ref.jsonl").read_bytes()
     assert res.planner == "cost (default)"

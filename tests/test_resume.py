@@ -12,9 +12,9 @@ import time
 
 import pytest
 
+from mlxbatch.bench.workload import generate, write_jsonl
 from mlxbatch.errors import ResumeError
 from mlxbatch.io.sinks import Journal, journal_path
-from mlxbatch.io.tickets import generate, write_jsonl
 
 
 @pytest.fixture(scope="module")

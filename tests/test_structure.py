@@ -13,7 +13,18 @@ import pytest
 from mlxbatch.engine.layout import PAD_ID, RowLayout, batch_mask
 
 PACKAGE = Path(__file__).parent.parent / "mlxbatch"
-LAYERS = ["errors", "runtime", "model", "engine", "io", "jobs", "cli"]  # bottom to top
+LAYERS = [
+    "errors",
+    "runtime",
+    "model",
+    "engine",
+    "io",
+    "api",
+    "jobs",
+    "serve",
+    "bench",
+    "cli",
+]  # bottom to top
 
 
 def test_row_layout_builds_tokens_positions_and_masks_without_a_model():
@@ -91,11 +102,11 @@ def test_lanes_run_whole_batches_and_return_them_in_order(tiny_model_dir):
 def test_resume_keeps_the_first_runs_truncation_and_batches(tiny_model_dir, tmp_path, monkeypatch):
     """Interrupted at batch tokens 64 with truncation, resumed with 4096 and less free memory:
     the file equals an uninterrupted run (the journal's batch shape wins, before truncation)."""
+    from mlxbatch.api.classifier import Classifier
+    from mlxbatch.bench.workload import generate, write_jsonl
     from mlxbatch.engine.engine import Engine
     from mlxbatch.io.inputs import read_rows
     from mlxbatch.io.sinks import journal_path
-    from mlxbatch.io.tickets import generate, write_jsonl
-    from mlxbatch.jobs.classifier import Classifier
     from mlxbatch.jobs.job import JobSettings, run_job
 
     src = tmp_path / "t.jsonl"

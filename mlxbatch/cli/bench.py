@@ -35,7 +35,7 @@ from .common import (
 )
 def tickets(n, seed, mix, output):
     """Generate N synthetic support tickets (JSONL: id, text, intent)."""
-    from ..io.tickets import generate, write_jsonl
+    from ..bench.workload import generate, write_jsonl
 
     write_jsonl(generate(n, seed, mix), output)
 
@@ -50,13 +50,13 @@ def tickets(n, seed, mix, output):
 @model_option
 def doctor(as_json, size, calibrate, model):
     """Device, dtype, the BLAS behind MLX's CPU matmuls and its GFLOP/s, planner calibrations."""
-    from ..jobs.doctor import report
+    from ..bench.doctor import report
 
     info = report(size)
     if calibrate:
-        from ..jobs.classifier import Classifier
-        from ..jobs.tuning import calibrate as measure
-        from ..jobs.tuning import describe
+        from ..api.classifier import Classifier
+        from ..engine.calibration import calibrate as measure
+        from ..engine.calibration import describe
 
         cost, _ = measure(Classifier.load(resolve_model(model)), lambda m: click.echo(m, err=True))
         info["planner_calibrated"] = describe(cost)
@@ -161,10 +161,10 @@ def bench(model, tickets_spec, mix, prompt_name, labels, system_prompt, system_p
           peer_batch_tokens, no_peers, no_calibrate, against, json_path, plot_path, quick,
           ranks):  # fmt: skip
     """Time the gold loop, prefix caching, naive, greedy and cost-planned batching, and peers."""
+    from ..bench.peers import PEERS
+    from ..bench.suite import MODE_NAMES, BenchOptions, bench_job
     from ..engine.prompt import built_in_prompt
     from ..io.outputs import check_reports, write_json_report
-    from ..jobs.bench import MODE_NAMES, BenchOptions, bench_job
-    from ..jobs.peers import PEERS
 
     if tickets_spec.isdigit() and int(tickets_spec) == 0:
         fail("--tickets 0: give a number of tickets above 0, or a ticket file")
@@ -173,8 +173,8 @@ def bench(model, tickets_spec, mix, prompt_name, labels, system_prompt, system_p
         check_reports(json_path, None, tickets_file)
         import tempfile
 
-        from ..jobs.bench import load_tickets
-        from ..jobs.scaling import measure_ranks
+        from ..bench.scaling import measure_ranks
+        from ..bench.suite import load_tickets
         from ..model.convert import init_random
 
         tmp = tempfile.TemporaryDirectory()
@@ -248,7 +248,7 @@ def bench(model, tickets_spec, mix, prompt_name, labels, system_prompt, system_p
 )
 def demo(n, model, out_dir):
     """The main job on the built-in default: synthetic tickets, sorted batching, verified."""
-    from ..jobs.demo import run_demo
+    from ..bench.demo import run_demo
 
     lines, passed = run_demo(
         n, resolve_model(model), out_dir, progress=lambda m: click.echo(m, err=True)

@@ -117,10 +117,10 @@ def classify(input_path, model, labels, system_prompt, system_prompt_file, text_
              calibrate, prior, min_confidence, gold_field, json_path, plot_path, distributed,
              collective_timeout):  # fmt: skip
     """Classify every row of INPUT (JSONL, CSV, text, or - for stdin) into one label."""
+    from ..api.classifier import Classifier
     from ..io.inputs import read_rows
     from ..io.outputs import check_model_untouched, check_output, check_reports
     from ..io.sinks import journal_path
-    from ..jobs.classifier import Classifier
     from ..jobs.distributed import Cluster, run_distributed_job
     from ..jobs.job import JobSettings, run_job
 

@@ -70,7 +70,7 @@ max_batch_option = click.option(
 
 
 def resolve_model(model: str | Path | None) -> Path:
-    from ..jobs.defaults import default_model_dir
+    from ..model.defaults import default_model_dir
     from ..model.hub import resolve
 
     return resolve(model) if model else default_model_dir(announce=echo)
@@ -153,8 +153,8 @@ def check_gold_field(rows, gold_field: str, source) -> None:
 
 def report_evaluation(clf, rows, results, gold_field, json_path=None, plot_path=None) -> dict:
     """Print (and write) the evaluation of a job's rows against their gold labels."""
+    from ..api.evaluate import evaluate_rows, format_evaluation, plot_confusion
     from ..io.outputs import write_json_report
-    from ..jobs.evaluate import evaluate_rows, format_evaluation, plot_confusion
 
     gold = [r.fields.get(gold_field) for r in rows]
     m = evaluate_rows(results, gold, clf.labels.names)

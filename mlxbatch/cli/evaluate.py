@@ -45,9 +45,9 @@ def evaluate_cmd(input_path, predictions, gold_field, text_field, id_field, inpu
                  json_path, plot_path):  # fmt: skip
     """Accuracy, per-class F1, confusion and calibration of PREDICTIONS (a classify output,
     JSONL) against the gold labels of INPUT, row by row."""
+    from ..api.evaluate import evaluate_rows, format_evaluation, plot_confusion
     from ..io.inputs import read_rows
     from ..io.outputs import check_reports, write_json_report
-    from ..jobs.evaluate import evaluate_rows, format_evaluation, plot_confusion
 
     plot_path = plot_target(plot_path, predictions, "confusion")
     check_reports(json_path, plot_path, [Path(input_path), predictions])

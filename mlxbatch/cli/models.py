@@ -72,8 +72,8 @@ def parity(hf_dir, mlx_dir, no_mlx_lm):
     import importlib.util
     import tempfile
 
+    from ..bench.parity import run_parity
     from ..errors import UsageError
-    from ..jobs.parity import run_parity
 
     missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
     if missing:
@@ -100,7 +100,7 @@ def models(as_json):
     Face cache."""
     import json
 
-    from ..jobs.defaults import weights_dir
+    from ..model.defaults import weights_dir
     from ..model.hub import list_models
 
     found = list_models(weights_dir())

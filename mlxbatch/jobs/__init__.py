@@ -1,1 +1,1 @@
-"""Jobs built on the engine: the Python API, classify jobs, benchmarks, doctor."""
+"""File jobs: plan, execute into a journal or stream, verify; and the same over ranks."""

@@ -26,12 +26,13 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from ..api.classifier import Classifier
 from ..engine.engine import MODES
 from ..engine.planner import Batch
 from ..errors import JobError
 from ..io.inputs import Row
 from ..io.sinks import Journal, recorded_header
-from .classifier import Classifier
+from ..runtime import testhold
 from .job import (
     JobResult,
     NonFinite,
@@ -241,6 +242,7 @@ def _rounds(cluster, clf, rows, plan, shares, sink, on_error) -> RankStats:
                         sink.append(e.good)
                         raise
                     bar.update(len(batch.indices))
+            testhold.after_batch(r + 1)
     except BaseException:
         if sink is not None:
             sink.close()

@@ -14,6 +14,7 @@ import mlx.core as mx
 import numpy as np
 from tqdm import tqdm
 
+from ..api.classifier import Classifier
 from ..engine.engine import MODES
 from ..engine.planner import Batch, padding_stats
 from ..errors import JobError
@@ -21,7 +22,7 @@ from ..io.inputs import Row, describe_errors
 from ..io.outputs import open_stream, output_kind
 from ..io.rows import error_row, result_row
 from ..io.sinks import Journal, Sink, recorded_header
-from .classifier import Classifier
+from ..runtime import testhold
 from .jobplan import JobPlan, JobSettings, fingerprint, plan_job
 from .limits import truncate  # noqa: F401  (truncate: API)
 
@@ -133,12 +134,13 @@ def execute(clf: Classifier, rows: list[Row], plan: JobPlan, sink: Sink, on_erro
     plist = [plan.prompts[i] for i in plan.order]
     scorer = MODES[plan.settings["mode"]].scorer
     try:
-        for batch, probs in clf.engine.run(plist, todo, scorer, progress=bar.update):
+        for n, (batch, probs) in enumerate(clf.engine.run(plist, todo, scorer, bar.update), 1):
             try:
                 sink.append(batch_rows(clf, rows, plan, batch, probs, on_error))
             except NonFinite as e:
                 sink.append(e.good)
                 raise
+            testhold.after_batch(n)
     except BaseException:  # Ctrl-C included: what is in the journal stays there
         sink.close()
         raise

@@ -11,12 +11,12 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 
+from ..api.classifier import Classifier
 from ..engine.engine import MODES
 from ..engine.planner import DEFAULT_MAX_BATCH, Batch, CostModel
 from ..errors import JobError
 from ..io.inputs import Row
 from ..runtime.memory import available_bytes
-from .classifier import Classifier
 from .limits import apply_too_long, item_limit
 
 TOO_LONG = ("error", "truncate")

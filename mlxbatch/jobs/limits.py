@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..api.classifier import Classifier
 from ..io.inputs import Row
-from .classifier import Classifier
 
 if TYPE_CHECKING:
     from .jobplan import JobSettings

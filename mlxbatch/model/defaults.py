@@ -17,8 +17,8 @@ def weights_dir() -> Path:
 def default_model_dir(announce: Callable[[str], None] = print) -> Path:
     """The first converted (non-synthetic) model under weights/; else the synthetic model at
     the real Qwen2.5-0.5B shapes, created on first use."""
-    from ..model.convert import init_random
-    from ..model.load import read_manifest
+    from .convert import init_random
+    from .load import read_manifest
 
     root = weights_dir()
     found = sorted(d for d in root.glob("*") if (d / "config.json").is_file())

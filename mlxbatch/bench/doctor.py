@@ -47,8 +47,8 @@ def report(size: int = 1024) -> dict:
         "fast_blas": fast,
         f"matmul_gflops_{str(dtype).split('.')[-1]}": round(matmul_gflops(size, dtype), 1),
     }
+    from ..engine.calibration import cached_entries, describe
     from ..engine.planner import CostModel
-    from .tuning import cached_entries, describe
 
     info["planner_calibrations"] = [
         f"{e.get('model_path', '?')} ({e.get('dtype', '?')}, {e.get('at', '?')}): "

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..engine.adjust import Adjustment, parse_prior
+from ..engine.calibration import cost_model
 from ..engine.engine import MODES, Engine
 from ..engine.footprint import preferred_budget
 from ..engine.labels import LabelSet
@@ -86,9 +87,7 @@ class Classifier:
 
     def cost_model(self) -> CostModel:
         """The planner's cost model: this machine's cached calibration, else the defaults."""
-        from .tuning import cost_model
-
-        return cost_model(self)
+        return cost_model(self.engine)
 
     def plan(
         self, prompts: list[list[int]], mode: str = "sorted", batch_tokens: int | None = None,

@@ -8,7 +8,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from .classifier import Classifier
+from ..api.classifier import Classifier
 
 
 def _sorted_run(clf: Classifier, texts: list[str], max_batch: int) -> tuple[np.ndarray, float, int]:

@@ -6,10 +6,10 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from ..api.classifier import Classifier
 from ..io.inputs import read_rows
-from ..io.tickets import generate, write_jsonl
-from .classifier import Classifier
-from .job import JobSettings, run_job
+from ..jobs.job import JobSettings, run_job
+from .workload import generate, write_jsonl
 
 
 def run_demo(n: int, model: Path, out_dir: Path, progress=print) -> tuple[list[str], bool]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from ..api.classifier import Classifier
 from ..engine.engine import Engine
 from ..engine.planner import (
     DEFAULT_MAX_BATCH,
@@ -20,7 +21,6 @@ from ..engine.planner import (
     plan_batches,
 )
 from ..engine.prompt import DEFAULT_LABELS
-from .classifier import Classifier
 
 
 @dataclass
@@ -177,7 +177,7 @@ def load_tickets(spec: str, mix: str = "default") -> tuple[list[str], str]:
     """A JSONL/CSV/text file, or a count of built-in synthetic tickets of a mix."""
     from ..errors import InputError
     from ..io.inputs import describe_errors, read_rows
-    from ..io.tickets import generate
+    from .workload import generate
 
     if spec.isdigit():
         return [
@@ -219,13 +219,13 @@ def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
     """The whole `bench` command: model, tickets, calibration, modes, peers, report, files."""
     import tempfile
 
+    from ..engine.calibration import calibrate, describe
     from ..io.outputs import write_json_report
     from ..model.convert import init_random
     from .against import against
     from .doctor import report as doctor_report
     from .peers import run_peers
     from .report import format_report, plot
-    from .tuning import calibrate, describe
 
     with tempfile.TemporaryDirectory() as tmp:
         model, tickets = o.model, o.tickets
@@ -239,7 +239,7 @@ def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
         fed = clf.fed_lengths(prompts)
         greedy = o.batch_tokens or clf.default_batch_tokens(o.max_batch, max(fed))
         info = doctor_report(2048 if not o.quick else 512)
-        cost, calib = calibrate(clf, progress) if o.calibrate else (clf.cost_model(), None)
+        cost, calib = calibrate(clf.engine, progress) if o.calibrate else (clf.cost_model(), None)
         if not o.calibrate:
             progress(f"planner: {describe(cost)}")
         result = run_bench(clf, texts, greedy, o.max_batch, o.naive_batch, list(o.sweep),

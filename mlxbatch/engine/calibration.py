@@ -19,9 +19,9 @@ from dataclasses import asdict
 import mlx.core as mx
 import numpy as np
 
-from ..engine.planner import CostModel
 from ..runtime import blas
-from .classifier import Classifier
+from .engine import Engine
+from .planner import CostModel
 
 # (rows, width) of one lane's batch: short, medium and long rows at several batch sizes,
 # ~3,000 tokens a lane in all
@@ -32,13 +32,13 @@ SHAPES = ((1, 16), (4, 16), (16, 16), (2, 64), (8, 64), (16, 48), (1, 192), (4, 
 ENGINE_REVISION = 3
 
 
-def cache_key(clf: Classifier) -> str:
-    a = clf.lm.model.args
-    fast = clf.engine.scorers["fast"]
+def cache_key(engine: Engine) -> str:
+    a = engine.lm.model.args
+    fast = engine.scorers["fast"]
     lanes, host = fast.executor.lanes, fast.host
-    parts = [asdict(a), str(clf.lm.dtype), lanes, host, str(mx.default_device()),
+    parts = [asdict(a), str(engine.lm.dtype), lanes, host, str(mx.default_device()),
              mx.device_info().get("device_name", "?"), blas._cpu_model(), mx.__version__,
-             blas.ACTIVE.get("source", "none"), clf.lm.quantization, ENGINE_REVISION]  # fmt: skip
+             blas.ACTIVE.get("source", "none"), engine.lm.quantization, ENGINE_REVISION]  # fmt: skip
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
@@ -50,8 +50,8 @@ def _cache() -> dict:
         return {}
 
 
-def cached(clf: Classifier) -> CostModel | None:
-    entry = _cache().get(cache_key(clf))
+def cached(engine: Engine) -> CostModel | None:
+    entry = _cache().get(cache_key(engine))
     try:
         return CostModel.from_dict(entry["model"]) if entry else None
     except (TypeError, KeyError):
@@ -63,10 +63,10 @@ def cached_entries() -> list[dict]:
     return [{"key": k, **v} for k, v in _cache().items() if isinstance(v, dict)]
 
 
-def default_model(clf: Classifier) -> CostModel:
+def default_model(engine: Engine) -> CostModel:
     """Constants from FLOP counts and a nominal rate, for when nothing was measured."""
-    a, fp = clf.lm.model.args, clf.footprint
-    lanes = clf.engine.lanes
+    a, fp = engine.lm.model.args, engine.footprint
+    lanes = engine.lanes
     dense, attn = a.flops_per_token, a.flops_per_token_key
     gpu = mx.default_device() == mx.gpu
     rate = 5e12 if gpu else 0.6e9 * (blas.ACTIVE.get("gflops") or 50.0) / lanes  # one core's
@@ -74,21 +74,21 @@ def default_model(clf: Classifier) -> CostModel:
     return CostModel(per_batch, dense / rate, 3 * attn / rate, lanes, "default")
 
 
-def _time(clf: Classifier, rows: int, width: int, rng: random.Random) -> float:
+def _time(engine: Engine, rows: int, width: int, rng: random.Random) -> float:
     """Seconds of one batch of this shape while every lane runs one (as in a job)."""
-    prefix = clf.engine.prefix
-    vocab = (1000, min(30000, clf.lm.model.args.vocab_size - 1))
+    prefix = engine.prefix
+    vocab = (1000, min(30000, engine.lm.model.args.vocab_size - 1))
     prompts = [prefix + [rng.randint(*vocab) for _ in range(width)] for _ in range(rows)]
-    batches = [prompts] * clf.engine.lanes
-    clf.engine.score_batches(batches)  # warm: buffers for this batch size
+    batches = [prompts] * engine.lanes
+    engine.score_batches(batches)  # warm: buffers for this batch size
     t = time.perf_counter()
-    clf.engine.score_batches(batches)
+    engine.score_batches(batches)
     return time.perf_counter() - t
 
 
-def fit(clf: Classifier, shapes: list[tuple[int, int]], seconds: list[float]) -> CostModel:
+def fit(engine: Engine, shapes: list[tuple[int, int]], seconds: list[float]) -> CostModel:
     """Least squares (relative error) for per_batch, per_token and per_key."""
-    P = len(clf.engine.prefix)
+    P = len(engine.prefix)
     X = np.array([[1.0, r * w, r * w * (P + w)] for r, w in shapes])
     y = np.array(seconds)
     active = [0, 1, 2]
@@ -99,27 +99,27 @@ def fit(clf: Classifier, shapes: list[tuple[int, int]], seconds: list[float]) ->
         active.pop(int(np.argmin(coef)))
     c = np.zeros(3)
     c[active] = np.maximum(coef, 0)
-    return CostModel(float(c[0]), float(c[1]), float(c[2]), clf.engine.lanes, "calibrated")
+    return CostModel(float(c[0]), float(c[1]), float(c[2]), engine.lanes, "calibrated")
 
 
-def calibrate(clf: Classifier, progress=None, save: bool = True) -> tuple[CostModel, dict]:
+def calibrate(engine: Engine, progress=None, save: bool = True) -> tuple[CostModel, dict]:
     """Measure, fit and (by default) cache; returns the model and the measurements."""
     rng = random.Random(0)
     seconds = []
     t0 = time.perf_counter()
     for r, w in SHAPES:
-        seconds.append(_time(clf, r, w, rng))
-    model = fit(clf, list(SHAPES), seconds)
+        seconds.append(_time(engine, r, w, rng))
+    model = fit(engine, list(SHAPES), seconds)
     meas = {"shapes": [list(s) for s in SHAPES], "seconds": seconds,
-            "predicted": [float(model.seconds(r, w, len(clf.engine.prefix))) for r, w in SHAPES],
+            "predicted": [float(model.seconds(r, w, len(engine.prefix))) for r, w in SHAPES],
             "took_s": time.perf_counter() - t0}  # fmt: skip
     if progress:
         progress(f"planner calibrated in {meas['took_s']:.1f} s: {describe(model)}")
     if save:
         data = _cache()
-        data[cache_key(clf)] = {
-            "model": model.to_dict(), "measured": meas, "model_path": str(clf.lm.path),
-            "dtype": str(clf.lm.dtype), "device": str(mx.default_device()),
+        data[cache_key(engine)] = {
+            "model": model.to_dict(), "measured": meas, "model_path": str(engine.lm.path),
+            "dtype": str(engine.lm.dtype), "device": str(mx.default_device()),
             "machine": f"{platform.node()} {blas._cpu_model()}",
             "at": time.strftime("%Y-%m-%d %H:%M:%S"),
         }  # fmt: skip
@@ -134,9 +134,9 @@ def calibrate(clf: Classifier, progress=None, save: bool = True) -> tuple[CostMo
     return model, meas
 
 
-def cost_model(clf: Classifier) -> CostModel:
+def cost_model(engine: Engine) -> CostModel:
     """The cached calibration for this model and machine, else the defaults."""
-    return cached(clf) or default_model(clf)
+    return cached(engine) or default_model(engine)
 
 
 def describe(m: CostModel) -> str:

@@ -1,0 +1,1 @@
+"""The public Python API: `Classifier`, `Prediction`, `evaluate`, and the resolved run spec."""

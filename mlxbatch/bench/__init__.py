@@ -1,0 +1,1 @@
+"""Benchmarks, peers, parity, the demo, machine diagnosis and synthetic workloads."""
