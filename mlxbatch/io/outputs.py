@@ -9,15 +9,37 @@ import stat
 from pathlib import Path
 
 from ..errors import OutputError
-from .sinks import OrderedStream, journal_path, oserror, write_atomically
+from .rows import output_format
+from .sinks import (
+    OrderedStream,
+    is_journal,
+    is_stream,
+    journal_path,
+    lock_holder,
+    oserror,
+    write_atomically,
+)
 
 
 def output_kind(output: Path) -> str:
-    """ "stdout" for `-`, "stream" for character devices and FIFOs, else "file"."""
+    """ "stdout" for `-`, "stream" for character devices and FIFOs, else "file". A name whose
+    suffix is a format mlxbatch does not write is refused (rows.output_format); a stream, written
+    row by row as they finish, is JSONL: a name that says otherwise is refused too."""
+    kind = _where(output)
+    if kind == "stdout":
+        return kind
+    if output_format(output.name) != ("jsonl", False) and kind == "stream":
+        raise OutputError(f"{output}: a device or FIFO is written as JSONL as rows finish, not "
+                          f"as its name's {''.join(output.suffixes[-2:])}; write to a regular "
+                          "file for CSV, TSV or gzip")  # fmt: skip
+    return kind
+
+
+def _where(output: Path) -> str:
     if str(output) == "-":
         return "stdout"
     real = os.path.realpath(output)
-    if real.startswith(("/dev/", "/proc/")) and os.path.exists(real):
+    if is_stream(output) or real.startswith(("/dev/", "/proc/")) and os.path.exists(real):
         return "stream"  # /dev/stdout and friends: never a journal or a rename there
     try:
         mode = os.stat(output).st_mode
@@ -76,9 +98,40 @@ def check_output(output: Path, inputs: list[Path], resume: bool) -> str:
         raise OutputError(f"{output}: {parent} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise OutputError(f"{output}: the directory {parent} is not writable")
-    if output.exists() and not os.access(output, os.W_OK):
-        raise OutputError(f"{output}: exists and is not writable")
+    check_writable_file("-o", output)
     return kind
+
+
+def _check_name(option: str, path: Path) -> None:
+    """Refuse a name (or, for -o, its journal's) longer than its directory allows, before any
+    work: found at the end, it would lose the run and block --resume."""
+    parent = path.parent if str(path.parent) else Path(".")
+    try:
+        longest = max(os.pathconf(parent, "PC_NAME_MAX"), 14)
+    except (OSError, ValueError):
+        longest = 255
+    name = journal_path(path).name if option == "-o" else path.name
+    if len(os.fsencode(name)) > longest:
+        raise OutputError(f"{option} {path}: the name{' of its journal' if option == '-o' else ''}"
+                          f" is longer than the {longest} bytes a name may have there; choose a "
+                          "shorter name")  # fmt: skip
+
+
+def check_writable_file(option: str, path: Path) -> None:
+    """Refuse a regular file path that cannot be written, or whose writing would destroy
+    another run's work: its journal, or a file another process holds locked."""
+    _check_name(option, path)
+    if not path.exists():
+        return
+    if not os.access(path, os.W_OK):
+        raise OutputError(f"{option} {path}: exists and is not writable")
+    if is_journal(path):
+        raise OutputError(f"{option} {path} is the journal of another mlxbatch run; choose "
+                          f"another {option} path")  # fmt: skip
+    pid = lock_holder(path)
+    if pid:
+        raise OutputError(f"{option} {path} is locked by another process (pid {pid}); choose "
+                          f"another {option} path")  # fmt: skip
 
 
 PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
@@ -106,6 +159,7 @@ def check_reports(json_path: Path | None, plot_path: Path | None, protected: lis
         raise OutputError(f"{option} {path} would overwrite {other}, which this run reads or "
                           f"writes; choose another {option} path")  # fmt: skip
     for path, option in reports:
+        _check_name(option, path)
         if option == "--plot" and path.suffix.lower() not in PLOT_SUFFIXES:
             raise OutputError(f"--plot {path}: the name must end in {', '.join(PLOT_SUFFIXES)}")
         if path.is_dir():
@@ -114,8 +168,8 @@ def check_reports(json_path: Path | None, plot_path: Path | None, protected: lis
         if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
             raise OutputError(f"{option} {path}: the directory {parent} does not exist or is "
                               "not writable")  # fmt: skip
-        if path.exists() and not os.access(path, os.W_OK):
-            raise OutputError(f"{option} {path}: exists and is not writable")
+        if not is_stream(path):
+            check_writable_file(option, path)
 
 
 def write_json_report(path: Path, data: dict) -> None:
@@ -124,13 +178,7 @@ def write_json_report(path: Path, data: dict) -> None:
 
     path = Path(path)
     text = json.dumps(data, indent=2, default=str) + "\n"
-    if path.exists() and not path.is_file():  # /dev/stdout, a FIFO: written straight
-        try:
-            path.write_text(text, encoding="utf-8")
-        except OSError as e:
-            raise oserror(path, e) from None
-        return
-    write_atomically(path, lambda f: f.write(text))
+    write_atomically(path, lambda f: f.write(text))  # a stream (/dev/stdout) is written straight
 
 
 def open_stream(output: Path, n_rows: int, labels: tuple[str, ...], header: dict) -> OrderedStream:
@@ -138,7 +186,8 @@ def open_stream(output: Path, n_rows: int, labels: tuple[str, ...], header: dict
     if str(output) == "-":
         return OrderedStream(n_rows, labels, header)
     try:
-        stream = open(output, "w", encoding="utf-8", newline="")  # noqa: SIM115
+        # appending: /dev/stdout into a `>>` redirect keeps what the file held
+        stream = open(output, "a", encoding="utf-8", newline="")  # noqa: SIM115
     except OSError as e:
         raise oserror(output, e) from None
     return OrderedStream(n_rows, labels, header, stream)

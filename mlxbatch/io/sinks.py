@@ -10,15 +10,19 @@ re-plans the same batches from the recorded settings, so resumed scores are bit-
 Safety, by construction: the journal and the temporary file are created with O_EXCL (an
 existing file is never overwritten: one that mlxbatch did not write is refused); the journal is
 locked while a run writes it, so a second run on the same output is refused with the first
-one's pid; `-o -` is standard output, and character devices and FIFOs are written straight
-(no journal, no rename). Every line written is strict JSON (no NaN).
+one's pid, and a finished run removes its journal only if the name still holds the file it
+opened; `-o -` is standard output, and character devices, FIFOs and /dev/stdout-like paths are
+written straight (no journal, no rename); a link is written through to its target. Every line
+written is strict JSON (no NaN).
 """
 
 from __future__ import annotations
 
 import fcntl
+import io
 import json
 import os
+import stat
 import struct
 import sys
 import tempfile
@@ -30,6 +34,47 @@ from ..errors import OutputError, ResumeError
 from .rows import dumps, write_rows
 
 JOURNAL_VERSION = 1
+JOURNAL_MAGIC = b'{"mlxbatch_journal"'
+
+
+def _first_line(fd: int) -> bytes:
+    """The file's first line, newline included, read by offset (a read would move `fd`)."""
+    line = b""
+    while True:
+        chunk = os.pread(fd, 65536, len(line))
+        if not chunk or b"\n" in chunk:
+            return line + chunk.split(b"\n", 1)[0] + (b"\n" if chunk else b"")
+        line += chunk
+
+
+def _unwritten(first: bytes) -> bool:
+    """Whether a journal's first line is a header never finished (0 bytes, or a header cut
+    short by a full disk): such a journal holds no rows, so a run may start it over."""
+    if first.endswith(b"\n"):
+        return False
+    first = first.rstrip(b"\0")
+    return JOURNAL_MAGIC.startswith(first) or first.startswith(JOURNAL_MAGIC)
+
+
+def is_journal(path: Path) -> bool:
+    """Whether `path` is a file that an mlxbatch run wrote as its journal."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(JOURNAL_MAGIC)) == JOURNAL_MAGIC
+    except OSError:
+        return False
+
+
+def lock_holder(path: Path) -> int | None:
+    """The pid of another process holding a write lock on `path`, if any."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        return _lock_holder(fd)
+    finally:
+        os.close(fd)
 
 
 class Sink(Protocol):
@@ -51,13 +96,59 @@ def oserror(path: Path, e: OSError, what: str = "cannot write") -> OutputError:
     return OutputError(f"{path}: {what} ({e.strerror or e})")
 
 
+def is_stream(path: Path) -> bool:
+    """A path written straight, never replaced: a character device or FIFO, or a link through
+    /proc or /dev/fd (/dev/stdout into a shell redirect resolves to the redirect's regular file,
+    which only the descriptor the shell opened may write)."""
+    hop = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on a chain of links
+        if hop.startswith(("/proc/", "/dev/fd/")) or hop in ("/dev/stdout", "/dev/stderr"):
+            return os.path.exists(hop)
+        if not os.path.islink(hop):
+            break
+        hop = os.path.normpath(os.path.join(os.path.dirname(hop), os.readlink(hop)))
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_straight(path: Path, text: str) -> None:
+    """Append `text` to a device, FIFO or /dev/stdout (appending: a `>>` redirect is kept)."""
+    try:
+        with open(path, "a", encoding="utf-8", newline="") as f:
+            f.write(text)
+    except OSError as e:
+        raise oserror(path, e) from None
+
+
 def write_atomically(
     path: Path, write: Callable[[TextIO], None], failed: str = "cannot write"
 ) -> None:
     """`path` written whole or not at all: a new temporary file beside it (mkstemp opens with
-    O_EXCL: no existing file is ever touched), fsync'd, mode 0644, renamed over `path`."""
+    O_EXCL: no existing file is ever touched), fsync'd, renamed over `path`. A link is followed
+    (its target is written, the link stays); an existing file keeps its mode, a new one gets
+    0666 & ~umask. A stream (`is_stream`) is written straight."""
+    if is_stream(path):
+        buf = io.StringIO()
+        write(buf)
+        return write_straight(path, buf.getvalue())
+    path = Path(os.path.realpath(path))
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".mlxbatch-tmp")
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        mode = 0o666 & ~_umask()
+    try:
+        # the name cut short: any name that fits the directory leaves room for the temporary's
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:200]}.",
+                                   suffix=".mlxbatch-tmp")  # fmt: skip
     except OSError as e:
         raise oserror(path.parent, e, "cannot create a temporary file") from None
     try:
@@ -65,7 +156,7 @@ def write_atomically(
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException as e:  # Ctrl-C included: no temporary file is left behind
         Path(tmp).unlink(missing_ok=True)
@@ -96,7 +187,7 @@ class Journal:
         self.output, self.path = output, journal_path(output)
         self.done: dict[int, dict] = {}
         try:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
             fresh = True
         except FileExistsError:
             fresh = False
@@ -104,6 +195,9 @@ class Journal:
         except OSError as e:
             raise oserror(self.path, e, "cannot create the journal") from None
         self._lock()
+        if not fresh and _unwritten(_first_line(self.fd)):
+            os.ftruncate(self.fd, 0)  # a header never finished (a full disk): no rows to lose
+            fresh = True
         if fresh:
             self.header = header
             self._write(dumps({"mlxbatch_journal": JOURNAL_VERSION, **header}) + "\n")
@@ -123,9 +217,8 @@ class Journal:
             fd = os.open(self.path, os.O_RDWR)
         except OSError as e:
             raise oserror(self.path, e, "cannot open the journal") from None
-        with os.fdopen(os.dup(fd), "rb") as f:
-            first = f.readline()
-        if not first.startswith(b'{"mlxbatch_journal"'):
+        first = _first_line(fd)
+        if not first.startswith(JOURNAL_MAGIC) and not _unwritten(first):
             os.close(fd)
             raise OutputError(
                 f"{self.path}: exists and was not written by mlxbatch; move it away or choose "
@@ -157,14 +250,22 @@ class Journal:
         raw = os.pread(self.fd, size, 0)
         lines = raw.split(b"\n")
         complete, tail = lines[:-1], lines[-1]  # tail: bytes after the last newline
-        head = _checked_head(self.path, complete[0] if complete else b"", header)
+        try:
+            head = _checked_head(self.path, complete[0] if complete else b"", header)
+        except ResumeError:
+            os.close(self.fd)
+            raise
         good = len(complete[0]) + 1
-        for line in complete[1:]:
-            try:
-                entry = json.loads(line)
-                self.done[int(entry["row"])] = entry["result"]
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                break  # a torn write: everything from here on is redone
+        for n, line in enumerate(complete[1:], start=2):
+            entry = _entry(line)
+            if entry is None and not line.strip(b"\0"):
+                break  # zeros: blocks a crash left unwritten; everything from here is redone
+            if entry is None or entry[0] in self.done:
+                os.close(self.fd)
+                what = "repeats a row" if entry else "is not a row that mlxbatch wrote"
+                raise ResumeError(f"{self.path}: line {n} {what} (edited?); delete the journal "
+                                  "to start over")  # fmt: skip
+            self.done[entry[0]] = entry[1]
             good += len(line) + 1
         if good != len(raw) or tail:
             os.ftruncate(self.fd, good)  # drop the half-written remainder
@@ -183,15 +284,46 @@ class Journal:
         if missing:
             raise RuntimeError(f"rows {missing[:10]} have no result; not writing {self.output}")
         rows = [self.done[i] for i in range(n_rows)]
-        write_atomically(self.output, lambda f: write_rows(f, rows, labels, self.output.suffix),
+        write_atomically(self.output, lambda f: write_rows(f, rows, labels, self.output.name),
                          "cannot write (the journal keeps every row)")  # fmt: skip
-        self.path.unlink()
+        self._unlink_own()
         self.close()
+
+    def _unlink_own(self) -> None:
+        """Remove the journal only if its name still holds the file this run opened: a journal
+        deleted by hand and recreated by a second run belongs to that run."""
+        mine = os.fstat(self.fd)
+        try:
+            now = os.stat(self.path)
+        except FileNotFoundError:
+            return
+        if (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino):
+            self.path.unlink()
 
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)  # releases the lock
             self.fd = -1
+
+
+def _entry(line: bytes) -> tuple[int, dict] | None:
+    """A journal line's (row index, result row), or None when it is not one mlxbatch writes."""
+    try:
+        entry = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError):
+        return None
+    if not isinstance(entry, dict) or set(entry) != {"row", "result"}:
+        return None
+    row, result = entry["row"], entry["result"]
+    if type(row) is not int or row < 0 or not isinstance(result, dict) or "id" not in result:
+        return None
+    if "error" in result:
+        return (row, result) if isinstance(result["error"], str) else None
+    scores, label = result.get("scores"), result.get("label")
+    ok = (isinstance(scores, dict) and len(scores) >= 2
+          and all(type(v) in (int, float) for v in scores.values())
+          and (label in scores or (label is None and result.get("abstained") is True)))  # fmt: skip
+    return (row, result) if ok else None
 
 
 def _checked_head(path: Path, first_line: bytes, header: dict) -> dict:
@@ -202,11 +334,30 @@ def _checked_head(path: Path, first_line: bytes, header: dict) -> dict:
     if not isinstance(head, dict) or head.get("mlxbatch_journal") != JOURNAL_VERSION:
         raise ResumeError(f"{path}: not an mlxbatch journal; delete it to start over")
     if head.get("fingerprint") != header.get("fingerprint"):
-        raise ResumeError(
-            f"{path} was written for a different input, model, labels, prompt or settings; "
-            "delete it to start over"
-        )
+        differ = _differing_parts(head.get("fingerprint"), header.get("fingerprint"))
+        raise ResumeError(f"{path} was written for a different {differ}; run with what the "
+                          "first run had, or delete it to start over")  # fmt: skip
     return head
+
+
+PARTS = {"model": "model (its weights or path)", "dtype": "--dtype", "input": "input",
+         "labels": "labels", "prompt": "system prompt or examples",
+         "settings": "settings (--mode, --planner, --max-tokens, --too-long, --on-error, "
+                     "--no-prefix-cache)",
+         "adjustment": "adjustment (--calibrate, --prior, --min-confidence)"}  # fmt: skip
+
+
+def _differing_parts(recorded, current) -> str:
+    """Which parts of two `part=digest` fingerprints differ, in words (jobs/fingerprint.py)."""
+
+    def parts(fp) -> dict:
+        words = fp.split() if isinstance(fp, str) else []
+        return dict(w.split("=", 1) for w in words if "=" in w)
+
+    old, new = parts(recorded), parts(current)
+    if not old or set(old) != set(new):  # a journal from another version of mlxbatch
+        return "input, model, labels, prompt or settings (or another version of mlxbatch)"
+    return ", ".join(PARTS.get(k, k) for k in new if old[k] != new[k])
 
 
 def recorded_header(output: Path, header: dict) -> dict | None:
@@ -222,6 +373,8 @@ def recorded_header(output: Path, header: dict) -> dict | None:
         raise oserror(path, e, "cannot read the journal") from None
     if pid:
         raise OutputError(f"another run is writing this output (pid {pid}): {output}")
+    if _unwritten(first):
+        return None  # no header, no rows: the run starts over
     if not first.endswith(b"\n"):
         first = b""
     head = _checked_head(path, first, header)
