@@ -1,0 +1,61 @@
+"""A job's fingerprint: everything that changes a row's scores or errors, so `--resume` only
+continues the run that wrote the journal (the batch shape is recorded instead). It is one string
+of `part=digest` words, so a refusal can name the part that differs (io/sinks.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from ..api.classifier import Classifier
+from ..api.spec import RunSpec
+from ..io.inputs import Row
+
+SAMPLES, SAMPLE_BYTES = 16, 1 << 16  # 1 MiB read per weight file: milliseconds, at any size
+
+
+def weights_digest(model_dir: Path) -> list:
+    """What the run loads, cheaply: per weight file its name, size, mtime and a hash of 16
+    samples of 64 KiB spread evenly over it (the first holds the safetensors header, the last
+    the end of the data).
+
+    Catches: a weight file replaced by another model's or re-converted (the header and sampled
+    bytes differ, and so do size and mtime unless a copy preserved them), truncated, added or
+    removed. Misses: an edit confined to bytes between the samples whose writer then restored
+    the mtime (a flipped weight followed by `touch -r`); hashing every byte would catch it at
+    the cost of reading the whole model again on every run."""
+    out = []
+    for path in sorted(Path(model_dir).glob("*.safetensors")):
+        st, h = path.stat(), hashlib.sha256()
+        step = max(SAMPLE_BYTES, st.st_size // SAMPLES)
+        with open(path, "rb") as f:
+            for offset in sorted({*range(0, st.st_size, step), max(0, st.st_size - SAMPLE_BYTES)}):
+                h.update(os.pread(f.fileno(), SAMPLE_BYTES, offset))
+        out.append([path.name, st.st_size, st.st_mtime_ns, h.hexdigest()])
+    return out
+
+
+def digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def fingerprint(rows: list[Row], clf: Classifier, s: RunSpec) -> str:
+    """`model=… dtype=… input=… labels=… prompt=… settings=… adjustment=…` (16 hex digits a
+    part): the journal records it and `--resume` names the parts that differ."""
+    h = hashlib.sha256()
+    for r in rows:
+        h.update(json.dumps([r.id, r.text, r.error]).encode())
+    parts = {
+        "model": digest([weights_digest(clf.lm.path), str(Path(clf.lm.path).resolve())]),
+        "dtype": digest(str(clf.lm.dtype)),
+        "input": h.hexdigest()[:16],
+        "labels": digest([list(clf.labels.names), [list(t) for t in clf.labels.tokens]]),
+        "prompt": digest([clf.system_prompt, [list(e) for e in clf.examples]]),
+        "settings": digest(
+            [s.mode, clf.engine.prefix_cache, s.too_long, s.max_tokens, s.on_error, s.planner]
+        ),  # fmt: skip
+        "adjustment": digest([clf.adjust.p_cf, clf.adjust.prior, clf.adjust.min_confidence]),
+    }
+    return " ".join(f"{k}={v}" for k, v in parts.items())

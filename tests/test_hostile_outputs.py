@@ -1,0 +1,185 @@
+"""Hostile outputs that a table row cannot express: another run's journal or lock, a stream
+behind a link, links to files, file modes, a journal edited by hand or cut short."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlxbatch.io.sinks import Journal
+from tests.test_hostile import GOOD, invoke, rows_of, write
+
+
+def classify(model, src, out, *extra, cwd):
+    return invoke(["classify", src, "--model", model, "-o", out, *extra], None, cwd)
+
+
+def interrupted_journal(model, tmp_path, monkeypatch, data=GOOD + "{nope\n") -> Path:
+    """An interrupted run's journal holding the bad row's error line; returns -o."""
+    from mlxbatch.engine.engine import Engine
+
+    def interrupt(self, *a, **k):
+        raise KeyboardInterrupt
+        yield
+
+    src, out = write(tmp_path / "in.jsonl", data), tmp_path / "o.jsonl"
+    with monkeypatch.context() as m:
+        m.setattr(Engine, "run", interrupt)
+        r = classify(model, src, out, "--on-error", "skip", cwd=tmp_path)
+    assert r.exit_code == 130 and (tmp_path / "o.jsonl.part").is_file(), r.output
+    return out
+
+
+def test_a_finished_run_removes_only_its_own_journal(tmp_path):
+    out = tmp_path / "o.jsonl"
+    first = Journal(out, {"fingerprint": "a", "settings": {}}, False)
+    os.unlink(tmp_path / "o.jsonl.part")  # deleted by hand while running...
+    second = Journal(out, {"fingerprint": "b", "settings": {}}, False)  # ...and a rerun began
+    first.append([(0, {"id": "x", "error": "bad"})])
+    first.finish(1, ("a", "b"))
+    assert (tmp_path / "o.jsonl.part").read_text().startswith('{"mlxbatch_journal"')
+    second.close()
+
+
+def test_an_output_locked_by_another_process_is_refused(tiny_model_dir, tmp_path):
+    out = write(tmp_path / "busy.jsonl", "theirs\n")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys\n"
+         f"fd = os.open({str(out)!r}, os.O_RDWR)\nfcntl.lockf(fd, fcntl.LOCK_EX)\n"
+         "print('ready', flush=True)\nsys.stdin.read()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        src = write(tmp_path / "in.jsonl", GOOD)
+        r = classify(tiny_model_dir, src, out, cwd=tmp_path)
+        assert r.exit_code == 2 and f"locked by another process (pid {holder.pid})" in r.stderr
+        assert out.read_text() == "theirs\n"
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("option", ["-o", "--json"])
+def test_a_link_to_this_process_stdout_is_written_straight(tiny_model_dir, tmp_path, option):
+    """/dev/stdout into a shell redirect (here a link to /proc/self/fd/1, which is what
+    /dev/stdout is, so that a regression cannot replace the machine's /dev/stdout)."""
+    link = tmp_path / "stdout"
+    link.symlink_to("/proc/self/fd/1")
+    redirect = write(tmp_path / "redirect.txt", "kept\n")
+    src = write(tmp_path / "in.jsonl", GOOD.replace("}", ', "gold": "billing"}'))
+    args = ["-o", link] if option == "-o" else ["--gold-field", "gold", "--json", link]
+    with open(redirect, "a") as f:  # a `>>` redirect: what the file held is kept
+        r = subprocess.run([sys.executable, "-m", "mlxbatch", "classify", str(src), "--model",
+                            str(tiny_model_dir), *map(str, args)], stdout=f, stderr=subprocess.PIPE,
+                           text=True, cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert link.is_symlink() and os.readlink(link) == "/proc/self/fd/1"
+    text = redirect.read_text()
+    assert text.startswith("kept\n") and len(text.splitlines()) > 2
+    if option == "--json":
+        assert "accuracy" in text
+    assert not list(tmp_path.glob("*.part")) and not list(Path("/proc/self/fd").glob("*.part"))
+
+
+def test_a_link_to_a_file_writes_its_target(tiny_model_dir, tmp_path):
+    (tmp_path / "real").mkdir()
+    target = write(tmp_path / "real/out.jsonl", "old\n")
+    link = tmp_path / "out.jsonl"
+    link.symlink_to(target)
+    r = classify(tiny_model_dir, write(tmp_path / "in.jsonl", GOOD), link, cwd=tmp_path)
+    assert r.exit_code == 0, r.output
+    assert link.is_symlink() and len(rows_of(target)) == 2
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["out.jsonl"]
+
+
+def test_modes_follow_the_umask_and_an_existing_file_keeps_its_own(tiny_model_dir, tmp_path):
+    src = write(tmp_path / "in.jsonl", GOOD.replace("}", ', "gold": "billing"}'))
+    old = os.umask(0o077)
+    try:
+        r = classify(tiny_model_dir, src, tmp_path / "new.jsonl", "--gold-field", "gold",
+                     "--json", tmp_path / "new.json", cwd=tmp_path)  # fmt: skip
+    finally:
+        os.umask(old)
+    assert r.exit_code == 0, r.output
+    for name in ("new.jsonl", "new.json"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600, name
+    kept = write(tmp_path / "kept.jsonl", "old\n")
+    kept.chmod(0o640)
+    assert classify(tiny_model_dir, src, kept, cwd=tmp_path).exit_code == 0
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o640 and len(rows_of(kept)) == 2
+
+
+@pytest.mark.parametrize("line", [
+    '{"row": 0, "result": 5}',
+    '{"row": -1, "result": {"id": "a", "error": "x"}}',
+    '{"row": 0, "result": {"id": "a", "label": "nope", "scores": {"billing": 1.0, "technical": 0.0}}}',
+    '{"row": "0", "result": {"id": "a", "error": "x"}}',
+    '{"row": 2, "result": {"id": "c", "error": "again"}}',
+])  # fmt: skip
+def test_a_journal_edited_by_hand_is_refused_by_line(tiny_model_dir, tmp_path, monkeypatch, line):
+    out = interrupted_journal(tiny_model_dir, tmp_path, monkeypatch)
+    part = tmp_path / "o.jsonl.part"
+    before = part.read_text() + line + "\n"
+    part.write_text(before)
+    r = classify(tiny_model_dir, tmp_path / "in.jsonl", out, "--on-error", "skip", "--resume",
+                 cwd=tmp_path)  # fmt: skip
+    assert r.exit_code == 2 and "line 3" in r.stderr and "Traceback" not in r.output, r.output
+    assert part.read_text() == before and not out.exists()
+
+
+def test_a_journal_cut_short_by_a_full_disk_starts_over(tiny_model_dir, tmp_path, monkeypatch):
+    out = interrupted_journal(tiny_model_dir, tmp_path, monkeypatch)
+    part = tmp_path / "o.jsonl.part"
+    for content in ("", '{"mlxbatch_journal": 1, "finger'):
+        for extra in ([], ["--resume"]):
+            part.write_text(content)
+            r = classify(tiny_model_dir, tmp_path / "in.jsonl", out, "--on-error", "skip", *extra,
+                         cwd=tmp_path)  # fmt: skip
+            assert r.exit_code == 0, r.output
+            assert len(rows_of(out)) == 3 and not part.exists()
+            out.unlink()
+
+
+def test_resume_keeps_zero_blocks_out(tiny_model_dir, tmp_path, monkeypatch):
+    out = interrupted_journal(tiny_model_dir, tmp_path, monkeypatch)
+    part = tmp_path / "o.jsonl.part"
+    part.write_bytes(part.read_bytes() + b"\0" * 100 + b"\n")  # blocks a crash left unwritten
+    r = classify(tiny_model_dir, tmp_path / "in.jsonl", out, "--on-error", "skip", "--resume",
+                 cwd=tmp_path)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert [json.loads(x)["id"] for x in out.read_text().splitlines()][:2] == ["a", "b"]
+
+
+def test_resume_names_the_part_that_differs(tiny_model_dir, tmp_path, monkeypatch):
+    """Weights replaced under an unchanged manifest (size and mtime kept by `cp -p`-like
+    copying) mixed two models' rows; the weights are now sampled, and the refusal names them."""
+    import shutil
+
+    from mlxbatch.model.convert import init_random
+
+    model, other = tmp_path / "model", tmp_path / "other"
+    shutil.copytree(tiny_model_dir, model)
+    init_random(other, preset="tiny", seed=1, dtype="float32")
+    monkeypatch.chdir(tmp_path)
+    out = interrupted_journal(model, tmp_path, monkeypatch)
+    weights = model / "model.safetensors"
+    st = weights.stat()
+    shutil.copyfile(other / "model.safetensors", weights)
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert weights.stat().st_size == st.st_size
+    src = tmp_path / "in.jsonl"
+    r = classify(model, src, out, "--on-error", "skip", "--resume", cwd=tmp_path)
+    assert r.exit_code == 2 and "different model (its weights" in r.stderr, r.output
+    shutil.copyfile(tiny_model_dir / "model.safetensors", weights)  # the first model back
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))
+    r = classify(model, src, out, "--on-error", "skip", "--resume", "--system-prompt", "Sort.",
+                 cwd=tmp_path)  # fmt: skip
+    assert r.exit_code == 2 and "different system prompt or examples;" in r.stderr, r.output
+    assert classify(model, src, out, "--on-error", "skip", "--resume", cwd=tmp_path).exit_code == 0
