@@ -183,3 +183,47 @@ def test_resume_names_the_part_that_differs(tiny_model_dir, tmp_path, monkeypatc
                  cwd=tmp_path)  # fmt: skip
     assert r.exit_code == 2 and "different system prompt or examples;" in r.stderr, r.output
     assert classify(model, src, out, "--on-error", "skip", "--resume", cwd=tmp_path).exit_code == 0
+
+
+def test_eval_counts_predictions_outside_the_label_set(tiny_model_dir, tmp_path):
+    """--labels with a subset of the predicted labels dropped the others from the matrix
+    (accuracy 66.7% beside a macro-F1 of 1.000)."""
+    gold = write(tmp_path / "g.jsonl", "".join(
+        f'{{"id": "{i}", "text": "x", "gold": "{g}"}}\n'
+        for i, g in enumerate(["billing", "technical", "billing"])))  # fmt: skip
+    pred = write(tmp_path / "p.jsonl", "".join(
+        f'{{"id": "{i}", "label": "{p}", "scores": {{"billing": 0.5, "technical": 0.3, '
+        f'"account": 0.2}}}}\n' for i, p in enumerate(["billing", "technical", "account"])))  # fmt: skip
+    r = invoke(["eval", gold, pred, "--gold-field", "gold", "--labels", "billing,technical",
+                "--json", tmp_path / "m.json"], None, tmp_path)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    m = json.loads((tmp_path / "m.json").read_text())
+    assert m["accuracy"] == pytest.approx(2 / 3) and m["per_class"]["billing"]["recall"] == 0.5
+    assert m["macro_f1"] == pytest.approx((2 / 3 + 1) / 2)
+    assert m["confusion"]["matrix"] == [[1, 0, 1], [0, 1, 0]] and "'account'" in r.stdout
+
+
+def test_plot_without_matplotlib_is_refused_before_computing(tiny_model_dir, tmp_path, monkeypatch):
+    import importlib.util
+
+    from mlxbatch.engine.engine import Engine
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "matplotlib" else real(name, *a))  # fmt: skip
+    monkeypatch.setattr(Engine, "run", lambda *a, **k: pytest.fail("computed before refusing"))
+    src = write(tmp_path / "in.jsonl", GOOD.replace("}", ', "gold": "billing"}'))
+    r = classify(tiny_model_dir, src, tmp_path / "o.jsonl", "--gold-field", "gold", "--plot",
+                 cwd=tmp_path)  # fmt: skip
+    assert r.exit_code == 2 and "--plot needs matplotlib" in r.stderr, r.output
+
+
+def test_a_plot_of_many_labels_is_capped(tmp_path):
+    from mlxbatch.api.evaluate import evaluate, plot_confusion
+
+    labels = [f"label {i}" for i in range(120)]
+    m = evaluate(labels[1:] + labels[:1], labels, labels)
+    plot_confusion(m, tmp_path / "c.png")
+    header = (tmp_path / "c.png").read_bytes()[16:24]
+    width, height = int.from_bytes(header[:4], "big"), int.from_bytes(header[4:], "big")
+    assert 0 < width <= 4800 and 0 < height <= 4800

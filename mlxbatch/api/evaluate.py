@@ -49,7 +49,9 @@ def evaluate(
     n = len(gl)
     answered = [i for i, p in enumerate(pred) if p is not None]
     correct = np.array([pred[i] == gl[i] for i in range(n)], bool)
-    cols = (*labels, None) if len(answered) < n else labels
+    # a prediction outside the label set is wrong, never dropped: it gets its own column
+    outside = sorted({str(p) for p in pred if p is not None and p not in labels})
+    cols = (*labels, *outside, None) if len(answered) < n else (*labels, *outside)
     matrix = [
         [sum(1 for p, g in zip(pred, gl) if g == gt and p == pt) for pt in cols] for gt in labels
     ]
@@ -75,6 +77,7 @@ def evaluate(
         "confusion": {
             "labels": list(labels),
             "columns": [c if c else "(abstained)" for c in cols],
+            "outside_label_set": outside,
             "matrix": matrix,
         },  # fmt: skip
         "coverage": len(answered) / n if n else None,
@@ -108,6 +111,9 @@ def format_evaluation(m: dict) -> str:
     if m["unknown_gold"]:
         names = ", ".join(f"{k!r} x{v}" for k, v in sorted(m["unknown_gold"].items()))
         lines.append(f"gold labels not in the label set (not evaluated): {names}")
+    if m["confusion"].get("outside_label_set"):
+        names = ", ".join(map(repr, m["confusion"]["outside_label_set"]))
+        lines.append(f"predicted labels not in the label set (counted as wrong): {names}")
     if m.get("missing_gold"):
         lines.append(f"rows without a gold label (not evaluated): {m['missing_gold']}")
     if m["abstained"]:
@@ -135,6 +141,9 @@ def format_evaluation(m: dict) -> str:
     return "\n".join(lines)
 
 
+MAX_INCHES, MAX_CELL_TEXT = 40, 40  # at dpi 120: at most 4,800 pixels a side
+
+
 def plot_confusion(m: dict, path) -> None:
     try:
         import matplotlib
@@ -146,11 +155,15 @@ def plot_confusion(m: dict, path) -> None:
 
         raise UsageError("--plot needs matplotlib: pip install 'mlxbatch[plot]'") from None
     mat = np.array(m["confusion"]["matrix"])
-    fig, ax = plt.subplots(figsize=(1.2 * mat.shape[1] + 2, 1.1 * mat.shape[0] + 1.5))
+    # capped: 200 labels asked matplotlib for a 29k x 26k-pixel figure
+    scale = min(1.0, MAX_INCHES / (1.2 * max(mat.shape) + 2))
+    fig, ax = plt.subplots(figsize=(scale * (1.2 * mat.shape[1] + 2),
+                                    scale * (1.1 * mat.shape[0] + 1.5)))  # fmt: skip
+    ax.tick_params(labelsize=max(3.0, 10 * scale))
     ax.imshow(mat, cmap="Blues")
     ax.set_xticks(range(mat.shape[1]), m["confusion"]["columns"], rotation=30, ha="right")
     ax.set_yticks(range(mat.shape[0]), m["confusion"]["labels"])
-    for (i, j), v in np.ndenumerate(mat):
+    for (i, j), v in np.ndenumerate(mat if max(mat.shape) <= MAX_CELL_TEXT else np.zeros((0, 0))):
         ax.text(j, i, str(v), ha="center", va="center",
                 color="white" if v > mat.max() / 2 else "black")  # fmt: skip
     ax.set(xlabel="predicted", ylabel="gold",

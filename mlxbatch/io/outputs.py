@@ -4,6 +4,7 @@ rename; `-` is standard output, character devices and FIFOs are written straight
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import stat
 from pathlib import Path
@@ -158,6 +159,9 @@ def check_reports(json_path: Path | None, plot_path: Path | None, protected: lis
         option, path, other = hit
         raise OutputError(f"{option} {path} would overwrite {other}, which this run reads or "
                           f"writes; choose another {option} path")  # fmt: skip
+    if plot_path is not None and importlib.util.find_spec("matplotlib") is None:
+        raise OutputError("--plot needs matplotlib: pip install 'mlxbatch[plot]' (checked before "
+                          "anything is computed)")  # fmt: skip
     for path, option in reports:
         _check_name(option, path)
         if option == "--plot" and path.suffix.lower() not in PLOT_SUFFIXES:
