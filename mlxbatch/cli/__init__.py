@@ -13,6 +13,7 @@ from .classify import classify
 from .common import fail
 from .evaluate import evaluate_cmd
 from .models import convert, init_random_cmd, models, parity
+from .serve import bench_serve, serve
 
 
 class Group(click.Group):
@@ -34,7 +35,7 @@ def cli() -> None:
 
 
 for command in (classify, evaluate_cmd, convert, init_random_cmd, models, parity, bench, demo,
-                doctor, tickets):  # fmt: skip
+                doctor, tickets, serve, bench_serve):  # fmt: skip
     cli.add_command(command)
 
 

@@ -1,0 +1,148 @@
+"""`mlxbatch serve` and `mlxbatch bench-serve`: thin; the service is in serve/, the load test
+in bench/serve_load.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .common import (
+    LABELS_HELP,
+    echo,
+    fail,
+    max_batch_option,
+    model_option,
+    plot_target,
+    prompt_options,
+    prompt_spec,
+    report_options,
+    resolve_model,
+)
+
+
+def read_api_key(path: Path) -> bytes:
+    try:
+        key = path.read_bytes().strip()
+    except OSError as e:
+        fail(f"--api-key-file {path}: cannot read it ({e.strerror or e})")
+    if not key:
+        fail(f"--api-key-file {path}: the file is empty")
+    return key
+
+
+@click.command()
+@model_option
+@click.option("--labels", help=LABELS_HELP)
+@click.option("--system-prompt", help="System prompt text (default names the labels).")
+@click.option("--system-prompt-file", type=click.Path(path_type=Path))
+@prompt_options
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind; anything but the loopback prints a warning.")  # fmt: skip
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
+@click.option("--max-wait-ms", type=click.FloatRange(0), default=5.0, show_default=True,
+              help="How long the oldest queued item waits for others to batch with.")  # fmt: skip
+@click.option("--batch-tokens", type=click.IntRange(1),
+              help="Padded tokens per batch (default: as classify).")  # fmt: skip
+@max_batch_option
+@click.option("--max-queue", type=click.IntRange(1), default=1024, show_default=True,
+              help="Items waiting at most; past it requests get 429 with Retry-After.")  # fmt: skip
+@click.option("--max-inputs-per-request", type=click.IntRange(1), default=256,
+              show_default=True, help="Texts in one request; past it 413.")  # fmt: skip
+@click.option("--max-tokens", type=click.IntRange(1), default=2048, show_default=True,
+              help='Tokens an item may feed (within the model\'s context); past it 422, or '
+              'cut with "truncate": true in the request.')  # fmt: skip
+@click.option("--max-body-mb", type=click.FloatRange(0, min_open=True), default=2.0,
+              show_default=True, help="Request body cap; past it 413.")  # fmt: skip
+@click.option("--api-key-file", type=click.Path(path_type=Path),
+              help="Require 'Authorization: Bearer <the key in this file>' on /v1/*.")  # fmt: skip
+@click.option("--verify-sample", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="Fraction of items re-scored on the gold loop while idle.")  # fmt: skip
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+              default="info", show_default=True)  # fmt: skip
+def serve(model, labels, system_prompt, system_prompt_file, labels_file, examples, calibrate,
+          prior, min_confidence, host, port, max_wait_ms, batch_tokens, max_batch, max_queue,
+          max_inputs_per_request, max_tokens, max_body_mb, api_key_file, verify_sample,
+          log_level):  # fmt: skip
+    """Serve classification over HTTP (POST /v1/classify), batching what arrives."""
+    from ..serve.limits import MB, Limits
+    from ..serve.server import LOOPBACK
+    from ..serve.server import serve as run
+    from ..serve.service import ServeSpec, Service
+
+    if max_inputs_per_request > max_queue:
+        fail(f"--max-inputs-per-request {max_inputs_per_request} is over --max-queue "
+             f"{max_queue}: such a request could never be queued")  # fmt: skip
+    key = read_api_key(api_key_file) if api_key_file else None
+    if host not in LOOPBACK:
+        echo(
+            f"warning: --host {host} serves beyond this machine"
+            + ("" if key else "; anyone who can reach it may classify (see --api-key-file)")
+        )
+    spec = prompt_spec(labels, labels_file, system_prompt, system_prompt_file, examples)
+    path = resolve_model(model)
+    limits = Limits(max_body_bytes=int(max_body_mb * MB), max_inputs=max_inputs_per_request,
+                    max_tokens=max_tokens, max_queue=max_queue,
+                    max_wait_s=max_wait_ms / 1000)  # fmt: skip
+    service = Service(ServeSpec(
+        model=path, name=model or path.name, labels=spec.labels, system_prompt=spec.system,
+        examples=spec.examples, calibrate=calibrate, prior=prior, min_confidence=min_confidence,
+        batch_tokens=batch_tokens, max_batch=max_batch, limits=limits,
+        verify_sample=verify_sample,
+    ))  # fmt: skip
+    code = run(service, host, port, key, log_level)
+    if code:
+        fail(f"the model did not load: {service.failure}", code)
+
+
+@click.command("bench-serve")
+@model_option
+@click.option("--tickets", "n", type=click.IntRange(1), default=400, show_default=True,
+              help="Synthetic tickets (the classify baseline and the requests' texts).")  # fmt: skip
+@click.option("--mix", type=click.Choice(["default", "short", "long", "heavy-tail"]),
+              default="default", show_default=True)  # fmt: skip
+@click.option("--loads", default="0.25,0.5,0.7,0.9,1.2,2.0", show_default=True,
+              help="Offered rates, as multiples of classify --mode sorted's items/s.")  # fmt: skip
+@click.option("--seconds", type=click.FloatRange(0.5), default=10.0, show_default=True,
+              help="Arrivals at each load.")  # fmt: skip
+@click.option("--sequential", type=click.IntRange(1), default=40, show_default=True,
+              help="Requests sent one at a time (the latency baseline).")  # fmt: skip
+@click.option("--soak-seconds", type=click.FloatRange(0), default=0.0, show_default=True,
+              help="Then this long at 70% of capacity (the issue asks for 600).")  # fmt: skip
+@click.option("--max-queue", type=click.IntRange(1), default=256, show_default=True)
+@report_options("every figure", "bench-serve")
+@click.option("--quick", is_flag=True, help="Tiny synthetic model, 2 s a load: checks the command.")
+def bench_serve(model, n, mix, loads, seconds, sequential, soak_seconds, max_queue, json_path,
+                plot_path, quick):  # fmt: skip
+    """Load-test `mlxbatch serve`: open-loop arrivals at several rates against classify."""
+    import tempfile
+
+    from ..bench.serve_load import LoadOptions, format_report, plot, run
+    from ..bench.workload import generate
+    from ..io.outputs import check_reports, write_json_report
+
+    try:
+        rates = tuple(float(x) for x in loads.split(",") if x.strip())
+    except ValueError:
+        fail(f"--loads {loads!r}: give comma-separated multiples of capacity, e.g. 0.5,1,2")
+    if not rates or min(rates) <= 0:
+        fail(f"--loads {loads!r}: give at least one multiple above 0")
+    plot_path = plot_target(plot_path, json_path, "bench-serve")
+    check_reports(json_path, plot_path, [])
+    tmp = tempfile.TemporaryDirectory()
+    if quick:
+        from ..model.convert import init_random
+
+        model = str(Path(tmp.name) / "tiny")
+        init_random(model, preset="tiny", seed=0, dtype="float32")
+        n, seconds, sequential = min(n, 60), min(seconds, 2.0), min(sequential, 10)
+    texts = tuple(r["text"] for r in generate(n, seed=0, mix=mix))
+    options = LoadOptions(resolve_model(model), texts, rates, seconds, sequential, soak_seconds,
+                          max_queue)  # fmt: skip
+    result = run(options, progress=echo)
+    tmp.cleanup()
+    click.echo(format_report(result))
+    if json_path:
+        write_json_report(json_path, result)
+    if plot_path:
+        plot(result, plot_path)

@@ -1,0 +1,106 @@
+"""The HTTP routes (Starlette): /v1/classify, /v1/models, /health, /metrics.
+
+Every reply other than 200 is `{"error": {"message", "type", "code"}}` (see errors.py).
+The routes only read, validate and await: tokenizing runs in a worker thread and scoring
+on the scheduler's threads, never on the event loop. Ticket texts are never logged.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from contextlib import asynccontextmanager
+
+import anyio
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from .errors import TYPES, ApiError
+from .limits import parse_classify, read_body
+from .service import Service
+
+log = logging.getLogger("mlxbatch.serve")
+
+
+def check_key(request: Request, key: bytes | None) -> None:
+    """401 unless the request carries `Authorization: Bearer <key>` (constant-time compare)."""
+    if key is None:
+        return
+    given = request.headers.get("authorization", "")
+    scheme, _, token = given.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key):
+        raise ApiError(401, "a valid API key is required: send 'Authorization: Bearer <key>'",
+                       {"WWW-Authenticate": "Bearer"})  # fmt: skip
+
+
+def build_app(service: Service, api_key: bytes | None = None) -> Starlette:
+    metrics, limits = service.metrics, service.limits
+
+    async def classify(request: Request) -> Response:
+        start = time.perf_counter()
+        try:
+            check_key(request, api_key)
+            service.check_accepting()
+            body = await read_body(request, limits.max_body_bytes)
+            reply = await service.classify(parse_classify(body, limits, service.names))
+        except ApiError as e:
+            metrics.request(e.type, e.status)
+            log.info("classify: %d %s", e.status, e.type)
+            return e.response()
+        except ClientDisconnect:  # gone mid-body: nobody to answer
+            metrics.request("disconnected", 499)
+            log.info("classify: the client disconnected before sending its whole body")
+            return Response(status_code=400)
+        except Exception:  # a bug: log it (the traceback, never the texts), reply 500
+            log.exception("classify failed")
+            metrics.request("internal", 500)
+            return ApiError(500, "internal error (see the server's log)").response()
+        seconds = time.perf_counter() - start
+        metrics.request("ok", 200, seconds)
+        log.debug("classify: 200, %d item(s) in %.1f ms", len(reply["data"]), seconds * 1e3)
+        return JSONResponse(reply)
+
+    async def models(request: Request) -> Response:
+        try:
+            check_key(request, api_key)
+            if service.state not in ("ready", "draining") or service.clf is None:
+                service.check_accepting()
+        except ApiError as e:
+            return e.response()
+        return JSONResponse(service.describe())
+
+    async def health(request: Request) -> Response:
+        status, body = service.health()
+        return JSONResponse(body, status_code=status)
+
+    async def prometheus(request: Request) -> Response:
+        return Response(metrics.render(), media_type=metrics.content_type)
+
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        status = exc.status_code if exc.status_code in TYPES else 400
+        if exc.status_code == 405:
+            body = {"message": f"{request.method} is not allowed on {request.url.path}",
+                    "type": "method_not_allowed", "code": 405}  # fmt: skip
+            return JSONResponse({"error": body}, status_code=405)
+        return ApiError(status, f"no route {request.url.path}" if status == 404 else
+                        str(exc.detail)).response()  # fmt: skip
+
+    @asynccontextmanager
+    async def lifespan(app):
+        service.start()
+        yield
+        await anyio.to_thread.run_sync(service.close)  # after uvicorn's in-flight requests
+
+    routes = [
+        Route("/v1/classify", classify, methods=["POST"]),
+        Route("/classify", classify, methods=["POST"]),  # vLLM's path too
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", prometheus, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException:
+                                                                          http_error})  # fmt: skip

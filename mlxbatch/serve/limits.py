@@ -1,0 +1,112 @@
+"""What a request may be: the limits, the body read under its cap, and the body's shape.
+
+The body is read from the stream and counted as it arrives, so a 50 MB body costs the
+server 2 MB of memory before its 413, and nothing is parsed until the whole body is in.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from starlette.requests import ClientDisconnect, Request
+
+from ..errors import unicode_problem
+from .errors import ApiError
+
+MB = 2**20
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body_bytes: int = 2 * MB  # like TEI's 2 MB payload limit
+    max_inputs: int = 256  # texts in one request
+    max_tokens: int | None = 2048  # an item's prompt; the model's context caps it too
+    max_queue: int = 1024  # items waiting in the scheduler
+    max_wait_s: float = 0.005  # how long the oldest queued item waits for company
+
+    def as_dict(self) -> dict:
+        return {
+            "max_body_bytes": self.max_body_bytes,
+            "max_inputs_per_request": self.max_inputs,
+            "max_tokens": self.max_tokens,
+            "max_queue": self.max_queue,
+            "max_wait_ms": self.max_wait_s * 1000,
+        }
+
+
+@dataclass(frozen=True)
+class ClassifyRequest:
+    texts: list[str]
+    truncate: bool
+
+
+FIELDS = {"model", "input", "truncate", "user"}  # "user": accepted as OpenAI clients send it
+
+
+async def read_body(request: Request, cap: int) -> bytes:
+    """The body, or 413 as soon as it is known to pass `cap` bytes (declared or counted)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > cap:
+        raise ApiError(413, f"the body is {int(declared):,} bytes; the limit is {cap:,}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > cap:
+            raise ApiError(413, f"the body passes the limit of {cap:,} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_classify(body: bytes, limits: Limits, models: tuple[str, ...]) -> ClassifyRequest:
+    """The request's texts, or the ApiError (400, 404, 413) naming the field or the item."""
+    try:
+        doc = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ApiError(400, f"the body is not valid JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise ApiError(400, f'the body must be a JSON object with "input", not a {_kind(doc)}')
+    unknown = sorted(set(doc) - FIELDS)
+    if unknown:
+        raise ApiError(400, f"unknown field(s) {unknown}: the model, labels and prompt are "
+                       "set when the server starts, not per request")  # fmt: skip
+    model = doc.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ApiError(400, f'"model" must be a string, not a {_kind(model)}')
+    if model is not None and model not in models:
+        raise ApiError(404, f"model {model!r} is not served here (this server serves "
+                       f"{models[0]!r})")  # fmt: skip
+    truncate = doc.get("truncate", False)
+    if not isinstance(truncate, bool):
+        raise ApiError(400, f'"truncate" must be true or false, not a {_kind(truncate)}')
+    return ClassifyRequest(_texts(doc, limits.max_inputs), truncate)
+
+
+def _texts(doc: dict, max_inputs: int) -> list[str]:
+    if "input" not in doc:
+        raise ApiError(400, 'the body has no "input" (a string or a list of strings)')
+    texts = doc["input"]
+    if isinstance(texts, str):
+        texts = [texts]
+    if not isinstance(texts, list):
+        raise ApiError(400, f'"input" must be a string or a list of strings, not a {_kind(texts)}')
+    if not texts:
+        raise ApiError(400, '"input" is an empty list')
+    if len(texts) > max_inputs:
+        raise ApiError(413, f'"input" holds {len(texts):,} texts; the limit is {max_inputs:,} '
+                       "a request (--max-inputs-per-request)")  # fmt: skip
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise ApiError(400, f"input[{i}] must be a string, not a {_kind(t)}")
+        if problem := unicode_problem(t):
+            raise ApiError(400, f"input[{i}] holds {problem}")
+    return texts
+
+
+def _kind(x) -> str:
+    return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(x), "number"
+    )
+
+
+__all__ = ["ClassifyRequest", "ClientDisconnect", "Limits", "parse_classify", "read_body"]

@@ -1,0 +1,208 @@
+"""The service behind the routes: the classifier and the live scheduler, loaded in the
+background, and one request's path from texts to a reply in vLLM's classify shape.
+
+States: starting (the model loads while /health answers 503) -> ready -> draining (SIGTERM:
+new requests get 503, queued ones finish). A failed load is "failed" and stops the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import numpy as np
+
+from ..api.classifier import Classifier
+from ..engine.scheduler import LiveScheduler, QueueFull
+from ..errors import ItemTooLong
+from .errors import ApiError
+from .limits import ClassifyRequest, Limits
+from .metrics import Metrics
+from .verify import Verifier
+
+log = logging.getLogger("mlxbatch.serve")
+INLINE_CHARS = 4096  # requests this short are tokenized on the event loop (well under 1 ms)
+
+
+@dataclass(frozen=True)
+class ServeSpec:
+    """Everything the server is started with; no request can change any of it."""
+
+    model: Path
+    name: str  # the model name requests may give (the --model argument as typed)
+    labels: tuple[str, ...]
+    system_prompt: str | None = None
+    examples: tuple[tuple[str, str], ...] = ()
+    calibrate: bool = False
+    prior: str | None = None
+    min_confidence: float | None = None
+    batch_tokens: int | None = None
+    max_batch: int = 64
+    limits: Limits = field(default_factory=Limits)
+    verify_sample: float = 0.0
+
+
+class Service:
+    def __init__(self, spec: ServeSpec, metrics: Metrics | None = None):
+        self.spec, self.limits = spec, spec.limits
+        self.metrics = metrics or Metrics()
+        self.state, self.failure, self.degraded = "starting", None, False
+        self.clf = self.scheduler = self.verifier = None
+        self.startup: dict[str, float] = {}
+        self.created = int(time.time())
+        self.on_failed: Callable[[], None] = lambda: None  # set by the server: stop serving
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.spec.name, self.spec.model.name, str(self.spec.model))
+
+    def start(self) -> threading.Thread:
+        """Load in the background: the server listens (and /health says 503) meanwhile."""
+        thread = threading.Thread(target=self._load, name="mlxbatch-load", daemon=True)
+        thread.start()
+        return thread
+
+    def _load(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            s = self.spec
+            self.clf = clf = Classifier.load(
+                s.model, labels=s.labels, system_prompt=s.system_prompt, examples=s.examples,
+                calibrate=s.calibrate, prior=s.prior, min_confidence=s.min_confidence,
+            )  # fmt: skip
+            t1 = time.perf_counter()
+            policy = clf.policy("sorted", batch_tokens=s.batch_tokens, max_batch=s.max_batch)
+            self.verifier = Verifier(s.verify_sample, clf.engine.score_gold, self._label_of,
+                                     self._verified)  # fmt: skip
+            self.scheduler = LiveScheduler(
+                clf.engine, policy, max_wait=self.limits.max_wait_s,
+                max_queue=self.limits.max_queue, on_batch=self.metrics.batch,
+                on_idle=self.verifier.step,
+            )  # fmt: skip
+            self.scheduler.start()
+            self.metrics.track_queue(lambda: self.scheduler.queued)
+        except Exception as e:  # a bad checkpoint or label set: say so, then stop the server
+            self.state, self.failure = "failed", str(e) or type(e).__name__
+            log.error("the model failed to load: %s", self.failure)
+            self.on_failed()
+            return
+        t2 = time.perf_counter()
+        self.startup = {"load_seconds": t1 - t0, "plan_seconds": t2 - t1, "seconds": t2 - t0}
+        self.metrics.startup_seconds.set(t2 - t0)
+        if self.state == "starting":  # not draining already
+            self.state = "ready"
+            self.metrics.ready.set(1)
+        log.info("ready in %.2f s: %s", t2 - t0, clf.lm.describe())
+
+    def drain(self) -> None:
+        """Stop accepting (503); what is queued still finishes."""
+        if self.state in ("starting", "ready"):
+            self.state = "draining"
+        self.metrics.ready.set(0)
+
+    def close(self) -> None:
+        self.drain()
+        if self.scheduler is not None:
+            self.scheduler.close(drain=True)
+
+    def check_accepting(self) -> None:
+        if self.state != "ready":
+            what = {"starting": "the model is still loading", "draining": "the server is "
+                    "shutting down"}.get(self.state, "the model failed to load")  # fmt: skip
+            raise ApiError(503, what, {"Retry-After": "1"} if self.state == "starting" else None)
+
+    async def classify(self, req: ClassifyRequest) -> dict:
+        """The reply to one request; ApiError for 422, 429 and 503."""
+        if sum(map(len, req.texts)) < INLINE_CHARS:  # a thread hop costs more than this
+            prepared = self._prepare(req)
+        else:
+            prepared = await anyio.to_thread.run_sync(self._prepare, req)
+        prompts = [p.prompt for p in prepared]
+        try:
+            future = self.scheduler.submit(prompts)
+        except QueueFull as e:
+            wait = max(1, math.ceil(e.retry_after))
+            raise ApiError(429, f"the queue is full ({self.limits.max_queue:,} items); retry "
+                           f"in {wait} s", {"Retry-After": str(wait)}) from None  # fmt: skip
+        except RuntimeError as e:  # the scheduler began draining
+            raise ApiError(503, f"the server is shutting down ({e})") from None
+        # shielded: a cancelled request must not cancel the scheduler's future under it
+        probs = await asyncio.shield(asyncio.wrap_future(future))
+        rid = f"classify-{uuid.uuid4().hex}"
+        self.verifier.offer(rid, prompts, probs)
+        self.metrics.items.inc(len(prompts))
+        return self._reply(rid, prepared, probs)
+
+    def _prepare(self, req: ClassifyRequest) -> list:
+        out = []
+        for i, text in enumerate(req.texts):
+            try:
+                out.append(self.clf.prepare(text, self.limits.max_tokens, req.truncate))
+            except ItemTooLong as e:
+                raise ApiError(422, f'input[{i}]: {e}; send "truncate": true to cut it') from None
+        return out
+
+    def _reply(self, rid: str, prepared: list, probs: np.ndarray) -> dict:
+        names = self.clf.labels.names
+        data = []
+        for i, (p, pred) in enumerate(zip(prepared, self.clf.predictions(probs))):
+            item = {"index": i, "label": pred.label, "probs": [pred.scores[n] for n in names],
+                    "num_classes": len(names), "scores": pred.scores,
+                    "abstained": pred.abstained}  # fmt: skip
+            if p.truncated:
+                item["truncated"] = p.truncated
+            data.append(item)
+        tokens = sum(len(p.prompt) for p in prepared)
+        cached = tokens - sum(p.tokens for p in prepared)
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0,
+                 "prompt_tokens_details": {"cached_tokens": cached}}  # fmt: skip
+        return {"id": rid, "object": "list", "created": int(time.time()), "model": self.spec.name,
+                "data": data, "usage": usage}  # fmt: skip
+
+    def _label_of(self, probs: np.ndarray) -> str | None:
+        return self.clf.predictions(np.asarray(probs)[None])[0].label
+
+    def _verified(self, mismatch: bool, diff: float) -> None:
+        self.metrics.verification(mismatch, diff)
+        if mismatch:
+            self.degraded = True
+
+    def health(self) -> tuple[int, dict]:
+        if self.state != "ready":
+            body = {"status": self.state}
+            if self.failure:
+                body["error"] = self.failure
+            return 503, body
+        v = self.verifier
+        return 200, {"status": "degraded" if self.degraded else "ok", "startup": self.startup,
+                     "queued": self.scheduler.queued, "verify_mismatches": v.mismatches,
+                     "verify_pending": len(v.pending)}  # fmt: skip
+
+    def describe(self) -> dict:
+        """The served model as /v1/models shows it (OpenAI's list shape, plus what we serve)."""
+        import mlx.core as mx
+
+        clf = self.clf
+        prefix = np.asarray(clf.engine.prefix, np.int64).tobytes()
+        card = {
+            "id": self.spec.name, "object": "model", "created": self.created,
+            "owned_by": "mlxbatch", "checkpoint": clf.lm.describe(),
+            "labels": list(clf.labels.names),
+            "prefix": {"tokens": len(clf.engine.prefix),
+                       "sha256": hashlib.sha256(prefix).hexdigest()},
+            "limits": self.limits.as_dict(),
+            "batching": {"max_batch": self.spec.max_batch, "batch_tokens": self.spec.batch_tokens,
+                         "lanes": clf.engine.lanes},
+            "calibrate": self.spec.calibrate, "min_confidence": self.spec.min_confidence,
+            "verify_sample": self.spec.verify_sample, "device": str(mx.default_device()),
+        }  # fmt: skip
+        return {"object": "list", "data": [card]}
