@@ -43,3 +43,7 @@ def unicode_problem(text: str) -> str | None:
     except UnicodeEncodeError as e:
         return f"a lone surrogate {text[e.start]!r} at character {e.start + 1} (not valid Unicode)"
     return None
+
+
+class ItemTooLong(UsageError):
+    """One item over the per-item token limit, where truncation was not asked for."""

@@ -111,12 +111,13 @@ def test_a_budget_that_cannot_fit_is_refused(tiny_model_dir, tickets_file):
 
 def test_peak_memory_stays_under_the_stated_bound(tiny_model_dir, tickets_file):
     from mlxbatch.api.classifier import Classifier
+    from mlxbatch.api.spec import RunSpec
     from mlxbatch.io.inputs import read_rows
-    from mlxbatch.jobs.job import JobSettings, run_job
+    from mlxbatch.jobs.job import run_job
 
     clf = Classifier.load(tiny_model_dir)
     rows, _ = read_rows(str(tickets_file))
-    res = run_job(clf, rows, JobSettings(batch_tokens=1024), None)
+    res = run_job(clf, rows, RunSpec(batch_tokens=1024), None)
     assert 0 < res.peak_memory <= res.memory_bound
 
 

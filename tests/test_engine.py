@@ -58,7 +58,7 @@ def test_every_mode_matches_the_gold_loop(lm, labels, seed):
     for prefix_cache in (True, False):
         e = engine(lm, labels, prefix_cache)
         fed = e.fed_lengths(prompts)
-        for mode, max_batch in (("sorted", 8), ("naive", 5), ("sequential", 1), ("sorted", 64)):
+        for mode, max_batch in (("greedy", 8), ("naive", 5), ("sequential", 1), ("greedy", 64)):
             probs = scored(e, prompts, plan_batches(fed, mode, max(budget, max(fed)), max_batch))
             assert (probs.argmax(1) == gold.argmax(1)).all(), (mode, prefix_cache)
             np.testing.assert_allclose(probs, gold, atol=2e-6, err_msg=f"{mode} {prefix_cache}")
@@ -224,7 +224,7 @@ def test_scores_match_transformers(tied_pair, labels):
     texts = random_texts(11, 10, 30)
     prompts = [e.prompt(t) for t in texts]
     fed = e.fed_lengths(prompts)
-    ours = scored(e, prompts, plan_batches(fed, "sorted", 400, 4))
+    ours = scored(e, prompts, plan_batches(fed, "greedy", 400, 4))
     hf = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
     for i, p in enumerate(prompts):
         sums = []

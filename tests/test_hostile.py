@@ -148,8 +148,28 @@ def _nan_weights(m):
     mx.save_safetensors(str(m / "model.safetensors"), t)
 
 
+def _int_weights(m):
+    t = mx.load(str(m / "model.safetensors"))
+    t["model.norm.weight"] = t["model.norm.weight"].astype(mx.int32)
+    mx.save_safetensors(str(m / "model.safetensors"), t)
+
+
 NESTED = '{"id": "n", "text": ' + "[" * 100_000 + "]" * 100_000 + "}\n"
 HUGE_INT = '{"id": "h", "text": ' + "9" * 5000 + "}\n"
+
+JOURNAL = '{"mlxbatch_journal": 1, "fingerprint": "x", "settings": {}}\n'
+
+
+def c_cut_journal(content: str, *extra):
+    """A journal left without a finished header (a full disk): the run starts over."""
+
+    def setup(tmp, m):
+        write(tmp / "o.jsonl.part", content)
+        return ["classify", write(tmp / "in.jsonl", GOOD), "--model", m, "-o", "o.jsonl",
+                *extra], None  # fmt: skip
+
+    return setup
+
 
 ERRORS = {
     # input files
@@ -203,6 +223,11 @@ ERRORS = {
     "-o journal name is someone's file": (c_out(_foreign_part), "not written by mlxbatch"),
     "input named like the journal": (_input_is_part, "is the input file"),
     "-o is the examples file": (lambda t, m: (["classify", write(t / "in.jsonl", GOOD), "--model", m, "--examples", write(t / "ex.jsonl", '{"text": "x", "label": "billing"}\n'), "-o", t / "ex.jsonl"], None), "is the input file"),
+    "-o is another run's journal": (c_out(lambda t, s: write(t / "k.jsonl.part", JOURNAL)), "is the journal of another mlxbatch run"),
+    "--json onto another run's journal": (lambda t, m: c_report("--json", "k.jsonl.part")(t, m) if write(t / "k.jsonl.part", JOURNAL) else None, "is the journal of another mlxbatch run"),
+    "-o too long a name for its journal": (c_out(lambda t, s: t / ("x" * 246 + ".jsonl")), "the name of its journal is longer than"),
+    "--plot too long a name": (c_report("--plot", "y" * 252 + ".png"), "--plot"),
+    "--json too long a name": (lambda t, m: c_report("--json", t / ("j" * 256))(t, m), "the name is longer than"),
     "--resume on /dev/null": (c_out(lambda t, s: Path("/dev/null"), "--resume"), "regular output file"),
     "--resume without -o": (c_in(GOOD, "--resume"), "--resume needs -o"),
     # evaluation reports
@@ -243,6 +268,12 @@ ERRORS = {
     "config negative vocab": (c_model(lambda m: edit_config(m, vocab_size=-5)), "vocab_size must be"),
     "config bool tie": (c_model(lambda m: edit_config(m, tie_word_embeddings="yes")), "tie_word_embeddings"),
     "vocab below control tokens": (c_model(lambda m: edit_config(m, vocab_size=1000)), "do not belong together"),
+    "config a billion layers": (c_model(lambda m: edit_config(m, num_hidden_layers=10**9)), "num_hidden_layers 1,000,000,000 is beyond"),
+    "config layers as 1e9": (c_model(lambda m: edit_config(m, num_hidden_layers=1e9)), "num_hidden_layers"),
+    "config huge hidden size": (c_model(lambda m: edit_config(m, hidden_size=2**40, num_attention_heads=2**10)), "hidden_size"),
+    "config huge vocab": (c_model(lambda m: edit_config(m, vocab_size=10**12)), "vocab_size"),
+    "config huge heads": (c_model(lambda m: edit_config(m, num_attention_heads=2**30, num_key_value_heads=2**30)), "num_attention_heads"),
+    "integer dense weight": (c_model(_int_weights), "a dense weight must be one of"),
     "safetensors header is a list": (c_model(_header_list), "corrupt safetensors header"),
     "safetensors missing offsets": (c_model(_no_offsets), "data_offsets"),
     "safetensors unknown dtype": (c_model(_bad_dtype), "unknown dtype"),
@@ -276,6 +307,9 @@ OKS = {
     "--input-format tsv on classify": (c_in("id\ttext\nx\ta, b\n", "--input-format", "tsv", "-o", "o.jsonl", name="in.data"), ["x"]),
     "csv with another suffix": (c_in("id,text\nx,a\ny,b\n", "-o", "o.jsonl", name="in.csv.bak"), ["x", "y"]),
     "max-batch huge": (c_in(GOOD, "--max-batch", 10**7, "-o", "o.jsonl"), 2),
+    "0-byte journal (a full disk)": (c_cut_journal(""), 2),
+    "0-byte journal, --resume": (c_cut_journal("", "--resume"), 2),
+    "journal header cut short, --resume": (c_cut_journal('{"mlxbatch_journal": 1, "fing', "--resume"), 2),
     "bad rows skipped": (c_in(GOOD + "{nope\n" + '{"id": "c"}\n', "--on-error", "skip", "-o", "o.jsonl"), 4),
 }  # fmt: skip
 
@@ -380,11 +414,11 @@ def test_truncation_meets_the_limit_on_character_boundaries(tiny_model_dir, tmp_
         else:
             assert row["truncated"]["to_tokens"] <= 12
     from mlxbatch.api.classifier import Classifier
-    from mlxbatch.jobs.job import truncate
+    from mlxbatch.api.limits import truncate
 
     clf = Classifier.load(tiny_model_dir)
     for t in texts:
-        cut = truncate(clf, t, 16)
+        cut = truncate(clf.engine, t, 16)
         assert cut is not None and "\ufffd" not in cut[0] and cut[1] <= 16
         assert len(clf.engine.fed(clf.engine.prompt(cut[0]))) == cut[1]
 
@@ -393,12 +427,13 @@ def test_a_second_run_on_the_same_output_is_refused_with_its_pid(tiny_model_dir,
     from mlxbatch.io.sinks import Journal
 
     out = tmp_path / "o.jsonl"
+    # the holder keeps the lock until it is killed, however long the refused runs take
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
+        [sys.executable, "-c", "import sys\nfrom pathlib import Path\n"
          "from mlxbatch.io.sinks import Journal\n"
          f"j = Journal(Path({str(out)!r}), {{'fingerprint': 'x', 'settings': {{}}}}, False)\n"
-         "print('ready', flush=True)\ntime.sleep(60)\n"],
-        stdout=subprocess.PIPE, text=True,
+         "print('ready', flush=True)\nsys.stdin.read()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == "ready"
@@ -434,7 +469,7 @@ def test_resume_with_another_dtype_is_refused(tiny_model_dir, tmp_path, monkeypa
     assert r.exit_code == 130
     monkeypatch.undo()
     r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out, "--dtype", "float16", "--resume"], None, tmp_path)  # fmt: skip
-    assert r.exit_code == 2 and "different input, model" in r.stderr
+    assert r.exit_code == 2 and "different --dtype;" in r.stderr, r.output
 
 
 def test_converting_a_synthetic_model_keeps_it_synthetic(tiny_model_dir, tmp_path):
@@ -455,12 +490,13 @@ def test_parity_without_torch_names_the_extra(tiny_model_dir, tmp_path, monkeypa
     assert r.exit_code == 2 and "mlxbatch[parity]" in r.stderr
 
 
-def test_bad_memory_limit_is_named(tiny_model_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("MLXBATCH_MEMORY_LIMIT", "lots")
+@pytest.mark.parametrize("limit", ["lots", "inf", "nan", "-5G", "0", "1e400"])
+def test_bad_memory_limit_is_named(tiny_model_dir, tmp_path, monkeypatch, limit):
+    monkeypatch.setenv("MLXBATCH_MEMORY_LIMIT", limit)
     r = invoke(
         ["classify", write(tmp_path / "in.jsonl", GOOD), "--model", tiny_model_dir], None, tmp_path
     )
-    assert r.exit_code == 2 and "MLXBATCH_MEMORY_LIMIT" in r.stderr
+    assert r.exit_code == 2 and "MLXBATCH_MEMORY_LIMIT" in r.stderr, r.output
 
 
 def test_output_onto_the_file_redirected_to_stdin_is_refused(tiny_model_dir, tmp_path):

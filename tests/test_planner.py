@@ -95,16 +95,17 @@ def test_multi_token_labels_raise_the_predicted_cost():
 def test_the_reported_prediction_counts_the_label_pass(tiny_model_dir, tmp_path):
     """The job's "predicted" figure is the time the planner minimised, label pass included."""
     from mlxbatch.api.classifier import Classifier
+    from mlxbatch.api.spec import RunSpec
     from mlxbatch.bench.workload import generate, write_jsonl
     from mlxbatch.io.inputs import read_rows
-    from mlxbatch.jobs.job import JobSettings, run_job
+    from mlxbatch.jobs.job import run_job
 
     clf = Classifier.load(tiny_model_dir, ("billing issue", "technical problem", "account"))
     prefix, rows, length = clf.cost_terms()
     assert prefix == len(clf.engine.prefix) and rows == 3 and length == clf.labels.max_len - 1 > 0
     src = tmp_path / "t.jsonl"
     write_jsonl(generate(20, seed=3), src)
-    result = run_job(clf, read_rows(str(src))[0], JobSettings(), tmp_path / "o.jsonl")
+    result = run_job(clf, read_rows(str(src))[0], RunSpec(), tmp_path / "o.jsonl")
     prompts = [clf.engine.prompt(t["text"]) for t in generate(20, seed=3)]
     cost = clf.cost_model()
     batches = clf.plan(prompts, cost=cost)
@@ -132,7 +133,7 @@ def test_fit_recovers_known_constants(tiny_model_dir):
     truth = CostModel(0.05, 1e-3, 3e-6, clf.engine.lanes)
     P = len(clf.engine.prefix)
     seconds = [float(truth.seconds(r, w, P)) for r, w in SHAPES]
-    got = fit(clf, list(SHAPES), seconds)
+    got = fit(clf.engine, list(SHAPES), seconds)
     assert got.per_batch == pytest.approx(truth.per_batch, rel=1e-6)
     assert got.per_token == pytest.approx(truth.per_token, rel=1e-6)
     assert got.per_key == pytest.approx(truth.per_key, rel=1e-6)
@@ -162,24 +163,27 @@ def test_calibration_is_cached_and_used(tiny_model_dir, tmp_path, monkeypatch):
     assert clf.cost_model().source == "default"
     model, meas = calibrate(clf.engine)
     assert model.source == "calibrated" and len(meas["seconds"]) == len(meas["shapes"])
-    assert cached(clf.engine) == model and clf.cost_model() == model
+    assert cached(clf.engine) == model
+    assert clf.cost_model().source == "default"  # looked up once per classifier
+    assert Classifier.load(tiny_model_dir).cost_model() == model  # the next one uses the cache
     assert cached_entries()[0]["model"]["per_token"] == model.per_token
 
 
 def test_the_journal_records_the_cost_model(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     from mlxbatch.api.classifier import Classifier
+    from mlxbatch.api.spec import RunSpec
     from mlxbatch.bench.workload import generate, write_jsonl
     from mlxbatch.engine.calibration import calibrate
     from mlxbatch.engine.engine import Engine
     from mlxbatch.io.inputs import read_rows
     from mlxbatch.io.sinks import journal_path
-    from mlxbatch.jobs.job import JobSettings, run_job
+    from mlxbatch.jobs.job import run_job
 
     src = tmp_path / "t.jsonl"
     write_jsonl(generate(80, seed=2, mix="heavy-tail"), src)
     clf = Classifier.load(tiny_model_dir)
-    run_job(clf, read_rows(str(src))[0], JobSettings(max_batch=4), tmp_path / "ref.jsonl")
+    run_job(clf, read_rows(str(src))[0], RunSpec(max_batch=4), tmp_path / "ref.jsonl")
     real = Engine.run
 
     def interrupted(self, *a, **k):
@@ -191,11 +195,11 @@ def test_the_journal_records_the_cost_model(tiny_model_dir, tmp_path, monkeypatc
     monkeypatch.setattr(Engine, "run", interrupted)
     out = tmp_path / "o.jsonl"
     with pytest.raises(KeyboardInterrupt):
-        run_job(clf, read_rows(str(src))[0], JobSettings(max_batch=4), out)
+        run_job(clf, read_rows(str(src))[0], RunSpec(max_batch=4), out)
     head = json.loads(journal_path(out).read_text().splitlines()[0])
     assert head["settings"]["cost_model"]["source"] == "default"
     monkeypatch.setattr(Engine, "run", real)
     calibrate(clf.engine)  # the machine's model changes between the runs: the recorded one is kept
-    res = run_job(clf, read_rows(str(src))[0], JobSettings(max_batch=4), out, resume=True)
+    res = run_job(clf, read_rows(str(src))[0], RunSpec(max_batch=4), out, resume=True)
     assert out.read_bytes() == (tmp_path / "ref.jsonl").read_bytes()
     assert res.planner == "cost (default)"

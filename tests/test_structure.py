@@ -103,17 +103,18 @@ def test_resume_keeps_the_first_runs_truncation_and_batches(tiny_model_dir, tmp_
     """Interrupted at batch tokens 64 with truncation, resumed with 4096 and less free memory:
     the file equals an uninterrupted run (the journal's batch shape wins, before truncation)."""
     from mlxbatch.api.classifier import Classifier
+    from mlxbatch.api.spec import RunSpec
     from mlxbatch.bench.workload import generate, write_jsonl
     from mlxbatch.engine.engine import Engine
     from mlxbatch.io.inputs import read_rows
     from mlxbatch.io.sinks import journal_path
-    from mlxbatch.jobs.job import JobSettings, run_job
+    from mlxbatch.jobs.job import run_job
 
     src = tmp_path / "t.jsonl"
     write_jsonl(generate(120, seed=4, mix="heavy-tail"), src)
     rows = lambda: read_rows(str(src))[0]  # noqa: E731  (rows carry per-run errors)
     clf = Classifier.load(tiny_model_dir)
-    first = JobSettings(batch_tokens=64, too_long="truncate", max_batch=8)
+    first = RunSpec(batch_tokens=64, too_long="truncate", max_batch=8)
     ref = run_job(clf, rows(), first, tmp_path / "ref.jsonl")
     assert ref.batch_tokens == 64
     truncated = [json.loads(x) for x in (tmp_path / "ref.jsonl").read_text().splitlines()]
@@ -133,7 +134,7 @@ def test_resume_keeps_the_first_runs_truncation_and_batches(tiny_model_dir, tmp_
     assert journal_path(out).exists()
     monkeypatch.setattr(Engine, "run", real_run)
     monkeypatch.setenv("MLXBATCH_MEMORY_LIMIT", "64M")  # a different free-memory default
-    again = JobSettings(batch_tokens=4096, too_long="truncate", max_batch=8)
+    again = RunSpec(batch_tokens=4096, too_long="truncate", max_batch=8)
     res = run_job(clf, rows(), again, out, resume=True)
     assert res.batch_tokens == 64
     assert out.read_bytes() == (tmp_path / "ref.jsonl").read_bytes()

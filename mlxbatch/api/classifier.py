@@ -8,6 +8,7 @@ for p in clf.classify(["I was charged twice", "The app crashes"]):
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,15 +16,17 @@ import numpy as np
 
 from ..engine.adjust import Adjustment, parse_prior
 from ..engine.calibration import cost_model
-from ..engine.engine import MODES, Engine
-from ..engine.footprint import preferred_budget
+from ..engine.engine import Engine, resolve_mode
 from ..engine.labels import LabelSet
-from ..engine.planner import DEFAULT_MAX_BATCH, Batch, CostModel, plan
+from ..engine.planner import DEFAULT_MAX_BATCH, Batch, CostModel, unsort
 from ..engine.prompt import DEFAULT_LABELS, default_system_prompt
-from ..errors import LabelError, UsageError, unicode_problem
+from ..engine.scheduler import BatchPolicy, Scheduler
+from ..errors import ItemTooLong, LabelError, UsageError, unicode_problem
 from ..model.hub import resolve
 from ..model.load import LoadedModel, load_model
 from ..model.tokenizer import Examples
+from .limits import Fitted, fit, item_limit
+from .spec import RunSpec
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,8 @@ class Classifier:
                              examples=self.examples)  # fmt: skip
         self.adjust = adjust or Adjustment()
         self.footprint = self.engine.footprint
+        self._cost: CostModel | None = None  # the planner's cost model, looked up once
+        self._lock = threading.Lock()
 
     @classmethod
     def load(
@@ -56,6 +61,7 @@ class Classifier:
         """Load a model (a directory or a hub id) for a label set. `examples`: few-shot (text, label) pairs; `calibrate`:
         contextual calibration; `prior`: {label: weight} or "a=0.5,b=0.5"; `min_confidence`:
         abstain below it; `descriptions`: {label: one line} for the default system prompt."""
+        _check_load_args(model_dir, labels, system_prompt, examples, min_confidence, descriptions)
         lm = load_model(resolve(model_dir), dtype=dtype, check_finite=check_finite)
         labels = tuple(labels)
         label_set = LabelSet.build(labels, lm.tokenizer.label, lm.model.args.vocab_size)
@@ -80,53 +86,80 @@ class Classifier:
         return self.engine.fed_lengths(prompts)
 
     def default_batch_tokens(self, max_batch: int, longest: int) -> int:
-        """The budget cap of either planner: the device's preferred budget (a CPU core's or a
-        whole GPU's), raised to fit the longest item, within memory. The cost planner cuts
-        by predicted time below it; greedy fills it."""
-        return self.footprint.default_budget(max_batch, longest, preferred=preferred_budget())
+        """See `Engine.default_budget`."""
+        return self.engine.default_budget(max_batch, longest)
 
     def cost_model(self) -> CostModel:
-        """The planner's cost model: this machine's cached calibration, else the defaults."""
-        return cost_model(self.engine)
+        """The planner's cost model: this machine's cached calibration, else the defaults;
+        looked up once per classifier (the calibration cache is a file)."""
+        with self._lock:
+            if self._cost is None:
+                self._cost = cost_model(self.engine)
+            return self._cost
+
+    def policy(
+        self, mode: str = "sorted", batch_tokens: int | None = None,
+        max_batch: int = DEFAULT_MAX_BATCH, planner: str = "cost", cost: CostModel | None = None,
+    ) -> BatchPolicy:  # fmt: skip
+        """How this classifier's scheduler cuts and scores items in `mode`."""
+        step = resolve_mode(mode, planner)
+        if step.planner == "cost" and cost is None:
+            cost = self.cost_model()
+        return BatchPolicy(step.planner, step.scorer, batch_tokens, max_batch,
+                           cost if step.planner == "cost" else None)  # fmt: skip
 
     def plan(
         self, prompts: list[list[int]], mode: str = "sorted", batch_tokens: int | None = None,
         max_batch: int = DEFAULT_MAX_BATCH, planner: str = "cost", cost: CostModel | None = None,
     ) -> list[Batch]:  # fmt: skip
-        """Batches for `mode`; sorted mode uses `planner` ("cost": the least predicted time)."""
-        lengths = self.fed_lengths(prompts)
-        name = planner if mode == "sorted" else MODES[mode].planner
-        if batch_tokens is None:
-            batch_tokens = self.default_batch_tokens(max_batch, max(lengths, default=1))
-        if name == "cost" and cost is None:
-            cost = self.cost_model()
-        return plan(lengths, name, batch_tokens, max_batch, cost, *self.cost_terms())
+        """Batches of `prompts` (indices are positions) for `mode`, as the scheduler cuts them."""
+        scheduler = Scheduler(
+            self.engine, self.policy(mode, batch_tokens, max_batch, planner, cost)
+        )
+        for i, prompt in enumerate(prompts):
+            scheduler.add(i, prompt)
+        return scheduler.plan()
 
     def cost_terms(self) -> tuple[int, int, int]:
-        """What the cost model counts besides each batch's rows and width: the shared prefix
-        tokens, and the multi-token label pass (rows per item, tokens per row; none when every
-        label is one token)."""
-        labels = self.labels
-        rows = len(labels.names) if labels.max_len > 1 else 0
-        return len(self.engine.prefix), rows, labels.max_len - 1
+        """See `Engine.cost_terms`."""
+        return self.engine.cost_terms()
+
+    def prepare(self, text: str, max_tokens: int | None = None, truncate: bool = False) -> Fitted:
+        """`text`'s prompt within the limit (the smaller of `max_tokens` and the model's
+        context), cut to fit when `truncate`; else `ItemTooLong` naming the limit."""
+        fitted = fit(self.engine, text, item_limit(self.engine, max_tokens), truncate)
+        if isinstance(fitted, str):
+            raise ItemTooLong(fitted)
+        return fitted
+
+    def predictions(self, probs: np.ndarray) -> list[Prediction]:
+        """Predictions of raw (N, J) probabilities: calibration, prior and abstention applied."""
+        return [self._prediction(p) for p in self.adjust.apply(probs)]
 
     def classify(
         self, texts: list[str], mode: str = "sorted", batch_tokens: int | None = None,
-        max_batch: int = DEFAULT_MAX_BATCH,
+        max_batch: int = DEFAULT_MAX_BATCH, max_tokens: int | None = None,
+        truncate: bool = False,
     ) -> list[Prediction]:  # fmt: skip
-        """Label probabilities for each text, in input order. mode='sequential' is the gold loop."""
-        texts = list(texts)
-        for i, t in enumerate(texts):
-            if not isinstance(t, str):
-                raise UsageError(f"texts[{i}]: expected a str, got {type(t).__name__}")
-            if problem := unicode_problem(t):
-                raise UsageError(f"texts[{i}] holds {problem}")
-        if not texts:
+        """Label probabilities for each text, in input order. mode='sequential' is the gold loop.
+        Safe to call from several threads at once (the lanes are shared, never a lane's
+        buffers). Texts over `max_tokens` (default: the model's context) are refused, or cut
+        to fit with `truncate`."""
+        texts = _texts(texts)
+        spec = RunSpec(mode, "cost", batch_tokens, max_batch, max_tokens)  # validates
+        prompts = []
+        for i, text in enumerate(texts):
+            try:
+                prompts.append(self.prepare(text, spec.max_tokens, truncate).prompt)
+            except ItemTooLong as e:
+                raise ItemTooLong(f"texts[{i}]: {e}") from None
+        if not prompts:
             return []
-        prompts = [self.engine.prompt(t) for t in texts]
-        batches = self.plan(prompts, mode, batch_tokens, max_batch)
-        probs = self.adjust.apply(self.engine.score_all(prompts, batches, MODES[mode].scorer))
-        return [self._prediction(p) for p in probs]
+        scheduler = Scheduler(self.engine, self.policy(mode, batch_tokens, max_batch))
+        for i, prompt in enumerate(prompts):
+            scheduler.add(i, prompt)
+        done = [(batch, list(probs)) for batch, probs, _ in scheduler.run()]
+        return self.predictions(np.stack(unsort(done, len(prompts))))
 
     def _prediction(self, probs: np.ndarray) -> Prediction:
         names = self.labels.names
@@ -134,3 +167,50 @@ class Classifier:
         if self.adjust.abstains(probs):
             return Prediction(None, scores, True)
         return Prediction(names[int(np.argmax(probs))], scores)
+
+
+def _check_load_args(model_dir, labels, system_prompt, examples, min_confidence, descriptions):
+    """The Python API's arguments, by type, before anything loads: a UsageError naming the
+    argument instead of a KeyError or AttributeError deep inside (a str for `labels` would be
+    split into characters)."""
+
+    def strings(name: str, value) -> None:
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise UsageError(f"{name}: expected a list of strings, got {type(value).__name__}"
+                             + (f" {value!r} (write [{value!r}] or split it yourself)"
+                                if isinstance(value, str) else ""))  # fmt: skip
+        for i, v in enumerate(value):
+            if not isinstance(v, str):
+                raise UsageError(f"{name}[{i}]: expected a str, got {type(v).__name__}")
+
+    if not isinstance(model_dir, (str, Path)):
+        raise UsageError(f"model_dir: expected a path or hub id, got {type(model_dir).__name__}")
+    strings("labels", labels)
+    if system_prompt is not None and not isinstance(system_prompt, str):
+        raise UsageError(f"system_prompt: expected a str, got {type(system_prompt).__name__}")
+    for i, pair in enumerate(examples):
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2
+                and all(isinstance(x, str) for x in pair)):  # fmt: skip
+            raise UsageError(f"examples[{i}]: expected a (text, label) pair of strings")
+    if min_confidence is not None and (isinstance(min_confidence, bool)
+                                       or not isinstance(min_confidence, (int, float))):  # fmt: skip
+        raise UsageError(f"min_confidence: expected a number, got {type(min_confidence).__name__}")
+    if descriptions is not None and not isinstance(descriptions, dict):
+        raise UsageError(f"descriptions: expected a dict, got {type(descriptions).__name__}")
+
+
+def _texts(texts) -> list[str]:
+    """`texts` as a list of valid strings, or a UsageError naming the first bad one."""
+    if isinstance(texts, (str, bytes)):
+        raise UsageError(f"texts: expected a list of strings, got one {type(texts).__name__} "
+                         "(wrap a single text in a list)")  # fmt: skip
+    try:
+        texts = list(texts)
+    except TypeError:
+        raise UsageError(f"texts: expected a list of strings, got {type(texts).__name__}") from None
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise UsageError(f"texts[{i}]: expected a str, got {type(t).__name__}")
+        if problem := unicode_problem(t):
+            raise UsageError(f"texts[{i}] holds {problem}")
+    return texts

@@ -7,8 +7,9 @@ from collections import Counter
 from pathlib import Path
 
 from ..api.classifier import Classifier
+from ..api.spec import RunSpec
 from ..io.inputs import read_rows
-from ..jobs.job import JobSettings, run_job
+from ..jobs.job import run_job
 from .workload import generate, write_jsonl
 
 
@@ -21,7 +22,7 @@ def run_demo(n: int, model: Path, out_dir: Path, progress=print) -> tuple[list[s
     progress(f"classifying {n} synthetic tickets from {src} ...")
     rows, fmt = read_rows(str(src))
     res = run_job(
-        clf, rows, JobSettings(), out, resume=False, verify=True, source=str(src), fmt=fmt
+        clf, rows, RunSpec(), out, resume=False, verify=True, source=str(src), fmt=fmt
     )
     preds = [json.loads(x) for x in out.read_text().splitlines()]
     v = res.verify

@@ -101,7 +101,7 @@ def transformers_peer(
 
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype).eval()
-    batches = plan_batches([len(p) for p in prompts], "sorted", batch_tokens, max_batch)
+    batches = plan_batches([len(p) for p in prompts], "greedy", batch_tokens, max_batch)
     picked = [0] * len(prompts)
     head = model.lm_head.weight[label_ids]
     t = time.perf_counter()

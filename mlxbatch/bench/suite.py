@@ -139,12 +139,12 @@ def run_bench(
         go("sorted (default)", plan(fed, "cost", cap, max_batch, cost, *terms), batch_tokens=cap,
            max_batch=max_batch, planner="cost")  # fmt: skip
     if "greedy" in modes:
-        go(f"sorted, greedy {batch_tokens}", plan_batches(fed, "sorted", batch_tokens, max_batch),
+        go(f"sorted, greedy {batch_tokens}", plan_batches(fed, "greedy", batch_tokens, max_batch),
            batch_tokens=batch_tokens, max_batch=max_batch, planner="greedy")  # fmt: skip
     if "sweep" in modes:
         for b in sweep:
             if b != batch_tokens and b >= max(fed):
-                go(f"sorted, greedy {b}", plan_batches(fed, "sorted", b, max_batch),
+                go(f"sorted, greedy {b}", plan_batches(fed, "greedy", b, max_batch),
                    batch_tokens=b, max_batch=max_batch, planner="greedy")  # fmt: skip
     cost_plan = plan(fed, "cost", cap, max_batch, cost, *terms)
     return {
@@ -159,11 +159,11 @@ def run_bench(
                 fed, plan_batches(fed, "naive", 1 << 30, naive_batch)
             ).factor,
             "greedy_factor": padding_stats(
-                fed, plan_batches(fed, "sorted", batch_tokens, max_batch)
+                fed, plan_batches(fed, "greedy", batch_tokens, max_batch)
             ).factor,
             "sorted_factor": padding_stats(fed, cost_plan).factor,
             "sweep": {
-                b: padding_stats(fed, plan_batches(fed, "sorted", b, max_batch)).overhead
+                b: padding_stats(fed, plan_batches(fed, "greedy", b, max_batch)).overhead
                 for b in sorted({*sweep, batch_tokens})
                 if b >= max(fed)
             },

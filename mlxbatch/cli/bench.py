@@ -11,11 +11,10 @@ import click
 from ..engine.prompt import BUILT_IN_PROMPTS
 from .common import (
     LABELS_HELP,
-    fail,
+    echo,
     max_batch_option,
     model_option,
     plot_target,
-    prompt_spec,
     report_options,
     resolve_model,
 )
@@ -31,13 +30,14 @@ from .common import (
     show_default=True,
 )
 @click.option(
-    "-o", "--output", type=click.Path(path_type=Path), help="JSONL file (default: stdout)."
-)
+    "-o", "--output", type=click.Path(path_type=Path),
+    help="A .jsonl, .csv or .tsv file, .gz for gzip (default: JSONL on stdout).",
+)  # fmt: skip
 def tickets(n, seed, mix, output):
-    """Generate N synthetic support tickets (JSONL: id, text, intent)."""
-    from ..bench.workload import generate, write_jsonl
+    """Generate N synthetic support tickets (id, text, intent)."""
+    from ..bench.workload import generate, write_tickets
 
-    write_jsonl(generate(n, seed, mix), output)
+    write_tickets(generate(n, seed, mix), output)
 
 
 @click.command()
@@ -58,24 +58,15 @@ def doctor(as_json, size, calibrate, model):
         from ..engine.calibration import calibrate as measure
         from ..engine.calibration import describe
 
-        cost, _ = measure(Classifier.load(resolve_model(model)), lambda m: click.echo(m, err=True))
+        cost, _ = measure(
+            Classifier.load(resolve_model(model)).engine, lambda m: click.echo(m, err=True)
+        )
         info["planner_calibrated"] = describe(cost)
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:
         for k, v in info.items():
             click.echo(f"{k:>16}: {v}")
-
-
-def _budgets(sweep: str) -> tuple[int, ...]:
-    """The --sweep budgets: whole numbers of at least 1, comma-separated."""
-    out = []
-    for x in (x.strip() for x in sweep.split(",")):
-        if x and (not x.isdigit() or int(x) < 1):
-            fail(f"--sweep: {x!r} is not a budget (a whole number of tokens, at least 1)")
-        if x:
-            out.append(int(x))
-    return tuple(out)
 
 
 @click.command()
@@ -156,77 +147,15 @@ def _budgets(sweep: str) -> tuple[int, ...]:
 )
 @click.option("--ranks", type=click.IntRange(2), help="Instead: classify on 1 and on N ranks "
               "(mlx.launch, ring, this host) and print the ratio.")  # fmt: skip
-def bench(model, tickets_spec, mix, prompt_name, labels, system_prompt, system_prompt_file,
-          labels_file, examples, batch_tokens, max_batch, naive_batch, sweep, modes, peer_names,
-          peer_batch_tokens, no_peers, no_calibrate, against, json_path, plot_path, quick,
-          ranks):  # fmt: skip
+def bench(**options):
     """Time the gold loop, prefix caching, naive, greedy and cost-planned batching, and peers."""
-    from ..bench.peers import PEERS
-    from ..bench.suite import MODE_NAMES, BenchOptions, bench_job
-    from ..engine.prompt import built_in_prompt
-    from ..io.outputs import check_reports, write_json_report
+    from ..bench.command import BenchRequest, run_bench_command
 
-    if tickets_spec.isdigit() and int(tickets_spec) == 0:
-        fail("--tickets 0: give a number of tickets above 0, or a ticket file")
-    tickets_file = [] if tickets_spec.isdigit() else [Path(tickets_spec)]
-    if ranks:
-        check_reports(json_path, None, tickets_file)
-        import tempfile
-
-        from ..bench.scaling import measure_ranks
-        from ..bench.suite import load_tickets
-        from ..model.convert import init_random
-
-        tmp = tempfile.TemporaryDirectory()
-        if quick:
-            model = str(Path(tmp.name) / "tiny")
-            init_random(model, preset="tiny", seed=0, dtype="float32")
-            tickets_spec = "60" if tickets_spec == "600" else tickets_spec
-        texts, source = load_tickets(tickets_spec, mix)
-        m = measure_ranks(ranks, resolve_model(model), texts, ["--max-batch", str(max_batch)],
-                          lambda x: click.echo(x, err=True))  # fmt: skip
-        tmp.cleanup()
-        click.echo(f"{source}: 1 rank {m['seconds_1']:.1f} s, {ranks} ranks "
-                   f"{m[f'seconds_{ranks}']:.1f} s: {m['speedup']:.2f}x on {m['cpu_count']} cores "
-                   f"of {m['host']}; output files identical: {m['identical_output']}")  # fmt: skip
-        if json_path:
-            write_json_report(json_path, m)
-        return
-    plot_path = plot_target(plot_path, json_path, "bench")
-    read = [Path(p) for p in (system_prompt_file, labels_file, examples) if p]
-    check_reports(json_path, plot_path, read + tickets_file)
-    wanted = tuple(x.strip() for x in modes.split(",") if x.strip())
-    if not wanted:
-        fail(f"--modes: choose at least one of {', '.join(MODE_NAMES)}")
-    budgets = _budgets(sweep)
-    if against is not None:
-        against = resolve_model(str(against))  # before the long runs, not after them
-    peers = () if no_peers else tuple(x.strip() for x in peer_names.split(",") if x.strip())
-    for name, known, option in ((wanted, MODE_NAMES, "--modes"), (peers, PEERS, "--peers")):
-        bad = [x for x in name if x not in known]
-        if bad:
-            fail(f"{option}: unknown {', '.join(bad)} (choose from {', '.join(known)})")
-    spec = prompt_spec(labels, labels_file, system_prompt, system_prompt_file, examples)
-    system, shots = spec.system, spec.examples
-    if prompt_name != "default":
-        if system_prompt or system_prompt_file or examples:
-            fail(f"--prompt {prompt_name} is a built-in prompt: do not combine it with your own")
-        try:
-            system, shots = built_in_prompt(prompt_name, spec.labels)
-        except ValueError as e:
-            fail(f"--prompt {prompt_name}: {e}")
-    options = BenchOptions(
-        model=model, tickets=tickets_spec, mix=mix, labels=spec.labels, system_prompt=system,
-        examples=shots, prompt_name=prompt_name if not examples else f"examples from {examples}",
-        batch_tokens=batch_tokens, max_batch=max_batch, naive_batch=naive_batch,
-        sweep=budgets, modes=wanted, peers=peers,
-        peer_batch_tokens=peer_batch_tokens, quick=quick, calibrate=not no_calibrate,
-        against=against, json_path=json_path, plot_path=plot_path,
-    )  # fmt: skip
-    result, report = bench_job(options, resolve_model, progress=lambda m: click.echo(m, err=True))
-    click.echo(report)
-    if any(m["agreement"] is not None and m["agreement"] < 1.0 for m in result["modes"]):
-        fail("a batched mode disagrees with the gold loop", 1)
+    o = dict(options)
+    o["plot_path"] = plot_target(o["plot_path"], o["json_path"], "bench")
+    code = run_bench_command(BenchRequest(**o), echo)
+    if code:
+        sys.exit(code)
 
 
 @click.command()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 from pathlib import Path
 
@@ -12,16 +10,13 @@ import click
 from ..io.inputs import FORMATS
 from .common import (
     LABELS_HELP,
-    check_gold_field,
+    echo,
     fail,
     max_batch_option,
     model_option,
     plot_target,
     prompt_options,
-    prompt_spec,
-    report_evaluation,
     report_options,
-    resolve_model,
 )
 
 
@@ -109,83 +104,34 @@ from .common import (
 @report_options("the evaluation", "confusion")
 @click.option("--distributed", is_flag=True,
               help="Require an mlx.launch group (detected anyway when launched with it).")  # fmt: skip
+@click.option("--verify-sample", type=click.FloatRange(0, 1), default=0.0,
+              help="Re-score this share of the items on the gold loop (the same items for the "
+              "same input); exit 1 unless every sampled label agrees.")  # fmt: skip
 @click.option("--collective-timeout", type=click.FloatRange(1), default=600.0, show_default=True,
               help="Seconds a distributed round may wait for the other ranks.")  # fmt: skip
-def classify(input_path, model, labels, system_prompt, system_prompt_file, text_field, id_field,
-             input_format, output, mode, batch_tokens, max_batch, planner, no_prefix_cache, max_tokens,
-             too_long, on_error, resume, verify, dtype, check_weights, labels_file, examples,
-             calibrate, prior, min_confidence, gold_field, json_path, plot_path, distributed,
-             collective_timeout):  # fmt: skip
+def classify(**options):
     """Classify every row of INPUT (JSONL, CSV, text, or - for stdin) into one label."""
-    from ..api.classifier import Classifier
-    from ..io.inputs import read_rows
-    from ..io.outputs import check_model_untouched, check_output, check_reports
-    from ..io.sinks import journal_path
-    from ..jobs.distributed import Cluster, run_distributed_job
-    from ..jobs.job import JobSettings, run_job
+    from ..api.spec import RunSpec
+    from ..jobs.classify import ClassifyRequest, Interrupted, run_classify
 
-    cluster = None
-    if distributed or os.environ.get("MLX_RANK") is not None:  # set by mlx.launch
-        cluster = Cluster.join(distributed, collective_timeout)
-    rank = cluster.rank if cluster else 0
-    if output is not None and str(output) == "-":
-        output = None  # -o - is standard output
-    if resume and output is None:
-        fail("--resume needs -o/--output (the journal lives next to it)")
-    read = [Path("/dev/stdin" if str(p) == "-" else p)
-            for p in (input_path, system_prompt_file, labels_file, examples) if p]  # fmt: skip
-    kind = "stdout"
-    if output is not None and rank == 0:  # before anything is read or written
-        kind = check_output(output, read, resume)
-    plot_path = plot_target(plot_path, output, "confusion")
-    if (json_path or plot_path) and not gold_field:
-        fail("--json and --plot report the evaluation: give --gold-field too")
-    if rank == 0:
-        written = [output, journal_path(output)] if output is not None else []
-        check_reports(json_path, plot_path, read + written)
-    spec = prompt_spec(labels, labels_file, system_prompt, system_prompt_file, examples, text_field)
-    fields = (gold_field,) if gold_field else ()
-    rows, fmt = read_rows(
-        input_path, text_field, id_field, input_format, fields
-    )  # before the model
-    if gold_field:
-        check_gold_field(rows, gold_field, input_path)
-    model_dir = resolve_model(model)
-    if rank == 0:
-        writes = [("-o", output), ("-o's journal", output and journal_path(output)),
-                  ("--json", json_path), ("--plot", plot_path)]  # fmt: skip
-        check_model_untouched(writes, model_dir)
-    clf = Classifier.load(
-        model_dir, spec.labels, spec.system, dtype, not no_prefix_cache, check_weights,
-        examples=spec.examples, calibrate=calibrate, prior=prior, min_confidence=min_confidence,
+    o = options
+    output = None if o["output"] is None or str(o["output"]) == "-" else o["output"]  # -o -
+    spec = RunSpec(o["mode"], o["planner"], o["batch_tokens"], o["max_batch"], o["max_tokens"],
+                   o["too_long"], o["on_error"], o["verify_sample"])  # fmt: skip
+    request = ClassifyRequest(
+        input=o["input_path"], model=o["model"], labels=o["labels"], labels_file=o["labels_file"],
+        system_prompt=o["system_prompt"], system_prompt_file=o["system_prompt_file"],
+        examples=o["examples"], output=output, text_field=o["text_field"],
+        id_field=o["id_field"], input_format=o["input_format"], resume=o["resume"],
+        verify=o["verify"], dtype=o["dtype"], check_weights=o["check_weights"],
+        prefix_cache=not o["no_prefix_cache"], calibrate=o["calibrate"], prior=o["prior"],
+        min_confidence=o["min_confidence"], gold_field=o["gold_field"], json_path=o["json_path"],
+        plot_path=plot_target(o["plot_path"], output, "confusion"),
+        distributed=o["distributed"], collective_timeout=o["collective_timeout"],
     )  # fmt: skip
-    settings = JobSettings(mode, batch_tokens, max_batch, not no_prefix_cache, max_tokens,
-                           too_long, on_error, planner)  # fmt: skip
     try:
-        if cluster:
-            result = run_distributed_job(cluster, clf, rows, settings, output if rank == 0 else None,
-                                         resume, verify and rank == 0, input_path, fmt)  # fmt: skip
-            if result is None:  # ranks other than 0 write nothing
-                return
-        else:
-            result = run_job(clf, rows, settings, output, resume, verify, input_path, fmt)
-    except KeyboardInterrupt:
-        if output and kind == "file":
-            fail(f"interrupted; finished batches are saved in {output}.part. Run the same "
-                 "command with --resume to continue.", 130)  # fmt: skip
-        fail("interrupted", 130)
-    click.echo(f"model: {clf.lm.describe()}", err=True)
-    click.echo(result.summary(), err=True)
-    if not clf.adjust.identity:
-        click.echo(f"adjustment: {clf.adjust.describe(clf.labels.names)}", err=True)
-    if gold_field:
-        report_evaluation(clf, rows, result.results, gold_field, json_path, plot_path)
-    if result.verify is not None:
-        v = result.verify
-        click.echo(
-            f"verify: {v['agreement']:.2%} label agreement with the gold loop over {v['items']} items, "
-            f"max |score diff| {v['max_abs_score_diff']:.2e}", err=True)  # fmt: skip
-        for d in v["disagreements"][:20]:
-            click.echo(f"  disagreement: {json.dumps(d)}", err=True)
-        if not v["passed"]:
-            sys.exit(1)
+        code = run_classify(request, spec, echo)
+    except Interrupted as e:
+        fail(str(e), 130)
+    if code:
+        sys.exit(code)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from ..engine.planner import DEFAULT_MAX_BATCH
-from ..errors import unicode_problem
 
 PLOT_DEFAULT = "__mlxbatch_default_plot__"  # `--plot` given without a path
 
@@ -76,29 +74,6 @@ def resolve_model(model: str | Path | None) -> Path:
     return resolve(model) if model else default_model_dir(announce=echo)
 
 
-def parse_labels(labels: str | None) -> tuple[str, ...]:
-    from ..engine.prompt import DEFAULT_LABELS
-
-    if labels is None:
-        return DEFAULT_LABELS
-    return tuple(x.strip() for x in labels.split(","))
-
-
-def system_prompt_from(text: str | None, file: Path | None, labels) -> str:
-    from ..engine.prompt import default_system_prompt
-
-    if text is not None and file is not None:
-        fail("give --system-prompt or --system-prompt-file, not both")
-    if file is not None:
-        try:
-            return file.read_text(encoding="utf-8").strip("\n")
-        except (OSError, UnicodeDecodeError) as e:
-            fail(f"{file}: cannot read the system prompt ({e})")
-    if text is not None and (problem := unicode_problem(text)):
-        fail(f"--system-prompt holds {problem}")
-    return text if text is not None else default_system_prompt(labels)
-
-
 def prompt_options(f):
     """The prompt and post-processing options shared by `classify` and `bench`."""
     options = [
@@ -117,32 +92,7 @@ def prompt_options(f):
     return f
 
 
-@dataclass(frozen=True)
-class PromptSpec:
-    labels: tuple[str, ...]
-    system: str
-    examples: tuple[tuple[str, str], ...]
-
-
-def prompt_spec(
-    labels, labels_file, system_prompt, system_prompt_file, examples, text_field="text"
-):
-    """Labels, system prompt and examples from the command-line options."""
-    from ..engine.prompt import default_system_prompt
-    from ..io.prompts import read_examples, read_labels_file
-
-    descriptions = read_labels_file(labels_file) if labels_file else None
-    names = parse_labels(labels) if labels or not descriptions else tuple(descriptions)
-    if descriptions and set(descriptions) != set(names):
-        fail(
-            f"{labels_file}: its labels {sorted(descriptions)} differ from --labels {sorted(names)}"
-        )
-    if system_prompt is None and system_prompt_file is None:
-        system = default_system_prompt(names, descriptions)
-    else:
-        system = system_prompt_from(system_prompt, system_prompt_file, names)
-    shots = read_examples(str(examples), names, text_field) if examples else ()
-    return PromptSpec(names, system, shots)
+from ..io.promptspec import PromptSpec, parse_labels, prompt_spec, system_prompt_from  # noqa: E402,F401
 
 
 def check_gold_field(rows, gold_field: str, source) -> None:

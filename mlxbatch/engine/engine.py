@@ -6,7 +6,8 @@ them. `run` is the whole loop: for each planned batch, score it and hand it back
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +19,7 @@ from ..model.tokenizer import Examples
 from ..runtime import executor as executors
 from ..runtime import memory
 from .adjust import CONTENT_FREE
-from .footprint import Footprint
+from .footprint import Footprint, preferred_budget
 from .labels import LabelSet
 from .layout import split
 from .planner import Batch, unsort
@@ -31,12 +32,26 @@ class Mode:
     scorer: str  # "gold" | "fast"
 
 
+# The one mode table: what a user's --mode means. Only "sorted" lets --planner choose how its
+# length-sorted items are cut ("cost": least predicted time; "greedy": fill the budget).
 MODES = {
-    "sorted": Mode("cost", "fast"),  # or "greedy": see Classifier.plan
+    "sorted": Mode("cost", "fast"),
     "naive": Mode("naive", "fast"),
     "sequential": Mode("sequential", "gold"),  # the gold loop
     "sequential-prefix": Mode("sequential", "fast"),  # one row per batch on the fast path
 }
+SORTED_PLANNERS = ("cost", "greedy")
+
+
+def resolve_mode(mode: str, planner: str | None = None) -> Mode:
+    """The (planner, scorer) of `mode`; `planner` overrides the sorted mode's cut."""
+    if mode not in MODES:
+        raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    if planner is None or mode != "sorted":
+        return MODES[mode]
+    if planner not in SORTED_PLANNERS:
+        raise ValueError(f"planner {planner!r} is not one of {', '.join(SORTED_PLANNERS)}")
+    return Mode(planner, MODES[mode].scorer)
 
 
 class Engine:
@@ -54,6 +69,7 @@ class Engine:
             raise JobError(f"the prompt before each item ({what}) is {len(shared):,} tokens: no "
                            f"room left in the model's context of {context:,} tokens; use fewer "
                            "or shorter examples, or a shorter system prompt")  # fmt: skip
+        self.prefix_cache = prefix_cache
         self.prefix = shared if prefix_cache else []
         executor = executor or executors.for_device()
         self.footprint = Footprint(
@@ -61,6 +77,7 @@ class Engine:
             sum(v.nbytes for _, v in tree_flatten(lm.model.parameters())),
             len(self.prefix), len(labels.names), labels.max_len, executor.lanes,
         )  # fmt: skip
+        self._gold_lock = threading.Lock()  # the gold loop runs on the default stream
         self.scorers = {
             "gold": GoldScorer(self.model, labels),
             "fast": PrefixScorer(self.model, labels, self.prefix, lm.dtype, executor),
@@ -115,13 +132,29 @@ class Engine:
         return self.scorers["fast"].executor.lanes
 
     def score_gold(self, prompt: list[int]) -> np.ndarray:
-        return self.scorers["gold"].score_one(prompt)
+        """(J,) probabilities of one prompt on the gold loop (one caller at a time)."""
+        with self._gold_lock:
+            return self.scorers["gold"].score_one(prompt)
+
+    def default_budget(self, max_batch: int, longest: int) -> int:
+        """The budget cap of either planner: the device's preferred budget (a CPU core's or a
+        whole GPU's), raised to fit the longest item, within memory. The cost planner cuts by
+        predicted time below it; greedy fills it."""
+        return self.footprint.default_budget(max_batch, longest, preferred=preferred_budget())
+
+    def cost_terms(self) -> tuple[int, int, int]:
+        """What the cost model counts besides each batch's rows and width: the shared prefix
+        tokens, and the multi-token label pass (rows per item, tokens per row; none when every
+        label is one token)."""
+        rows = len(self.labels.names) if self.labels.max_len > 1 else 0
+        return len(self.prefix), rows, self.labels.max_len - 1
 
     def run(
-        self, prompts: list[list[int]], batches: list[Batch], scorer: str = "fast",
+        self, prompts: Mapping | list[list[int]], batches: list[Batch], scorer: str = "fast",
         progress: Callable[[int], None] | None = None,
     ) -> Iterator[tuple[Batch, np.ndarray]]:  # fmt: skip
-        """Score `batches` of `prompts`, yielding (batch, probabilities) as each completes."""
+        """Score `batches` of `prompts` (indexed by the batches' indices), yielding (batch,
+        probabilities) in order as each completes."""
         self._keep_buffers(batches)
         results = self.scorers[scorer].score_batches([prompts[i] for i in b.indices]
                                                      for b in batches)  # fmt: skip

@@ -72,6 +72,18 @@ class Footprint:
         head = max_batch * self.n_labels * max(self.label_len - 1, 0) * a.vocab_size * 4
         return BudgetCost(kv * self.lanes, (mlp + attn + hidden + head) * self.lanes)
 
+    def longest_item(self, available: int, cap: int) -> int:
+        """The most fed tokens (at most `cap`) one item alone can have within `available`
+        bytes, the weights included; 0 when not even one token fits."""
+        lo, hi = 0, cap
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.weight_bytes + self.batch_cost(mid, 1, mid).total <= available:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
     def memory_budget(
         self, max_batch: int, longest: int, available: int | None = None, share: float = 0.5
     ) -> int:

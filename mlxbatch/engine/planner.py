@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-MODES = ("sorted", "naive", "sequential")
 PLANNERS = ("cost", "greedy", "naive", "sequential")
+SIMPLE_PLANNERS = PLANNERS[1:]
 DEFAULT_MAX_BATCH = 64
 
 
@@ -27,27 +27,29 @@ class Batch:
         return self.width * len(self.indices)
 
 
-def plan_batches(lengths: list[int], mode: str, batch_tokens: int, max_batch: int) -> list[Batch]:
-    """Cut items into batches.
+def plan_batches(
+    lengths: list[int], planner: str, batch_tokens: int, max_batch: int
+) -> list[Batch]:
+    """Cut items into batches by one of the simple planners.
 
     sequential: one item per batch, input order. naive: `max_batch` items per batch in input
-    order. sorted: longest first, each batch filled while rows x width <= batch_tokens and
+    order. greedy: longest first, each batch filled while rows x width <= batch_tokens and
     rows <= max_batch. Every item appears in exactly one batch.
     """
-    if mode not in MODES:
-        raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    if planner not in SIMPLE_PLANNERS:
+        raise ValueError(f"planner {planner!r} is not one of {', '.join(SIMPLE_PLANNERS)}")
     if batch_tokens < 1 or max_batch < 1:
         raise ValueError("batch_tokens and max_batch must be positive")
     too_long = [i for i, n in enumerate(lengths) if n > batch_tokens]
-    if too_long and mode == "sorted":
+    if too_long and planner == "greedy":
         i = too_long[0]
         raise ValueError(
             f"item {i} has {lengths[i]} tokens, more than --batch-tokens {batch_tokens}"
         )
     n = len(lengths)
-    if mode == "sequential":
+    if planner == "sequential":
         groups = [[i] for i in range(n)]
-    elif mode == "naive":
+    elif planner == "naive":
         groups = [list(range(s, min(s + max_batch, n))) for s in range(0, n, max_batch)]
     else:
         order = sorted(range(n), key=lambda i: (-lengths[i], i))
@@ -230,5 +232,4 @@ def plan(
         if cost is None:
             raise ValueError("the cost planner needs a cost model")
         return plan_cost(lengths, cost, prefix, batch_tokens, max_batch, label_rows, label_len)
-    return plan_batches(lengths, "sorted" if planner == "greedy" else planner, batch_tokens,
-                        max_batch)  # fmt: skip
+    return plan_batches(lengths, planner, batch_tokens, max_batch)

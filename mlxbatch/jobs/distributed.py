@@ -27,24 +27,25 @@ import mlx.core as mx
 import numpy as np
 
 from ..api.classifier import Classifier
-from ..engine.engine import MODES
+from ..api.spec import RunSpec
 from ..engine.planner import Batch
 from ..errors import JobError
 from ..io.inputs import Row
 from ..io.sinks import Journal, recorded_header
 from ..runtime import testhold
+from .fingerprint import fingerprint
 from .job import (
     JobResult,
-    NonFinite,
-    batch_rows,
+    append_batch,
     job_result,
     open_job_sink,
     progress_bar,
     refuse_bad_rows,
-    run_verify,
+    scheduler_for,
     todo_batches,
+    verify_job,
 )
-from .jobplan import JobPlan, JobSettings, fingerprint, plan_job
+from .plan import JobPlan, plan_job
 
 HOST_BYTES = 64
 
@@ -125,8 +126,9 @@ def _f64_to_i32(values: list[float]) -> np.ndarray:
     return np.array(values, np.float64).view(np.int32)
 
 
-def shared_settings(cluster: Cluster, plan: JobPlan | None, n_fields: int = 6) -> dict | None:
-    """Rank 0's batch shape and cost model, exactly (float64 bits travel as int32 pairs)."""
+def shared_settings(cluster: Cluster, plan: JobPlan | None, n_fields: int = 7) -> dict | None:
+    """Rank 0's batch shape, item limit and cost model, exactly (float64 bits travel as int32
+    pairs): a rank with less free memory must not cut items at another limit."""
     from ..engine.planner import CostModel
 
     if cluster.rank == 0:
@@ -134,14 +136,16 @@ def shared_settings(cluster: Cluster, plan: JobPlan | None, n_fields: int = 6) -
         vals = [
             s["batch_tokens"],
             s["max_batch"],
+            s["item_limit"][0],
             *((c.per_batch, c.per_token, c.per_key, c.lanes) if c else (np.nan,) * 4),
         ]
     else:
         vals = [0.0] * n_fields
     got = cluster.broadcast(_f64_to_i32(vals), "settings").view(np.float64)
-    out = {"batch_tokens": int(got[0]), "max_batch": int(got[1]), "cost_model": None}
-    if not np.isnan(got[2]):
-        out["cost_model"] = CostModel(*map(float, got[2:5]), int(got[5]), "rank 0").to_dict()
+    out = {"batch_tokens": int(got[0]), "max_batch": int(got[1]), "cost_model": None,
+           "item_limit": [int(got[2]), "rank 0's item limit"]}  # fmt: skip
+    if not np.isnan(got[3]):
+        out["cost_model"] = CostModel(*map(float, got[3:6]), int(got[6]), "rank 0").to_dict()
     return out
 
 
@@ -163,12 +167,12 @@ class RankStats:
 
 
 def run_distributed_job(
-    cluster: Cluster, clf: Classifier, rows: list[Row], s: JobSettings, output: Path | None,
+    cluster: Cluster, clf: Classifier, rows: list[Row], spec: RunSpec, output: Path | None,
     resume: bool = False, verify: bool = False, source: str = "input", fmt: str = "jsonl",
 ) -> JobResult | None:  # fmt: skip
     """The classify job over every rank; rank 0 returns the result, the others None."""
     t0, rank = time.perf_counter(), cluster.rank
-    header = {"fingerprint": fingerprint(rows, clf, s)}
+    header = {"fingerprint": fingerprint(rows, clf, spec)}
     digest = np.frombuffer(hashlib.sha256(header["fingerprint"].encode()).digest(), np.int32)
     digests = cluster.gather(digest, "fingerprints")
     differ = [k for k in range(cluster.size) if not np.array_equal(digests[k], digests[0])]
@@ -177,12 +181,12 @@ def run_distributed_job(
                        "different input, model, labels or settings than rank 0")  # fmt: skip
     recorded = recorded_header(output, header) if rank == 0 and output and resume else None
     plan0 = (
-        plan_job(clf, rows, s, recorded["settings"] if recorded else None) if rank == 0 else None
+        plan_job(clf, rows, spec, recorded["settings"] if recorded else None) if rank == 0 else None
     )
-    plan = plan0 or plan_job(clf, rows, s, shared_settings(cluster, None))
+    plan = plan0 or plan_job(clf, rows, spec, shared_settings(cluster, None))
     if rank == 0:
         shared_settings(cluster, plan0)
-    refuse_bad_rows(rows, s, source, fmt)
+    refuse_bad_rows(rows, plan, spec, source, fmt)
     sink = None
     if rank == 0:
         sink = open_job_sink(clf, rows, plan, output, header, resume)
@@ -194,13 +198,13 @@ def run_distributed_job(
     done = cluster.broadcast(done, "journal state")
     remaining = [b for b, d in zip(plan.batches, done) if not d]
     shares = deal(remaining, cluster.size)
-    stats = _rounds(cluster, clf, rows, plan, shares, sink, s.on_error)
+    stats = _rounds(cluster, clf, rows, plan, shares, sink, spec.on_error)
     table = cluster.gather(np.array([stats.items, stats.padded, int(stats.seconds * 1e6)], np.int64)
                            .view(np.int32), "statistics").view(np.int64)  # fmt: skip
     if rank != 0:
         return None
     seconds = time.perf_counter() - t0
-    report = run_verify(clf, rows, plan.prompts, sink.done) if verify else None
+    report = verify_job(clf, rows, plan, sink, spec, verify)
     sink.finish(len(rows), clf.labels.names)
     per_rank = [{"rank": k, "host": cluster.hosts[k], "items": int(t[0]), "padded_tokens": int(t[1]),
                  "seconds": t[2] / 1e6} for k, t in enumerate(table)]  # fmt: skip
@@ -209,38 +213,33 @@ def run_distributed_job(
 
 def _rounds(cluster, clf, rows, plan, shares, sink, on_error) -> RankStats:
     """Rounds of one batch per CPU lane on every rank (each batch whole on one lane, as in a
-    single process: the same scores to the bit); rank 0 journals every round's results."""
-    J = len(clf.labels.names)
+    single process); rank 0 journals every round's results."""
+    n_labels = len(clf.labels.names)
     lanes = [int(x[0]) for x in cluster.gather(np.array([clf.engine.lanes], np.int32), "lanes")]
-    rounds = [[share[j : j + n] for j in range(0, len(share), n)]
+    rounds = [[share[start : start + n] for start in range(0, len(share), n)]
               for share, n in zip(shares, lanes)]  # fmt: skip
-    plist = [plan.prompts[i] for i in plan.order]
-    scorer = MODES[plan.settings["mode"]].scorer
+    mine = rounds[cluster.rank]
+    scheduler = scheduler_for(clf, plan, [b for batches in mine for b in batches])
     stats = RankStats()
     bar = progress_bar(plan, [b for x in shares for b in x]) if cluster.rank == 0 else None
     try:
         for r in range(max((len(x) for x in rounds), default=0)):
-            width = max(len(b.indices) for x in rounds if r < len(x) for b in x[r])
-            probs = np.full((max(lanes), width, J), np.nan, np.float32)
-            if r < len(rounds[cluster.rank]):
-                mine = rounds[cluster.rank][r]
-                t = time.perf_counter()
-                for j, (_, got) in enumerate(clf.engine.run(plist, mine, scorer)):
-                    probs[j, : len(got)] = got
-                stats.seconds += time.perf_counter() - t
-                stats.items += sum(len(b.indices) for b in mine)
-                stats.padded += sum(b.padded_tokens for b in mine)
+            rows_at_most = max(len(b.indices) for x in rounds if r < len(x) for b in x[r])
+            probs = np.full((max(lanes), rows_at_most, n_labels), np.nan, np.float32)
+            if r < len(mine):
+                started = time.perf_counter()
+                for lane, (_, got, _) in enumerate(scheduler.run(mine[r])):
+                    probs[lane, : len(got)] = got
+                stats.seconds += time.perf_counter() - started
+                stats.items += sum(len(b.indices) for b in mine[r])
+                stats.padded += sum(b.padded_tokens for b in mine[r])
             everyone = cluster.gather(probs, f"results of round {r + 1}")
             if sink is None:
                 continue
-            for k, x in enumerate(rounds):
-                for j, batch in enumerate(x[r] if r < len(x) else []):
-                    try:
-                        sink.append(batch_rows(clf, rows, plan, batch,
-                                               everyone[k, j, : len(batch.indices)], on_error))  # fmt: skip
-                    except NonFinite as e:
-                        sink.append(e.good)
-                        raise
+            for rank, batches in enumerate(rounds):
+                for lane, batch in enumerate(batches[r] if r < len(batches) else []):
+                    got = everyone[rank, lane, : len(batch.indices)]
+                    append_batch(clf, rows, plan, sink, batch, got, on_error)
                     bar.update(len(batch.indices))
             testhold.after_batch(r + 1)
     except BaseException:

@@ -1,10 +1,14 @@
-"""A classification job over a file: plan (`jobplan`), open the sink, execute, verify, report.
+"""A classification job over a file: plan (`plan.py`), open the sink, execute, verify, report.
 
-`run_job` is the handful of steps; a journal-backed sink makes every finished batch durable.
+`run_job` is the handful of steps; the scheduler scores the planned batches through the
+lanes, and a journal-backed sink makes every finished batch durable.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import random
 import sys
 import time
 from dataclasses import dataclass, field
@@ -15,16 +19,17 @@ import numpy as np
 from tqdm import tqdm
 
 from ..api.classifier import Classifier
-from ..engine.engine import MODES
-from ..engine.planner import Batch, padding_stats
+from ..api.spec import RunSpec
+from ..engine.planner import Batch
+from ..engine.scheduler import Scheduler
 from ..errors import JobError
 from ..io.inputs import Row, describe_errors
 from ..io.outputs import open_stream, output_kind
 from ..io.rows import error_row, result_row
 from ..io.sinks import Journal, Sink, recorded_header
 from ..runtime import testhold
-from .jobplan import JobPlan, JobSettings, fingerprint, plan_job
-from .limits import truncate  # noqa: F401  (truncate: API)
+from .fingerprint import fingerprint
+from .plan import JobPlan, plan_job
 
 
 @dataclass
@@ -94,8 +99,7 @@ def batch_rows(
     """Output rows of one scored batch (input index, row); non-finite scores fail their row,
     or the job under --on-error fail (after the batch's good rows are kept)."""
     out, bad = [], None
-    for i, p in zip(batch.indices, clf.adjust.apply(probs)):
-        index = plan.order[i]
+    for index, p in zip(batch.indices, clf.adjust.apply(probs)):
         row = rows[index]
         if np.isfinite(p).all():
             out.append((index, result_row(row.id, clf.labels.names, p, plan.extras.get(index),
@@ -116,30 +120,44 @@ class NonFinite(JobError):
 
 
 def todo_batches(plan: JobPlan, done: dict) -> list[Batch]:
-    return [b for b in plan.batches if any(plan.order[i] not in done for i in b.indices)]
+    return [b for b in plan.batches if any(i not in done for i in b.indices)]
 
 
 def progress_bar(plan: JobPlan, todo: list[Batch]) -> tqdm:
     bar = tqdm(
-        total=len(plan.order), unit="item", file=sys.stderr, disable=None, dynamic_ncols=True
+        total=len(plan.prompts), unit="item", file=sys.stderr, disable=None, dynamic_ncols=True
     )
-    bar.update(len(plan.order) - sum(len(b.indices) for b in todo))
+    bar.update(len(plan.prompts) - sum(len(b.indices) for b in todo))
     return bar
+
+
+def scheduler_for(clf: Classifier, plan: JobPlan, batches: list[Batch]) -> Scheduler:
+    """A scheduler holding the items of `batches`, under the plan's policy."""
+    scheduler = Scheduler(clf.engine, plan.policy)
+    for b in batches:
+        for i in b.indices:
+            scheduler.add(i, plan.prompts[i])
+    return scheduler
+
+
+def append_batch(clf: Classifier, rows: list[Row], plan: JobPlan, sink: Sink, batch: Batch,
+                 probs: np.ndarray, on_error: str) -> None:  # fmt: skip
+    """One scored batch into the sink; non-finite rows are kept as far as they are good."""
+    try:
+        sink.append(batch_rows(clf, rows, plan, batch, probs, on_error))
+    except NonFinite as e:
+        sink.append(e.good)
+        raise
 
 
 def execute(clf: Classifier, rows: list[Row], plan: JobPlan, sink: Sink, on_error: str) -> None:
     """Score every batch not yet in the sink, appending each as it completes."""
     todo = todo_batches(plan, sink.done)
     bar = progress_bar(plan, todo)
-    plist = [plan.prompts[i] for i in plan.order]
-    scorer = MODES[plan.settings["mode"]].scorer
     try:
-        for n, (batch, probs) in enumerate(clf.engine.run(plist, todo, scorer, bar.update), 1):
-            try:
-                sink.append(batch_rows(clf, rows, plan, batch, probs, on_error))
-            except NonFinite as e:
-                sink.append(e.good)
-                raise
+        scored = scheduler_for(clf, plan, todo).run(todo, progress=bar.update)
+        for n, (batch, probs, _) in enumerate(scored, 1):
+            append_batch(clf, rows, plan, sink, batch, probs, on_error)
             testhold.after_batch(n)
     except BaseException:  # Ctrl-C included: what is in the journal stays there
         sink.close()
@@ -148,19 +166,24 @@ def execute(clf: Classifier, rows: list[Row], plan: JobPlan, sink: Sink, on_erro
         bar.close()
 
 
-def refuse_bad_rows(rows: list[Row], s: JobSettings, source: str, fmt: str) -> None:
-    """Under --on-error fail, any bad row stops the job before anything is computed."""
-    if s.on_error == "fail" and any(r.error for r in rows):
-        first, *rest = describe_errors(rows, source, fmt).split("\n")
-        raise JobError("\n".join([first + "; nothing was computed (--on-error skip writes an "
-                                  "error row for each)", *rest]))  # fmt: skip
+def refuse_bad_rows(rows: list[Row], plan: JobPlan, spec: RunSpec, source: str, fmt: str) -> None:
+    """Under --on-error fail, any bad row (unreadable, or refused by the plan) stops the job
+    before anything is computed."""
+    if spec.on_error != "fail" or not (plan.errors or any(r.error for r in rows)):
+        return
+    marked = [dataclasses.replace(r, error=plan.errors[i]) if i in plan.errors else r
+              for i, r in enumerate(rows)]  # fmt: skip
+    first, *rest = describe_errors(marked, source, fmt).split("\n")
+    raise JobError("\n".join([first + "; nothing was computed (--on-error skip writes an "
+                              "error row for each)", *rest]))  # fmt: skip
 
 
 def open_job_sink(clf: Classifier, rows: list[Row], plan: JobPlan, output: Path | None,
                   header: dict, resume: bool) -> Sink:  # fmt: skip
     """The job's sink, holding an error row for every bad input row."""
     sink = open_sink(clf, len(rows), output, header | {"settings": plan.settings}, resume)
-    sink.append([(i, error_row(r.id, r.error, r.line)) for i, r in enumerate(rows) if r.error])
+    errors = {i: r.error for i, r in enumerate(rows) if r.error} | plan.errors
+    sink.append([(i, error_row(rows[i].id, e, rows[i].line)) for i, e in sorted(errors.items())])
     return sink
 
 
@@ -170,40 +193,54 @@ def job_result(
 ) -> JobResult:  # fmt: skip
     """The summary of a finished job (its sink already finished)."""
     return JobResult(
-        rows=len(rows), scored=len(plan.order), errors=sum(1 for r in rows if r.error),
-        seconds=seconds, padding_overhead=padding_stats(plan.fed_lengths, plan.batches).overhead,
+        rows=len(rows), scored=len(plan.prompts), errors=len(rows) - len(plan.prompts),
+        seconds=seconds, padding_overhead=plan.padding_overhead,
         batch_tokens=plan.batch_tokens, peak_memory=peak, memory_bound=plan.memory_bound,
         verify=verify,
-        planner=(plan.settings["planner"] + (f" ({plan.cost.source})" if plan.cost else "")
+        planner=(plan.policy.planner + (f" ({plan.cost.source})" if plan.cost else "")
                  if plan.settings["mode"] == "sorted" else ""),
-        predicted_seconds=plan.predicted_seconds(clf.cost_terms()),
+        predicted_seconds=plan.predicted_seconds(clf.engine.cost_terms()),
         results=[sink.done[i] for i in range(len(rows))],
         abstained=sum(1 for r in sink.done.values() if r.get("abstained")), ranks=ranks or [],
     )  # fmt: skip
 
 
 def run_job(
-    clf: Classifier, rows: list[Row], s: JobSettings, output: Path | None, resume: bool = False,
+    clf: Classifier, rows: list[Row], spec: RunSpec, output: Path | None, resume: bool = False,
     verify: bool = False, source: str = "input", fmt: str = "jsonl",
 ) -> JobResult:  # fmt: skip
     t0 = time.perf_counter()
     mx.reset_peak_memory()
     # memory held by anything else in this process (not the weights) stays live throughout
     others = max(0, mx.get_active_memory() - clf.footprint.weight_bytes)
-    header = {"fingerprint": fingerprint(rows, clf, s)}
+    header = {"fingerprint": fingerprint(rows, clf, spec)}
     recorded = recorded_header(output, header) if output and resume else None
-    plan = plan_job(clf, rows, s, recorded["settings"] if recorded else None)
-    refuse_bad_rows(rows, s, source, fmt)
+    plan = plan_job(clf, rows, spec, recorded["settings"] if recorded else None)
+    refuse_bad_rows(rows, plan, spec, source, fmt)
     sink = open_job_sink(clf, rows, plan, output, header, resume)
-    execute(clf, rows, plan, sink, s.on_error)
+    execute(clf, rows, plan, sink, spec.on_error)
     seconds = time.perf_counter() - t0
-    report = run_verify(clf, rows, plan.prompts, sink.done) if verify else None
+    report = verify_job(clf, rows, plan, sink, spec, verify)
     sink.finish(len(rows), clf.labels.names)
     return job_result(clf, rows, plan, sink, seconds, mx.get_peak_memory() - others, report)
 
 
+def verify_job(clf: Classifier, rows: list[Row], plan: JobPlan, sink: Sink, spec: RunSpec,
+               every: bool) -> dict | None:  # fmt: skip
+    """--verify: every item again on the gold loop; --verify-sample F: a share F of them (the
+    same items for the same input); else None."""
+    if every:
+        return run_verify(clf, rows, plan.prompts, sink.done)
+    if not spec.verify_sample or not plan.prompts:
+        return None
+    keys = sorted(plan.prompts)
+    k = min(len(keys), math.ceil(spec.verify_sample * len(keys)))
+    sample = sorted(random.Random(len(keys)).sample(keys, k))
+    return run_verify(clf, rows, {i: plan.prompts[i] for i in sample}, sink.done)
+
+
 def run_verify(clf: Classifier, rows: list[Row], prompts: dict, results: dict) -> dict:
-    """Score every item again on the gold path and compare labels and scores."""
+    """Score items again on the gold path and compare labels and scores."""
     names = clf.labels.names
     disagree, max_diff, t0 = [], 0.0, time.perf_counter()
     for i, prompt in tqdm(prompts.items(), desc="verify", file=sys.stderr, disable=None):

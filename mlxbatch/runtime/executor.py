@@ -28,14 +28,19 @@ RowScorer = Callable[[list, int], mx.array]
 
 
 class SingleStream:
-    """Every row of a batch in one lazy graph on the default stream, one batch after another."""
+    """Every row of a batch in one lazy graph on the default stream, one batch after another,
+    whichever thread asks: concurrent callers take turns on the one lane's buffers."""
 
     lanes = 1
 
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
     def run(self, score_rows: RowScorer, prompts: list) -> np.ndarray:
-        out = score_rows(prompts, 0)
-        mx.eval(out)
-        return np.array(out)
+        with self._lock:
+            out = score_rows(prompts, 0)
+            mx.eval(out)
+            return np.array(out)
 
     def run_batches(self, score_rows: RowScorer, batches: Iterable[list]) -> Iterator[np.ndarray]:
         for prompts in batches:
@@ -73,10 +78,9 @@ class CpuLanes:
         return self._pool.submit(self._score, score_rows, prompts)
 
     def run(self, score_rows: RowScorer, prompts: list) -> np.ndarray:
-        """One batch, its rows split into contiguous lanes that run at once."""
-        n = min(self.lanes, len(prompts))
-        if n < 2:
-            return SingleStream().run(score_rows, prompts)
+        """One batch, its rows split into contiguous lanes that run at once (a lane's buffers
+        are only ever used by its own thread, so concurrent callers are safe)."""
+        n = max(1, min(self.lanes, len(prompts)))
         bounds = np.linspace(0, len(prompts), n + 1).round().astype(int)
         with sgemm.single_threaded():  # one core per lane
             futures = [self._submit(score_rows, prompts[a:b])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import platform
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -58,16 +59,30 @@ def _serving_openblas():
     return _OPENBLAS["lib"]
 
 
+_single = {"holders": 0, "before": 1}
+_single_lock = threading.Lock()
+
+
 @contextmanager
 def single_threaded() -> Iterator[None]:
-    """OpenBLAS on one thread inside the block (for code that runs one stream per core)."""
+    """OpenBLAS on one thread inside the block (for code that runs one stream per core).
+
+    OpenBLAS's thread count is process-wide: concurrent callers (two jobs, a service's
+    requests) share one setting, counted, so the last one out restores the count the first
+    one found, and no caller restores it under another that is still running."""
     lib = _serving_openblas()
     if lib is None:
         yield
         return
-    before = lib.openblas_get_num_threads()
-    lib.openblas_set_num_threads(1)
+    with _single_lock:
+        if _single["holders"] == 0:
+            _single["before"] = lib.openblas_get_num_threads()
+            lib.openblas_set_num_threads(1)
+        _single["holders"] += 1
     try:
         yield
     finally:
-        lib.openblas_set_num_threads(before)
+        with _single_lock:
+            _single["holders"] -= 1
+            if _single["holders"] == 0:
+                lib.openblas_set_num_threads(_single["before"])

@@ -1,0 +1,60 @@
+"""The prompt a run uses, from its options: labels (a comma list or a labels file), the system
+prompt (text, file or the default naming the labels) and few-shot examples."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import LabelError, UsageError, unicode_problem
+
+
+def parse_labels(labels: str | None) -> tuple[str, ...]:
+    from ..engine.prompt import DEFAULT_LABELS
+
+    if labels is None:
+        return DEFAULT_LABELS
+    return tuple(x.strip() for x in labels.split(","))
+
+
+def system_prompt_from(text: str | None, file: Path | None, labels) -> str:
+    from ..engine.prompt import default_system_prompt
+
+    if text is not None and file is not None:
+        raise UsageError("give --system-prompt or --system-prompt-file, not both")
+    if file is not None:
+        try:
+            return file.read_text(encoding="utf-8").strip("\n")
+        except (OSError, UnicodeDecodeError) as e:
+            raise UsageError(f"{file}: cannot read the system prompt ({e})") from None
+    if text is not None and (problem := unicode_problem(text)):
+        raise UsageError(f"--system-prompt holds {problem}")
+    return text if text is not None else default_system_prompt(labels)
+
+
+@dataclass(frozen=True)
+class PromptSpec:
+    labels: tuple[str, ...]
+    system: str
+    examples: tuple[tuple[str, str], ...]
+
+
+def prompt_spec(
+    labels, labels_file, system_prompt, system_prompt_file, examples, text_field="text"
+):
+    """Labels, system prompt and examples from the command-line options."""
+    from ..engine.prompt import default_system_prompt
+    from .prompts import read_examples, read_labels_file
+
+    descriptions = read_labels_file(labels_file) if labels_file else None
+    names = parse_labels(labels) if labels or not descriptions else tuple(descriptions)
+    if descriptions and set(descriptions) != set(names):
+        raise LabelError(
+            f"{labels_file}: its labels {sorted(descriptions)} differ from --labels {sorted(names)}"
+        )
+    if system_prompt is None and system_prompt_file is None:
+        system = default_system_prompt(names, descriptions)
+    else:
+        system = system_prompt_from(system_prompt, system_prompt_file, names)
+    shots = read_examples(str(examples), names, text_field) if examples else ()
+    return PromptSpec(names, system, shots)

@@ -1,0 +1,149 @@
+"""`classify` as one library call: check every path, read the input, load the model, run the
+job (in one process or over ranks), report. The CLI only parses options into a
+`ClassifyRequest` and a `RunSpec`."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..api.classifier import Classifier
+from ..api.spec import RunSpec
+from ..errors import InputError, JobError
+from ..io.inputs import read_rows
+from ..io.outputs import check_model_untouched, check_output, check_reports
+from ..io.promptspec import prompt_spec
+from ..io.sinks import journal_path
+from ..model.defaults import default_model_dir
+from ..model.hub import resolve
+from .distributed import Cluster, run_distributed_job
+from .job import JobResult, run_job
+
+
+@dataclass(frozen=True)
+class ClassifyRequest:
+    """Everything `classify` was told besides the run spec: what to read, load and write."""
+
+    input: str
+    model: str | None = None
+    labels: str | None = None  # comma-separated
+    labels_file: Path | None = None
+    system_prompt: str | None = None
+    system_prompt_file: Path | None = None
+    examples: Path | None = None
+    output: Path | None = None  # None: standard output
+    text_field: str = "text"
+    id_field: str | None = None
+    input_format: str = "auto"
+    resume: bool = False
+    verify: bool = False
+    dtype: str | None = None
+    check_weights: bool = False
+    prefix_cache: bool = True
+    calibrate: bool = False
+    prior: str | None = None
+    min_confidence: float | None = None
+    gold_field: str | None = None
+    json_path: Path | None = None
+    plot_path: Path | None = None
+    distributed: bool = False
+    collective_timeout: float = 600.0
+
+    def reads(self) -> list[Path]:
+        """Every file the run reads, kept safe from its writes."""
+        paths = (self.input, self.system_prompt_file, self.labels_file, self.examples)
+        return [Path("/dev/stdin" if str(p) == "-" else p) for p in paths if p]
+
+
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM stopped the job; the message says how to continue."""
+
+
+def resolve_model(model: str | Path | None, say: Callable[[str], None]) -> Path:
+    """A directory or hub id, else the built-in default (announced)."""
+    return resolve(model) if model else default_model_dir(announce=say)
+
+
+def run_classify(request: ClassifyRequest, spec: RunSpec, say: Callable[[str], None]) -> int:
+    """The whole classify command; returns its exit code (1 when --verify disagrees)."""
+    r, reads = request, request.reads()
+    cluster = None
+    if r.distributed or os.environ.get("MLX_RANK") is not None:  # set by mlx.launch
+        cluster = Cluster.join(r.distributed, r.collective_timeout)
+    rank = cluster.rank if cluster else 0
+    if r.resume and r.output is None:
+        raise JobError("--resume needs -o/--output (the journal lives next to it)")
+    kind = "stdout"
+    if r.output is not None and rank == 0:  # before anything is read or written
+        kind = check_output(r.output, reads, r.resume)
+    if (r.json_path or r.plot_path) and not r.gold_field:
+        raise JobError("--json and --plot report the evaluation: give --gold-field too")
+    written = [r.output, journal_path(r.output)] if r.output is not None else []
+    if rank == 0:
+        check_reports(r.json_path, r.plot_path, reads + written)
+    prompt = prompt_spec(r.labels, r.labels_file, r.system_prompt, r.system_prompt_file,
+                         r.examples, r.text_field)  # fmt: skip
+    rows, fmt = read_rows(r.input, r.text_field, r.id_field, r.input_format,
+                          (r.gold_field,) if r.gold_field else ())  # fmt: skip
+    if r.gold_field and not any(r.gold_field in row.fields for row in rows):
+        raise InputError(f"{r.input}: no row has the gold field {r.gold_field!r} (--gold-field)")
+    model_dir = resolve_model(r.model, say)
+    if rank == 0:
+        check_model_untouched([("-o", r.output), ("-o's journal", r.output and journal_path(r.output)),
+                               ("--json", r.json_path), ("--plot", r.plot_path)], model_dir)  # fmt: skip
+    clf = Classifier.load(
+        model_dir, prompt.labels, prompt.system, r.dtype, r.prefix_cache, r.check_weights,
+        examples=prompt.examples, calibrate=r.calibrate, prior=r.prior,
+        min_confidence=r.min_confidence,
+    )  # fmt: skip
+    try:
+        if cluster:
+            result = run_distributed_job(cluster, clf, rows, spec, r.output if rank == 0 else None,
+                                         r.resume, r.verify and rank == 0, r.input, fmt)  # fmt: skip
+            if result is None:  # ranks other than 0 write nothing
+                return 0
+        else:
+            result = run_job(clf, rows, spec, r.output, r.resume, r.verify, r.input, fmt)
+    except KeyboardInterrupt:
+        if r.output and kind == "file":
+            raise Interrupted(f"interrupted; finished batches are saved in {r.output}.part. Run "
+                              "the same command with --resume to continue.") from None  # fmt: skip
+        raise Interrupted("interrupted") from None
+    return report(clf, rows, result, r, say)
+
+
+def report(clf: Classifier, rows, result: JobResult, r: ClassifyRequest, say) -> int:
+    """The summary, the adjustment, the evaluation and the verification; the exit code."""
+    say(f"model: {clf.lm.describe()}")
+    say(result.summary())
+    if not clf.adjust.identity:
+        say(f"adjustment: {clf.adjust.describe(clf.labels.names)}")
+    if r.gold_field:
+        evaluation(clf, rows, result.results, r.gold_field, r.json_path, r.plot_path, say)
+    if result.verify is None:
+        return 0
+    v = result.verify
+    say(f"verify: {v['agreement']:.2%} label agreement with the gold loop over {v['items']} "
+        f"items, max |score diff| {v['max_abs_score_diff']:.2e}")  # fmt: skip
+    for d in v["disagreements"][:20]:
+        say(f"  disagreement: {json.dumps(d)}")
+    return 0 if v["passed"] else 1
+
+
+def evaluation(clf, rows, results, gold_field, json_path, plot_path, say) -> dict:
+    """Print (and write) the evaluation of a job's rows against their gold labels."""
+    from ..api.evaluate import evaluate_rows, format_evaluation, plot_confusion
+    from ..io.outputs import write_json_report
+
+    gold = [row.fields.get(gold_field) for row in rows]
+    metrics = evaluate_rows(results, gold, clf.labels.names)
+    note = " (SYNTHETIC weights: chance level is expected)" if clf.lm.synthetic else ""
+    say(format_evaluation(metrics) + ("\n" + note.strip() if note else ""))
+    if json_path:
+        write_json_report(json_path, metrics)
+    if plot_path:
+        plot_confusion(metrics, plot_path)
+    return metrics

@@ -1,0 +1,149 @@
+"""The scheduler seam: items in by key, batches cut by the policy, results out by key, from a
+whole file at once, from arriving work, and from several callers at once."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+TEXTS = [f"ticket {k}: " + "my invoice is wrong and the app crashes " * (k % 7 + 1)
+         for k in range(40)]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def clf(tiny_model_dir):
+    from mlxbatch.api.classifier import Classifier
+
+    return Classifier.load(tiny_model_dir)
+
+
+def policy(clf, planner="greedy", batch_tokens=200, max_batch=8):
+    from mlxbatch.engine.scheduler import BatchPolicy
+
+    return BatchPolicy(planner, "fast", batch_tokens, max_batch, None)
+
+
+def test_every_key_comes_back_once_with_its_own_scores(clf):
+    from mlxbatch.engine.scheduler import Scheduler
+
+    engine = clf.engine
+    sched = Scheduler(engine, policy(clf))
+    keys = [("file", k) for k in range(len(TEXTS))]
+    for key, text in zip(keys, TEXTS):
+        sched.add(key, engine.prompt(text))
+    with pytest.raises(KeyError):
+        sched.add(keys[0], engine.prompt(TEXTS[0]))
+    batches = sched.plan()
+    assert sorted(k for b in batches for k in b.indices) == sorted(keys)
+    got = {}
+    for batch, probs, record in sched.run(batches):
+        assert record.rows == len(batch.indices) and record.padded_tokens >= record.useful_tokens
+        got.update(zip(batch.indices, probs))
+    assert sched.queued == 0 and set(got) == set(keys)
+    alone = engine.score_batches([[engine.prompt(t)] for t in TEXTS])
+    for key, want in zip(keys, alone):
+        np.testing.assert_allclose(got[key], want[0], atol=2e-6)
+
+
+def test_a_step_scores_one_batch_per_lane_oldest_first(clf):
+    from mlxbatch.engine.scheduler import Scheduler
+
+    engine = clf.engine
+    sched = Scheduler(engine, policy(clf, batch_tokens=64, max_batch=2))
+    for k, text in enumerate(TEXTS[:12]):
+        sched.add(k, engine.prompt(text), arrived=float(k))
+    done = sched.step()
+    assert 1 <= len(done) <= engine.lanes
+    assert 0 in {k for batch, _, _ in done for k in batch.indices}  # the oldest item went first
+    left = sched.queued
+    assert left == 12 - sum(len(b.indices) for b, _, _ in done)
+    while sched.queued:
+        assert sched.step()
+    assert not sched.step()
+
+
+def test_arriving_work_is_batched_and_every_caller_gets_its_own_answers(clf):
+    """Requests of one to five items from 16 threads: each future holds its items' scores in
+    its order; the queue limit refuses at once; closing drains what is queued."""
+    from mlxbatch.engine.scheduler import LiveScheduler, QueueFull
+
+    engine = clf.engine
+    prompts = [engine.prompt(t) for t in TEXTS]
+    alone = np.concatenate(engine.score_batches([[p] for p in prompts]))
+    records = []
+    live = LiveScheduler(engine, policy(clf), max_wait=0.01, max_queue=64,
+                         on_batch=records.append)  # fmt: skip
+    live.start()
+
+    def request(n: int) -> None:
+        picks = [(n * 7 + j) % len(prompts) for j in range(n % 5 + 1)]
+        got = live.submit([prompts[i] for i in picks]).result(timeout=120)
+        assert got.shape == (len(picks), len(engine.labels.names))
+        np.testing.assert_allclose(got, alone[picks], atol=2e-6)
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(request, range(48)))
+    assert records and max(r.rows for r in records) > 1  # callers' items shared batches
+    with pytest.raises(QueueFull) as full:
+        live.submit(prompts * 2)  # 80 items > the 64 the queue may hold
+    assert full.value.retry_after > 0
+    pending = live.submit(prompts[:3])
+    live.close(drain=True)
+    np.testing.assert_allclose(pending.result(timeout=60), alone[:3], atol=2e-6)
+    with pytest.raises(RuntimeError, match="draining"):
+        live.submit(prompts[:1])
+
+
+def test_classify_from_eight_threads_at_once(clf):
+    """Eight callers share the lanes (never a lane's buffers, never the BLAS setting): every
+    answer equals the same call made alone, to the bit, and the gold loop's labels."""
+    reference = clf.classify(TEXTS)
+    gold = clf.classify(TEXTS[:8], mode="sequential")
+    errors: list[BaseException] = []
+
+    def caller(n: int) -> None:
+        try:
+            for _ in range(2):
+                got = clf.classify(TEXTS)
+                assert [p.scores for p in got] == [p.scores for p in reference]
+            mine = clf.classify(TEXTS[:8], mode="sequential" if n % 4 == 0 else "sorted")
+            for p, g in zip(mine, gold):
+                assert p.label == g.label
+                np.testing.assert_allclose(list(p.scores.values()), list(g.scores.values()),
+                                           atol=2e-6)  # fmt: skip
+        except BaseException as e:  # noqa: BLE001  (re-raised in the main thread)
+            errors.append(e)
+
+    threads = [threading.Thread(target=caller, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert not errors, errors[0]
+    assert not any(t.is_alive() for t in threads)
+
+
+def test_the_python_api_refuses_what_it_cannot_classify(clf):
+    from mlxbatch.api.classifier import Classifier
+    from mlxbatch.errors import ItemTooLong, UsageError
+
+    with pytest.raises(UsageError, match="a list of strings"):
+        clf.classify("hello")
+    with pytest.raises(UsageError, match=r"texts\[1\]"):
+        clf.classify(["fine", 3])
+    with pytest.raises(ItemTooLong, match=r"texts\[0\].*max-tokens 8"):
+        clf.classify(["word " * 50], max_tokens=8)
+    cut = clf.classify(["word " * 50], max_tokens=8, truncate=True)
+    assert len(cut) == 1 and cut[0].label in clf.labels.names
+    huge = "word " * 50_000  # over the tiny model's context: refused before any allocation
+    with pytest.raises(ItemTooLong, match="context"):
+        clf.classify([huge])
+    with pytest.raises(UsageError, match="labels"):
+        Classifier.load(clf.lm.path, labels="a,b")
+    with pytest.raises(UsageError, match=r"labels\[1\]"):
+        Classifier.load(clf.lm.path, labels=["a", 2])
+    with pytest.raises(UsageError, match="mode"):
+        clf.classify(["x"], mode="fastest")
