@@ -169,7 +169,8 @@ def run(options: LoadOptions, progress=lambda m: None) -> dict:
     progress(f"classify --mode sorted on {len(texts)} tickets, then {options.sequential} alone")
     base = baseline(options.model, texts, options.sequential)
     capacity = base["classify_items_per_s"]
-    args = ("--max-queue", str(options.max_queue), *options.serve_args)
+    args = ("--max-queue", str(options.max_queue), "--max-inputs-per-request",
+            str(min(256, options.max_queue)), *options.serve_args)  # fmt: skip
     server = ServerProcess(options.model, args)
     progress(f"healthy {server.startup_seconds:.1f} s after spawn; one request at a time")
     seq = [asyncio.run(_sequential(server.url, texts[: options.sequential]))][0]
