@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ import pytest
 from mlxbatch.bench.workload import generate, write_jsonl
 from mlxbatch.io.sinks import journal_path
 from mlxbatch.jobs.distributed import deal
+from mlxbatch.runtime.testhold import VARIABLE
 
 LAUNCH = Path(sys.executable).parent / "mlx.launch"
 pytestmark = pytest.mark.skipif(not LAUNCH.exists(), reason="mlx.launch is not installed")
@@ -29,11 +29,12 @@ def single(model, src, out, *extra):
     subprocess.run(cmd, check=True, capture_output=True, timeout=300)
 
 
-def launched(model, src, out, *extra, wait=True):
+def launched(model, src, out, *extra, wait=True, env=None):
     cmd = [str(LAUNCH), "-n", "2", "--backend", "ring", sys.executable, "-m", "mlxbatch",
            "classify", str(src), "--model", str(model), "-o", str(out), *extra]  # fmt: skip
     if not wait:
-        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=env)  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
@@ -97,17 +98,22 @@ def test_a_killed_rank_fails_the_job_and_resume_completes_it(tiny_model_dir, tmp
     extra = ["--max-batch", "2", "--planner", "greedy", "--batch-tokens", "1024"]
     single(tiny_model_dir, src, tmp_path / "ref.jsonl", *extra)
     out = tmp_path / "killed.jsonl"
-    proc = launched(tiny_model_dir, src, out, *extra, wait=False)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        p = journal_path(out)
-        if p.exists() and len(p.read_bytes().split(b"\n")) > 20:
+    # rank 0 holds for good after journaling 3 rounds (120 batches in rounds of at most 8 a
+    # rank: at least 8 rounds), and rank 1 waits for it in round 4: both are alive to the kill
+    proc = launched(tiny_model_dir, src, out, *extra, wait=False,
+                    env={**os.environ, VARIABLE: "3"})  # fmt: skip
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if f"({VARIABLE})" in line:
             break
-        time.sleep(0.05)
+    else:
+        raise AssertionError(f"the job ended (exit {proc.wait()}) before its hold point: {seen}")
+    assert len(journal_path(out).read_bytes().split(b"\n")) > 3
     pid = rank_pid(1, str(out))
     assert pid is not None, "rank 1 not found"
     os.kill(pid, signal.SIGKILL)
-    text, _ = proc.communicate(timeout=120)
+    text = "".join(seen) + proc.communicate(timeout=300)[0]
     assert "rank 1" in text and "--resume" in text, text
     assert not out.exists() and journal_path(out).exists()
     r = launched(tiny_model_dir, src, out, *extra, "--resume")

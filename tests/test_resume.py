@@ -15,6 +15,7 @@ import pytest
 from mlxbatch.bench.workload import generate, write_jsonl
 from mlxbatch.errors import ResumeError
 from mlxbatch.io.sinks import Journal, journal_path
+from mlxbatch.runtime.testhold import VARIABLE
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +36,22 @@ def journal_rows(out) -> int:
     return max(0, len(p.read_bytes().split(b"\n")) - 2) if p.exists() else 0
 
 
+def held_after(batches: int) -> dict:
+    """An environment in which a run stops for good after `batches` journaled batches: it
+    cannot finish before the test interrupts it, however fast or slow the machine."""
+    return {**os.environ, VARIABLE: str(batches)}
+
+
+def wait_until_held(proc: subprocess.Popen) -> str:
+    """What the run wrote to stderr up to its hold point; fails if it ended before."""
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if f"({VARIABLE})" in line:
+            return "".join(seen)
+    raise AssertionError(f"the run ended (exit {proc.wait()}) before its hold point: {seen}")
+
+
 def test_killed_ten_times_then_resumed_matches_an_uninterrupted_run(tiny_model_dir, job):
     root, src = job
     reference = root / "reference.jsonl"
@@ -42,14 +59,24 @@ def test_killed_ten_times_then_resumed_matches_an_uninterrupted_run(tiny_model_d
     out = root / "killed.jsonl"
     rng = random.Random(1234)
     for kill in range(10):
-        # let each run journal a random number of new rows, then SIGKILL it at a random instant
-        target = journal_rows(out) + rng.randint(1, 25)
-        proc = subprocess.Popen(command(tiny_model_dir, src, out, *(["--resume"] if kill else [])),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
-        while proc.poll() is None and journal_rows(out) < target:
+        # let each run journal a random number of new rows, then SIGKILL it at a random instant;
+        # it holds after `hold` batches (>= `hold` rows), so it is still there to be killed, and
+        # ten holds of at most 12 batches leave at least 30 of the ~150 batches undone
+        hold = rng.randint(1, 12)
+        target = journal_rows(out) + rng.randint(1, hold)
+        err = root / f"killed-{kill}.err"
+        with open(err, "wb") as f:
+            proc = subprocess.Popen(command(tiny_model_dir, src, out, *(["--resume"] if kill else [])),
+                                    stdout=subprocess.DEVNULL, stderr=f, env=held_after(hold))  # fmt: skip
+        while (
+            proc.poll() is None and journal_rows(out) < target and VARIABLE not in err.read_text()
+        ):
             time.sleep(0.002)
         time.sleep(rng.uniform(0, 0.03))
-        assert proc.poll() is None, "the run finished before it could be killed"
+        if proc.poll() is not None or journal_rows(out) < target:
+            proc.kill()
+            raise AssertionError(f"run {kill} ended (exit {proc.wait()}) or held with fewer than "
+                                 f"{target} rows journaled: {err.read_text()[-2000:]}")  # fmt: skip
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         assert not out.exists()
@@ -64,15 +91,11 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tiny_model_dir, job):
     root, src = job
     out = root / "interrupted.jsonl"
     proc = subprocess.Popen(command(tiny_model_dir, src, out), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
-    deadline = time.time() + 60
-    while time.time() < deadline:  # wait until at least one batch is journaled
-        p = journal_path(out)
-        if p.exists() and len(p.read_text().splitlines()) > 2:
-            break
-        time.sleep(0.05)
+                            stderr=subprocess.PIPE, text=True, env=held_after(2))  # fmt: skip
+    err = wait_until_held(proc)  # two batches are journaled and the run cannot finish
+    assert journal_rows(out) >= 2
     proc.send_signal(signal.SIGINT)
-    err = proc.communicate(timeout=60)[1]
+    err += proc.communicate(timeout=300)[1]
     assert proc.returncode == 130
     assert "--resume" in err and "Traceback" not in err
     done = subprocess.run(
