@@ -157,6 +157,13 @@ def _int_weights(m):
 NESTED = '{"id": "n", "text": ' + "[" * 100_000 + "]" * 100_000 + "}\n"
 HUGE_INT = '{"id": "h", "text": ' + "9" * 5000 + "}\n"
 
+
+def gz(text: str) -> bytes:
+    import gzip
+
+    return gzip.compress(text.encode())
+
+
 JOURNAL = '{"mlxbatch_journal": 1, "fingerprint": "x", "settings": {}}\n'
 
 
@@ -196,7 +203,6 @@ ERRORS = {
     "infinite id": (c_in(GOOD + '{"id": Infinity, "text": "x"}\n'), "line 3: id inf is not a finite number"),
     "binary file": (c_in(bytes(range(256)) * 4, name="in.txt"), "not UTF-8"),
     "utf-16 csv": (c_in("id,text\n1,a\n".encode("utf-16"), name="in.csv"), "UTF-16 text"),
-    "gzipped jsonl": (c_in(__import__("gzip").compress(GOOD.encode()), name="in.jsonl.gz"), "gzip-compressed"),
     "xlsx workbook": (c_in(b"PK\x03\x04" + bytes(60), name="in.xlsx"), "zip archive"),
     "csv with semicolons": (c_in("id;text\n1;a\n", name="in.csv"), "separated by ';'"),
     "forced csv on jsonl": (c_in(GOOD, "--input-format", "csv"), "no 'text' column"),
@@ -251,7 +257,7 @@ ERRORS = {
     "bench --against missing, before running": (lambda t, m: (["bench", "--model", m, "--tickets", "5", "--against", t / "nope", "--no-peers", "--modes", "gold"], None), "not found"),
     "bench --json onto its tickets": (lambda t, m: (["bench", "--model", m, "--tickets", write(t / "b.jsonl", GOOD), "--json", t / "b.jsonl", "--no-peers", "--sweep", ""], None), "would overwrite"),
     "examples longer than the context": (lambda t, m: (["classify", write(t / "in.jsonl", GOOD), "--model", (c_model(lambda d: edit_config(d, max_position_embeddings=256))(t, m)[0][-1]), "--examples", write(t / "ex.jsonl", '{"text": "' + "charged twice " * 200 + '", "label": "billing"}\n')], None), "no room left in the model's context of 256 tokens"),
-    "-o onto the model's config": (c_into_model("-o", "config.json"), "is a file of the model"),
+    "-o onto the model's weights": (c_into_model("-o", "model.safetensors"), "is a file of the model"),
     "--json onto the model's weights": (c_into_model("--json", "model.safetensors", "--gold-field", "gold"), "is a file of the model"),
     # settings
     "budget cannot fit": (c_in(GOOD, "--batch-tokens", 10**9), "--batch-tokens"),
@@ -287,6 +293,18 @@ ERRORS = {
     "convert onto its source": (lambda t, m: (["convert", m, m], None), "source checkpoint"),
     "convert over a model": (lambda t, m: (["convert", m, shutil.copytree(m, t / "other")], None), "--force"),
     "bench bad tickets file": (lambda t, m: (["bench", "--model", m, "--tickets", write(t / "b.jsonl", "{nope\n"), "--no-peers", "--sweep", ""], None), "invalid JSON"),
+    # input and output formats
+    "csv on stdin without a text column": (c_stdin("id,body\n1,x\n2,y\n"), "no 'text' column"),
+    "csv header repeats a column": (c_in("id,text,text\n1,a,b\n", name="in.csv"), "repeats the column 'text'"),
+    "json record repeats a key": (c_in('{"id": "a", "text": "x", "text": "y"}\n'), "line 1: the key 'text' appears twice"),
+    "gzip cut short": (c_in(gz(GOOD)[:-12], name="in.jsonl.gz"), "cut short or corrupt"),
+    "-o .json": (c_out(lambda t, s: t / "o.json"), "mlxbatch writes .jsonl, .jsonl.gz, .csv"),
+    "-o .parquet": (c_out(lambda t, s: t / "o.parquet"), "mlxbatch writes .jsonl"),
+    "-o .xlsx": (c_out(lambda t, s: t / "o.xlsx"), "mlxbatch writes .jsonl"),
+    "-o a FIFO named .csv": (c_out(lambda t, s: os.mkfifo(t / "f.csv") or t / "f.csv"), "a device or FIFO is written as JSONL"),
+    "ids 1 and '1' into a csv": (c_in('{"id": 1, "text": "a"}\n{"id": "1", "text": "b"}\n', "-o", "o.csv"), "would both be written as 1 in CSV"),
+    "tickets -o .tsv (texts hold line breaks)": (lambda t, m: (["tickets", "5", "-o", t / "t.tsv"], None), "which TSV (no quoting) cannot hold"),
+    "tickets -o .json": (lambda t, m: (["tickets", "5", "-o", t / "t.json"], None), "mlxbatch writes .jsonl"),
 }  # fmt: skip
 
 
@@ -311,6 +329,13 @@ OKS = {
     "0-byte journal, --resume": (c_cut_journal("", "--resume"), 2),
     "journal header cut short, --resume": (c_cut_journal('{"mlxbatch_journal": 1, "fing', "--resume"), 2),
     "bad rows skipped": (c_in(GOOD + "{nope\n" + '{"id": "c"}\n', "--on-error", "skip", "-o", "o.jsonl"), 4),
+    "gzipped jsonl": (c_in(gz(GOOD), "-o", "o.jsonl", name="in.jsonl.gz"), ["a", "b"]),
+    "gzip named .jsonl": (c_in(gz(GOOD), "-o", "o.jsonl"), ["a", "b"]),
+    "gzip on stdin": (c_stdin(gz(GOOD), "-o", "o.jsonl"), ["a", "b"]),
+    "csv.gz": (c_in(gz("id,text\nx,a\ny,b\n"), "-o", "o.jsonl", name="in.csv.gz"), ["x", "y"]),
+    "parquet": (lambda t, m: c_in(parquet_of([{"id": "x", "text": "a"}, {"id": "y", "text": "b"}]), "-o", "o.jsonl", name="in.parquet")(t, m), ["x", "y"]),
+    "wide csv header on stdin": (c_stdin(",".join(f"c{i}" for i in range(300)) + ",id,text\n" + "," * 300 + "x,a\n" + "," * 300 + "y,b\n", "-o", "o.jsonl"), ["x", "y"]),
+    "CR-only line ends": (c_in("first\rsecond\rthird\r", "-o", "o.jsonl", name="in.txt"), 3),
 }  # fmt: skip
 
 
@@ -522,3 +547,45 @@ def test_the_printed_memory_bound_never_exceeds_the_machine(tiny_model_dir, tmp_
 
 def test_table_is_large_enough():
     assert len(ERRORS) + len(OKS) >= 60
+
+
+def parquet_of(rows: list[dict]) -> bytes:
+    import io
+
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    out = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), out)
+    return out.getvalue()
+
+
+def test_outputs_are_what_their_names_say_and_read_back(tiny_model_dir, tmp_path):
+    import gzip
+
+    from mlxbatch.io.inputs import read_rows
+
+    src = write(tmp_path / "in.jsonl", GOOD.replace("}", ', "gold": "billing"}'))
+    for name in ("o.jsonl.gz", "o.csv", "o.tsv", "o.csv.gz"):
+        r = invoke(["classify", src, "--model", tiny_model_dir, "-o", name], None, tmp_path)
+        assert r.exit_code == 0, r.output
+        assert not (tmp_path / (name + ".part")).exists()
+    data = (tmp_path / "o.jsonl.gz").read_bytes()
+    assert data[:2] == b"\x1f\x8b" and len(gzip.decompress(data).splitlines()) == 2
+    r = invoke(["eval", src, "o.jsonl.gz", "--gold-field", "gold"], None, tmp_path)
+    assert r.exit_code == 0 and "accuracy" in r.stdout.lower(), r.output
+    for name, fmt in (("o.csv", "csv"), ("o.tsv", "tsv"), ("o.csv.gz", "csv")):
+        rows, got = read_rows(str(tmp_path / name), text_field="label")
+        assert got == fmt and [r.id for r in rows] == ["a", "b"] and all(r.text for r in rows)
+
+
+def test_tickets_are_written_by_suffix(tmp_path):
+    from mlxbatch.bench.workload import generate
+    from mlxbatch.io.inputs import read_rows
+
+    want = [(t["id"], t["text"], {"intent": t["intent"]}) for t in generate(7, seed=3)]
+    for name, fmt in (("t.csv", "csv"), ("t.jsonl.gz", "jsonl"), ("t.jsonl", "jsonl")):
+        r = invoke(["tickets", "7", "--seed", "3", "-o", tmp_path / name], None, tmp_path)
+        assert r.exit_code == 0, r.output
+        rows, got = read_rows(str(tmp_path / name), fields=("intent",))
+        assert got == fmt and [(x.id, x.text, x.fields) for x in rows] == want, name

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 
 from ..errors import OutputError
+from ..io.rows import output_format, write_records
+from ..io.sinks import write_atomically
 
 INTENTS = ("billing", "technical", "account")
 
@@ -158,3 +160,20 @@ def write_jsonl(rows: list[dict], path: Path | None) -> None:
             path.write_text(text, encoding="utf-8")
         except OSError as e:
             raise OutputError(f"{path}: cannot write the tickets ({e.strerror or e})") from None
+
+
+def write_tickets(rows: list[dict], path: Path | None) -> None:
+    """Tickets to `path` in the format its name says (JSONL, CSV, TSV, gzip-compressed with .gz;
+    written whole or not at all), or as JSONL to standard output when `path` is None."""
+    if path is None:
+        sys.stdout.write("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in rows))
+        return
+    fmt = output_format(path.name)
+    if fmt != ("jsonl", False) and path.exists() and not path.is_file():
+        raise OutputError(f"{path}: cannot write the tickets as {''.join(path.suffixes[-2:])} "
+                          "there (not a regular file); drop the suffix for JSONL")  # fmt: skip
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"{path}: cannot write the tickets ({e.strerror or e})") from None
+    write_atomically(path, lambda f: write_records(f, rows, path.name), "cannot write the tickets")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -48,13 +47,13 @@ def evaluate_cmd(input_path, predictions, gold_field, text_field, id_field, inpu
     from ..api.evaluate import evaluate_rows, format_evaluation, plot_confusion
     from ..io.inputs import read_rows
     from ..io.outputs import check_reports, write_json_report
+    from ..io.rows import read_results
 
     plot_path = plot_target(plot_path, predictions, "confusion")
     check_reports(json_path, plot_path, [Path(input_path), predictions])
     rows, _ = read_rows(input_path, text_field, id_field, input_format, (gold_field,))
     try:
-        lines = predictions.read_text(encoding="utf-8").splitlines()
-        results = [json.loads(x) for x in lines if x.strip()]
+        results = read_results(predictions)  # .jsonl or .jsonl.gz
     except (OSError, UnicodeDecodeError, ValueError) as e:
         fail(f"{predictions}: not a JSONL output of mlxbatch classify ({str(e)[:100]})")
     if len(results) != len(rows):

@@ -1,86 +1,195 @@
-"""Bytes to records: the input format (named, by extension, else by content) and its parser.
+"""Bytes to records, streamed: the input format (named, by extension, else by content) and its
+parser, reading one line (or CSV record) at a time.
 
 Each record is (row number, line it starts on, the parsed object or None, an error or None):
 the row number is the line in JSONL/text files and the data row in CSV/TSV files. A UTF-8
-byte-order mark is dropped in every format; blank lines are not records. The parsers never
-merge or alter rows silently: a CSV that ends inside a quoted field is an error naming the
-row where the quote opened, and TSV is split on tabs only (no quoting).
+byte-order mark is dropped in every format; blank lines are not records; lines end in LF,
+CRLF, or (in a file with no LF at all) CR alone. The parsers never merge or alter rows
+silently: a CSV that ends inside a quoted field is an error naming the row where the quote
+opened; a header that repeats a column is refused, and so is a JSON object that repeats a key
+(that row's error); TSV is split on tabs only (no quoting).
 """
 
 from __future__ import annotations
 
 import csv
-import io
 import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from ..errors import InputError
+from .sources import BUFFER, peek, read_errors
+from .tables import Record, csv_rows, tsv_rows
 
 BOM = b"\xef\xbb\xbf"
-csv.field_size_limit(2**31 - 1)  # a long ticket is not an error; the token limit decides
-Record = tuple[int, int, dict | None, str | None]  # number, line, object, error
+HEAD, HEAD_MAX = 1 << 16, 1 << 20  # detection reads this much, more to finish a long header
+
+
+@dataclass
+class Records:
+    """A parsed input: its format, its header (CSV, TSV, Parquet; None otherwise), its records."""
+
+    format: str
+    columns: list[str] | None
+    records: Iterator[Record]
 
 
 def parse(
-    data: bytes, source: str, fmt: str = "auto", text_field: str = "text"
-) -> tuple[list[Record], str]:
-    """The records of `data` (read from `source`, '-' for stdin) and the format they were in."""
-    if data.startswith(BOM):
-        data = data[len(BOM) :]
+    stream: BinaryIO, source: str, name: str, fmt: str = "auto", text_field: str = "text"
+) -> Records:
+    """The records of `stream` (read from `source`, '-' for stdin; `name` without a compression
+    suffix), lazily: a file-level problem (header, JSON array, encoding) is raised here or, past
+    the first lines, when iteration reaches it."""
+    size = HEAD
+    try:
+        head, stream = peek(stream, size)
+        while len(head) == size < HEAD_MAX and not re.search(rb"[\r\n]", head):
+            size *= 4  # a header of hundreds of columns: read on to its end
+            head, stream = peek(stream, size)
+    except read_errors() as e:
+        raise InputError(f"{source}: the data cannot be read ({e}); is the file cut short or "
+                         "corrupt?") from None  # fmt: skip
+    at_end = len(head) < size
+    if head.startswith(BOM):
+        head = head[len(BOM) :]
+        stream.read(len(BOM))
     for magic, what, fix in FOREIGN:
-        if data.startswith(magic):
+        if head.startswith(magic):
             raise InputError(f"{source}: {what}; mlxbatch reads UTF-8 text: {fix}")
-    fmt = detect_format(source, data[:4096], fmt, text_field)
-    if fmt == "jsonl":
-        return _jsonl_rows(data, source), fmt
-    if fmt == "csv":
-        return _csv_rows(data, text_field, source), fmt
-    if fmt == "tsv":
-        return _tsv_rows(data, text_field, source), fmt
-    return _text_rows(data, text_field), fmt
+    detected = detect_format(name, head, fmt, text_field, at_end)
+    by_content = fmt == "auto" and Path(name).suffix.lower() not in SUFFIXES
+    lines = _raw_lines(stream, b"\r" in head and b"\n" not in head, source)
+    if detected == "jsonl":
+        if re.match(rb"\s*\[", head):
+            raise InputError(
+                f"{source}: a JSON array; mlxbatch reads JSON Lines (one object per line). "
+                "Convert it with: jq -c '.[]' FILE > FILE.jsonl"
+            )
+        return Records("jsonl", None, _jsonl_rows(lines))
+    if detected in ("csv", "tsv"):
+        reader = csv_rows if detected == "csv" else tsv_rows
+        header, records = reader(lines, text_field, source, by_content)
+        return Records(detected, header, records)
+    return Records("text", None, _text_rows(lines, text_field))
 
 
-def detect_format(name: str, head: bytes, fmt: str, text_field: str = "text") -> str:
+SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv",
+            ".txt": "text"}  # fmt: skip
+
+
+def detect_format(
+    name: str, head: bytes, fmt: str, text_field: str = "text", at_end: bool = False
+) -> str:
     """The format named, else by extension, else by content: stdin, and names with another or
     no suffix (`tickets`, `data.jsonl.bak`, `/dev/fd/63` from a shell's `<(...)`), which would
-    otherwise classify each JSON line or CSV record as one text and exit 0."""
+    otherwise classify each JSON line or CSV record as one text and exit 0. By content, a
+    first line is a CSV/TSV header when it names the text field, or when it holds two or more
+    distinct column names and the next lines have as many fields (`at_end`: `head` holds the
+    whole input, so its last line is complete)."""
     if fmt != "auto":
         return fmt
     suffix = Path(name).suffix.lower()
-    if suffix in (".jsonl", ".ndjson", ".json"):
-        return "jsonl"
-    if suffix in (".csv", ".tsv"):
-        return suffix[1:]
-    if suffix == ".txt":
-        return "text"
+    if suffix in SUFFIXES:
+        return SUFFIXES[suffix]
     first = head.lstrip()
-    if first.startswith(b"{"):
+    if first.startswith(b"{") or re.match(rb"\[\s*[\[{]", first):
         return "jsonl"
-    header = first.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8", "replace")
-    if text_field in [h.strip().strip('"') for h in header.split("\t")] and "\t" in header:
+    text = first.decode("utf-8", "replace")
+    lines = re.split("\r\n|\n|\r", text)
+    if not at_end:
+        lines = lines[:-1]  # the last may be cut short
+    if _tabular(lines, "\t", text_field):
         return "tsv"
-    if text_field in [h.strip().strip('"') for h in header.split(",")] and "," in header:
+    if _tabular(lines, ",", text_field):
         return "csv"
     return "text"
 
 
-def _lines(data: bytes) -> list[tuple[int, str | None, str | None]]:
-    """(line number, text or None, error or None) for each non-blank line."""
-    out = []
-    for n, raw in enumerate(data.split(b"\n"), start=1):
+_NAME = re.compile(r"[\w.\-/#()]+( [\w.\-/#()]+){0,2}")
+
+
+def _tabular(lines: list[str], sep: str, text_field: str) -> bool:
+    if lines and lines[0].strip().strip('"') == text_field:
+        return sep == ","  # a one-column CSV
+    if not lines or sep not in lines[0]:
+        return False
+    sample = lines[:50]
+    if sep == "\t":
+        records = [line.split("\t") for line in sample]
+    else:
+        records = []
         try:
-            line = raw.decode("utf-8").rstrip("\r")
-        except UnicodeDecodeError as e:
-            out.append((n, None, f"bytes that are not UTF-8 at column {e.start + 1}"))
-            continue
-        if line.strip():
-            out.append((n, line, None))
-    return out
+            records.extend(csv.reader(sample))
+        except csv.Error:
+            records = records[:-1]
+    if len(lines) > len(sample):
+        records = records[:-1]  # its quoted field may go on past the sample
+    names = [h.strip().strip('"') for h in records[0]] if records else []
+    if text_field in names:
+        return True
+    data = [r for r in records[1:] if r]
+    return (
+        len(names) >= 2 and len(set(names)) == len(names) and bool(data)
+        and all(_NAME.fullmatch(h) and any(c.isalpha() for c in h) for h in records[0])
+        and all(len(r) == len(names) for r in data)
+    )  # fmt: skip
+
+
+def _raw_lines(stream: BinaryIO, cr_only: bool, source: str) -> Iterator[bytes]:
+    """The lines of `stream`, each with its line end; a read that fails (a corrupt or cut-short
+    archive) is the file's error, naming the line."""
+    n = 0
+    try:
+        if not cr_only:
+            for n, raw in enumerate(stream, 1):  # noqa: B007  (n names the failing line)
+                yield raw
+            return
+        rest = b""
+        while chunk := stream.read(BUFFER):
+            *lines, rest = (rest + chunk).split(b"\r")
+            for raw in lines:
+                n += 1
+                yield raw + b"\r"
+        if rest:
+            yield rest
+    except read_errors() as e:
+        raise InputError(f"{source}: line {n + 1}: the data cannot be read ({e}); is the file "
+                         "cut short or corrupt?") from None  # fmt: skip
+
+
+def _decoded(raw: bytes) -> tuple[str | None, str | None]:
+    try:
+        return raw.decode("utf-8").rstrip("\n").rstrip("\r"), None
+    except UnicodeDecodeError as e:
+        return None, f"bytes that are not UTF-8 at column {e.start + 1}"
+
+
+class _RepeatedKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _RepeatedKey(key)
+            seen.add(key)
+    return obj
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
 
 
 def _json_object(line: str) -> tuple[dict | None, str | None]:
     try:
-        obj = json.loads(line)
+        obj = _DECODER.decode(line)
+    except _RepeatedKey as e:
+        return None, f"the key {e.args[0]!r} appears twice in one JSON object"
     except json.JSONDecodeError as e:
         return None, f"invalid JSON ({e.msg} at column {e.colno})"
     except RecursionError:
@@ -92,92 +201,26 @@ def _json_object(line: str) -> tuple[dict | None, str | None]:
     return obj, None
 
 
-def _jsonl_rows(data: bytes, source: str) -> list[Record]:
-    if data.lstrip().startswith(b"["):
-        raise InputError(
-            f"{source}: a JSON array; mlxbatch reads JSON Lines (one object per line). "
-            "Convert it with: jq -c '.[]' FILE > FILE.jsonl"
-        )
-    rows = []
-    for n, line, err in _lines(data):
-        obj, err = (None, err) if err else _json_object(line)
-        rows.append((n, n, obj, err))
-    return rows
+def _jsonl_rows(lines: Iterator[bytes]) -> Iterator[Record]:
+    for n, raw in enumerate(lines, 1):
+        line, err = _decoded(raw)
+        if err:
+            yield n, n, None, err
+        elif line.strip():
+            obj, err = _json_object(line)
+            yield n, n, obj, err
 
 
-def _decode(data: bytes, source: str) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        bad = [n for n, _, err in _lines(data) if err]
-        raise InputError(f"{source}: bytes that are not UTF-8 on line(s) {bad[:20]}") from None
+def _text_rows(lines: Iterator[bytes], text_field: str) -> Iterator[Record]:
+    for n, raw in enumerate(lines, 1):
+        line, err = _decoded(raw)
+        if err or line.strip():
+            yield n, n, None if err else {text_field: line}, err
 
 
 # Inputs that are not UTF-8 text at all, named instead of reported line by line.
 FOREIGN = (
     (b"\xff\xfe", "UTF-16 text (byte order mark FF FE)", "iconv -f UTF-16 -t UTF-8 FILE > FILE.utf8"),
     (b"\xfe\xff", "UTF-16 text (byte order mark FE FF)", "iconv -f UTF-16 -t UTF-8 FILE > FILE.utf8"),
-    (b"\x1f\x8b", "gzip-compressed", "zcat FILE | mlxbatch classify - ..."),
     (b"PK\x03\x04", "a zip archive (an .xlsx workbook?)", "export or unzip it to CSV or JSONL"),
 )  # fmt: skip
-
-
-def _check_header(header: list[str] | None, text_field: str, source: str, kind: str) -> list[str]:
-    if not header or not any(h.strip() for h in header):
-        raise InputError(f"{source}: empty file (no {kind} header)")
-    header = [h.strip() for h in header]
-    if text_field not in header:
-        if len(header) == 1 and text_field in [h.strip().strip('"') for h in header[0].split(";")]:
-            raise InputError(f"{source}: the {kind} header is separated by ';' ({header[0]!r}); "
-                             "save it with commas, or with tabs as .tsv")  # fmt: skip
-        raise InputError(
-            f"{source}: the {kind} header has no {text_field!r} column (columns: {header}); "
-            "use --text-field to name the text column"
-        )
-    return header
-
-
-def _csv_rows(data: bytes, text_field: str, source: str) -> list[Record]:
-    reader = csv.reader(io.StringIO(_decode(data, source), newline=""), strict=True)
-    try:
-        header = _check_header(next(reader, None), text_field, source, "CSV")
-        rows, n, start = [], 0, reader.line_num + 1
-        for rec in reader:
-            if rec:  # a blank line is not a row
-                n += 1
-                if len(rec) != len(header):
-                    rows.append((n, start, None, f"{len(rec)} fields where the header has {len(header)}"))  # fmt: skip
-                else:
-                    rows.append((n, start, dict(zip(header, rec)), None))
-            start = reader.line_num + 1
-    except csv.Error as e:
-        where = f"data row {n + 1}" if "header" in locals() else "the header"
-        if "end of data" in str(e) or "EOF" in str(e):
-            raise InputError(
-                f"{source}: line {start}: a quoted field of {where} is never closed (the "
-                "file ends inside quotes); fix the quote or use TSV"
-            ) from None
-        raise InputError(f"{source}: line {start}: {where} is not valid CSV ({e})") from None
-    return rows
-
-
-def _tsv_rows(data: bytes, text_field: str, source: str) -> list[Record]:
-    """Tab-separated values, split on tabs only: quotes are ordinary characters."""
-    lines = _decode(data, source).split("\n")
-    header = _check_header(lines[0].rstrip("\r").split("\t"), text_field, source, "TSV")
-    rows, n = [], 0
-    for i, line in enumerate(lines[1:], start=2):
-        line = line.rstrip("\r")
-        if not line.strip():
-            continue
-        n += 1
-        rec = line.split("\t")
-        if len(rec) != len(header):
-            rows.append((n, i, None, f"{len(rec)} fields where the header has {len(header)}"))
-        else:
-            rows.append((n, i, dict(zip(header, rec)), None))
-    return rows
-
-
-def _text_rows(data: bytes, text_field: str) -> list[Record]:
-    return [(n, n, None if err else {text_field: line}, err) for n, line, err in _lines(data)]

@@ -1,29 +1,32 @@
-"""Read and validate input rows (JSONL, CSV, TSV, plain text, stdin), reporting every bad row.
+"""Read and validate input rows (JSONL, CSV, TSV, plain text, Parquet; compressed or not; a
+file or stdin), reporting every bad row, streamed: `open_rows` yields one row at a time.
 
-Nothing here loads a model: the whole input is checked first. Each row keeps its number (the
-line in JSONL/text files, the data row in CSV/TSV files) and the line it starts on, so errors
-and outputs can name it (the formats and their parsers: formats.py). Ids come from
-`--id-field`; when it is not given, from an `id` field if the input has one, else they are
-the row numbers.
+Nothing here loads a model. Each row keeps its number (the line in JSONL/text files, the data
+row in CSV/TSV/Parquet files) and the line it starts on, so errors and outputs can name it
+(the formats: formats.py, parquet.py; decompression: sources.py). Ids come from `--id-field`;
+when it is not given, from an `id` column of a CSV/TSV/Parquet header, or from an `id` field
+in the first JSON object (then every row needs one; without it, a later row that has one is
+an error), else they are the row numbers.
 """
 
 from __future__ import annotations
 
 import math
-import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, unicode_problem
-from .formats import parse
+from .formats import Record, parse
+from .parquet import parse_parquet
+from .sources import open_source
 
-FORMATS = ("auto", "jsonl", "csv", "tsv", "text")
+FORMATS = ("auto", "jsonl", "csv", "tsv", "text", "parquet")
 
 
 @dataclass
 class Row:
-    number: int  # 1-based line (JSONL, text) or data row (CSV, TSV)
+    number: int  # 1-based line (JSONL, text) or data row (CSV, TSV, Parquet)
     id: Any  # None when the row's id could not be read
     text: str | None  # None when the row is bad
     error: str | None = None
@@ -31,71 +34,139 @@ class Row:
     fields: dict = field(default_factory=dict)  # other requested fields (gold labels, ...)
 
 
-def read_source(path: str) -> bytes:
-    if path == "-":
-        return sys.stdin.buffer.read()
-    p = Path(path)
-    if p.is_dir():
-        raise InputError(f"{path}: a directory, not an input file")
-    if not p.exists():
-        raise InputError(f"{path}: no such file")
-    try:
-        return p.read_bytes()
-    except OSError as e:
-        raise InputError(f"{path}: cannot be read ({e.strerror})") from None
+class RowStream:
+    """The rows of one input, read and checked as they are iterated (iterate once).
+
+    Memory: one read buffer and one row at a time, plus every id seen so far (duplicate ids are
+    refused, so each id is kept: about 100-150 bytes per row, ~130 MB for a million string ids).
+    A file-level problem found past the first lines (a CSV quote never closed, a cut-short
+    archive) raises InputError during iteration; an input without rows raises at its end.
+    """
+
+    def __init__(self, path: str, text_field: str = "text", id_field: str | None = None,
+                 fmt: str = "auto", fields: tuple[str, ...] = (), output_format: str = "jsonl"):  # fmt: skip
+        source = open_source(path)
+        try:
+            if fmt == "parquet" or (fmt == "auto" and source.parquet):
+                parsed = parse_parquet(source.stream, path, text_field, id_field, fields)
+            else:
+                parsed = parse(source.stream, path, source.name, fmt, text_field)
+        except BaseException:
+            source.close()
+            raise
+        self.source, self.path, self.format = source, path, parsed.format
+        self.text_field, self.fields, self.output_format = text_field, fields, output_format
+        self._records = parsed.records
+        self.id_field = id_field
+        self._ids_from_first = id_field is None and parsed.columns is None and self.format != "text"
+        if id_field is None and parsed.columns is not None and "id" in parsed.columns:
+            self.id_field = "id"
+        self._seen: dict[Any, int] = {}
+        self._started = False
+
+    def __enter__(self) -> RowStream:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.source.close()
+
+    def __iter__(self) -> Iterator[Row]:
+        if self._started:
+            raise RuntimeError(f"{self.path}: a RowStream is read once")
+        self._started, count = True, 0
+        try:
+            for record in self._records:
+                count += 1
+                yield self._row(record)
+        finally:
+            self.close()
+        if not count:
+            raise InputError(f"{self.path}: empty input (no rows)")
+
+    def _row(self, record: Record) -> Row:
+        n, line, obj, err = record
+        if obj is not None and self._ids_from_first:  # the first object decides, once
+            self._ids_from_first, self._first = False, n
+            self.id_field = "id" if "id" in obj else None
+        # ids are row numbers only when the input has no id field: they cannot collide then
+        row = Row(n, n if self.id_field is None else None, None, err, line)
+        if obj is None:
+            return row
+        row.fields = {k: obj[k] for k in self.fields if k in obj}
+        if self.id_field is not None:
+            row.error = self._id_problem(obj, n)
+            if row.error:
+                return row
+            row.id = obj[self.id_field]
+        elif "id" in obj and self.format == "jsonl":
+            row.error = (f"an 'id' field, where line {self._first} has none; give every row an "
+                         "id or none, or name the id field with --id-field")  # fmt: skip
+            return row
+        row.text, row.error = _text(obj.get(self.text_field), self.text_field)
+        return row
+
+    def _id_problem(self, obj: dict, n: int) -> str | None:
+        if self.id_field not in obj:
+            return f"missing id field {self.id_field!r}"
+        rid = obj[self.id_field]
+        if isinstance(rid, bool) or not isinstance(rid, (str, int, float)):
+            return f"id {_short(rid)} is not a string or number"
+        if isinstance(rid, float) and not math.isfinite(rid):
+            return f"id {rid} is not a finite number"
+        if isinstance(rid, str) and (problem := unicode_problem(rid)):
+            return f"id {_short(rid)} holds {problem}"
+        key = rid
+        if self.output_format in ("csv", "tsv"):  # written as text: 1 and "1" are one id there
+            key = rid if isinstance(rid, str) else repr(rid)
+            if self.output_format == "tsv" and any(c in key for c in "\t\n\r"):
+                return f"id {_short(rid)} holds a tab or line break, which a TSV output cannot hold"
+        if key in self._seen:
+            first = self._seen[key]
+            if isinstance(first, tuple):  # (row, id): the same only once written as text
+                first, other = first
+                if type(other) is not type(rid):
+                    return (
+                        f"duplicate id {rid!r} (first at {first} as {other!r}; the two are "
+                        f"one id in a {self.output_format.upper()} output: write JSONL)"
+                    )
+            return f"duplicate id {rid!r} (first at {first})"
+        self._seen[key] = n if key is rid else (n, rid)
+        return None
+
+
+def _text(text: Any, text_field: str) -> tuple[str | None, str | None]:
+    if text is None:
+        return None, f"missing text field {text_field!r}"
+    if not isinstance(text, str):
+        return None, f"text field {text_field!r} is a {type(text).__name__}, not a string"
+    if not text.strip():
+        return None, "empty text"
+    if problem := unicode_problem(text):
+        return None, f"text holds {problem}"
+    return text, None
+
+
+def open_rows(
+    path: str, text_field: str = "text", id_field: str | None = None, fmt: str = "auto",
+    fields: tuple[str, ...] = (), output_format: str = "jsonl",
+) -> RowStream:  # fmt: skip
+    """The rows of `path` ('-' for stdin) as a stream: `.format`, then each Row, valid or carrying
+    its error, in input order. File-level problems found at the start (missing file, header,
+    format) raise here. `fields`: other columns to keep on each row. `output_format` 'csv' or
+    'tsv': ids will be written as text, so ids equal as text (1 and "1") are duplicates."""
+    return RowStream(path, text_field, id_field, fmt, fields, output_format)
 
 
 def read_rows(
     path: str, text_field: str = "text", id_field: str | None = None, fmt: str = "auto",
-    fields: tuple[str, ...] = (),
+    fields: tuple[str, ...] = (), output_format: str = "jsonl",
 ) -> tuple[list[Row], str]:  # fmt: skip
-    """All rows of `path` (or '-' for stdin), each valid or carrying its error; and the format.
-    `fields`: other columns to keep on each row (absent ones are simply missing)."""
-    parsed, fmt = parse(read_source(path), path, fmt, text_field)
-    if not parsed:
-        raise InputError(f"{path}: empty input (no rows)")
-    explicit_id = id_field is not None
-    if not explicit_id and fmt != "text" and any(o and "id" in o for _, _, o, _ in parsed):
-        id_field = "id"
-    rows, seen = [], {}
-    for n, line, obj, err in parsed:
-        # ids are row numbers only when the input has no id field: they cannot collide then
-        row = Row(n, n if id_field is None else None, None, err, line)
-        rows.append(row)
-        if obj is None:
-            continue
-        row.fields = {k: obj[k] for k in fields if k in obj}
-        if id_field is not None:
-            if id_field not in obj:
-                row.error = f"missing id field {id_field!r}"
-                continue
-            rid = obj[id_field]
-            if isinstance(rid, bool) or not isinstance(rid, (str, int, float)):
-                row.error = f"id {_short(rid)} is not a string or number"
-                continue
-            if isinstance(rid, float) and not math.isfinite(rid):
-                row.error = f"id {rid} is not a finite number"
-                continue
-            if isinstance(rid, str) and (problem := unicode_problem(rid)):
-                row.error = f"id {_short(rid)} holds {problem}"
-                continue
-            if rid in seen:
-                row.error = f"duplicate id {rid!r} (first at {seen[rid]})"
-                continue
-            row.id = rid
-            seen[rid] = n
-        text = obj.get(text_field)
-        if text is None:
-            row.error = f"missing text field {text_field!r}"
-        elif not isinstance(text, str):
-            row.error = f"text field {text_field!r} is a {type(text).__name__}, not a string"
-        elif not text.strip():
-            row.error = "empty text"
-        elif problem := unicode_problem(text):
-            row.error = f"text holds {problem}"
-        else:
-            row.text = text
-    return rows, fmt
+    """All rows of `path` (or '-' for stdin), each valid or carrying its error; and the format."""
+    stream = open_rows(path, text_field, id_field, fmt, fields, output_format)
+    return list(stream), stream.format
 
 
 def _short(value: Any) -> str:
@@ -105,7 +176,7 @@ def _short(value: Any) -> str:
 
 def describe_errors(rows: list[Row], source: str, fmt: str, limit: int = 30) -> str:
     """One summary line naming the first bad row, then one indented line per bad row."""
-    unit = "row" if fmt in ("csv", "tsv") else "line"
+    unit = "row" if fmt in ("csv", "tsv", "parquet") else "line"
     bad = [r for r in rows if r.error]
     first = bad[0]
     lines = [f"{source}: {len(bad)} of {len(rows)} rows are invalid (first: {unit} "

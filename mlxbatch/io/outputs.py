@@ -29,7 +29,7 @@ def output_kind(output: Path) -> str:
     kind = _where(output)
     if kind == "stdout":
         return kind
-    if output_format(output.name) != ("jsonl", False) and kind == "stream":
+    if output_format(str(output)) != ("jsonl", False) and kind == "stream":
         raise OutputError(f"{output}: a device or FIFO is written as JSONL as rows finish, not "
                           f"as its name's {''.join(output.suffixes[-2:])}; write to a regular "
                           "file for CSV, TSV or gzip")  # fmt: skip

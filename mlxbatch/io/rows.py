@@ -1,11 +1,44 @@
-"""The output rows: a scored row, an error row, and how rows are written (strict JSONL, or
-CSV/TSV with one score column a label)."""
+"""The output rows: a scored row, an error row, and how rows are written: the format the
+output's name says (strict JSONL, or CSV/TSV with one score column a label), gzip-compressed
+when it ends in .gz. TSV is written as the TSV reader reads it: tab-separated, no quoting, so
+a value holding a tab or line break is refused, never altered."""
 
 from __future__ import annotations
 
 import csv
+import gzip
+import io
 import json
+import zlib
+from pathlib import Path
 from typing import Any, TextIO
+
+from ..errors import OutputError
+
+OUTPUT_SUFFIXES = (".jsonl", ".jsonl.gz", ".csv", ".csv.gz", ".tsv", ".tsv.gz")
+_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv"}
+# Suffixes of formats mlxbatch does not write: refused rather than filled with JSONL.
+FOREIGN_SUFFIXES = {
+    ".json", ".parquet", ".pq", ".xlsx", ".xlsm", ".xls", ".ods", ".txt", ".text", ".xml",
+    ".yaml", ".yml", ".html", ".htm", ".md", ".arrow", ".feather", ".orc", ".avro", ".pkl",
+    ".pickle", ".npy", ".npz", ".h5", ".hdf5", ".sqlite", ".db", ".zst", ".bz2", ".xz", ".zip",
+    ".tar", ".tgz", ".7z", ".pdf", ".doc", ".docx", ".png", ".svg", ".jpg", ".jpeg",
+}  # fmt: skip
+
+
+def output_format(name: str) -> tuple[str, bool]:
+    """("jsonl" | "csv" | "tsv", gzip-compressed) for an output file `name`: by its suffix, a
+    name without one (or with another, `out.v2`) is JSONL; a suffix of a format mlxbatch does
+    not write (`.json`, `.parquet`, `.xlsx`, ...) is refused."""
+    suffixes = [x.lower() for x in Path(name).suffixes]
+    compressed = bool(suffixes) and suffixes[-1] == ".gz"
+    suffix = (suffixes[-2] if len(suffixes) > 1 else "") if compressed else (suffixes or [""])[-1]
+    if suffix in _KINDS:
+        return _KINDS[suffix], compressed
+    if compressed or suffix in FOREIGN_SUFFIXES:
+        raise OutputError(f"{name}: mlxbatch writes {', '.join(OUTPUT_SUFFIXES)} (or a name "
+                          f"without a suffix, as JSONL), not {''.join(suffixes[-2:])}")  # fmt: skip
+    return "jsonl", False
 
 
 def dumps(obj: Any) -> str:
@@ -28,17 +61,96 @@ def error_row(rid: Any, message: str, line: int | None = None) -> dict:
     return {"id": rid, **({"line": line} if line else {}), "error": message}
 
 
-def write_rows(f: TextIO, rows: list[dict], labels: tuple[str, ...], suffix: str) -> None:
-    if suffix.lower() in (".csv", ".tsv"):
-        extras = sorted({k for r in rows for k in r} - {"id", "label", "scores", "error"})
-        w = csv.writer(f, delimiter="\t" if suffix.lower() == ".tsv" else ",")
-        w.writerow(["id", "label", *(f"score_{x}" for x in labels), "error", *extras])
-        for r in rows:
-            s = r.get("scores") or {}
-            label = r.get("label")
-            w.writerow(["" if r["id"] is None else r["id"], "" if label is None else label,
-                        *(s.get(x, "") for x in labels), r.get("error", ""),
-                        *(dumps(r[k]) if k in r else "" for k in extras)])  # fmt: skip
+def read_results(path: Path) -> list[dict]:
+    """The rows of a JSONL output, gzip-compressed or not (by content); raises OSError,
+    UnicodeDecodeError or ValueError on a file that is not one."""
+    from .sources import open_source
+
+    source = open_source(str(path))
+    try:
+        return [json.loads(line) for line in source.stream if line.strip()]
+    except (EOFError, zlib.error) as e:
+        raise ValueError(f"cut short or corrupt ({e})") from None
+    finally:
+        source.close()
+
+
+def write_rows(f: TextIO, rows: list[dict], labels: tuple[str, ...], name: str) -> None:
+    """`rows` to `f` in the format of the output `name` ("" for JSONL); gzip needs `f.buffer`."""
+    kind, compressed = output_format(name) if name else ("jsonl", False)
+    if kind == "jsonl":
+        write = lambda out: out.writelines(dumps(r) + "\n" for r in rows)  # noqa: E731
     else:
-        for r in rows:
-            f.write(dumps(r) + "\n")
+        header, table = _result_table(rows, labels)
+        _check_text_ids(rows, name, kind)
+        write = lambda out: _write_table(out, header, table, kind, name)  # noqa: E731
+    _write(f, write, compressed)
+
+
+def write_records(f: TextIO, records: list[dict], name: str) -> None:
+    """Records of the same keys (the first one's) to `f` in the format of `name`: a column each
+    in CSV/TSV, a JSON object each in JSONL."""
+    kind, compressed = output_format(name)
+    if kind == "jsonl":
+        write = lambda out: out.writelines(dumps(r) + "\n" for r in records)  # noqa: E731
+    else:
+        header = list(records[0]) if records else []
+        table = ([r.get(k, "") for k in header] for r in records)
+        write = lambda out: _write_table(out, header, table, kind, name)  # noqa: E731
+    _write(f, write, compressed)
+
+
+def _write(f: TextIO, write, compressed: bool) -> None:
+    if not compressed:
+        write(f)
+        return
+    f.flush()  # mtime 0: the same rows give the same bytes
+    with gzip.GzipFile(fileobj=f.buffer, mode="wb", mtime=0, filename="") as z:
+        text = io.TextIOWrapper(z, encoding="utf-8", newline="")
+        write(text)
+        text.flush()
+        text.detach()  # closing the GzipFile writes its end; `f` stays open
+
+
+def _result_table(rows: list[dict], labels: tuple[str, ...]):
+    extras = sorted({k for r in rows for k in r} - {"id", "label", "scores", "error"})
+    header = ["id", "label", *(f"score_{x}" for x in labels), "error", *extras]
+    table = (
+        ["" if r["id"] is None else r["id"], "" if r.get("label") is None else r["label"],
+         *((r.get("scores") or {}).get(x, "") for x in labels), r.get("error", ""),
+         *(dumps(r[k]) if k in r else "" for k in extras)]
+        for r in rows
+    )  # fmt: skip
+    return header, table
+
+
+def _check_text_ids(rows: list[dict], name: str, kind: str) -> None:
+    """Ids 1 and "1" are two ids in JSONL and one in CSV/TSV text: never merged silently (the
+    reader refuses such input before anything runs when it is told the output's format)."""
+    seen: dict[str, Any] = {}
+    for n, r in enumerate(rows, 1):
+        if r["id"] is None:
+            continue
+        key = r["id"] if isinstance(r["id"], str) else repr(r["id"])
+        if key in seen and seen[key] != r["id"]:
+            raise OutputError(f"{name}: ids {seen[key]!r} and {r['id']!r} (row {n}) would both be "
+                              f"written as {key} in {kind.upper()}; write .jsonl to keep them "
+                              "apart")  # fmt: skip
+        seen[key] = r["id"]
+
+
+def _write_table(out: TextIO, header: list[str], table, kind: str, name: str) -> None:
+    if kind == "csv":
+        w = csv.writer(out)
+        w.writerow(header)
+        w.writerows(table)
+        return
+    for n, values in enumerate([header, *table]):
+        cells = [v if isinstance(v, str) else repr(v) if isinstance(v, float) else str(v)
+                 for v in values]  # fmt: skip
+        for column, cell in zip(header, cells):
+            if "\t" in cell or "\n" in cell or "\r" in cell:
+                where = "the header" if n == 0 else f"row {n}"
+                raise OutputError(f"{name}: {where}, column {column!r}: a tab or line break, "
+                                  "which TSV (no quoting) cannot hold; write .csv or .jsonl")  # fmt: skip
+        out.write("\t".join(cells) + "\n")

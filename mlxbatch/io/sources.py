@@ -1,0 +1,137 @@
+"""An input as a stream of bytes: a file or standard input, decompressed on the fly.
+
+gzip, bzip2 and xz (standard library) and zstd (the `zstandard` package, extra `zstd`) are
+recognised by their magic bytes, so a misnamed or piped archive reads too; the name's suffix
+only matters for the format inside (`in.csv.gz` is CSV). Nothing is unpacked to disk and
+neither the compressed nor the decompressed file is held whole: the decompressors read the
+file in buffer-sized pieces as the rows are consumed. Parquet (`PAR1`) is recognised here and
+read by parquet.py, which needs random access: a file by path, standard input read whole.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import importlib.util
+import io
+import lzma
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from ..errors import InputError
+
+BUFFER = 1 << 16
+COMPRESSIONS = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz", ".zst": "zstd"}
+_BZIP2 = re.compile(rb"BZh[1-9]1AY&SY")
+
+
+def compression_of(head: bytes) -> str | None:
+    """The compression whose magic bytes `head` starts with, or None."""
+    if head.startswith(b"\x1f\x8b"):
+        return "gzip"
+    if head.startswith(b"\xfd7zXZ\x00"):
+        return "xz"
+    if head.startswith(b"\x28\xb5\x2f\xfd"):
+        return "zstd"
+    if _BZIP2.match(head):
+        return "bzip2"
+    return None
+
+
+class Rejoined(io.RawIOBase):
+    """`head` (bytes already read to look at them) followed by the rest of `rest`: a peek that
+    works on pipes, where nothing can be put back."""
+
+    def __init__(self, head: bytes, rest, owned: bool = True):
+        self.head, self.rest, self.owned = memoryview(head), rest, owned
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        if self.head:
+            n = min(len(b), len(self.head))
+            b[:n] = self.head[:n]
+            self.head = self.head[n:]
+            return n
+        return self.rest.readinto(b)
+
+    def close(self) -> None:
+        if not self.closed and self.owned:  # standard input is left open
+            self.rest.close()
+        super().close()
+
+
+def peek(stream: BinaryIO, size: int, owned: bool = True) -> tuple[bytes, BinaryIO]:
+    """The first `size` bytes of `stream` (fewer at its end) and a stream that still starts there."""
+    head = stream.read(size)
+    return head, io.BufferedReader(Rejoined(head, stream, owned), BUFFER)
+
+
+@dataclass
+class Source:
+    """An opened input: `stream` yields its (decompressed) bytes; `name` is the path without the
+    compression suffix, for detecting the format by extension."""
+
+    stream: BinaryIO
+    name: str
+    compression: str | None = None
+    parquet: bool = False
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+def open_source(path: str) -> Source:
+    """`path` ('-' for standard input) opened for streaming; refused by name if it cannot be."""
+    raw = sys.stdin.buffer if path == "-" else _open_file(path)
+    head, stream = peek(raw, 16, owned=path != "-")
+    name = path
+    if Path(path).suffix.lower() in COMPRESSIONS:
+        name = path[: -len(Path(path).suffix)]
+    kind = compression_of(head)
+    if kind is None:
+        parquet = head.startswith(b"PAR1") or Path(name).suffix.lower() in (".parquet", ".pq")
+        return Source(stream, name, None, parquet)
+    return Source(_decompressed(stream, kind, path), name, kind)
+
+
+def _open_file(path: str) -> BinaryIO:
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{path}: a directory, not an input file")
+    if not p.exists():
+        raise InputError(f"{path}: no such file")
+    try:
+        return open(p, "rb", buffering=BUFFER)  # noqa: SIM115  (the RowStream closes it)
+    except OSError as e:
+        raise InputError(f"{path}: cannot be read ({e.strerror})") from None
+
+
+def _decompressed(stream: BinaryIO, kind: str, path: str) -> BinaryIO:
+    if kind == "gzip":  # several concatenated members (`cat a.gz b.gz`) read as one
+        return io.BufferedReader(gzip.GzipFile(fileobj=stream, mode="rb"), BUFFER)
+    if kind == "bzip2":
+        return io.BufferedReader(bz2.BZ2File(stream, "rb"), BUFFER)
+    if kind == "xz":
+        return io.BufferedReader(lzma.LZMAFile(stream, "rb"), BUFFER)
+    if importlib.util.find_spec("zstandard") is None:
+        raise InputError(f"{path}: zstd-compressed; reading it needs the zstandard package: "
+                         "pip install 'mlxbatch[zstd]' (or: zstdcat FILE | mlxbatch classify -)")  # fmt: skip
+    import zstandard
+
+    reader = zstandard.ZstdDecompressor().stream_reader(stream, read_across_frames=True)
+    return io.BufferedReader(Rejoined(b"", reader), BUFFER)
+
+
+def read_errors() -> tuple[type[BaseException], ...]:
+    """What reading a (decompressing) stream raises on corrupt or cut-short data."""
+    import zlib
+
+    errors: tuple = (OSError, EOFError, zlib.error, lzma.LZMAError)
+    if "zstandard" in sys.modules:
+        errors += (sys.modules["zstandard"].ZstdError,)
+    return errors
