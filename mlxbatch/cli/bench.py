@@ -147,11 +147,19 @@ def doctor(as_json, size, calibrate, model):
 )
 @click.option("--ranks", type=click.IntRange(2), help="Instead: classify on 1 and on N ranks "
               "(mlx.launch, ring, this host) and print the ratio.")  # fmt: skip
-def bench(**options):
+@click.option("--serve", is_flag=True, help="Instead: the service's load test on --model (the "
+              "same as `mlxbatch bench-serve` with its defaults; see its --help for the loads).")  # fmt: skip
+@click.pass_context
+def bench(ctx, **options):
     """Time the gold loop, prefix caching, naive, greedy and cost-planned batching, and peers."""
     from ..bench.command import BenchRequest, run_bench_command
 
     o = dict(options)
+    if o.pop("serve"):
+        from .serve import bench_serve
+
+        return ctx.invoke(bench_serve, model=o["model"], quick=o["quick"],
+                          json_path=o["json_path"], plot_path=o["plot_path"])  # fmt: skip
     o["plot_path"] = plot_target(o["plot_path"], o["json_path"], "bench")
     code = run_bench_command(BenchRequest(**o), echo)
     if code:
