@@ -227,3 +227,28 @@ def test_a_plot_of_many_labels_is_capped(tmp_path):
     header = (tmp_path / "c.png").read_bytes()[16:24]
     width, height = int.from_bytes(header[:4], "big"), int.from_bytes(header[4:], "big")
     assert 0 < width <= 4800 and 0 < height <= 4800
+
+
+def test_sigterm_keeps_the_journal_and_prints_the_resume_hint(tiny_model_dir, tmp_path):
+    import signal
+    import time
+
+    src = write(
+        tmp_path / "in.txt", "".join(f"ticket {i} was charged twice\n" for i in range(20000))
+    )
+    out, part = tmp_path / "o.jsonl", tmp_path / "o.jsonl.part"
+    job = subprocess.Popen([sys.executable, "-m", "mlxbatch", "classify", str(src), "--model",
+                            str(tiny_model_dir), "-o", str(out), "--max-batch", "8"],
+                           stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (part.exists() and part.read_text().count("\n") > 2) and job.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    job.send_signal(signal.SIGTERM)
+    err = job.communicate(timeout=120)[1]
+    assert job.returncode == 143, err
+    assert "--resume" in err and "Traceback" not in err and part.exists() and not out.exists()
+    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out, "--max-batch", 8,
+                "--resume"], None, tmp_path)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert len(rows_of(out)) == 20000

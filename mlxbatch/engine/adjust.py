@@ -52,6 +52,9 @@ class Adjustment:
         return "; ".join(parts)
 
 
+MAX_PRIOR_RATIO = 1e9
+
+
 def parse_prior(spec: str, names: tuple[str, ...]) -> tuple[float, ...]:
     """`billing=0.5,technical=0.3,account=0.2` -> priors in label order, normalised.
     Labels not named get an equal share of what is left (an error if nothing is left)."""
@@ -74,6 +77,8 @@ def parse_prior(spec: str, names: tuple[str, ...]) -> tuple[float, ...]:
             ) from None
         if not np.isfinite(w) or w <= 0:
             raise LabelError(f"--prior {part.strip()!r}: weights must be positive")
+        if name in given:
+            raise LabelError(f"--prior names {name!r} twice")
         given[name] = w
     if not given:
         raise LabelError("--prior names no label")
@@ -86,4 +91,12 @@ def parse_prior(spec: str, names: tuple[str, ...]) -> tuple[float, ...]:
         share = (1 - total) / len(rest)
         given |= dict.fromkeys(rest, share)
         total = 1.0
+    low, high = min(given, key=given.get), max(given, key=given.get)
+    # beyond this ratio a label can never win (or the sum overflows): a typo, not a prior
+    if not np.isfinite(total):
+        raise LabelError("--prior: the weights sum beyond a float's range; give smaller ones")
+    if given[high] > MAX_PRIOR_RATIO * given[low]:
+        raise LabelError(f"--prior: {high!r} ({given[high]:g}) outweighs {low!r} "
+                         f"({given[low]:g}) more than {MAX_PRIOR_RATIO:g} to 1; is a weight "
+                         "mistyped?")  # fmt: skip
     return tuple(given[n] / total for n in names)

@@ -23,7 +23,7 @@ def read_labels_file(path: str | Path) -> dict[str, str]:
 
             data = yaml.safe_load(text)
         else:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_pairs)
     except Exception as e:  # json and yaml raise several types; all mean "not parseable"
         raise InputError(
             f"{path}: not a valid labels file ({str(e).splitlines()[0][:120]})"
@@ -41,7 +41,20 @@ def read_labels_file(path: str | Path) -> dict[str, str]:
                 raise InputError(f"{path}: the {what} {label!r} holds {problem}")
         if desc and "\n" in desc.strip():
             raise InputError(f"{path}: the description of {label!r} spans several lines")
+        if label.strip() in out:  # a silent merge would drop one description
+            raise LabelError(f"{path}: label {label!r} is given twice (labels are compared "
+                             "without surrounding whitespace)")  # fmt: skip
         out[label.strip()] = (desc or "").strip()
+    return out
+
+
+def _pairs(pairs: list[tuple]) -> dict:
+    """A JSON object, refusing a repeated key (json.loads keeps the last one silently)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise LabelError(f"label {key!r} is given twice")
+        out[key] = value
     return out
 
 

@@ -141,13 +141,25 @@ _POSITIVE_INTS = ("hidden_size", "num_hidden_layers", "intermediate_size", "num_
 _POSITIVE_FLOATS = ("rms_norm_eps", "rope_theta")
 
 
+# Bounds far above any Qwen2 (72B: 80 layers, hidden 8,192, vocab 152,064), checked before any
+# size is used: `num_hidden_layers: 1e9` listed a billion layers' shapes and ran out of memory.
+_LIMITS = {"hidden_size": 1 << 16, "num_hidden_layers": 1 << 10, "intermediate_size": 1 << 18,
+           "num_attention_heads": 1 << 10, "num_key_value_heads": 1 << 10, "vocab_size": 1 << 22,
+           "max_position_embeddings": 1 << 24, "head_dim_override": 1 << 12}  # fmt: skip
+
+
 def _check_types(known: dict, source: str) -> None:
     """Every value of the right type and range, named by its key when it is not."""
     for key in _POSITIVE_INTS:
         if key in known:
             v = known[key]
+            if isinstance(v, float) and v.is_integer() and 1 <= v <= _LIMITS[key]:
+                v = known[key] = int(v)  # 1e3 in JSON is a float
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ModelError(f"{source}: {key} must be a positive integer, got {v!r}")
+            if v > _LIMITS[key]:
+                raise ModelError(f"{source}: {key} {v:,} is beyond any Qwen2 model (at most "
+                                 f"{_LIMITS[key]:,} here); is config.json damaged?")  # fmt: skip
     for key in _POSITIVE_FLOATS:
         if key in known:
             v = known[key]

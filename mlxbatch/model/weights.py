@@ -29,6 +29,7 @@ _DTYPE_BYTES = {
     "U8": 1,
     "BOOL": 1,
 }
+FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
 # Tensors a Hugging Face Qwen2 checkpoint may carry that the forward pass derives itself.
 DERIVED_SUFFIXES = ("rotary_emb.inv_freq",)
 
@@ -130,10 +131,11 @@ def check_checkpoint(model_dir: Path, args: ModelArgs) -> list[Path]:
     """Fail with one clear message unless the files hold exactly the tensors `args` needs."""
     files = weight_files(model_dir)
     found: dict[str, tuple[tuple[int, ...], Path]] = {}
+    dtypes: dict[str, str] = {}
     for path in files:
         for name, t in read_header(path).items():
             if not name.endswith(DERIVED_SUFFIXES):
-                found[name] = (tuple(t["shape"]), path)
+                found[name], dtypes[name] = (tuple(t["shape"]), path), t["dtype"]
     expected = args.expected_shapes()
     if args.tie_word_embeddings:
         found.pop("lm_head.weight", None)  # some tied checkpoints still carry the copy
@@ -155,6 +157,10 @@ def check_checkpoint(model_dir: Path, args: ModelArgs) -> list[Path]:
         got, path = found[name]
         if got != shape:
             raise ModelError(f"{path}: tensor {name} has shape {got}, config.json implies {shape}")
+        quantized = name.removesuffix(".weight") + ".scales" in dtypes  # packed uint32
+        if dtypes[name] not in FLOAT_DTYPES and not quantized:  # integers: not a dense weight
+            raise ModelError(f"{path}: tensor {name} has dtype {dtypes[name]}; a dense weight "
+                             f"must be one of {', '.join(FLOAT_DTYPES)}")  # fmt: skip
     return files
 
 

@@ -20,11 +20,13 @@ def _limit() -> int | None:
         return None
     scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(raw[-1], 1)
     try:
-        value = int(float(raw.rstrip("KMG")) * scale)
-    except ValueError:
+        value = int(float(raw.rstrip("KMG")) * scale)  # inf: OverflowError, nan: ValueError
+    except (ValueError, OverflowError):
+        value = 0
+    if value < 1:
         from ..errors import UsageError
 
-        raise UsageError(f"{LIMIT_ENV}={raw!r} is not a size such as 8G or 512M") from None
+        raise UsageError(f"{LIMIT_ENV}={raw!r} is not a positive size such as 8G or 512M")
     return value
 
 
