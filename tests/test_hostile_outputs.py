@@ -252,3 +252,17 @@ def test_sigterm_keeps_the_journal_and_prints_the_resume_hint(tiny_model_dir, tm
                 "--resume"], None, tmp_path)  # fmt: skip
     assert r.exit_code == 0, r.output
     assert len(rows_of(out)) == 20000
+
+
+def test_models_marks_a_broken_directory(tiny_model_dir, tmp_path, monkeypatch):
+    import shutil
+
+    shutil.copytree(tiny_model_dir, tmp_path / "w/good")
+    shutil.copytree(tiny_model_dir, tmp_path / "w/bad")
+    cfg = json.loads((tmp_path / "w/bad/config.json").read_text()) | {"num_hidden_layers": 10**9}
+    (tmp_path / "w/bad/config.json").write_text(json.dumps(cfg))
+    monkeypatch.setenv("MLXBATCH_WEIGHTS", str(tmp_path / "w"))
+    r = invoke(["models", "--json"], None, tmp_path)
+    assert r.exit_code == 0, r.output
+    found = {m["name"]: m["broken"] for m in json.loads(r.stdout)}
+    assert found["good"] is None and "num_hidden_layers" in found["bad"]
