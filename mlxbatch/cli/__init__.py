@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import sys
+from importlib import metadata
+from pathlib import Path
 
 import click
 
@@ -28,8 +31,25 @@ class Group(click.Group):
             fail(e.format_message())
 
 
+def version() -> str:
+    """The installed package's version; a checkout that was never installed reads its pyproject."""
+    try:
+        return metadata.version("mlxbatch")
+    except metadata.PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+        found = pyproject.is_file() and re.search(r'^version = "(.+)"', pyproject.read_text(), re.M)
+        return found.group(1) if found else "unknown"
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(f"mlxbatch {version()}")
+        ctx.exit()
+
+
 @click.group(cls=Group)
-@click.version_option(package_name="mlxbatch")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=_print_version, help="Show the version and exit.")  # fmt: skip
 def cli() -> None:
     """Classify batches of short texts with a small Qwen2/2.5 model in MLX."""
 

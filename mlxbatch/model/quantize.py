@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_flatten
 
 from ..errors import ModelError
 
@@ -52,11 +51,6 @@ def apply(model: nn.Module, q: dict, weights: dict[str, mx.array]) -> None:
                 class_predicate=predicate)  # fmt: skip
 
 
-def is_quantized(model: nn.Module) -> bool:
-    return any(isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding))
-               for _, m in model.named_modules())  # fmt: skip
-
-
 def dequantize(model: nn.Module, dtype: mx.Dtype) -> None:
     """Replace every quantized layer by a dense one holding its dequantized weights."""
     from mlx_lm.utils import dequantize_model
@@ -80,7 +74,3 @@ def row_weights(layer: nn.Module, rows: mx.array) -> mx.array:
         return mx.dequantize(layer.weight[rows], layer.scales[rows], layer.biases[rows],
                              layer.group_size, layer.bits)  # fmt: skip
     return layer.weight[rows]
-
-
-def parameter_bytes(model: nn.Module) -> int:
-    return sum(v.nbytes for _, v in tree_flatten(model.parameters()))

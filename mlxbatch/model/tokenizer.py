@@ -109,6 +109,3 @@ class PromptTokenizer:
         if full[: len(head)] != head or len(full) == len(head):
             raise LabelError(f"label {label!r} merges with the prompt's final newline")
         return full[len(head) :]
-
-    def text_length(self, text: str) -> int:
-        return len(self.encode(text))

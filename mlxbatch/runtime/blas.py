@@ -23,6 +23,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import OutputError
+from .files import write_atomically
+
 _MARK = "MLXBATCH_BLAS_ACTIVE"  # legacy: set by the old re-exec; cleared for subprocesses
 ACTIVE: dict = {}  # the BLAS this process loaded: source, measured GFLOP/s
 _OFF = "MLXBATCH_NO_FAST_BLAS"  # user escape hatch
@@ -100,14 +103,15 @@ def _linked_cmeel() -> str | None:
     out = cache_dir() / "blas-libs" / key / "libopenblas.so.0"
     if out.is_file():
         return str(out)
+    tmp = out.with_name(f".libopenblas.{os.getpid()}")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".libopenblas.{os.getpid()}")
         shutil.copyfile(lib, tmp)
         subprocess.run([tool, "--replace-needed", "libgfortran.so.5", Path(found[0]).name,
                         "--set-rpath", str(libs), str(tmp)], check=True, capture_output=True)  # fmt: skip
         os.replace(tmp, out)  # atomic: concurrent processes never see a half-made copy
     except (OSError, subprocess.CalledProcessError):
+        tmp.unlink(missing_ok=True)  # else every run that fails here leaves a library copy
         return None
     return str(out)
 
@@ -177,11 +181,11 @@ def plan() -> BlasPlan | None:
         for c in options:
             rates[c.library] = _probe(c.library, c.env)
         cached = {"key": key, "gflops": rates}
-        try:
+        try:  # atomically: ranks starting together never read a half-written cache
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(cached, indent=1))
-        except OSError:
-            pass
+            write_atomically(path, lambda f: json.dump(cached, f, indent=1))
+        except (OSError, OutputError):
+            pass  # an unwritable cache only means measuring again next time
     rates = cached["gflops"]
     ref = rates.get("reference") or 0.0
     best = max(options, key=lambda c: rates.get(c.library) or 0.0)
