@@ -230,8 +230,10 @@ def test_a_plot_of_many_labels_is_capped(tmp_path):
 
 
 def test_sigterm_keeps_the_journal_and_prints_the_resume_hint(tiny_model_dir, tmp_path):
+    import os
     import signal
-    import time
+
+    from mlxbatch.runtime.testhold import VARIABLE
 
     src = write(
         tmp_path / "in.txt", "".join(f"ticket {i} was charged twice\n" for i in range(20000))
@@ -239,13 +241,18 @@ def test_sigterm_keeps_the_journal_and_prints_the_resume_hint(tiny_model_dir, tm
     out, part = tmp_path / "o.jsonl", tmp_path / "o.jsonl.part"
     job = subprocess.Popen([sys.executable, "-m", "mlxbatch", "classify", str(src), "--model",
                             str(tiny_model_dir), "-o", str(out), "--max-batch", "8"],
-                           stderr=subprocess.PIPE, text=True)  # fmt: skip
-    deadline = time.monotonic() + 120
-    while not (part.exists() and part.read_text().count("\n") > 2) and job.poll() is None:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+                           stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, VARIABLE: "1"})  # fmt: skip
+    seen = []  # the job holds for good after its first journaled batch: it cannot finish first
+    for line in job.stderr:
+        seen.append(line)
+        if f"({VARIABLE})" in line:
+            break
+    else:
+        raise AssertionError(f"the job ended (exit {job.wait()}) before its hold point: {seen}")
+    assert part.read_text().count("\n") > 2, seen
     job.send_signal(signal.SIGTERM)
-    err = job.communicate(timeout=120)[1]
+    err = "".join(seen) + job.communicate(timeout=300)[1]
     assert job.returncode == 143, err
     assert "--resume" in err and "Traceback" not in err and part.exists() and not out.exists()
     r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out, "--max-batch", 8,
