@@ -127,9 +127,7 @@ def test_the_stream_reads_only_what_its_rows_need(compress, monkeypatch):
 def test_a_stream_takes_windows_of_rows(tmp_path):
     path = tmp_path / "in.jsonl.gz"
     path.write_bytes(gzip.compress(jsonl(ITEMS)))
-    stream, windows = iter(open_rows(str(path))), []
-    while window := [row for _, row in zip(range(16), stream)]:
-        windows.append([r.id for r in window])
+    windows = [[r.id for r in w] for w in open_rows(str(path)).windows(16)]
     assert [len(w) for w in windows] == [16, 16, 8]
     assert sum(windows, []) == [x["id"] for x in ITEMS]
 

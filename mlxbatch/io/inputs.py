@@ -11,6 +11,7 @@ an error), else they are the row numbers.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -85,6 +86,12 @@ class RowStream:
             self.close()
         if not count:
             raise InputError(f"{self.path}: empty input (no rows)")
+
+    def windows(self, size: int) -> Iterator[list[Row]]:
+        """The rows in lists of `size` (the last one shorter), read as each is asked for."""
+        rows = iter(self)
+        while window := list(itertools.islice(rows, size)):
+            yield window
 
     def _row(self, record: Record) -> Row:
         n, line, obj, err = record

@@ -80,9 +80,12 @@ class Source:
     name: str
     compression: str | None = None
     parquet: bool = False
+    raw: BinaryIO | None = None  # the file under a decompressor, which leaves it open
 
     def close(self) -> None:
         self.stream.close()
+        if self.raw is not None:
+            self.raw.close()
 
 
 def open_source(path: str) -> Source:
@@ -96,7 +99,7 @@ def open_source(path: str) -> Source:
     if kind is None:
         parquet = head.startswith(b"PAR1") or Path(name).suffix.lower() in (".parquet", ".pq")
         return Source(stream, name, None, parquet)
-    return Source(_decompressed(stream, kind, path), name, kind)
+    return Source(_decompressed(stream, kind, path), name, kind, raw=stream)
 
 
 def _open_file(path: str) -> BinaryIO:
