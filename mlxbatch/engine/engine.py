@@ -87,6 +87,10 @@ class Engine:
         """The gold tokenization of one item's whole prompt."""
         return self.tokenizer.prompt(self.system_prompt, text, self.examples)
 
+    def prompts(self, texts: list[str]) -> list[list[int]]:
+        """`prompt` of each text, encoded in one batch by the tokenizer's threads (no GIL)."""
+        return self.tokenizer.prompts(self.system_prompt, texts, self.examples)
+
     def split(self, prompt: list[int]) -> tuple[int, list[int]]:
         """(prefix slots the item shares, the tokens it feeds itself): see layout.split."""
         return split(prompt, self.prefix)

@@ -12,6 +12,7 @@ encoding the text between them piece by piece is exactly the whole-prompt tokeni
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from tokenizers import Tokenizer
@@ -71,6 +72,33 @@ class PromptTokenizer:
     def prompt(self, system: str, text: str, examples: Examples = ()) -> list[int]:
         """The gold tokenization of the whole ChatML prompt for one item."""
         return self.prefix(system, examples) + self.suffix(text)
+
+    def prompts(
+        self, system: str, texts: Sequence[str], examples: Examples = ()
+    ) -> list[list[int]]:
+        """`prompt` of each text, the texts encoded together by the tokenizer's own threads.
+
+        Equal to `[prompt(system, t, examples) for t in texts]`, ids shared the same way. The
+        Rust side releases the GIL (about nine tenths of the time on the synthetic tickets), so
+        a thread can tokenize the next window while the lanes score this one.
+        """
+        head = self.prefix(system, examples)
+        tail = [self.im_end, *self.newline, self.im_start, *self.encode("assistant\n")]
+        try:
+            encodings = self._tok.encode_batch_fast(
+                [f"user\n{text}" for text in texts], add_special_tokens=False
+            )
+        except TypeError:  # a text that is not valid Unicode: `prompt` names it
+            return [self.prompt(system, text, examples) for text in texts]
+        table = self._ids
+        out = []
+        for encoding in encodings:
+            ids = encoding.ids
+            try:
+                out.append([*head, *map(table.__getitem__, ids), *tail])
+            except IndexError:  # as in `encode`: an id past the count keeps its own int
+                out.append([*head, *ids, *tail])
+        return out
 
     def prefix(self, system: str, examples: Examples = ()) -> list[int]:
         """Tokens of everything before the item's user turn, encoded as part of the whole
