@@ -249,6 +249,9 @@ def test_jsonl_ids_follow_the_first_object(tmp_path):
     rows, _ = read_rows(str(path))
     assert [r.id for r in rows] == [1, 2, 3] and rows[0].error is None
     assert rows[1].error.startswith("an 'id' field, where line 1 has none")
+    path.write_text('{nope\n{"id": 1, "text": "a"}\n{"id": 2, "text": "b"}\n')
+    rows, _ = read_rows(str(path))  # the bad line cannot take id 1 (the next row's)
+    assert [r.id for r in rows] == [None, 1, 2] and "invalid JSON" in rows[0].error
 
 
 def test_ids_equal_as_text_are_duplicates_for_a_text_output(tmp_path):

@@ -98,8 +98,10 @@ class RowStream:
         if obj is not None and self._ids_from_first:  # the first object decides, once
             self._ids_from_first, self._first = False, n
             self.id_field = "id" if "id" in obj else None
-        # ids are row numbers only when the input has no id field: they cannot collide then
-        row = Row(n, n if self.id_field is None else None, None, err, line)
+        # ids are row numbers only when the input has no id field: they cannot collide then (a
+        # bad line before the first JSON object has none: its id could be another row's)
+        numbered = self.id_field is None and not self._ids_from_first
+        row = Row(n, n if numbered else None, None, err, line)
         if obj is None:
             return row
         row.fields = {k: obj[k] for k in self.fields if k in obj}
