@@ -589,3 +589,16 @@ def test_tickets_are_written_by_suffix(tmp_path):
         assert r.exit_code == 0, r.output
         rows, got = read_rows(str(tmp_path / name), fields=("intent",))
         assert got == fmt and [(x.id, x.text, x.fields) for x in rows] == want, name
+
+
+def test_missing_extras_are_named_in_one_line(tiny_model_dir, tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("pyarrow", "zstandard") else real(name, *a))  # fmt: skip
+    for name, data, extra in (("in.parquet", b"PAR1" + bytes(20), "pip install 'mlxbatch[parquet]'"),
+                              ("in.jsonl.zst", b"\x28\xb5\x2f\xfd" + bytes(20), "pip install 'mlxbatch[zstd]'")):  # fmt: skip
+        r = invoke(["classify", write(tmp_path / name, data), "--model", tiny_model_dir], None, tmp_path)  # fmt: skip
+        assert r.exit_code == 2 and extra in r.stderr, r.output
+        assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error: ")
