@@ -149,6 +149,15 @@ def doctor(as_json, size, calibrate, model):
               "(mlx.launch, ring, this host) and print the ratio.")  # fmt: skip
 @click.option("--serve", is_flag=True, help="Instead: the service's load test on --model (the "
               "same as `mlxbatch bench-serve` with its defaults; see its --help for the loads).")  # fmt: skip
+@click.option("--scale", is_flag=True, help="Instead: classify jobs of growing length as child "
+              "processes (tiny model at --scale-sizes, 0.5B-shaped at --scale-large): items/s, "
+              "max RSS from the OS, padding, repeats scored once; the 10M projection.")  # fmt: skip
+@click.option("--scale-sizes", default="10000,100000,1000000", show_default=True,
+              help="Tickets for the tiny model's runs (comma-separated).")  # fmt: skip
+@click.option("--scale-large", type=click.IntRange(0), default=6000, show_default=True,
+              help="Tickets for the 0.5B-shaped model's runs (0: none).")  # fmt: skip
+@click.option("--scale-duplicates", type=click.FloatRange(0, 0.9), default=0.2,
+              show_default=True, help="Share of rows repeating an earlier row's text.")  # fmt: skip
 @click.pass_context
 def bench(ctx, **options):
     """Time the gold loop, prefix caching, naive, greedy and cost-planned batching, and peers."""
@@ -160,10 +169,29 @@ def bench(ctx, **options):
 
         return ctx.invoke(bench_serve, model=o["model"], quick=o["quick"],
                           json_path=o["json_path"], plot_path=o["plot_path"])  # fmt: skip
+    scale = {k: o.pop(k) for k in ("scale", "scale_sizes", "scale_large", "scale_duplicates")}
+    if scale["scale"]:
+        return _bench_scale(scale, o)
     o["plot_path"] = plot_target(o["plot_path"], o["json_path"], "bench")
     code = run_bench_command(BenchRequest(**o), echo)
     if code:
         sys.exit(code)
+
+
+def _bench_scale(scale: dict, o: dict) -> None:
+    from ..bench.scale import QUICK_SIZES, ScaleRequest, scale_command
+
+    try:
+        sizes = tuple(int(x) for x in scale["scale_sizes"].split(",") if x.strip())
+    except ValueError:
+        raise click.BadParameter("comma-separated counts", param_hint="--scale-sizes") from None
+    if not sizes or min(sizes) < 1:
+        raise click.BadParameter("ticket counts of 1 or more", param_hint="--scale-sizes")
+    sizes, large = (QUICK_SIZES, 0) if o["quick"] else (sizes, scale["scale_large"])
+    plot = plot_target(o["plot_path"], o["json_path"], "bench-scale")
+    request = ScaleRequest(sizes=sizes, large=large, duplicates=scale["scale_duplicates"],
+                           json_path=o["json_path"], plot_path=plot)  # fmt: skip
+    sys.exit(scale_command(request, echo))
 
 
 @click.command()

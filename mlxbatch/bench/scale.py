@@ -1,0 +1,296 @@
+"""`bench --scale`: classify jobs of growing length, each a child process timed and measured by
+the OS (max RSS from `wait4`), on synthetic tickets with exact repeats; the issue's targets and
+a 10M projection computed from the measurements."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import random
+import re
+import subprocess
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import JobError
+from .scaling import classify_command
+from .workload import generate
+
+DEFAULT_SIZES = (10_000, 100_000, 1_000_000)
+QUICK_SIZES = (2_000, 6_000)
+WINDOW_ROWS = 16_384  # classify's default --window-rows, to count the windows of a run
+PROJECT_TO = 10_000_000
+CHUNK = 10_000  # tickets generated at a time, so the generator stays flat in memory too
+NEAR = 64  # a close repeat copies one of the last NEAR rows ...
+POOL = 4_096  # ... a far one a uniform sample (reservoir) of every earlier original
+TOKENIZER_SAMPLE = 20_000
+
+SUMMARY = re.compile(
+    r"(?P<rows>\d+) rows \((?P<scored>\d+) scored, (?P<errors>\d+) errors\) in "
+    r"(?P<seconds>[\d.]+) s, (?P<rate>[\d.]+) items/s, padding overhead (?P<padding>[\d.]+)%"
+)
+DUPLICATES = re.compile(r"(\d+) duplicates scored once")
+
+
+@dataclass(frozen=True)
+class ScaleRequest:
+    sizes: tuple[int, ...] = DEFAULT_SIZES  # tickets for the tiny model
+    large: int = 6_000  # tickets for the 0.5B-shaped model; 0 skips it
+    large_preset: str = "qwen2.5-0.5b"  # init-random's preset for it ("tiny" in the tests)
+    duplicates: float = 0.2  # share of rows that repeat an earlier row's text exactly
+    seed: int = 0
+    json_path: Path | None = None
+    plot_path: Path | None = None
+
+
+def write_workload(path: Path, n: int, duplicates: float, seed: int = 0) -> int:
+    """`n` tickets as .jsonl.gz; each row is, with chance `duplicates`, an exact repeat of an
+    earlier row (half the repeats from the last NEAR rows, half from anywhere before).
+    Returns the number of repeats. With `duplicates` 0 the rows are the same generator's."""
+    r = random.Random(f"mlxbatch-scale/{seed}/{duplicates}")
+    recent: deque[tuple[str, str]] = deque(maxlen=NEAR)
+    pool: list[tuple[str, str]] = []
+    originals = repeats = 0
+    with gzip.open(path, "wt", encoding="utf-8", compresslevel=1) as f:
+        for start in range(0, n, CHUNK):
+            chunk = generate(min(CHUNK, n - start), seed=seed * 100_003 + start // CHUNK)
+            for i, row in enumerate(chunk, start):
+                ticket = (row["text"], row["intent"])
+                if recent and r.random() < duplicates:
+                    ticket = r.choice(recent) if r.random() < 0.5 else r.choice(pool)
+                    repeats += 1
+                else:
+                    originals += 1
+                    if len(pool) < POOL:
+                        pool.append(ticket)
+                    elif (j := r.randrange(originals)) < POOL:
+                        pool[j] = ticket
+                recent.append(ticket)
+                f.write(json.dumps({"id": f"t{i + 1:07d}", "text": ticket[0],
+                                    "intent": ticket[1]}, ensure_ascii=False) + "\n")  # fmt: skip
+    return repeats
+
+
+def run_job(model: Path, src: Path, out: Path, *extra: str) -> dict:
+    """One `classify` child: wall seconds, max RSS from the OS (`wait4`), the summary's figures."""
+    cmd = classify_command(src, model, "-o", str(out), *extra)
+    with tempfile.TemporaryFile() as log:
+        t = time.perf_counter()
+        child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - t
+        child.returncode = os.waitstatus_to_exitcode(status)
+        log.seek(0)
+        text = log.read().decode(errors="replace")
+    summary = SUMMARY.search(text)
+    if child.returncode or not summary:
+        raise JobError(f"`{' '.join(cmd)}` exited {child.returncode}: {text[-600:]}")
+    dup = DUPLICATES.search(text)
+    return {
+        "rows": int(summary["rows"]), "scored": int(summary["scored"]),
+        "errors": int(summary["errors"]), "job_seconds": float(summary["seconds"]),
+        "items_per_s": float(summary["rate"]), "padding": float(summary["padding"]) / 100,
+        "duplicates_scored_once": int(dup[1]) if dup else 0, "wall_seconds": wall,
+        "max_rss_mb": usage.ru_maxrss / 1024, "command": " ".join(cmd),
+    }  # fmt: skip
+
+
+def repeats_agree(src: Path, out: Path) -> bool:
+    """Whether every repeat of a text got the same output row (bar its id) as its first copy."""
+    first: dict[str, str] = {}
+    with gzip.open(src, "rt", encoding="utf-8") as rows, out.open(encoding="utf-8") as results:
+        for row, line in zip(rows, results, strict=True):
+            result = json.loads(line)
+            result.pop("id", None)
+            if first.setdefault(json.loads(row)["text"], json.dumps(result)) != json.dumps(result):
+                return False
+    return True
+
+
+def tokenizer_rate(model: Path, src: Path) -> dict:
+    """`Engine.prompts` timed in this process on the first TOKENIZER_SAMPLE tickets of `src`."""
+    from ..api.classifier import Classifier
+
+    engine = Classifier.load(model).engine
+    with gzip.open(src, "rt", encoding="utf-8") as f:
+        texts = [json.loads(line)["text"] for line, _ in zip(f, range(TOKENIZER_SAMPLE))]
+    t = time.perf_counter()
+    tokens = sum(
+        len(p) for s in range(0, len(texts), 1024) for p in engine.prompts(texts[s : s + 1024])
+    )
+    seconds = time.perf_counter() - t
+    return {"items": len(texts), "tokens": tokens, "seconds": seconds,
+            "items_per_s": len(texts) / seconds, "tokens_per_s": tokens / seconds}  # fmt: skip
+
+
+def _row(run: dict, n: int, repeats: int, tok: dict, **extra) -> dict:
+    share = (n / tok["items_per_s"]) / run["job_seconds"] if run["job_seconds"] else 0.0
+    return {"tickets": n, "duplicates_in_file": repeats / n, "tokenizer_share": share,
+            **run, **extra}  # fmt: skip
+
+
+def run_scale(request: ScaleRequest, progress=print) -> dict:
+    """Every run of the request, then the targets and the projection (see `assess`)."""
+    from ..model.convert import init_random
+
+    result: dict = {"request": {"sizes": list(request.sizes), "large": request.large,
+                                "duplicates": request.duplicates, "seed": request.seed},
+                    "host": {"cpus": os.cpu_count(), "load_before": os.getloadavg()},
+                    "tiny": [], "large": []}  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="mlxbatch-scale-") as tmp:
+        tmp = Path(tmp)
+        init_random(tmp / "tiny", preset="tiny", seed=request.seed)
+        out = tmp / "out.jsonl"
+        tok = None
+        for n in request.sizes:
+            src = tmp / f"tickets-{n}.jsonl.gz"
+            repeats = write_workload(src, n, request.duplicates, request.seed)
+            tok = tok or tokenizer_rate(tmp / "tiny", src)
+            progress(f"scale: tiny model, {n} tickets ({repeats} repeats) ...")
+            result["tiny"].append(_row(run_job(tmp / "tiny", src, out), n, repeats, tok))
+            src.unlink()
+        result["tokenizer"] = tok
+        if request.large:
+            result["large"] = _large_runs(tmp, request, tok, progress)
+    result["host"]["load_after"] = os.getloadavg()
+    result.update(assess(result))
+    return result
+
+
+def _large_runs(tmp: Path, request: ScaleRequest, tok: dict, progress) -> list[dict]:
+    """The 0.5B-shaped model on `large` tickets: as is (one window unless `large` > WINDOW_ROWS,
+    then with one window forced: the global plan), cut in 4 windows, and with no repeats."""
+    from ..model.convert import init_random
+
+    n, model, out = request.large, tmp / "large", tmp / "out.jsonl"
+    init_random(model, preset=request.large_preset, seed=request.seed)
+    src, unique = tmp / "large.jsonl.gz", tmp / "large-unique.jsonl.gz"
+    repeats = write_workload(src, n, request.duplicates, request.seed)
+    write_workload(unique, n, 0.0, request.seed)
+    runs = []
+    for name, path, extra in (
+        ("global", src, ("--window-rows", str(max(n, WINDOW_ROWS)))),
+        ("windows", src, ("--window-rows", str(math.ceil(n / 4)))),
+        ("no repeats", unique, ("--window-rows", str(max(n, WINDOW_ROWS)))),
+    ):
+        progress(f"scale: 0.5B-shaped model, {n} tickets, {name} ...")
+        run = run_job(model, path, out, *extra)
+        agree = repeats_agree(path, out) if path == src else None
+        runs.append(
+            _row(run, n, repeats if path == src else 0, tok, name=name, repeats_agree=agree)
+        )
+    return runs
+
+
+def assess(r: dict) -> dict:
+    """The issue's targets, each met or not from the runs, and the 10M projection: time from the
+    per-window seconds of the largest run, RSS from the slope between the two largest runs."""
+    tiny, large = r["tiny"], {x["name"]: x for x in r["large"]}
+    targets = []
+    if len(tiny) >= 2:
+        a, b = tiny[0], tiny[-1]
+        grow = b["max_rss_mb"] - a["max_rss_mb"]
+        targets.append({"target": f"max RSS at {b['tickets']} within 10% (or 100 MB) of "
+                        f"{a['tickets']}", "measured": f"{a['max_rss_mb']:.0f} -> "
+                        f"{b['max_rss_mb']:.0f} MB ({grow:+.0f} MB)",
+                        "met": grow <= max(0.1 * a["max_rss_mb"], 100)})  # fmt: skip
+        ratio = b["items_per_s"] / a["items_per_s"]
+        targets.append({"target": f"items/s at {b['tickets']} within 10% of {a['tickets']}",
+                        "measured": f"{a['items_per_s']:.1f} -> {b['items_per_s']:.1f} ({ratio - 1:+.1%})",
+                        "met": ratio >= 0.9})  # fmt: skip
+        targets.append({"target": f".jsonl.gz of {b['tickets']} classified without unpacking",
+                        "measured": f"{b['scored']} scored from the .gz", "met": b["scored"] == b["tickets"]})  # fmt: skip
+    if {"global", "windows", "no repeats"} <= set(large):
+        g, w, u = large["global"], large["windows"], large["no repeats"]
+        gap = w["padding"] - g["padding"]
+        targets.append({"target": "0.5B padding, 4 windows within 0.5 pp of one global plan",
+                        "measured": f"{w['padding']:.2%} vs {g['padding']:.2%} ({gap * 100:+.2f} pp)",
+                        "met": abs(gap) <= 0.005})  # fmt: skip
+        speed = u["job_seconds"] / g["job_seconds"]
+        targets.append({"target": "0.5B, 20% repeats: >= 1.2x faster than no repeats, repeats agree",
+                        "measured": f"{u['job_seconds']:.1f} s / {g['job_seconds']:.1f} s = {speed:.2f}x; "
+                        f"{g['duplicates_scored_once']} scored once; agree {g['repeats_agree']}",
+                        "met": speed >= 1.2 and bool(g["repeats_agree"])})  # fmt: skip
+    return {"targets": targets, "projection": _project(tiny)}
+
+
+def _project(tiny: list[dict]) -> dict | None:
+    if not tiny:
+        return None
+    b = tiny[-1]
+    windows = math.ceil(b["tickets"] / WINDOW_ROWS)
+    per_window = b["job_seconds"] / windows
+    startup = b["wall_seconds"] - b["job_seconds"]
+    slope = 0.0
+    if len(tiny) >= 2:
+        a = tiny[-2]
+        slope = (b["max_rss_mb"] - a["max_rss_mb"]) / (b["tickets"] - a["tickets"])
+    rows_per_window = b["tickets"] / windows
+    return {"tickets": PROJECT_TO, "from_tickets": b["tickets"], "windows_measured": windows,
+            "seconds_per_window": per_window, "rows_per_window": rows_per_window,
+            "seconds": startup + per_window * PROJECT_TO / rows_per_window,
+            "max_rss_mb": b["max_rss_mb"] + slope * (PROJECT_TO - b["tickets"]),
+            "rss_slope_kb_per_ticket": slope * 1024}  # fmt: skip
+
+
+def format_scale(r: dict) -> str:
+    h = r["host"]
+    lines = [f"mlxbatch bench --scale: {h['cpus']} CPUs, load average {h['load_before'][0]:.1f} "
+             f"before, {h['load_after'][0]:.1f} after; {r['request']['duplicates']:.0%} repeats"]  # fmt: skip
+    head = (f"{'model':<6} {'run':<11} {'tickets':>9} {'items/s':>8} {'max RSS MB':>10} "
+            f"{'padding':>8} {'dup file':>8} {'dup once':>8} {'tok share':>9} {'job s':>8} {'wall s':>8}")  # fmt: skip
+    lines += [head, "-" * len(head)]
+    for model, runs in (("tiny", r["tiny"]), ("0.5B", r["large"])):
+        for x in runs:
+            lines.append(
+                f"{model:<6} {x.get('name', 'default'):<11} {x['tickets']:>9} {x['items_per_s']:>8.1f} "
+                f"{x['max_rss_mb']:>10.0f} {x['padding']:>8.2%} {x['duplicates_in_file']:>8.1%} "
+                f"{x['duplicates_scored_once'] / x['tickets']:>8.1%} {x['tokenizer_share']:>9.1%} "
+                f"{x['job_seconds']:>8.1f} {x['wall_seconds']:>8.1f}"
+            )  # fmt: skip
+    if t := r.get("tokenizer"):
+        lines.append(f"tokenizer (Engine.prompts, this process, {t['items']} tickets): "
+                     f"{t['tokens_per_s']:,.0f} tokens/s, {t['items_per_s']:,.0f} tickets/s")  # fmt: skip
+    if p := r["projection"]:
+        lines.append(f"projection to {p['tickets']:,}: {p['seconds'] / 3600:.1f} h "
+                     f"({p['seconds_per_window']:.1f} s a window of {p['rows_per_window']:.0f} rows "
+                     f"at {p['from_tickets']:,}), max RSS {p['max_rss_mb']:.0f} MB "
+                     f"({p['rss_slope_kb_per_ticket']:+.3f} KB a ticket between the two largest runs)")  # fmt: skip
+    for t in r["targets"]:
+        lines.append(f"[{'met' if t['met'] else 'NOT met'}] {t['target']}: {t['measured']}")
+    return "\n".join(lines)
+
+
+def plot_scale(r: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = [x["tickets"] for x in r["tiny"]]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(n, [x["max_rss_mb"] for x in r["tiny"]], "o-", color="tab:blue")
+    ax.set(xscale="log", xlabel="tickets (tiny model)", ylabel="max RSS MB", ylim=(0, None))
+    rate = ax.twinx()
+    rate.plot(n, [x["items_per_s"] for x in r["tiny"]], "s--", color="tab:orange")
+    rate.set(ylabel="items/s", ylim=(0, None))
+    ax.set_title("classify: max RSS (blue) and items/s (orange) against tickets")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def scale_command(request: ScaleRequest, echo) -> int:
+    """`bench --scale`: run, print the table, write the JSON and the plot; 0 if every run ran."""
+    r = run_scale(request, echo)
+    print(format_scale(r))
+    if request.json_path:
+        request.json_path.write_text(json.dumps(r, indent=2))
+    if request.plot_path and r["tiny"]:
+        plot_scale(r, request.plot_path)
+    return 0
