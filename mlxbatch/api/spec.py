@@ -26,6 +26,7 @@ class RunSpec:
     too_long: str = "error"
     on_error: str = "fail"
     verify_sample: float = 0.0  # share of items re-scored on the gold loop
+    window: int = 16384  # rows read, planned and written at a time (memory flat in the job)
 
     def __post_init__(self) -> None:
         def choice(name: str, value, options) -> None:
@@ -36,7 +37,7 @@ class RunSpec:
         choice("planner", self.planner, SORTED_PLANNERS)
         choice("too_long", self.too_long, TOO_LONG)
         choice("on_error", self.on_error, ON_ERROR)
-        for name in ("batch_tokens", "max_batch", "max_tokens"):
+        for name in ("batch_tokens", "max_batch", "max_tokens", "window"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or value < 1):  # fmt: skip

@@ -46,38 +46,40 @@ class BenchRequest:
     ranks: int | None
 
 
-def run_bench_command(r: BenchRequest, say: Callable[[str], None]) -> int:
+def run_bench_command(req: BenchRequest, say: Callable[[str], None]) -> int:
     """The whole bench command; its exit code (1 when a batched mode disagrees)."""
-    if r.tickets_spec.isdigit() and int(r.tickets_spec) == 0:
+    if req.tickets_spec.isdigit() and int(req.tickets_spec) == 0:
         raise UsageError("--tickets 0: give a number of tickets above 0, or a ticket file")
-    tickets_file = [] if r.tickets_spec.isdigit() else [Path(r.tickets_spec)]
-    if r.ranks:
-        return _ranks(r, tickets_file, say)
-    read = [Path(p) for p in (r.system_prompt_file, r.labels_file, r.examples) if p]
-    check_reports(r.json_path, r.plot_path, read + tickets_file)
-    wanted = _names(r.modes, MODE_NAMES, "--modes")
+    tickets_file = [] if req.tickets_spec.isdigit() else [Path(req.tickets_spec)]
+    if req.ranks:
+        return _ranks(req, tickets_file, say)
+    read = [Path(p) for p in (req.system_prompt_file, req.labels_file, req.examples) if p]
+    check_reports(req.json_path, req.plot_path, read + tickets_file)
+    wanted = _names(req.modes, MODE_NAMES, "--modes")
     if not wanted:
         raise UsageError(f"--modes: choose at least one of {', '.join(MODE_NAMES)}")
-    against = _model(str(r.against), say) if r.against is not None else None  # before the runs
-    peers = () if r.no_peers else _names(r.peer_names, PEERS, "--peers")
-    spec = prompt_spec(r.labels, r.labels_file, r.system_prompt, r.system_prompt_file, r.examples)
+    against = _model(str(req.against), say) if req.against is not None else None  # before the runs
+    peers = () if req.no_peers else _names(req.peer_names, PEERS, "--peers")
+    spec = prompt_spec(
+        req.labels, req.labels_file, req.system_prompt, req.system_prompt_file, req.examples
+    )
     system, shots = spec.system, spec.examples
-    if r.prompt_name != "default":
-        if r.system_prompt or r.system_prompt_file or r.examples:
-            raise UsageError(f"--prompt {r.prompt_name} is a built-in prompt: do not combine it "
+    if req.prompt_name != "default":
+        if req.system_prompt or req.system_prompt_file or req.examples:
+            raise UsageError(f"--prompt {req.prompt_name} is a built-in prompt: do not combine it "
                              "with your own")  # fmt: skip
         try:
-            system, shots = built_in_prompt(r.prompt_name, spec.labels)
+            system, shots = built_in_prompt(req.prompt_name, spec.labels)
         except ValueError as e:
-            raise UsageError(f"--prompt {r.prompt_name}: {e}") from None
+            raise UsageError(f"--prompt {req.prompt_name}: {e}") from None
     options = BenchOptions(
-        model=r.model, tickets=r.tickets_spec, mix=r.mix, labels=spec.labels,
+        model=req.model, tickets=req.tickets_spec, mix=req.mix, labels=spec.labels,
         system_prompt=system, examples=shots,
-        prompt_name=r.prompt_name if not r.examples else f"examples from {r.examples}",
-        batch_tokens=r.batch_tokens, max_batch=r.max_batch, naive_batch=r.naive_batch,
-        sweep=budgets(r.sweep), modes=wanted, peers=peers,
-        peer_batch_tokens=r.peer_batch_tokens, quick=r.quick, calibrate=not r.no_calibrate,
-        against=against, json_path=r.json_path, plot_path=r.plot_path,
+        prompt_name=req.prompt_name if not req.examples else f"examples from {req.examples}",
+        batch_tokens=req.batch_tokens, max_batch=req.max_batch, naive_batch=req.naive_batch,
+        sweep=budgets(req.sweep), modes=wanted, peers=peers,
+        peer_batch_tokens=req.peer_batch_tokens, quick=req.quick, calibrate=not req.no_calibrate,
+        against=against, json_path=req.json_path, plot_path=req.plot_path,
     )  # fmt: skip
     result, report = bench_job(options, lambda m: _model(m, say), progress=say)
     print(report)
@@ -112,25 +114,25 @@ def _names(text: str, known, option: str) -> tuple[str, ...]:
     return names
 
 
-def _ranks(r: BenchRequest, tickets_file: list[Path], say) -> int:
+def _ranks(req: BenchRequest, tickets_file: list[Path], say) -> int:
     """1 rank against N (mlx.launch, ring, this host): the speed-up and identical files."""
     from ..model.convert import init_random
     from .scaling import measure_ranks
 
-    check_reports(r.json_path, None, tickets_file)
-    model, tickets_spec = r.model, r.tickets_spec
+    check_reports(req.json_path, None, tickets_file)
+    model, tickets_spec = req.model, req.tickets_spec
     with tempfile.TemporaryDirectory() as tmp:
-        if r.quick:
+        if req.quick:
             model = str(Path(tmp) / "tiny")
             init_random(model, preset="tiny", seed=0, dtype="float32")
             tickets_spec = "60" if tickets_spec == "600" else tickets_spec
-        texts, source = load_tickets(tickets_spec, r.mix)
-        m = measure_ranks(r.ranks, _model(model, say), texts, ["--max-batch", str(r.max_batch)],
+        texts, source = load_tickets(tickets_spec, req.mix)
+        m = measure_ranks(req.ranks, _model(model, say), texts, ["--max-batch", str(req.max_batch)],
                           say)  # fmt: skip
-    n = r.ranks
+    n = req.ranks
     say(f"{source}: 1 rank {m['seconds_1']:.1f} s, {n} ranks {m[f'seconds_{n}']:.1f} s: "
         f"{m['speedup']:.2f}x on {m['cpu_count']} cores of {m['host']}; output files identical: "
         f"{m['identical_output']}")  # fmt: skip
-    if r.json_path:
-        write_json_report(r.json_path, m)
+    if req.json_path:
+        write_json_report(req.json_path, m)
     return 0

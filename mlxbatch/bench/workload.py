@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..errors import OutputError
 from ..io.rows import output_format, write_records
-from ..io.sinks import write_atomically
+from ..runtime.files import write_atomically
 
 INTENTS = ("billing", "technical", "account")
 

@@ -163,17 +163,17 @@ def bench(ctx, **options):
     """Time the gold loop, prefix caching, naive, greedy and cost-planned batching, and peers."""
     from ..bench.command import BenchRequest, run_bench_command
 
-    o = dict(options)
-    if o.pop("serve"):
+    opt = dict(options)
+    if opt.pop("serve"):
         from .serve import bench_serve
 
-        return ctx.invoke(bench_serve, model=o["model"], quick=o["quick"],
-                          json_path=o["json_path"], plot_path=o["plot_path"])  # fmt: skip
-    scale = {k: o.pop(k) for k in ("scale", "scale_sizes", "scale_large", "scale_duplicates")}
+        return ctx.invoke(bench_serve, model=opt["model"], quick=opt["quick"],
+                          json_path=opt["json_path"], plot_path=opt["plot_path"])  # fmt: skip
+    scale = {k: opt.pop(k) for k in ("scale", "scale_sizes", "scale_large", "scale_duplicates")}
     if scale["scale"]:
-        return _bench_scale(scale, o)
-    o["plot_path"] = plot_target(o["plot_path"], o["json_path"], "bench")
-    code = run_bench_command(BenchRequest(**o), echo)
+        return _bench_scale(scale, opt)
+    opt["plot_path"] = plot_target(opt["plot_path"], opt["json_path"], "bench")
+    code = run_bench_command(BenchRequest(**opt), echo)
     if code:
         sys.exit(code)
 

@@ -107,6 +107,9 @@ from .common import (
 @click.option("--verify-sample", type=click.FloatRange(0, 1), default=0.0,
               help="Re-score this share of the items on the gold loop (the same items for the "
               "same input); exit 1 unless every sampled label agrees.")  # fmt: skip
+@click.option("--window-rows", type=click.IntRange(1), default=16384, show_default=True,
+              help="Rows read, planned and written at a time: memory stays flat however long "
+              "the input (duplicates are scored once within a window).")  # fmt: skip
 @click.option("--collective-timeout", type=click.FloatRange(1), default=600.0, show_default=True,
               help="Seconds a distributed round may wait for the other ranks.")  # fmt: skip
 def classify(**options):
@@ -114,20 +117,20 @@ def classify(**options):
     from ..api.spec import RunSpec
     from ..jobs.classify import ClassifyRequest, Interrupted, run_classify
 
-    o = options
-    output = None if o["output"] is None or str(o["output"]) == "-" else o["output"]  # -o -
-    spec = RunSpec(o["mode"], o["planner"], o["batch_tokens"], o["max_batch"], o["max_tokens"],
-                   o["too_long"], o["on_error"], o["verify_sample"])  # fmt: skip
+    opt = options
+    output = None if opt["output"] is None or str(opt["output"]) == "-" else opt["output"]  # -o -
+    spec = RunSpec(opt["mode"], opt["planner"], opt["batch_tokens"], opt["max_batch"], opt["max_tokens"],
+                   opt["too_long"], opt["on_error"], opt["verify_sample"], opt["window_rows"])  # fmt: skip
     request = ClassifyRequest(
-        input=o["input_path"], model=o["model"], labels=o["labels"], labels_file=o["labels_file"],
-        system_prompt=o["system_prompt"], system_prompt_file=o["system_prompt_file"],
-        examples=o["examples"], output=output, text_field=o["text_field"],
-        id_field=o["id_field"], input_format=o["input_format"], resume=o["resume"],
-        verify=o["verify"], dtype=o["dtype"], check_weights=o["check_weights"],
-        prefix_cache=not o["no_prefix_cache"], calibrate=o["calibrate"], prior=o["prior"],
-        min_confidence=o["min_confidence"], gold_field=o["gold_field"], json_path=o["json_path"],
-        plot_path=plot_target(o["plot_path"], output, "confusion"),
-        distributed=o["distributed"], collective_timeout=o["collective_timeout"],
+        input=opt["input_path"], model=opt["model"], labels=opt["labels"], labels_file=opt["labels_file"],
+        system_prompt=opt["system_prompt"], system_prompt_file=opt["system_prompt_file"],
+        examples=opt["examples"], output=output, text_field=opt["text_field"],
+        id_field=opt["id_field"], input_format=opt["input_format"], resume=opt["resume"],
+        verify=opt["verify"], dtype=opt["dtype"], check_weights=opt["check_weights"],
+        prefix_cache=not opt["no_prefix_cache"], calibrate=opt["calibrate"], prior=opt["prior"],
+        min_confidence=opt["min_confidence"], gold_field=opt["gold_field"], json_path=opt["json_path"],
+        plot_path=plot_target(opt["plot_path"], output, "confusion"),
+        distributed=opt["distributed"], collective_timeout=opt["collective_timeout"],
     )  # fmt: skip
     try:
         code = run_classify(request, spec, echo)

@@ -19,7 +19,9 @@ from dataclasses import asdict
 import mlx.core as mx
 import numpy as np
 
+from ..errors import OutputError
 from ..runtime import blas
+from ..runtime.files import write_atomically
 from .engine import Engine
 from .planner import CostModel
 
@@ -123,13 +125,11 @@ def calibrate(engine: Engine, progress=None, save: bool = True) -> tuple[CostMod
             "machine": f"{platform.node()} {blas._cpu_model()}",
             "at": time.strftime("%Y-%m-%d %H:%M:%S"),
         }  # fmt: skip
-        try:
-            path = blas.cache_dir() / "planner.json"
+        path = blas.cache_dir() / "planner.json"
+        try:  # a cache: a directory that cannot be written only costs a later re-calibration
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".planner.{time.time_ns()}")
-            tmp.write_text(json.dumps(data, indent=1))
-            tmp.replace(path)
-        except OSError:
+            write_atomically(path, lambda f: json.dump(data, f, indent=1))
+        except (OSError, OutputError):
             pass
     return model, meas
 

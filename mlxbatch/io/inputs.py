@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import InputError, unicode_problem
 from .formats import Record, parse
+from .ids import NUMBER, TEXT, IdTable, canonical
 from .parquet import parse_parquet
 from .sources import open_source
 
@@ -38,8 +39,9 @@ class Row:
 class RowStream:
     """The rows of one input, read and checked as they are iterated (iterate once).
 
-    Memory: one read buffer and one row at a time, plus every id seen so far (duplicate ids are
-    refused, so each id is kept: about 100-150 bytes per row, ~130 MB for a million string ids).
+    Memory: one read buffer and one row at a time, plus a digest of every id seen so far
+    (duplicate ids are refused: under 50 bytes an id, see ids.py; the ids themselves took
+    ~130 MB for a million string ids).
     A file-level problem found past the first lines (a CSV quote never closed, a cut-short
     archive) raises InputError during iteration; an input without rows raises at its end.
     """
@@ -62,7 +64,7 @@ class RowStream:
         self._ids_from_first = id_field is None and parsed.columns is None and self.format != "text"
         if id_field is None and parsed.columns is not None and "id" in parsed.columns:
             self.id_field = "id"
-        self._seen: dict[Any, int] = {}
+        self._seen = IdTable()  # ids seen so far, as digests (see ids.py)
         self._started = False
 
     def __enter__(self) -> RowStream:
@@ -132,18 +134,26 @@ class RowStream:
             key = rid if isinstance(rid, str) else repr(rid)
             if self.output_format == "tsv" and any(c in key for c in "\t\n\r"):
                 return f"id {_short(rid)} holds a tab or line break, which a TSV output cannot hold"
-        if key in self._seen:
-            first = self._seen[key]
-            if isinstance(first, tuple):  # (row, id): the same only once written as text
-                first, other = first
-                if type(other) is not type(rid):
-                    return (
-                        f"duplicate id {rid!r} (first at {first} as {other!r}; the two are "
-                        f"one id in a {self.output_format.upper()} output: write JSONL)"
-                    )
-            return f"duplicate id {rid!r} (first at {first})"
-        self._seen[key] = n if key is rid else (n, rid)
-        return None
+        kind = TEXT if isinstance(rid, str) else NUMBER
+        seen = self._seen.first(canonical(key), n, kind)
+        if seen is None:
+            return None
+        first, first_kind = seen
+        if self.output_format in ("csv", "tsv") and first_kind != kind:  # one id once text
+            other = key if first_kind == TEXT else _number(key)
+            return (
+                f"duplicate id {rid!r} (first at {first} as {other!r}; the two are "
+                f"one id in a {self.output_format.upper()} output: write JSONL)"
+            )
+        return f"duplicate id {rid!r} (first at {first})"
+
+
+def _number(text: str) -> int | float:
+    """The number whose repr is `text`."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
 
 
 def _text(text: Any, text_field: str) -> tuple[str | None, str | None]:
@@ -183,14 +193,18 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def describe_errors(rows: list[Row], source: str, fmt: str, limit: int = 30) -> str:
-    """One summary line naming the first bad row, then one indented line per bad row."""
+def describe_errors(
+    rows: list[Row], source: str, fmt: str, limit: int = 30, total: int | None = None,
+    bad_total: int | None = None,
+) -> str:  # fmt: skip
+    """One summary line naming the first bad row, then one indented line per bad row. `total`,
+    `bad_total`: the counts when `rows` holds only some of the input (a streamed scan)."""
     unit = "row" if fmt in ("csv", "tsv", "parquet") else "line"
     bad = [r for r in rows if r.error]
-    first = bad[0]
-    lines = [f"{source}: {len(bad)} of {len(rows)} rows are invalid (first: {unit} "
-             f"{first.number}: {first.error})"]  # fmt: skip
+    first, n_bad = bad[0], bad_total if bad_total is not None else len(bad)
+    lines = [f"{source}: {n_bad} of {total if total is not None else len(rows)} rows are "
+             f"invalid (first: {unit} {first.number}: {first.error})"]  # fmt: skip
     lines += [f"  {source}: {unit} {r.number}: {r.error}" for r in bad[:limit]]
-    if len(bad) > limit:
-        lines.append(f"  ... and {len(bad) - limit} more")
+    if n_bad > limit:
+        lines.append(f"  ... and {n_bad - limit} more")
     return "\n".join(lines)

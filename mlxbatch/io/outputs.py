@@ -10,16 +10,9 @@ import stat
 from pathlib import Path
 
 from ..errors import OutputError
+from ..runtime.files import is_stream, oserror, write_atomically
 from .rows import output_format
-from .sinks import (
-    OrderedStream,
-    is_journal,
-    is_stream,
-    journal_path,
-    lock_holder,
-    oserror,
-    write_atomically,
-)
+from .sinks import OrderedStream, is_journal, journal_path, lock_holder
 
 
 def output_kind(output: Path) -> str:

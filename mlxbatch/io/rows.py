@@ -10,6 +10,7 @@ import gzip
 import io
 import json
 import zlib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -75,12 +76,15 @@ def read_results(path: Path) -> list[dict]:
         source.close()
 
 
-def write_rows(f: TextIO, rows: list[dict], labels: tuple[str, ...], name: str) -> None:
-    """`rows` to `f` in the format of the output `name` ("" for JSONL); gzip needs `f.buffer`."""
+def write_rows(f: TextIO, rows: Iterable[dict], labels: tuple[str, ...], name: str) -> None:
+    """`rows` to `f` in the format of the output `name` ("" for JSONL); gzip needs `f.buffer`.
+    JSONL is written as `rows` are iterated (a job's rows are read back from its journal one at
+    a time); a CSV/TSV table holds them all, for its columns and id checks."""
     kind, compressed = output_format(name) if name else ("jsonl", False)
     if kind == "jsonl":
         write = lambda out: out.writelines(dumps(r) + "\n" for r in rows)  # noqa: E731
     else:
+        rows = list(rows)
         header, table = _result_table(rows, labels)
         _check_text_ids(rows, name, kind)
         write = lambda out: _write_table(out, header, table, kind, name)  # noqa: E731

@@ -19,18 +19,17 @@ written is strict JSON (no NaN).
 from __future__ import annotations
 
 import fcntl
-import io
 import json
 import os
-import stat
 import struct
 import sys
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, TextIO
 
+import numpy as np
+
 from ..errors import OutputError, ResumeError
+from ..runtime.files import oserror, write_atomically
 from .rows import dumps, write_rows
 
 JOURNAL_VERSION = 1
@@ -92,79 +91,6 @@ def journal_path(output: Path) -> Path:
     return output.with_name(output.name + ".part")
 
 
-def oserror(path: Path, e: OSError, what: str = "cannot write") -> OutputError:
-    return OutputError(f"{path}: {what} ({e.strerror or e})")
-
-
-def is_stream(path: Path) -> bool:
-    """A path written straight, never replaced: a character device or FIFO, or a link through
-    /proc or /dev/fd (/dev/stdout into a shell redirect resolves to the redirect's regular file,
-    which only the descriptor the shell opened may write)."""
-    hop = os.path.abspath(path)
-    for _ in range(40):  # the kernel's own limit on a chain of links
-        if hop.startswith(("/proc/", "/dev/fd/")) or hop in ("/dev/stdout", "/dev/stderr"):
-            return os.path.exists(hop)
-        if not os.path.islink(hop):
-            break
-        hop = os.path.normpath(os.path.join(os.path.dirname(hop), os.readlink(hop)))
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return False
-    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def write_straight(path: Path, text: str) -> None:
-    """Append `text` to a device, FIFO or /dev/stdout (appending: a `>>` redirect is kept)."""
-    try:
-        with open(path, "a", encoding="utf-8", newline="") as f:
-            f.write(text)
-    except OSError as e:
-        raise oserror(path, e) from None
-
-
-def write_atomically(
-    path: Path, write: Callable[[TextIO], None], failed: str = "cannot write"
-) -> None:
-    """`path` written whole or not at all: a new temporary file beside it (mkstemp opens with
-    O_EXCL: no existing file is ever touched), fsync'd, renamed over `path`. A link is followed
-    (its target is written, the link stays); an existing file keeps its mode, a new one gets
-    0666 & ~umask. A stream (`is_stream`) is written straight."""
-    if is_stream(path):
-        buf = io.StringIO()
-        write(buf)
-        return write_straight(path, buf.getvalue())
-    path = Path(os.path.realpath(path))
-    try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
-    except OSError:
-        mode = 0o666 & ~_umask()
-    try:
-        # the name cut short: any name that fits the directory leaves room for the temporary's
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:200]}.",
-                                   suffix=".mlxbatch-tmp")  # fmt: skip
-    except OSError as e:
-        raise oserror(path.parent, e, "cannot create a temporary file") from None
-    try:
-        with open(fd, "w", encoding="utf-8", newline="") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException as e:  # Ctrl-C included: no temporary file is left behind
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise oserror(path, e, failed) from None
-        raise
-
-
 def _lock_holder(fd: int) -> int | None:
     """The pid holding a write lock on `fd`'s file, if another process does."""
     if sys.platform == "darwin":
@@ -180,12 +106,53 @@ def _lock_holder(fd: int) -> int | None:
     return got["pid"] if got["type"] != fcntl.F_UNLCK else None
 
 
+class RowIndex:
+    """Which rows a journal holds, and where: row index -> byte offset of its line, in a NumPy
+    array (8 bytes a row, -1 where missing) instead of the rows themselves, so a job of millions
+    of rows holds no result in memory; a row is read back from the file when asked for."""
+
+    def __init__(self, fd: int):
+        self.fd, self.count = fd, 0
+        self.offsets = np.full(1024, -1, np.int64)
+
+    def add(self, row: int, offset: int) -> None:
+        if row >= len(self.offsets):
+            grown = np.full(max(row + 1, 2 * len(self.offsets)), -1, np.int64)
+            grown[: len(self.offsets)] = self.offsets
+            self.offsets = grown
+        self.count += self.offsets[row] < 0
+        self.offsets[row] = offset
+
+    def __contains__(self, row: int) -> bool:
+        return 0 <= row < len(self.offsets) and self.offsets[row] >= 0
+
+    def __len__(self) -> int:
+        return int(self.count)
+
+    def __getitem__(self, row: int) -> dict:
+        if row not in self:
+            raise KeyError(row)
+        start, chunk = int(self.offsets[row]), b""
+        while not chunk.endswith(b"\n"):  # one line, read in blocks
+            more = os.pread(self.fd, 1 << 16, start + len(chunk))
+            if not more:
+                break
+            chunk += more
+            if b"\n" in more:
+                chunk = chunk[: chunk.index(b"\n") + 1]
+        return json.loads(chunk)["result"]
+
+    def get(self, row: int, default=None):
+        return self[row] if row in self else default
+
+
 class Journal:
-    """Append-only, fsync'd JSONL of {"row": index, "result": {...}} lines behind a header."""
+    """Append-only, fsync'd JSONL of {"row": index, "result": {...}} lines behind a header;
+    `done` says which rows it holds (a `RowIndex`: offsets, not rows)."""
 
     def __init__(self, output: Path, header: dict, resume: bool):
         self.output, self.path = output, journal_path(output)
-        self.done: dict[int, dict] = {}
+        self.done = RowIndex(-1)
         try:
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
             fresh = True
@@ -195,6 +162,7 @@ class Journal:
         except OSError as e:
             raise oserror(self.path, e, "cannot create the journal") from None
         self._lock()
+        self.done.fd = self.fd
         if not fresh and _unwritten(_first_line(self.fd)):
             os.ftruncate(self.fd, 0)  # a header never finished (a full disk): no rows to lose
             fresh = True
@@ -235,15 +203,17 @@ class Journal:
             who = f" (pid {pid})" if pid else ""
             raise OutputError(f"another run is writing this output{who}: {self.output}") from None
 
-    def _write(self, text: str) -> None:
+    def _write(self, text: str) -> int:
+        """Append `text`, durably; returns the offset it starts at."""
         try:
-            os.lseek(self.fd, 0, os.SEEK_END)
+            start = os.lseek(self.fd, 0, os.SEEK_END)
             data = text.encode("utf-8")
             while data:
                 data = data[os.write(self.fd, data) :]
             os.fsync(self.fd)
         except OSError as e:
             raise oserror(self.path, e) from None
+        return start
 
     def _load(self, header: dict) -> dict:
         size = os.fstat(self.fd).st_size
@@ -265,25 +235,33 @@ class Journal:
                 what = "repeats a row" if entry else "is not a row that mlxbatch wrote"
                 raise ResumeError(f"{self.path}: line {n} {what} (edited?); delete the journal "
                                   "to start over")  # fmt: skip
-            self.done[entry[0]] = entry[1]
+            self.done.add(entry[0], good)
             good += len(line) + 1
         if good != len(raw) or tail:
             os.ftruncate(self.fd, good)  # drop the half-written remainder
         return {k: v for k, v in head.items() if k != "mlxbatch_journal"}
 
     def append(self, rows: list[tuple[int, dict]]) -> None:
-        fresh = [(i, r) for i, r in rows if i not in self.done]
+        fresh, seen = [], set()
+        for i, r in rows:
+            if i not in self.done and i not in seen:
+                fresh.append((i, r))
+                seen.add(i)
         if not fresh:
             return
-        self._write("".join(dumps({"row": i, "result": r}) + "\n" for i, r in fresh))
-        self.done.update(fresh)
+        lines = [(dumps({"row": i, "result": r}) + "\n").encode("utf-8") for i, r in fresh]
+        offset = self._write(b"".join(lines).decode("utf-8"))
+        for (i, _), line in zip(fresh, lines):
+            self.done.add(i, offset)
+            offset += len(line)
 
     def finish(self, n_rows: int, labels: tuple[str, ...]) -> None:
-        """Write OUTPUT in input order (a new temporary file, atomic rename), drop the journal."""
+        """Write OUTPUT in input order (a new temporary file, atomic rename), drop the journal.
+        The rows are read back from the journal one at a time, not held."""
         missing = [i for i in range(n_rows) if i not in self.done]
         if missing:
             raise RuntimeError(f"rows {missing[:10]} have no result; not writing {self.output}")
-        rows = [self.done[i] for i in range(n_rows)]
+        rows = (self.done[i] for i in range(n_rows))
         write_atomically(self.output, lambda f: write_rows(f, rows, labels, self.output.name),
                          "cannot write (the journal keeps every row)")  # fmt: skip
         self._unlink_own()
@@ -401,8 +379,9 @@ class OrderedStream:
             self.next += 1
         if self.next > start:
             out = self.stream or sys.stdout
-            try:
-                write_rows(out, [self.done[i] for i in range(start, self.next)], self.labels, "")
+            try:  # printed rows leave memory: only those waiting for an earlier one stay
+                write_rows(out, [self.done.pop(i) for i in range(start, self.next)], self.labels,
+                           "")  # fmt: skip
                 out.flush()
             except BrokenPipeError:
                 raise

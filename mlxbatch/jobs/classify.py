@@ -16,11 +16,13 @@ from ..errors import InputError, JobError
 from ..io.inputs import read_rows
 from ..io.outputs import check_model_untouched, check_output, check_reports
 from ..io.promptspec import prompt_spec
+from ..io.rows import output_format
 from ..io.sinks import journal_path
 from ..model.defaults import default_model_dir
 from ..model.hub import resolve
 from .distributed import Cluster, run_distributed_job
 from .job import JobResult, run_job
+from .source import JobInput
 
 
 @dataclass(frozen=True)
@@ -69,60 +71,68 @@ def resolve_model(model: str | Path | None, say: Callable[[str], None]) -> Path:
 
 def run_classify(request: ClassifyRequest, spec: RunSpec, say: Callable[[str], None]) -> int:
     """The whole classify command; returns its exit code (1 when --verify disagrees)."""
-    r, reads = request, request.reads()
+    req, reads = request, request.reads()
     cluster = None
-    if r.distributed or os.environ.get("MLX_RANK") is not None:  # set by mlx.launch
-        cluster = Cluster.join(r.distributed, r.collective_timeout)
+    if req.distributed or os.environ.get("MLX_RANK") is not None:  # set by mlx.launch
+        cluster = Cluster.join(req.distributed, req.collective_timeout)
     rank = cluster.rank if cluster else 0
-    if r.resume and r.output is None:
+    if req.resume and req.output is None:
         raise JobError("--resume needs -o/--output (the journal lives next to it)")
     kind = "stdout"
-    if r.output is not None and rank == 0:  # before anything is read or written
-        kind = check_output(r.output, reads, r.resume)
-    if (r.json_path or r.plot_path) and not r.gold_field:
+    if req.output is not None and rank == 0:  # before anything is read or written
+        kind = check_output(req.output, reads, req.resume)
+    if (req.json_path or req.plot_path) and not req.gold_field:
         raise JobError("--json and --plot report the evaluation: give --gold-field too")
-    written = [r.output, journal_path(r.output)] if r.output is not None else []
+    written = [req.output, journal_path(req.output)] if req.output is not None else []
     if rank == 0:
-        check_reports(r.json_path, r.plot_path, reads + written)
-    prompt = prompt_spec(r.labels, r.labels_file, r.system_prompt, r.system_prompt_file,
-                         r.examples, r.text_field)  # fmt: skip
-    rows, fmt = read_rows(r.input, r.text_field, r.id_field, r.input_format,
-                          (r.gold_field,) if r.gold_field else ())  # fmt: skip
-    if r.gold_field and not any(r.gold_field in row.fields for row in rows):
-        raise InputError(f"{r.input}: no row has the gold field {r.gold_field!r} (--gold-field)")
-    model_dir = resolve_model(r.model, say)
+        check_reports(req.json_path, req.plot_path, reads + written)
+    prompt = prompt_spec(req.labels, req.labels_file, req.system_prompt, req.system_prompt_file,
+                         req.examples, req.text_field)  # fmt: skip
+    writes_as = output_format(str(req.output))[0] if req.output is not None else "jsonl"
+    if req.gold_field or cluster:  # the evaluation and the ranks hold every row
+        rows, fmt = read_rows(req.input, req.text_field, req.id_field, req.input_format,
+                              (req.gold_field,) if req.gold_field else (), writes_as)  # fmt: skip
+        if req.gold_field and not any(req.gold_field in row.fields for row in rows):
+            raise InputError(f"{req.input}: no row has the gold field {req.gold_field!r} "
+                             "(--gold-field)")  # fmt: skip
+    else:  # read in windows, twice (a scan, then the job): memory flat in the input's length
+        rows = JobInput.of_file(req.input, req.text_field, req.id_field, req.input_format, (),
+                                writes_as)  # fmt: skip
+        fmt = rows.fmt
+    model_dir = resolve_model(req.model, say)
     if rank == 0:
-        check_model_untouched([("-o", r.output), ("-o's journal", r.output and journal_path(r.output)),
-                               ("--json", r.json_path), ("--plot", r.plot_path)], model_dir)  # fmt: skip
+        check_model_untouched([("-o", req.output), ("-o's journal", req.output and journal_path(req.output)),
+                               ("--json", req.json_path), ("--plot", req.plot_path)], model_dir)  # fmt: skip
     clf = Classifier.load(
-        model_dir, prompt.labels, prompt.system, r.dtype, r.prefix_cache, r.check_weights,
-        examples=prompt.examples, calibrate=r.calibrate, prior=r.prior,
-        min_confidence=r.min_confidence,
+        model_dir, prompt.labels, prompt.system, req.dtype, req.prefix_cache, req.check_weights,
+        examples=prompt.examples, calibrate=req.calibrate, prior=req.prior,
+        min_confidence=req.min_confidence,
     )  # fmt: skip
     try:
         if cluster:
-            result = run_distributed_job(cluster, clf, rows, spec, r.output if rank == 0 else None,
-                                         r.resume, r.verify and rank == 0, r.input, fmt)  # fmt: skip
+            result = run_distributed_job(cluster, clf, rows, spec, req.output if rank == 0 else None,
+                                         req.resume, req.verify and rank == 0, req.input, fmt)  # fmt: skip
             if result is None:  # ranks other than 0 write nothing
                 return 0
         else:
-            result = run_job(clf, rows, spec, r.output, r.resume, r.verify, r.input, fmt)
+            result = run_job(clf, rows, spec, req.output, req.resume, req.verify, req.input, fmt,
+                             keep_results=bool(req.gold_field))  # fmt: skip
     except KeyboardInterrupt:
-        if r.output and kind == "file":
-            raise Interrupted(f"interrupted; finished batches are saved in {r.output}.part. Run "
+        if req.output and kind == "file":
+            raise Interrupted(f"interrupted; finished batches are saved in {req.output}.part. Run "
                               "the same command with --resume to continue.") from None  # fmt: skip
         raise Interrupted("interrupted") from None
-    return report(clf, rows, result, r, say)
+    return report(clf, rows, result, req, say)
 
 
-def report(clf: Classifier, rows, result: JobResult, r: ClassifyRequest, say) -> int:
+def report(clf: Classifier, rows, result: JobResult, req: ClassifyRequest, say) -> int:
     """The summary, the adjustment, the evaluation and the verification; the exit code."""
     say(f"model: {clf.lm.describe()}")
     say(result.summary())
     if not clf.adjust.identity:
         say(f"adjustment: {clf.adjust.describe(clf.labels.names)}")
-    if r.gold_field:
-        evaluation(clf, rows, result.results, r.gold_field, r.json_path, r.plot_path, say)
+    if req.gold_field:
+        evaluation(clf, rows, result.results, req.gold_field, req.json_path, req.plot_path, say)
     if result.verify is None:
         return 0
     v = result.verify

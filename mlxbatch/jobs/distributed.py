@@ -13,6 +13,7 @@ seen to hang rather than fail when a peer dies.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import signal
@@ -43,9 +44,10 @@ from .job import (
     refuse_bad_rows,
     scheduler_for,
     todo_batches,
-    verify_job,
 )
 from .plan import JobPlan, plan_job
+from .source import BAD_KEPT, Scan
+from .verify import verify_window
 
 HOST_BYTES = 64
 
@@ -186,7 +188,9 @@ def run_distributed_job(
     plan = plan0 or plan_job(clf, rows, spec, shared_settings(cluster, None))
     if rank == 0:
         shared_settings(cluster, plan0)
-    refuse_bad_rows(rows, plan, spec, source, fmt)
+    bad = [dataclasses.replace(r, error=r.error or plan.errors.get(i)) for i, r in enumerate(rows)
+           if r.error or i in plan.errors]  # fmt: skip
+    refuse_bad_rows(Scan(len(rows), "", bad[:BAD_KEPT], len(bad)), spec, source, fmt)
     sink = None
     if rank == 0:
         sink = open_job_sink(clf, rows, plan, output, header, resume)
@@ -198,20 +202,21 @@ def run_distributed_job(
     done = cluster.broadcast(done, "journal state")
     remaining = [b for b, d in zip(plan.batches, done) if not d]
     shares = deal(remaining, cluster.size)
-    stats = _rounds(cluster, clf, rows, plan, shares, sink, spec.on_error)
+    written: dict[int, dict] = {}  # rank 0's rows, for verification
+    stats = _rounds(cluster, clf, rows, plan, shares, sink, spec.on_error, written)
     table = cluster.gather(np.array([stats.items, stats.padded, int(stats.seconds * 1e6)], np.int64)
                            .view(np.int32), "statistics").view(np.int64)  # fmt: skip
     if rank != 0:
         return None
     seconds = time.perf_counter() - t0
-    report = verify_job(clf, rows, plan, sink, spec, verify)
+    report = verify_window(clf, rows, plan, written, spec, verify)
     sink.finish(len(rows), clf.labels.names)
     per_rank = [{"rank": k, "host": cluster.hosts[k], "items": int(t[0]), "padded_tokens": int(t[1]),
                  "seconds": t[2] / 1e6} for k, t in enumerate(table)]  # fmt: skip
     return job_result(clf, rows, plan, sink, seconds, mx.get_peak_memory(), report, per_rank)
 
 
-def _rounds(cluster, clf, rows, plan, shares, sink, on_error) -> RankStats:
+def _rounds(cluster, clf, rows, plan, shares, sink, on_error, written) -> RankStats:
     """Rounds of one batch per CPU lane on every rank (each batch whole on one lane, as in a
     single process); rank 0 journals every round's results."""
     n_labels = len(clf.labels.names)
@@ -221,7 +226,9 @@ def _rounds(cluster, clf, rows, plan, shares, sink, on_error) -> RankStats:
     mine = rounds[cluster.rank]
     scheduler = scheduler_for(clf, plan, [b for batches in mine for b in batches])
     stats = RankStats()
-    bar = progress_bar(plan, [b for x in shares for b in x]) if cluster.rank == 0 else None
+    todo = sum(len(b.indices) + sum(len(plan.copies.get(i, ())) for i in b.indices)
+               for x in shares for b in x)  # fmt: skip
+    bar = progress_bar(len(rows), len(rows) - todo) if cluster.rank == 0 else None
     try:
         for r in range(max((len(x) for x in rounds), default=0)):
             rows_at_most = max(len(b.indices) for x in rounds if r < len(x) for b in x[r])
@@ -239,8 +246,9 @@ def _rounds(cluster, clf, rows, plan, shares, sink, on_error) -> RankStats:
             for rank, batches in enumerate(rounds):
                 for lane, batch in enumerate(batches[r] if r < len(batches) else []):
                     got = everyone[rank, lane, : len(batch.indices)]
-                    append_batch(clf, rows, plan, sink, batch, got, on_error)
-                    bar.update(len(batch.indices))
+                    out = append_batch(clf, rows, plan, sink, batch, got, on_error)
+                    written.update(out)
+                    bar.update(len(out))
             testhold.after_batch(r + 1)
     except BaseException:
         if sink is not None:

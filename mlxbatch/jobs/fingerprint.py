@@ -41,16 +41,27 @@ def digest(value) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def fingerprint(rows: list[Row], clf: Classifier, s: RunSpec) -> str:
-    """`model=… dtype=… input=… labels=… prompt=… settings=… adjustment=…` (16 hex digits a
-    part): the journal records it and `--resume` names the parts that differ."""
+def hash_row(h, row: Row) -> None:
+    """Add one input row (id, text, error) to the input part's hash."""
+    h.update(json.dumps([row.id, row.text, row.error]).encode())
+
+
+def input_digest(rows) -> str:
+    """The input part of the fingerprint, over an iterable of rows."""
     h = hashlib.sha256()
     for r in rows:
-        h.update(json.dumps([r.id, r.text, r.error]).encode())
+        hash_row(h, r)
+    return h.hexdigest()[:16]
+
+
+def fingerprint(rows: list[Row] | str, clf: Classifier, s: RunSpec) -> str:
+    """`model=… dtype=… input=… labels=… prompt=… settings=… adjustment=…` (16 hex digits a
+    part): the journal records it and `--resume` names the parts that differ. `rows`: the
+    input's rows, or their `input_digest` (a streamed job hashes them in its scan)."""
     parts = {
         "model": digest([weights_digest(clf.lm.path), str(Path(clf.lm.path).resolve())]),
         "dtype": digest(str(clf.lm.dtype)),
-        "input": h.hexdigest()[:16],
+        "input": rows if isinstance(rows, str) else input_digest(rows),
         "labels": digest([list(clf.labels.names), [list(t) for t in clf.labels.tokens]]),
         "prompt": digest([clf.system_prompt, [list(e) for e in clf.examples]]),
         "settings": digest(

@@ -6,9 +6,6 @@ lanes, and a journal-backed sink makes every finished batch durable.
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import random
 import sys
 import time
 from dataclasses import dataclass, field
@@ -19,17 +16,20 @@ import numpy as np
 from tqdm import tqdm
 
 from ..api.classifier import Classifier
+from ..api.limits import fit
 from ..api.spec import RunSpec
 from ..engine.planner import Batch
 from ..engine.scheduler import Scheduler
-from ..errors import JobError
+from ..errors import InputError, JobError
 from ..io.inputs import Row, describe_errors
 from ..io.outputs import open_stream, output_kind
 from ..io.rows import error_row, result_row
 from ..io.sinks import Journal, Sink, recorded_header
 from ..runtime import testhold
 from .fingerprint import fingerprint
-from .plan import JobPlan, plan_job
+from .plan import JobPlan, check_declared, job_shape, plan_window
+from .source import JobInput, Scan, scan
+from .verify import merge_reports, verify_window
 
 
 @dataclass
@@ -48,6 +48,8 @@ class JobResult:
     results: list[dict] = field(default_factory=list, repr=False)  # output rows, input order
     abstained: int = 0
     ranks: list[dict] = field(default_factory=list)  # per rank: host, items, padded, seconds
+    duplicates: int = 0  # rows that copied the result of an identical prompt in their window
+    windows: int = 1
 
     def summary(self) -> str:
         rate = self.scored / self.seconds if self.seconds else 0.0
@@ -59,6 +61,7 @@ class JobResult:
             + (f"; planner {self.planner}" if self.planner else "")
             + (f", predicted {self.predicted_seconds:.1f} s" if self.predicted_seconds else "")
             + (f"; {self.abstained} abstained" if self.abstained else "")
+            + (f"; {self.duplicates} duplicates scored once" if self.duplicates else "")
             + "".join(self._rank_lines())
         )
 
@@ -99,14 +102,15 @@ def batch_rows(
     """Output rows of one scored batch (input index, row); non-finite scores fail their row,
     or the job under --on-error fail (after the batch's good rows are kept)."""
     out, bad = [], None
-    for index, p in zip(batch.indices, clf.adjust.apply(probs)):
-        row = rows[index]
-        if np.isfinite(p).all():
-            out.append((index, result_row(row.id, clf.labels.names, p, plan.extras.get(index),
-                                          clf.adjust.abstains(p))))  # fmt: skip
-        else:
-            bad = bad or row
-            out.append((index, error_row(row.id, non_finite_error(clf), row.line)))
+    for scored, p in zip(batch.indices, clf.adjust.apply(probs)):
+        for index in (scored, *plan.copies.get(scored, ())):  # duplicates share the result
+            row = rows[index]
+            if np.isfinite(p).all():
+                out.append((index, result_row(row.id, clf.labels.names, p,
+                                              plan.extras.get(index), clf.adjust.abstains(p))))  # fmt: skip
+            else:
+                bad = bad or row
+                out.append((index, error_row(row.id, non_finite_error(clf), row.line)))
     if bad is not None and on_error == "fail":
         raise NonFinite(f"line {bad.line}: {non_finite_error(clf)} (finished rows are kept; "
                         "--on-error skip writes an error row instead)", [x for x in out if "error" not in x[1]])  # fmt: skip
@@ -119,15 +123,13 @@ class NonFinite(JobError):
         self.good = good
 
 
-def todo_batches(plan: JobPlan, done: dict) -> list[Batch]:
+def todo_batches(plan: JobPlan, done) -> list[Batch]:
     return [b for b in plan.batches if any(i not in done for i in b.indices)]
 
 
-def progress_bar(plan: JobPlan, todo: list[Batch]) -> tqdm:
-    bar = tqdm(
-        total=len(plan.prompts), unit="item", file=sys.stderr, disable=None, dynamic_ncols=True
-    )
-    bar.update(len(plan.prompts) - sum(len(b.indices) for b in todo))
+def progress_bar(total: int, done: int = 0) -> tqdm:
+    bar = tqdm(total=total, unit="item", file=sys.stderr, disable=None, dynamic_ncols=True)
+    bar.update(done)
     return bar
 
 
@@ -140,50 +142,173 @@ def scheduler_for(clf: Classifier, plan: JobPlan, batches: list[Batch]) -> Sched
     return scheduler
 
 
-def append_batch(clf: Classifier, rows: list[Row], plan: JobPlan, sink: Sink, batch: Batch,
-                 probs: np.ndarray, on_error: str) -> None:  # fmt: skip
-    """One scored batch into the sink; non-finite rows are kept as far as they are good."""
+def append_batch(clf: Classifier, rows, plan: JobPlan, sink: Sink, batch: Batch,
+                 probs: np.ndarray, on_error: str) -> list[tuple[int, dict]]:  # fmt: skip
+    """One scored batch into the sink (its rows, returned); non-finite rows are kept as far
+    as they are good."""
     try:
-        sink.append(batch_rows(clf, rows, plan, batch, probs, on_error))
+        out = batch_rows(clf, rows, plan, batch, probs, on_error)
     except NonFinite as e:
         sink.append(e.good)
         raise
+    sink.append(out)
+    return out
 
 
-def execute(clf: Classifier, rows: list[Row], plan: JobPlan, sink: Sink, on_error: str) -> None:
-    """Score every batch not yet in the sink, appending each as it completes."""
-    todo = todo_batches(plan, sink.done)
-    bar = progress_bar(plan, todo)
+class Window:
+    """Rows [start, start + len(rows)) of a job, indexed by input row."""
+
+    def __init__(self, start: int, rows: list[Row]):
+        self.start, self.rows = start, rows
+
+    def __getitem__(self, index: int) -> Row:
+        return self.rows[index - self.start]
+
+
+def refuse_bad_rows(scanned: Scan, spec: RunSpec, source: str, fmt: str) -> None:
+    """Under --on-error fail, any bad row (unreadable, or too long) stops the job before
+    anything is computed."""
+    if spec.on_error != "fail" or not scanned.bad_count:
+        return
+    first, *rest = describe_errors(scanned.bad, source, fmt, total=scanned.rows,
+                                   bad_total=scanned.bad_count).split("\n")  # fmt: skip
+    raise JobError("\n".join([first + "; nothing was computed (--on-error skip writes an "
+                              "error row for each)", *rest]))  # fmt: skip
+
+
+def error_rows(rows, plan: JobPlan, indices) -> list[tuple[int, dict]]:
+    """Error rows for the bad rows among `indices` (unreadable, or refused by the plan)."""
+    out = []
+    for i in indices:
+        row = rows[i]
+        error = row.error or plan.errors.get(i)
+        if error:
+            out.append((i, error_row(row.id, error, row.line)))
+    return out
+
+
+@dataclass
+class Totals:
+    """A job's figures, summed window by window."""
+
+    scored: int = 0
+    errors: int = 0
+    useful: int = 0
+    padded: int = 0
+    memory_bound: int = 0
+    predicted: float | None = None
+    abstained: int = 0
+    duplicates: int = 0
+    windows: int = 0
+    results: dict[int, dict] = field(default_factory=dict)  # kept only when asked for
+
+    def add(self, clf: Classifier, plan: JobPlan, rows: list[tuple[int, dict]], keep: bool):
+        self.windows += 1
+        self.scored += len(plan.prompts) + plan.duplicates
+        self.errors += sum(1 for _, r in rows if "error" in r)
+        self.useful, self.padded = (
+            self.useful + plan.useful_tokens,
+            self.padded + plan.padded_tokens,
+        )
+        self.memory_bound = max(self.memory_bound, plan.memory_bound)
+        predicted = plan.predicted_seconds(clf.engine.cost_terms())
+        if predicted is not None:
+            self.predicted = (self.predicted or 0.0) + predicted
+        self.abstained += sum(1 for _, r in rows if r.get("abstained"))
+        self.duplicates += plan.duplicates
+        if keep:
+            self.results.update(rows)
+
+
+def run_job(
+    clf: Classifier, rows: list[Row] | JobInput, spec: RunSpec, output: Path | None,
+    resume: bool = False, verify: bool = False, source: str = "input", fmt: str = "jsonl",
+    keep_results: bool = True,
+) -> JobResult:  # fmt: skip
+    """Classify `rows` (a list, or a `JobInput` read in windows of `spec.window` rows) into
+    `output` (None: standard output). With `keep_results`, the result rows come back in the
+    JobResult (a list of every row: memory that grows with the job)."""
+    t0 = time.perf_counter()
+    mx.reset_peak_memory()
+    # memory held by anything else in this process (not the weights) stays live throughout
+    others = max(0, mx.get_active_memory() - clf.footprint.weight_bytes)
+    job_input = rows if isinstance(rows, JobInput) else JobInput.of_rows(rows, source, fmt)
+    fresh = job_shape(clf, spec, None)
+    refused = None
+    if spec.on_error == "fail" and spec.too_long == "error":  # too long: refused before computing
+        truncating = False
+
+        def refused(row: Row) -> str | None:
+            got = fit(clf.engine, row.text, fresh.limit, truncating)
+            return got if isinstance(got, str) else None
+
+    scanned = scan(job_input, refused)
+    if not scanned.rows:
+        raise InputError(f"{job_input.source}: empty input (no rows)")
+    header = {"fingerprint": fingerprint(scanned.digest, clf, spec)}
+    recorded = recorded_header(output, header) if output and resume else None
+    shape = job_shape(clf, spec, recorded["settings"]) if recorded else fresh
+    if not recorded:
+        check_declared(clf, spec, shape)
+    refuse_bad_rows(scanned, spec, job_input.source, job_input.fmt)
+    sink = open_sink(clf, scanned.rows, output, header | {"settings": shape.settings(spec)}, resume)
+    totals, verified = Totals(), []
+    bar = progress_bar(scanned.rows, len(sink.done))
     try:
-        scored = scheduler_for(clf, plan, todo).run(todo, progress=bar.update)
-        for n, (batch, probs, _) in enumerate(scored, 1):
-            append_batch(clf, rows, plan, sink, batch, probs, on_error)
-            testhold.after_batch(n)
+        for start, window_rows in job_input.windows(shape.window):
+            window = Window(start, window_rows)
+            plan = plan_window(clf, window_rows, start, spec, shape, check_memory=not recorded)
+            done = error_rows(window, plan, range(start, start + len(window_rows)))
+            sink.append(done)
+            done += execute(clf, window, plan, sink, spec.on_error, bar)
+            totals.add(clf, plan, done, keep_results)
+            verified.append(verify_window(clf, window, plan, dict(done), spec, verify))
     except BaseException:  # Ctrl-C included: what is in the journal stays there
         sink.close()
         raise
     finally:
         bar.close()
+    report = merge_reports([v for v in verified if v is not None])
+    seconds = time.perf_counter() - t0 - (report["seconds"] if report else 0.0)
+    sink.finish(scanned.rows, clf.labels.names)
+    return JobResult(
+        rows=scanned.rows, scored=totals.scored, errors=scanned.rows - totals.scored,
+        seconds=seconds, padding_overhead=1 - totals.useful / totals.padded if totals.padded else 0.0,
+        batch_tokens=shape.batch_tokens, peak_memory=mx.get_peak_memory() - others,
+        memory_bound=totals.memory_bound, verify=report, planner=_planner(spec, shape),
+        predicted_seconds=totals.predicted,
+        results=[totals.results[i] for i in sorted(totals.results)] if keep_results else [],
+        abstained=totals.abstained, duplicates=totals.duplicates, windows=totals.windows,
+    )  # fmt: skip
 
 
-def refuse_bad_rows(rows: list[Row], plan: JobPlan, spec: RunSpec, source: str, fmt: str) -> None:
-    """Under --on-error fail, any bad row (unreadable, or refused by the plan) stops the job
-    before anything is computed."""
-    if spec.on_error != "fail" or not (plan.errors or any(r.error for r in rows)):
-        return
-    marked = [dataclasses.replace(r, error=plan.errors[i]) if i in plan.errors else r
-              for i, r in enumerate(rows)]  # fmt: skip
-    first, *rest = describe_errors(marked, source, fmt).split("\n")
-    raise JobError("\n".join([first + "; nothing was computed (--on-error skip writes an "
-                              "error row for each)", *rest]))  # fmt: skip
+def _planner(spec: RunSpec, shape) -> str:
+    if spec.mode != "sorted":
+        return ""
+    return spec.step.planner + (f" ({shape.cost.source})" if shape.cost else "")
+
+
+def execute(clf: Classifier, rows, plan: JobPlan, sink: Sink, on_error: str,
+            bar: tqdm) -> list[tuple[int, dict]]:  # fmt: skip
+    """Score every batch of `plan` not yet in the sink, appending each as it completes; the
+    rows appended."""
+    todo = todo_batches(plan, sink.done)
+    written = []
+    scored = scheduler_for(clf, plan, todo).run(todo)
+    for n, (batch, probs, _) in enumerate(scored, 1):
+        rows_out = append_batch(clf, rows, plan, sink, batch, probs, on_error)
+        bar.update(len(rows_out))
+        written += rows_out
+        testhold.after_batch(n)
+    return written
 
 
 def open_job_sink(clf: Classifier, rows: list[Row], plan: JobPlan, output: Path | None,
                   header: dict, resume: bool) -> Sink:  # fmt: skip
-    """The job's sink, holding an error row for every bad input row."""
+    """The job's sink (the distributed job's: one window), holding an error row for every bad
+    input row."""
     sink = open_sink(clf, len(rows), output, header | {"settings": plan.settings}, resume)
-    errors = {i: r.error for i, r in enumerate(rows) if r.error} | plan.errors
-    sink.append([(i, error_row(rows[i].id, e, rows[i].line)) for i, e in sorted(errors.items())])
+    sink.append(error_rows(rows, plan, range(len(rows))))
     return sink
 
 
@@ -191,79 +316,14 @@ def job_result(
     clf: Classifier, rows: list[Row], plan: JobPlan, sink: Sink, seconds: float, peak: int,
     verify: dict | None, ranks: list[dict] | None = None,
 ) -> JobResult:  # fmt: skip
-    """The summary of a finished job (its sink already finished)."""
+    """The summary of a finished one-window job (the distributed job's)."""
+    scored = len(plan.prompts) + plan.duplicates
     return JobResult(
-        rows=len(rows), scored=len(plan.prompts), errors=len(rows) - len(plan.prompts),
-        seconds=seconds, padding_overhead=plan.padding_overhead,
-        batch_tokens=plan.batch_tokens, peak_memory=peak, memory_bound=plan.memory_bound,
-        verify=verify,
+        rows=len(rows), scored=scored, errors=len(rows) - scored, seconds=seconds,
+        padding_overhead=plan.padding_overhead, batch_tokens=plan.batch_tokens,
+        peak_memory=peak, memory_bound=plan.memory_bound, verify=verify,
         planner=(plan.policy.planner + (f" ({plan.cost.source})" if plan.cost else "")
                  if plan.settings["mode"] == "sorted" else ""),
-        predicted_seconds=plan.predicted_seconds(clf.engine.cost_terms()),
-        results=[sink.done[i] for i in range(len(rows))],
-        abstained=sum(1 for r in sink.done.values() if r.get("abstained")), ranks=ranks or [],
+        predicted_seconds=plan.predicted_seconds(clf.engine.cost_terms()), ranks=ranks or [],
+        duplicates=plan.duplicates,
     )  # fmt: skip
-
-
-def run_job(
-    clf: Classifier, rows: list[Row], spec: RunSpec, output: Path | None, resume: bool = False,
-    verify: bool = False, source: str = "input", fmt: str = "jsonl",
-) -> JobResult:  # fmt: skip
-    t0 = time.perf_counter()
-    mx.reset_peak_memory()
-    # memory held by anything else in this process (not the weights) stays live throughout
-    others = max(0, mx.get_active_memory() - clf.footprint.weight_bytes)
-    header = {"fingerprint": fingerprint(rows, clf, spec)}
-    recorded = recorded_header(output, header) if output and resume else None
-    plan = plan_job(clf, rows, spec, recorded["settings"] if recorded else None)
-    refuse_bad_rows(rows, plan, spec, source, fmt)
-    sink = open_job_sink(clf, rows, plan, output, header, resume)
-    execute(clf, rows, plan, sink, spec.on_error)
-    seconds = time.perf_counter() - t0
-    report = verify_job(clf, rows, plan, sink, spec, verify)
-    sink.finish(len(rows), clf.labels.names)
-    return job_result(clf, rows, plan, sink, seconds, mx.get_peak_memory() - others, report)
-
-
-def verify_job(clf: Classifier, rows: list[Row], plan: JobPlan, sink: Sink, spec: RunSpec,
-               every: bool) -> dict | None:  # fmt: skip
-    """--verify: every item again on the gold loop; --verify-sample F: a share F of them (the
-    same items for the same input); else None."""
-    if every:
-        return run_verify(clf, rows, plan.prompts, sink.done)
-    if not spec.verify_sample or not plan.prompts:
-        return None
-    keys = sorted(plan.prompts)
-    k = min(len(keys), math.ceil(spec.verify_sample * len(keys)))
-    sample = sorted(random.Random(len(keys)).sample(keys, k))
-    return run_verify(clf, rows, {i: plan.prompts[i] for i in sample}, sink.done)
-
-
-def run_verify(clf: Classifier, rows: list[Row], prompts: dict, results: dict) -> dict:
-    """Score items again on the gold path and compare labels and scores."""
-    names = clf.labels.names
-    disagree, max_diff, t0 = [], 0.0, time.perf_counter()
-    for i, prompt in tqdm(prompts.items(), desc="verify", file=sys.stderr, disable=None):
-        gold = clf.adjust.apply(clf.engine.score_gold(prompt)[None])[0]
-        scores = results[i].get("scores") or {}
-        fast = np.array([scores.get(n, np.nan) for n in names], np.float64)
-        finite = bool(np.isfinite(gold).all() and np.isfinite(fast).all())
-        if finite:
-            max_diff = max(max_diff, float(np.abs(gold - fast).max()))
-        g = int(np.argmax(np.nan_to_num(gold, nan=-1.0)))
-        if not finite:
-            disagree.append({"id": rows[i].id, "gold": names[g] if np.isfinite(gold).all() else None,
-                             "fast": results[i].get("label"), "error": "non-finite scores"})  # fmt: skip
-        elif g != int(np.argmax(fast)):
-            top2 = np.sort(gold)[-2:]
-            disagree.append({"id": rows[i].id, "gold": names[g], "fast": names[int(np.argmax(fast))],
-                             "gold_margin": float(top2[1] - top2[0])})  # fmt: skip
-    n = len(prompts)
-    return {
-        "items": n,
-        "agreement": (n - len(disagree)) / n if n else 1.0,
-        "max_abs_score_diff": max_diff,
-        "disagreements": disagree,
-        "passed": not disagree,
-        "seconds": time.perf_counter() - t0,
-    }

@@ -7,30 +7,50 @@ change. Rows are never modified: outcomes are returned.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from ..api.classifier import Classifier
 from ..api.limits import Fitted, Limit, context_limit, fit, item_limit
 from ..api.spec import RunSpec
 from ..engine.footprint import Footprint
-from ..engine.planner import Batch, CostModel, padding_stats
+from ..engine.planner import Batch, CostModel
 from ..engine.scheduler import BatchPolicy, Scheduler
 from ..errors import JobError
 from ..io.inputs import Row
 from ..runtime.memory import available_bytes
 
 
+@dataclass(frozen=True)
+class JobShape:
+    """What a job decides once, for every window, and records in its journal: the batch shape,
+    the cost model, the per-item limit and the window size (a resumed job plans each window
+    exactly as the first run did)."""
+
+    batch_tokens: int
+    max_batch: int
+    cost: CostModel | None
+    limit: Limit
+    window: int
+
+    def settings(self, spec: RunSpec) -> dict:
+        return asdict(spec) | {"batch_tokens": self.batch_tokens, "max_batch": self.max_batch,
+                               "cost_model": self.cost.to_dict() if self.cost else None,
+                               "item_limit": [self.limit.tokens, self.limit.source],
+                               "window": self.window}  # fmt: skip
+
+
 @dataclass
 class JobPlan:
     settings: dict  # what the journal records: the run spec and its batch shape
-    prompts: dict[int, list[int]]  # input row -> prompt tokens (truncated if asked)
+    prompts: dict[int, list[int]]  # scored input row -> prompt tokens (truncated if asked)
     extras: dict[int, dict]  # input row -> extra output fields (truncation)
     errors: dict[int, str]  # input row -> why planning refused it (too long)
     batches: list[Batch]  # indices are input rows
-    fed: dict[int, int]  # input row -> tokens it feeds beyond the shared prefix
+    fed: dict[int, int]  # scored input row -> tokens it feeds beyond the shared prefix
     memory_bound: int
     policy: BatchPolicy  # how the scheduler scores the batches
     cost: CostModel | None = None  # the cost planner's model (None for the other planners)
+    copies: dict[int, list[int]] = field(default_factory=dict)  # scored row -> its duplicates
 
     def predicted_seconds(self, terms: tuple[int, int, int]) -> float | None:
         """The cost model's time for these batches (`terms`: `Engine.cost_terms`)."""
@@ -43,63 +63,96 @@ class JobPlan:
         return self.settings["batch_tokens"]
 
     @property
+    def duplicates(self) -> int:
+        return sum(len(c) for c in self.copies.values())
+
+    @property
+    def useful_tokens(self) -> int:
+        return sum(self.fed.values())
+
+    @property
+    def padded_tokens(self) -> int:
+        return sum(b.padded_tokens for b in self.batches)
+
+    @property
     def padding_overhead(self) -> float:
-        order = [i for b in self.batches for i in b.indices]
-        positions = {i: n for n, i in enumerate(order)}
-        lengths = [self.fed[i] for i in order]
-        local = [Batch(tuple(positions[i] for i in b.indices), b.width) for b in self.batches]
-        return padding_stats(lengths, local).overhead
+        return 1 - self.useful_tokens / self.padded_tokens if self.padded_tokens else 0.0
 
 
-def plan_job(clf: Classifier, rows: list[Row], spec: RunSpec, recorded: dict | None) -> JobPlan:
-    """Decide everything before computing. `recorded`: the interrupted run's settings."""
-    engine, fp = clf.engine, clf.footprint
-    good = [i for i, r in enumerate(rows) if not r.error]
-    fitted: dict[int, Fitted | str] = {}
-    if recorded:  # the batch shape the journal's rows were computed with
-        batch_tokens, max_batch = recorded["batch_tokens"], recorded["max_batch"]
+def job_shape(clf: Classifier, spec: RunSpec, recorded: dict | None) -> JobShape:
+    """The shape of a job: the interrupted run's (`recorded`), else decided from the spec and
+    this machine, independently of the input (so every window gets the same one)."""
+    if recorded:
         cost = CostModel.from_dict(recorded["cost_model"]) if recorded.get("cost_model") else None
-        limit = _limit(clf, spec, batch_tokens, recorded.get("item_limit"))
-    else:
-        max_batch = spec.max_batch
-        limit = _limit(clf, spec, spec.batch_tokens, None)
-        fitted = {i: fit(engine, rows[i].text, limit, spec.too_long == "truncate") for i in good}
-        longest = max((f.tokens for f in fitted.values() if isinstance(f, Fitted)), default=1)
-        batch_tokens = spec.batch_tokens or engine.default_budget(max_batch, longest)
-        cost = clf.cost_model() if spec.step.planner == "cost" else None
-        if spec.batch_tokens:  # the budget as declared must fit, whatever this input's shape
-            check_fits(fp, batch_tokens, max_batch, longest, spec)
-    if not fitted:
-        fitted = {i: fit(engine, rows[i].text, limit, spec.too_long == "truncate") for i in good}
+        limit = Limit(int(recorded["item_limit"][0]), str(recorded["item_limit"][1]))
+        return JobShape(recorded["batch_tokens"], recorded["max_batch"], cost, limit,
+                        int(recorded.get("window") or spec.window))  # fmt: skip
+    limit = _limit(clf, spec)
+    # the device's preferred budget; a plan raises it to fit its longest item (scheduler.py)
+    budget = spec.batch_tokens or clf.engine.default_budget(spec.max_batch, 1)
+    cost = clf.cost_model() if spec.step.planner == "cost" else None
+    return JobShape(budget, spec.max_batch, cost, limit, spec.window)
+
+
+def check_declared(clf: Classifier, spec: RunSpec, shape: JobShape) -> None:
+    """A budget the user declared must fit memory, whatever the input's shape (a new run's
+    check: a resumed one keeps its recorded shape)."""
+    if spec.batch_tokens:
+        budget = shape.batch_tokens
+        check_fits(clf.footprint, budget, shape.max_batch, min(shape.limit.tokens, budget), spec)
+
+
+def plan_window(
+    clf: Classifier, rows: list[Row], start: int, spec: RunSpec, shape: JobShape,
+    check_memory: bool = True,
+) -> JobPlan:  # fmt: skip
+    """The plan of rows [start, start + len(rows)) of a job: each row's outcome, and batches
+    of the rows to score, keyed by input row. Rows whose prompts are identical token for token
+    are scored once (the same tokens give the same answer); the others copy its result."""
+    engine, fp = clf.engine, clf.footprint
+    truncating = spec.too_long == "truncate"
+    fitted = {start + i: fit(engine, r.text, shape.limit, truncating)
+              for i, r in enumerate(rows) if not r.error}  # fmt: skip
     errors = {i: f for i, f in fitted.items() if isinstance(f, str)}
     kept = {i: f for i, f in fitted.items() if isinstance(f, Fitted)}
-    policy = clf.policy(spec.mode, batch_tokens, max_batch, spec.planner, cost)
-    scheduler = Scheduler(engine, policy)
+    first: dict[tuple[int, ...], int] = {}  # a window's prompts -> the row that scores them
+    copies: dict[int, list[int]] = {}
     for i, f in kept.items():
+        rep = first.setdefault(tuple(f.prompt), i)
+        if rep != i:
+            copies.setdefault(rep, []).append(i)
+    scored = {i: f for i, f in kept.items() if first[tuple(f.prompt)] == i}
+    policy = clf.policy(spec.mode, shape.batch_tokens, shape.max_batch, spec.planner, shape.cost)
+    scheduler = Scheduler(engine, policy)
+    for i, f in scored.items():
         scheduler.add(i, f.prompt)
     batches = scheduler.plan()
-    shape = _largest(batches)
-    if not recorded:
-        check_fits(fp, *shape, spec)
-    settings = asdict(spec) | {"batch_tokens": batch_tokens, "max_batch": max_batch,
-                               "cost_model": cost.to_dict() if cost else None,
-                               "item_limit": [limit.tokens, limit.source]}  # fmt: skip
+    largest = _largest(batches)
+    if check_memory:
+        check_fits(fp, *largest, spec)
     return JobPlan(
-        settings, {i: f.prompt for i, f in kept.items()},
+        shape.settings(spec), {i: f.prompt for i, f in scored.items()},
         {i: {"truncated": f.truncated} for i, f in kept.items() if f.truncated}, errors,
-        batches, {i: f.tokens for i, f in kept.items()},
-        fp.weight_bytes + fp.batch_cost(*shape).total, policy, cost,
+        batches, {i: f.tokens for i, f in scored.items()},
+        fp.weight_bytes + fp.batch_cost(*largest).total, policy, shape.cost, copies,
     )  # fmt: skip
 
 
-def _limit(clf: Classifier, spec: RunSpec, batch_tokens: int | None, recorded) -> Limit:
+def plan_job(clf: Classifier, rows: list[Row], spec: RunSpec, recorded: dict | None) -> JobPlan:
+    """A whole input as one window (the distributed job's plan). `recorded`: the interrupted
+    run's settings."""
+    shape = job_shape(clf, spec, recorded)
+    if not recorded:
+        check_declared(clf, spec, shape)
+    return plan_window(clf, rows, 0, spec, shape, check_memory=not recorded)
+
+
+def _limit(clf: Classifier, spec: RunSpec) -> Limit:
     """The per-item limit: the model's context, --max-tokens, a declared --batch-tokens, and
     what one item alone can use of the free memory (so an item too long for memory is a row
     error that --too-long truncate or --on-error skip can handle, not a failed job)."""
-    if recorded:
-        return Limit(int(recorded[0]), str(recorded[1]))
     engine = clf.engine
-    source = f"--batch-tokens {batch_tokens}" if spec.batch_tokens else ""
+    source = f"--batch-tokens {spec.batch_tokens}" if spec.batch_tokens else ""
     limit = item_limit(engine, spec.max_tokens, spec.batch_tokens, source)
     avail = available_bytes()
     fits = clf.footprint.longest_item(avail, context_limit(engine))

@@ -1,12 +1,11 @@
-"""Files written whole or not at all: the one atomic writer, for caches here and outputs above.
-
-It lives in the bottom layer so that runtime modules (the BLAS cache) can use it; io/sinks.py
-keeps its own copy until it re-exports this one.
-"""
+"""Files written whole or not at all, and streams written straight: the one atomic writer,
+for the caches of the layers here (BLAS, the planner's calibration) and the outputs above."""
 
 from __future__ import annotations
 
+import io
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -19,13 +18,59 @@ def oserror(path: Path, e: OSError, what: str = "cannot write") -> OutputError:
     return OutputError(f"{path}: {what} ({e.strerror or e})")
 
 
+def is_stream(path: Path) -> bool:
+    """A path written straight, never replaced: a character device or FIFO, or a link through
+    /proc or /dev/fd (/dev/stdout into a shell redirect resolves to the redirect's regular file,
+    which only the descriptor the shell opened may write)."""
+    hop = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on a chain of links
+        if hop.startswith(("/proc/", "/dev/fd/")) or hop in ("/dev/stdout", "/dev/stderr"):
+            return os.path.exists(hop)
+        if not os.path.islink(hop):
+            break
+        hop = os.path.normpath(os.path.join(os.path.dirname(hop), os.readlink(hop)))
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_straight(path: Path, text: str) -> None:
+    """Append `text` to a device, FIFO or /dev/stdout (appending: a `>>` redirect is kept)."""
+    try:
+        with open(path, "a", encoding="utf-8", newline="") as f:
+            f.write(text)
+    except OSError as e:
+        raise oserror(path, e) from None
+
+
 def write_atomically(
     path: Path, write: Callable[[TextIO], None], failed: str = "cannot write"
 ) -> None:
     """`path` written whole or not at all: a new temporary file beside it (mkstemp opens with
-    O_EXCL: no existing file is ever touched), fsync'd, mode 0644, renamed over `path`."""
+    O_EXCL: no existing file is ever touched), fsync'd, renamed over `path`. A link is followed
+    (its target is written, the link stays); an existing file keeps its mode, a new one gets
+    0666 & ~umask. A stream (`is_stream`) is written straight."""
+    if is_stream(path):
+        buf = io.StringIO()
+        write(buf)
+        return write_straight(path, buf.getvalue())
+    path = Path(os.path.realpath(path))
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".mlxbatch-tmp")
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        mode = 0o666 & ~_umask()
+    try:
+        # the name cut short: any name that fits the directory leaves room for the temporary's
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:200]}.",
+                                   suffix=".mlxbatch-tmp")  # fmt: skip
     except OSError as e:
         raise oserror(path.parent, e, "cannot create a temporary file") from None
     try:
@@ -33,10 +78,12 @@ def write_atomically(
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException as e:  # Ctrl-C included: no temporary file is left behind
         Path(tmp).unlink(missing_ok=True)
         if isinstance(e, OSError):
             raise oserror(path, e, failed) from None
         raise
+
+

@@ -1,0 +1,72 @@
+"""A job's input, read in windows: a list the caller holds, or a file read twice, first by a
+scan (count, fingerprint, bad rows) and then window by window, so that no pass holds more than
+one window of rows. Standard input cannot be read twice and is held whole."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from ..io.inputs import Row, open_rows, read_rows
+from .fingerprint import hash_row
+
+BAD_KEPT = 30  # bad rows a scan keeps for the refusal message (it counts all of them)
+
+
+@dataclass(frozen=True)
+class JobInput:
+    reopen: Callable[[], Iterable[Row]]  # every row again, in input order
+    source: str  # the input's name, for messages
+    fmt: str
+
+    @classmethod
+    def of_rows(cls, rows: list[Row], source: str = "input", fmt: str = "jsonl") -> JobInput:
+        return cls(lambda: rows, source, fmt)
+
+    @classmethod
+    def of_file(
+        cls, path: str, text_field: str = "text", id_field: str | None = None,
+        fmt: str = "auto", fields: tuple[str, ...] = (), output_format: str = "jsonl",
+    ) -> JobInput:  # fmt: skip
+        """`path` read afresh at each pass ('-': standard input, read once and held)."""
+        if path == "-":
+            rows, found = read_rows(path, text_field, id_field, fmt, fields, output_format)
+            return cls.of_rows(rows, path, found)
+        first = open_rows(path, text_field, id_field, fmt, fields, output_format)
+        found = first.format
+        first.close()
+        return cls(lambda: open_rows(path, text_field, id_field, fmt, fields, output_format),
+                   path, found)  # fmt: skip
+
+    def windows(self, size: int) -> Iterator[tuple[int, list[Row]]]:
+        """(first row's index, rows) of `size` rows at a time, read as each is asked for."""
+        rows, start = iter(self.reopen()), 0
+        while window := list(itertools.islice(rows, size)):
+            yield start, window
+            start += len(window)
+
+
+@dataclass(frozen=True)
+class Scan:
+    rows: int
+    digest: str  # the fingerprint's input part
+    bad: list[Row]  # the first BAD_KEPT bad rows, each with its reason
+    bad_count: int
+
+
+def scan(job_input: JobInput, refused: Callable[[Row], str | None] | None = None) -> Scan:
+    """One pass over the input: its rows counted and hashed, and its bad rows (unreadable, or
+    `refused` by the caller: too long under --on-error fail) counted, the first few kept."""
+    h, count, bad, bad_count = hashlib.sha256(), 0, [], 0
+    for row in job_input.reopen():
+        count += 1
+        hash_row(h, row)
+        error = row.error or (refused(row) if refused else None)
+        if error:
+            bad_count += 1
+            if len(bad) < BAD_KEPT:
+                bad.append(dataclasses.replace(row, error=error))
+    return Scan(count, h.hexdigest()[:16], bad, bad_count)

@@ -1,0 +1,76 @@
+"""Verification: items scored again on the gold loop (`--verify`: all of them;
+`--verify-sample F`: a share F, the same items for the same input), window by window."""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+import time
+
+import numpy as np
+from tqdm import tqdm
+
+from ..api.classifier import Classifier
+from ..api.spec import RunSpec
+from .plan import JobPlan
+
+
+def verify_window(clf: Classifier, rows, plan: JobPlan, results, spec: RunSpec,
+                  every: bool) -> dict | None:  # fmt: skip
+    """The report of one window's scored items against `results` (input row -> output row;
+    None when nothing is verified)."""
+    if every:
+        return run_verify(clf, rows, plan.prompts, results)
+    if not spec.verify_sample or not plan.prompts:
+        return None
+    keys = sorted(plan.prompts)
+    k = min(len(keys), math.ceil(spec.verify_sample * len(keys)))
+    sample = sorted(random.Random(len(keys)).sample(keys, k))
+    return run_verify(clf, rows, {i: plan.prompts[i] for i in sample}, results)
+
+
+def merge_reports(reports: list[dict]) -> dict | None:
+    """Window reports as one."""
+    if not reports:
+        return None
+    items = sum(r["items"] for r in reports)
+    disagree = [d for r in reports for d in r["disagreements"]]
+    return {
+        "items": items,
+        "agreement": (items - len(disagree)) / items if items else 1.0,
+        "max_abs_score_diff": max(r["max_abs_score_diff"] for r in reports),
+        "disagreements": disagree,
+        "passed": not disagree,
+        "seconds": sum(r["seconds"] for r in reports),
+    }
+
+
+def run_verify(clf: Classifier, rows, prompts: dict, results) -> dict:
+    """Score items again on the gold path and compare labels and scores."""
+    names = clf.labels.names
+    disagree, max_diff, t0 = [], 0.0, time.perf_counter()
+    for i, prompt in tqdm(prompts.items(), desc="verify", file=sys.stderr, disable=None):
+        gold = clf.adjust.apply(clf.engine.score_gold(prompt)[None])[0]
+        scores = results[i].get("scores") or {}
+        fast = np.array([scores.get(n, np.nan) for n in names], np.float64)
+        finite = bool(np.isfinite(gold).all() and np.isfinite(fast).all())
+        if finite:
+            max_diff = max(max_diff, float(np.abs(gold - fast).max()))
+        g = int(np.argmax(np.nan_to_num(gold, nan=-1.0)))
+        if not finite:
+            disagree.append({"id": rows[i].id, "gold": names[g] if np.isfinite(gold).all() else None,
+                             "fast": results[i].get("label"), "error": "non-finite scores"})  # fmt: skip
+        elif g != int(np.argmax(fast)):
+            top2 = np.sort(gold)[-2:]
+            disagree.append({"id": rows[i].id, "gold": names[g], "fast": names[int(np.argmax(fast))],
+                             "gold_margin": float(top2[1] - top2[0])})  # fmt: skip
+    n = len(prompts)
+    return {
+        "items": n,
+        "agreement": (n - len(disagree)) / n if n else 1.0,
+        "max_abs_score_diff": max_diff,
+        "disagreements": disagree,
+        "passed": not disagree,
+        "seconds": time.perf_counter() - t0,
+    }

@@ -1,0 +1,133 @@
+"""Jobs in windows: the file is read, planned and written a window of rows at a time, and rows
+whose prompts are identical are scored once within a window. The output must not depend on
+the window size, on where a window boundary falls, or on where a resume starts."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from mlxbatch.bench.workload import generate, write_jsonl
+
+
+@pytest.fixture(scope="module")
+def clf(tiny_model_dir):
+    from mlxbatch.api.classifier import Classifier
+
+    return Classifier.load(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def tickets(tmp_path_factory):
+    """40 tickets; rows 5, 9 and 31 repeat row 4's text (9 inside its window of 8, 31 far
+    away), row 16 (a window boundary at 8) is empty, so it is a bad row."""
+    rows = generate(40, seed=3)
+    for k in (5, 9, 31):
+        rows[k] = dict(rows[k], text=rows[4]["text"])
+    rows[16] = dict(rows[16], text="   ")
+    path = tmp_path_factory.mktemp("win") / "t.jsonl"
+    write_jsonl(rows, path)
+    return path
+
+
+def job(clf, source, out, resume=False, **settings):
+    from mlxbatch.api.spec import RunSpec
+    from mlxbatch.jobs.job import run_job
+    from mlxbatch.jobs.source import JobInput
+
+    spec = RunSpec(on_error="skip", **settings)
+    return run_job(clf, JobInput.of_file(str(source)), spec, out, resume=resume,
+                   keep_results=False)  # fmt: skip
+
+
+def test_the_window_size_changes_no_byte(clf, tickets, tmp_path):
+    ref = tmp_path / "whole.jsonl"
+    whole = job(clf, tickets, ref, window=1000)
+    assert whole.windows == 1 and whole.duplicates == 3 and whole.errors == 1
+    for size in (1, 7, 8, 13):
+        out = tmp_path / f"w{size}.jsonl"
+        res = job(clf, tickets, out, window=size)
+        assert res.windows == -(-40 // size)
+        assert out.read_bytes() == ref.read_bytes(), size
+    rows = [json.loads(x) for x in ref.read_text().splitlines()]
+    assert "error" in rows[16] and rows[16]["id"] is not None
+    for k in (5, 9, 31):  # a repeat gets the scores of the row it repeats, its own id
+        assert rows[k]["scores"] == rows[4]["scores"] and rows[k]["id"] != rows[4]["id"]
+
+
+def test_duplicates_are_scored_once_within_a_window(clf, tickets, tmp_path):
+    res = job(clf, tickets, tmp_path / "o.jsonl", window=8)
+    assert res.duplicates == 1  # row 5 (window 0); rows 9 and 31 open windows of their own
+    assert res.scored == 39 and res.rows == 40
+
+
+def test_a_resume_at_a_window_boundary_equals_an_uninterrupted_run(clf, tickets, tmp_path,
+                                                                 monkeypatch):  # fmt: skip
+    from mlxbatch.jobs import job as job_module
+
+    ref, out = tmp_path / "ref.jsonl", tmp_path / "out.jsonl"
+    job(clf, tickets, ref, window=8)
+    real = job_module.plan_window
+    calls = []
+
+    def stop_at_third_window(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(job_module, "plan_window", stop_at_third_window)
+    with pytest.raises(KeyboardInterrupt):
+        job(clf, tickets, out, window=8)
+    monkeypatch.setattr(job_module, "plan_window", real)
+    journal = [json.loads(x) for x in (tmp_path / "out.jsonl.part").read_text().splitlines()]
+    assert {e["row"] for e in journal[1:]} == set(range(16))  # two whole windows
+    job(clf, tickets, out, resume=True, window=8)
+    assert out.read_bytes() == ref.read_bytes()
+
+
+def test_the_journal_holds_offsets_not_rows(clf, tickets, tmp_path):
+    from mlxbatch.io.sinks import Journal, RowIndex
+
+    out = tmp_path / "o.jsonl"
+    sink = Journal(out, {"fingerprint": "x"}, resume=False)
+    sink.append([(3, {"id": 3, "label": "a", "scores": {"a": 0.75, "b": 0.25}})])
+    sink.append([(0, {"id": 0, "error": "empty text"})])
+    assert isinstance(sink.done, RowIndex) and len(sink.done) == 2
+    assert 3 in sink.done and 1 not in sink.done
+    assert sink.done[3]["scores"] == {"a": 0.75, "b": 0.25}
+    sink.close()
+
+
+def test_compressed_and_parquet_inputs_give_the_same_file(clf, tickets, tmp_path):
+    ref = tmp_path / "ref.jsonl"
+    job(clf, tickets, ref, window=8)
+    packed = tmp_path / "t.jsonl.gz"
+    packed.write_bytes(gzip.compress(tickets.read_bytes()))
+    out = tmp_path / "gz.jsonl"
+    job(clf, packed, out, window=8)
+    assert out.read_bytes() == ref.read_bytes()
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    rows = [json.loads(x) for x in tickets.read_text().splitlines()]
+    table = pa.table({k: [r[k] for r in rows] for k in ("id", "text")})
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=7)
+    out = tmp_path / "pq.jsonl"
+    job(clf, tmp_path / "t.parquet", out, window=8)
+    assert out.read_bytes() == ref.read_bytes()
+
+
+def test_a_bad_file_is_refused_before_anything_is_computed(clf, tickets, tmp_path):
+    """--on-error fail: the scan finds the bad row in window 3 before window 1 is scored."""
+    from mlxbatch.api.spec import RunSpec
+    from mlxbatch.errors import JobError
+    from mlxbatch.jobs.job import run_job
+    from mlxbatch.jobs.source import JobInput
+
+    out = tmp_path / "o.jsonl"
+    with pytest.raises(JobError, match=r"1 of 40 rows are invalid \(first: line 17: empty"):
+        run_job(clf, JobInput.of_file(str(tickets)), RunSpec(window=8), out)
+    assert not out.exists() and not (tmp_path / "o.jsonl.part").exists()
