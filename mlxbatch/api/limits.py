@@ -66,9 +66,12 @@ class Fitted:
     truncated: dict | None = None  # {"from_tokens", "to_tokens"} when cut
 
 
-def fit(engine: Engine, text: str, limit: Limit, truncating: bool) -> Fitted | str:
-    """`text`'s prompt within `limit`, or why it cannot be (a message naming the limit)."""
-    prompt = engine.prompt(text)
+def fit(
+    engine: Engine, text: str, limit: Limit, truncating: bool, prompt: list[int] | None = None
+) -> Fitted | str:
+    """`text`'s prompt (`prompt`, when already tokenized) within `limit`, or why it cannot be
+    (a message naming the limit)."""
+    prompt = engine.prompt(text) if prompt is None else prompt
     n = len(engine.fed(prompt))
     if n <= limit.tokens:
         return Fitted(prompt, n)

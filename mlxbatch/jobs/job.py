@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -236,11 +237,13 @@ def run_job(
     fresh = job_shape(clf, spec, None)
     refused = None
     if spec.on_error == "fail" and spec.too_long == "error":  # too long: refused before computing
-        truncating = False
 
-        def refused(row: Row) -> str | None:
-            got = fit(clf.engine, row.text, fresh.limit, truncating)
-            return got if isinstance(got, str) else None
+        def refused(block: list[Row]) -> list[str | None]:
+            good = [r for r in block if not r.error]
+            prompts = iter(clf.engine.prompts([r.text for r in good]))
+            fits = [None if r.error else fit(clf.engine, r.text, fresh.limit, False, next(prompts))
+                    for r in block]  # fmt: skip
+            return [f if isinstance(f, str) else None for f in fits]
 
     scanned = scan(job_input, refused)
     if not scanned.rows:
@@ -255,9 +258,9 @@ def run_job(
     totals, verified = Totals(), []
     bar = progress_bar(scanned.rows, len(sink.done))
     try:
-        for start, window_rows in job_input.windows(shape.window):
+        for start, window_rows, prompts in tokenized(clf, job_input, shape.window):
             window = Window(start, window_rows)
-            plan = plan_window(clf, window_rows, start, spec, shape, check_memory=not recorded)
+            plan = plan_window(clf, window_rows, start, spec, shape, not recorded, prompts)
             done = error_rows(window, plan, range(start, start + len(window_rows)))
             sink.append(done)
             done += execute(clf, window, plan, sink, spec.on_error, bar)
@@ -280,6 +283,26 @@ def run_job(
         results=[totals.results[i] for i in sorted(totals.results)] if keep_results else [],
         abstained=totals.abstained, duplicates=totals.duplicates, windows=totals.windows,
     )  # fmt: skip
+
+
+def tokenized(clf: Classifier, job_input: JobInput, size: int):
+    """(start, rows, prompts of the good rows) window by window; the next window is read and
+    tokenized in a thread while the caller scores this one (the tokenizer's Rust threads
+    release the GIL: off the lanes' critical path)."""
+
+    def read(windows):
+        item = next(windows, None)
+        if item is None:
+            return None
+        start, rows = item
+        return start, rows, clf.engine.prompts([r.text for r in rows if not r.error])
+
+    windows = job_input.windows(size)
+    with ThreadPoolExecutor(1, thread_name_prefix="mlxbatch-read") as pool:
+        ahead = pool.submit(read, windows)
+        while (item := ahead.result()) is not None:
+            ahead = pool.submit(read, windows)
+            yield item
 
 
 def _planner(spec: RunSpec, shape) -> str:

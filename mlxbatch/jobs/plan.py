@@ -104,15 +104,19 @@ def check_declared(clf: Classifier, spec: RunSpec, shape: JobShape) -> None:
 
 def plan_window(
     clf: Classifier, rows: list[Row], start: int, spec: RunSpec, shape: JobShape,
-    check_memory: bool = True,
+    check_memory: bool = True, prompts: list[list[int]] | None = None,
 ) -> JobPlan:  # fmt: skip
     """The plan of rows [start, start + len(rows)) of a job: each row's outcome, and batches
     of the rows to score, keyed by input row. Rows whose prompts are identical token for token
-    are scored once (the same tokens give the same answer); the others copy its result."""
+    are scored once (the same tokens give the same answer); the others copy its result.
+    `prompts`: the prompts of the rows without an error, when tokenized ahead."""
     engine, fp = clf.engine, clf.footprint
     truncating = spec.too_long == "truncate"
-    fitted = {start + i: fit(engine, r.text, shape.limit, truncating)
-              for i, r in enumerate(rows) if not r.error}  # fmt: skip
+    good = [(start + i, r.text) for i, r in enumerate(rows) if not r.error]
+    if prompts is None:  # `prompts`: the good rows' prompts, tokenized ahead (job.py)
+        prompts = engine.prompts([text for _, text in good])
+    fitted = {i: fit(engine, text, shape.limit, truncating, prompt)
+              for (i, text), prompt in zip(good, prompts)}  # fmt: skip
     errors = {i: f for i, f in fitted.items() if isinstance(f, str)}
     kept = {i: f for i, f in fitted.items() if isinstance(f, Fitted)}
     first: dict[tuple[int, ...], int] = {}  # a window's prompts -> the row that scores them

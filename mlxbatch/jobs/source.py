@@ -57,16 +57,23 @@ class Scan:
     bad_count: int
 
 
-def scan(job_input: JobInput, refused: Callable[[Row], str | None] | None = None) -> Scan:
+def scan(
+    job_input: JobInput, refused: Callable[[list[Row]], list[str | None]] | None = None,
+    chunk: int = 4096,
+) -> Scan:  # fmt: skip
     """One pass over the input: its rows counted and hashed, and its bad rows (unreadable, or
-    `refused` by the caller: too long under --on-error fail) counted, the first few kept."""
+    `refused` by the caller, `chunk` rows at a time: too long under --on-error fail) counted,
+    the first few kept."""
     h, count, bad, bad_count = hashlib.sha256(), 0, [], 0
-    for row in job_input.reopen():
-        count += 1
-        hash_row(h, row)
-        error = row.error or (refused(row) if refused else None)
-        if error:
-            bad_count += 1
-            if len(bad) < BAD_KEPT:
-                bad.append(dataclasses.replace(row, error=error))
+    rows = iter(job_input.reopen())
+    while block := list(itertools.islice(rows, chunk)):
+        reasons = refused(block) if refused else [None] * len(block)
+        for row, reason in zip(block, reasons):
+            count += 1
+            hash_row(h, row)
+            error = row.error or reason
+            if error:
+                bad_count += 1
+                if len(bad) < BAD_KEPT:
+                    bad.append(dataclasses.replace(row, error=error))
     return Scan(count, h.hexdigest()[:16], bad, bad_count)
