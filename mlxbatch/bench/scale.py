@@ -128,8 +128,11 @@ def tokenizer_rate(model: Path, src: Path) -> dict:
             "items_per_s": len(texts) / seconds, "tokens_per_s": tokens / seconds}  # fmt: skip
 
 
-def _row(run: dict, n: int, repeats: int, tok: dict, **extra) -> dict:
+def _row(run: dict, n: int, repeats: int, tok: dict, progress, **extra) -> dict:
     share = (n / tok["items_per_s"]) / run["job_seconds"] if run["job_seconds"] else 0.0
+    progress(f"scale: {n} tickets: {run['items_per_s']:.1f} items/s, max RSS "
+             f"{run['max_rss_mb']:.0f} MB, padding {run['padding']:.2%}, "
+             f"{run['duplicates_scored_once']} scored once, {run['wall_seconds']:.0f} s")  # fmt: skip
     return {"tickets": n, "duplicates_in_file": repeats / n, "tokenizer_share": share,
             **run, **extra}  # fmt: skip
 
@@ -152,7 +155,7 @@ def run_scale(request: ScaleRequest, progress=print) -> dict:
             repeats = write_workload(src, n, request.duplicates, request.seed)
             tok = tok or tokenizer_rate(tmp / "tiny", src)
             progress(f"scale: tiny model, {n} tickets ({repeats} repeats) ...")
-            result["tiny"].append(_row(run_job(tmp / "tiny", src, out), n, repeats, tok))
+            result["tiny"].append(_row(run_job(tmp / "tiny", src, out), n, repeats, tok, progress))
             src.unlink()
         result["tokenizer"] = tok
         if request.large:
@@ -182,7 +185,9 @@ def _large_runs(tmp: Path, request: ScaleRequest, tok: dict, progress) -> list[d
         run = run_job(model, path, out, *extra)
         agree = repeats_agree(path, out) if path == src else None
         runs.append(
-            _row(run, n, repeats if path == src else 0, tok, name=name, repeats_agree=agree)
+            _row(
+                run, n, repeats if path == src else 0, tok, progress, name=name, repeats_agree=agree
+            )
         )
     return runs
 
