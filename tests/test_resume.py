@@ -108,13 +108,14 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tiny_model_dir, job):
 def test_torn_last_line_is_dropped_and_redone(tmp_path):
     out = tmp_path / "o.jsonl"
     j = Journal(out, {"fingerprint": "f"}, resume=False)
-    j.append([(0, {"id": 0}), (1, {"id": 1})])
+    row = lambda i: {"id": i, "label": "a", "scores": {"a": 0.75, "b": 0.25}}  # noqa: E731
+    j.append([(0, row(0)), (1, row(1))])
     j.close()
     with open(journal_path(out), "a") as f:
         f.write('{"row": 2, "result": {"id"')  # a write cut short by a crash
     j = Journal(out, {"fingerprint": "f"}, resume=True)
     assert sorted(j.done) == [0, 1]
-    j.append([(2, {"id": 2})])
+    j.append([(2, row(2))])
     j.finish(3, ("a", "b"))
     assert [json.loads(x)["id"] for x in out.read_text().splitlines()] == [0, 1, 2]
 

@@ -129,6 +129,9 @@ class RowIndex:
     def __len__(self) -> int:
         return int(self.count)
 
+    def __iter__(self):
+        return iter(np.nonzero(self.offsets >= 0)[0].tolist())
+
     def __getitem__(self, row: int) -> dict:
         if row not in self:
             raise KeyError(row)
