@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from mlxbatch.bench.workload import generate
+from mlxbatch.runtime.testhold import HOLD_FILE
 
 SECRET = "zebra-umbrella-7731"  # a ticket text that must never reach the server's log
 
@@ -30,15 +31,16 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, model, *args: str, tmp=None):
+    def __init__(self, model, *args: str, tmp=None, env=None):
         self.port = free_port()
         self.url, self.name = f"http://127.0.0.1:{self.port}", str(model)
         self.log = (tmp or ".") / f"serve-{self.port}.log"
         cmd = [sys.executable, "-m", "mlxbatch", "serve", "--model", str(model),
                "--port", str(self.port), *args]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, stdout=self.log.open("wb"), stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, stdout=self.log.open("wb"), stderr=subprocess.STDOUT,
+                                     env={**os.environ, **(env or {})})  # fmt: skip
         self.seen = []  # /health statuses before ready
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 600  # a bound for a hung start, not a race: left early
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, self.log.read_text()
             try:
@@ -66,9 +68,26 @@ class Server:
             raise
 
 
+def wait_for(condition, what: str, limit: float = 600.0) -> None:
+    """Until `condition()` holds; failing (never passing) if it does not within `limit` s, a
+    bound for a hung server: every wait here ends on the state it waits for, not on time."""
+    deadline = time.monotonic() + limit
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.02)
+
+
+def draining(server) -> bool:
+    """503 from /health, or no longer listening (uvicorn closes its socket as it drains)."""
+    try:
+        return httpx.get(server.url + "/health", timeout=60).status_code == 503
+    except httpx.TransportError:
+        return True
+
+
 @contextmanager
-def running(model, *args, tmp=None):
-    server = Server(model, *args, tmp=tmp)
+def running(model, *args, tmp=None, env=None):
+    server = Server(model, *args, tmp=tmp, env=env)
     try:
         yield server
     finally:
@@ -157,11 +176,8 @@ def test_1000_requests_from_32_clients_match_the_gold_loop(server, texts, gold):
     assert identical  # whatever batch an item lands in, it scores as it does alone
     assert server.metric("mlxbatch_requests_total") - ok_before == 1000
     # the sampled items (0.5%) were verified on the gold loop while idle, and none disagreed
-    deadline = time.monotonic() + 30
-    while (
-        httpx.get(server.url + "/health").json()["verify_pending"] and time.monotonic() < deadline
-    ):
-        time.sleep(0.1)
+    wait_for(lambda: not httpx.get(server.url + "/health").json()["verify_pending"],
+             "the sampled items to be verified")  # fmt: skip
     assert server.metric("mlxbatch_items_verified_total") >= 3
     assert server.metric("mlxbatch_verify_mismatches_total") == 0
     assert httpx.get(server.url + "/health").json()["status"] == "ok"
@@ -251,11 +267,8 @@ def test_clients_that_leave_early_do_not_hurt_the_server(server, texts):
     head = (b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n" % len(body))  # fmt: skip
     raw_exchange(server.port, head, [body], read=False)  # gone while its items are scored
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if server.metric('mlxbatch_requests_total{outcome="disconnected"') > before:
-            break
-        time.sleep(0.05)
+    wait_for(lambda: server.metric('mlxbatch_requests_total{outcome="disconnected"') > before,
+             "the server to count the client that left")  # fmt: skip
     assert server.metric('mlxbatch_requests_total{outcome="disconnected"') == before + 1
     assert post(server, {"input": texts[:3]}).status_code == 200
 
@@ -263,43 +276,44 @@ def test_clients_that_leave_early_do_not_hurt_the_server(server, texts):
 def test_a_full_queue_is_429_and_a_key_file_is_401(tiny_model_dir, tmp_path, texts):
     key = tmp_path / "key"
     key.write_text("s3cret-key\n")
-    args = ["--api-key-file", str(key), "--max-queue", "8", "--max-inputs-per-request", "8",
-            "--max-wait-ms", "1500"]  # fmt: skip
-    with running(tiny_model_dir, *args, tmp=tmp_path) as s:
+    args = ["--api-key-file", str(key), "--max-queue", "8", "--max-inputs-per-request", "8"]
+    hold = tmp_path / "hold"  # while it exists the scheduler starts no round
+    with running(tiny_model_dir, *args, tmp=tmp_path, env={HOLD_FILE: str(hold)}) as s:
         auth = {"Authorization": "Bearer s3cret-key"}
         error_of(post(s, {"input": "x"}), 401, "unauthorized")
         error_of(post(s, {"input": "x"}, headers={"Authorization": "Bearer wrong"}), 401,
                  "unauthorized")  # fmt: skip
         assert httpx.get(s.url + "/v1/models").status_code == 401
         assert httpx.get(s.url + "/health").status_code == 200  # open, as /metrics
+        hold.touch()
         with ThreadPoolExecutor(1) as pool:
             first = pool.submit(post, s, {"input": texts[:6]}, headers=auth)
-            deadline = time.monotonic() + 10  # the first request's 6 items wait 1.5 s
-            while s.metric("mlxbatch_queue_depth") < 6 and time.monotonic() < deadline:
-                time.sleep(0.02)
+            wait_for(lambda: s.metric("mlxbatch_queue_depth") == 6, "6 items held in the queue")
             r = post(s, {"input": texts[6:11]}, headers=auth)
             error_of(r, 429, "queue_full")
             assert int(r.headers["Retry-After"]) >= 1
-            assert first.result(timeout=30).status_code == 200
+            hold.unlink()
+            assert first.result(timeout=600).status_code == 200
         assert post(s, {"input": texts[6:11]}, headers=auth).status_code == 200
 
 
 def test_sigterm_finishes_what_is_queued_then_exits_0(tiny_model_dir, tmp_path, texts):
-    s = Server(tiny_model_dir, "--max-wait-ms", "1000", tmp=tmp_path)
+    hold = tmp_path / "hold"  # while it exists the scheduler starts no round
+    s = Server(tiny_model_dir, tmp=tmp_path, env={HOLD_FILE: str(hold)})
     try:
+        hold.touch()
         with ThreadPoolExecutor(8) as pool:
             futures = [pool.submit(post, s, {"input": texts[i * 3 : i * 3 + 3]}) for i in range(8)]
-            deadline = time.monotonic() + 10
-            while s.metric("mlxbatch_queue_depth") < 24 and time.monotonic() < deadline:
-                time.sleep(0.02)
+            wait_for(lambda: s.metric("mlxbatch_queue_depth") == 24, "24 items held in the queue")
             s.proc.send_signal(signal.SIGTERM)
-            time.sleep(0.05)
+            wait_for(lambda: draining(s), "the drain to start")
             try:  # a new request while draining: refused, never queued
-                late = httpx.post(s.url + "/v1/classify", json={"input": "x"}, timeout=10)
+                late = httpx.post(s.url + "/v1/classify", json={"input": "x"}, timeout=60)
                 error_of(late, 503, "unavailable")
             except httpx.TransportError:
-                pass  # or the socket is already closed
-            replies = [f.result(timeout=30) for f in futures]
+                pass  # or uvicorn has closed its socket already
+            hold.unlink()
+            replies = [f.result(timeout=600) for f in futures]
         assert [r.status_code for r in replies] == [200] * 8
         assert len({r.json()["id"] for r in replies}) == 8
         assert s.proc.wait(30) == 0

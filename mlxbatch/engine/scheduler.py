@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..runtime import testhold
 from .engine import Engine
 from .planner import Batch, CostModel, plan
 
@@ -228,7 +229,9 @@ class LiveScheduler:
 
     def _ready(self) -> bool:
         """Whether to score a round now: the oldest item has waited long enough, a full budget
-        per lane is queued, or the scheduler is draining."""
+        per lane is queued, or the scheduler is draining (never while a test holds it)."""
+        if testhold.held():
+            return False
         if self._stopped:
             return True
         s = self.scheduler
@@ -258,7 +261,8 @@ class LiveScheduler:
                     return
                 while not self._ready():
                     oldest = next(iter(self.scheduler._queue.values())).arrived
-                    self._cond.wait(max(0.0, oldest + self.max_wait - time.monotonic()))
+                    wait = max(0.0, oldest + self.max_wait - time.monotonic())
+                    self._cond.wait(min(wait, 0.02) if testhold.held() else wait)
                     self._take_pending()
             self._round()
 

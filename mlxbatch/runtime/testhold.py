@@ -30,3 +30,14 @@ def after_batch(done: int) -> None:
     sys.stderr.flush()
     while True:
         time.sleep(3600)
+
+
+HOLD_FILE = "MLXBATCH_TEST_HOLD_FILE"
+
+
+def held() -> bool:
+    """Whether a live scheduler must not start a round: `MLXBATCH_TEST_HOLD_FILE` names a file
+    that exists. A service test creates it to keep what is queued queued (a full queue, a
+    drain with work in it) for as long as it needs, and removes it to let the work go."""
+    path = os.environ.get(HOLD_FILE)
+    return bool(path) and os.path.exists(path)
