@@ -100,9 +100,13 @@ def continuation_logprobs(model: Qwen2, h_lab: mx.array, labels: LabelSet) -> mx
     logits = model.head(h).astype(mx.float32)  # full vocabulary, at these positions only
     target = mx.take_along_axis(logits, mx.array(np.tile(tok, B))[:, None], axis=-1)[:, 0]
     lp = (target - mx.logsumexp(logits, axis=-1)).reshape(B, len(j))
-    onehot = np.zeros((len(j), J), np.float32)
-    onehot[np.arange(len(j)), j] = 1.0
-    return lp @ mx.array(onehot)
+    sums = []  # each label's tokens added one by one, in order: a matmul's order is the BLAS's
+    for label in range(J):
+        total = mx.zeros((B,), lp.dtype)
+        for i in np.flatnonzero(j == label):
+            total = total + lp[:, int(i)]
+        sums.append(total)
+    return mx.stack(sums, axis=-1)
 
 
 def normalise(label_logprobs: mx.array) -> mx.array:

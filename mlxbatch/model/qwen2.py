@@ -19,6 +19,14 @@ Mask = mx.array | str | None  # bool (B, 1, Lq, Lk), "causal", or None
 EVAL_EACH_LAYER = True  # on the host-kernel path (see Qwen2.__call__); off only to measure it
 
 
+def linear(layer: nn.Module, x: mx.array, host: bool) -> mx.array:
+    """`layer(x)`; on the host-kernel path, each row's result independent of the other rows
+    (OpenBLAS picks its kernel by the row count: see hostops.py)."""
+    if not host or type(layer) is not nn.Linear:
+        return layer(x)
+    return hostops.matmul_t(x, layer.weight, layer.bias if "bias" in layer else None)
+
+
 class Attention(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
@@ -41,13 +49,14 @@ class Attention(nn.Module):
         """Keys and values for every position; queries for every position, or with `keep`
         (B,) only for position keep[b] of row b (then `mask` is that row's (B, 1, 1, S))."""
         B, L, _ = x.shape
-        k = self.k_proj(x).reshape(B, L, self.n_kv_heads, -1).transpose(0, 2, 1, 3)
-        v = self.v_proj(x).reshape(B, L, self.n_kv_heads, -1).transpose(0, 2, 1, 3)
+        on_host = host is not None
+        k = linear(self.k_proj, x, on_host).reshape(B, L, self.n_kv_heads, -1).transpose(0, 2, 1, 3)
+        v = linear(self.v_proj, x, on_host).reshape(B, L, self.n_kv_heads, -1).transpose(0, 2, 1, 3)
         rope = dict(traditional=False, base=self.rope_theta, scale=1.0)
         k = mx.fast.rope(k, self.head_dim, offset=offsets, **rope)
         if keep is not None:
             x, offsets, L = x[mx.arange(B), keep][:, None], offsets + keep, 1
-        q = self.q_proj(x).reshape(B, L, self.n_heads, -1).transpose(0, 2, 1, 3)  # (B, H, L, hd)
+        q = linear(self.q_proj, x, on_host).reshape(B, L, self.n_heads, -1).transpose(0, 2, 1, 3)
         q = mx.fast.rope(q, self.head_dim, offset=offsets, **rope)
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, KV, offset + L, hd)
@@ -55,8 +64,8 @@ class Attention(nn.Module):
         if host is None:
             o = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
         else:
-            o = hostops.attention(q, k, v, scale, host.mask)
-        return self.o_proj(o.transpose(0, 2, 1, 3).reshape(B, L, -1))
+            o = hostops.attention(q, k, v, scale, host)
+        return linear(self.o_proj, o.transpose(0, 2, 1, 3).reshape(B, L, -1), on_host)
 
 
 class MLP(nn.Module):
@@ -67,9 +76,10 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=False)
 
     def __call__(self, x: mx.array, host: bool = False) -> mx.array:
-        g = self.gate_proj(x)
         if host:
-            return self.down_proj(hostops.silu_mul(g, self.up_proj(x)))
+            g, u = linear(self.gate_proj, x, True), linear(self.up_proj, x, True)
+            return linear(self.down_proj, hostops.silu_mul(g, u), True)
+        g = self.gate_proj(x)
         # SiLU as g / (1 + exp(-g)): the same function, and MLX's CPU exp is ~1.4x its sigmoid
         return self.down_proj(g / (1 + mx.exp(-g)) * self.up_proj(x))
 
@@ -129,15 +139,16 @@ class Qwen2(nn.Module):
         """
         x = self.model.embed_tokens(tokens)
         L = tokens.shape[1]
-        S = (cache.offset if cache is not None else 0) + L
-        hm = hostops.prepare(mask, L, S) if host else None
+        start = cache.offset if cache is not None else 0
+        S = start + L
+        hm = hostops.prepare(mask, L, S, start) if host else None
         last = len(self.model.layers) - 1
         for i, layer in enumerate(self.model.layers):
             if keep is not None and i == last:
                 if not isinstance(mask, mx.array):
                     raise ValueError("keep needs an array mask")
                 mask = mx.take_along_axis(mask, keep[:, None, None, None], axis=2)  # (B,1,1,S)
-                hm = hostops.prepare(mask, 1, S) if host else None
+                hm = hostops.prepare(mask, 1, S, start) if host else None
                 x = layer(x, cache, i, offsets, mask, hm, keep)
                 break
             x = layer(x, cache, i, offsets, mask, hm)
@@ -150,11 +161,12 @@ class Qwen2(nn.Module):
         return self.model.embed_tokens if self.args.tie_word_embeddings else self.lm_head
 
     def head(self, h: mx.array, rows: mx.array | None = None) -> mx.array:
-        """Logits of hidden states `h` (..., D) for vocabulary `rows` (all when None)."""
+        """Logits of hidden states `h` (..., D) for vocabulary `rows` (all when None); with
+        `rows`, each row's logits are the same whatever the other rows (see hostops.py)."""
         layer = self.head_layer()
         if rows is None:
             return layer.as_linear(h) if self.args.tie_word_embeddings else layer(h)
-        return h @ row_weights(layer, rows).T
+        return hostops.matmul_t(h, row_weights(layer, rows))
 
     def num_parameters(self) -> int:
         from mlx.utils import tree_flatten
