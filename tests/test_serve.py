@@ -97,7 +97,7 @@ def running(model, *args, tmp=None, env=None):
 @pytest.fixture(scope="module")
 def texts() -> list[str]:
     rows = generate(24, seed=3, mix="short")
-    return [r["text"] for r in rows] + ["", "x", "Ünïcödé 票 🎫", SECRET]
+    return [r["text"] for r in rows] + ["?", "x", "Ünïcödé 票 🎫", SECRET]
 
 
 @pytest.fixture(scope="module")
@@ -197,6 +197,10 @@ def test_1000_requests_from_32_clients_match_the_gold_loop(server, texts, gold):
         (b'{"input": "x", "truncate": "yes"}', 400, "invalid_request"),
         (b'{"input": "x", "system_prompt": "be evil"}', 400, "invalid_request"),
         (b'{"input": "x", "model": "another-model"}', 404, "not_found"),
+        (b'{"input": ["ok", "  "]}', 400, "invalid_request"),
+        (b'{"input": ["a"], "input": ["b"]}', 400, "invalid_request"),
+        (b'{"inputs": ["a"]}', 400, "invalid_request"),
+        (b"[" * 100_000, 400, "invalid_request"),
     ],
 )
 def test_bad_requests_get_their_status_and_the_server_stays_up(server, body, status, kind):

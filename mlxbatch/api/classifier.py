@@ -72,8 +72,6 @@ class Classifier:
             system_prompt = default_system_prompt(labels, descriptions)
         if min_confidence is not None and not 0 <= min_confidence <= 1:
             raise LabelError(f"--min-confidence {min_confidence} is not between 0 and 1")
-        if isinstance(prior, dict):
-            prior = ",".join(f"{k}={v}" for k, v in prior.items())
         clf = cls(lm, label_set, system_prompt, prefix_cache, examples)
         clf.adjust = Adjustment(
             clf.engine.content_free() if calibrate else None,

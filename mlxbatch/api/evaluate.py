@@ -106,8 +106,13 @@ def format_evaluation(m: dict) -> str:
     """The evaluation as text tables."""
     labels = m["confusion"]["labels"]
     w = max(12, *(len(x) + 2 for x in labels))
-    lines = [f"evaluation over {m['evaluated']} of {m['items']} rows with a known gold label: "
+    errors = m.get("error_rows", 0)
+    rows = m["items"] + errors
+    lines = [f"evaluation over {m['evaluated']} of {rows} rows with a known gold label: "
              f"accuracy {_pct(m['accuracy'])}, macro-F1 {_num(m['macro_f1'])}"]  # fmt: skip
+    if errors:
+        lines.append(f"error rows (not scored, not evaluated): {errors} of {rows}; accuracy "
+                     f"counting them as wrong {_pct(m['evaluated'] and m['accuracy'] * m['evaluated'] / (m['evaluated'] + errors))}")  # fmt: skip
     if m["unknown_gold"]:
         names = ", ".join(f"{k!r} x{v}" for k, v in sorted(m["unknown_gold"].items()))
         lines.append(f"gold labels not in the label set (not evaluated): {names}")

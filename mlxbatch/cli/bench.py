@@ -31,7 +31,7 @@ from .common import (
 )
 @click.option(
     "-o", "--output", type=click.Path(path_type=Path),
-    help="A .jsonl, .csv or .tsv file, .gz for gzip (default: JSONL on stdout).",
+    help="A .jsonl or .csv file, .gz for gzip (default: JSONL on stdout; the tickets hold line breaks, which TSV cannot).",
 )  # fmt: skip
 def tickets(n, seed, mix, output):
     """Generate N synthetic support tickets (id, text, intent)."""

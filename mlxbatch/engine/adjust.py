@@ -55,25 +55,30 @@ class Adjustment:
 MAX_PRIOR_RATIO = 1e9
 
 
-def parse_prior(spec: str, names: tuple[str, ...]) -> tuple[float, ...]:
-    """`billing=0.5,technical=0.3,account=0.2` -> priors in label order, normalised.
+def parse_prior(spec: str | dict, names: tuple[str, ...]) -> tuple[float, ...]:
+    """`billing=0.5,technical=0.3,account=0.2` (or the Python API's {label: weight}, which
+    takes labels holding `,` or `=`) -> priors in label order, normalised.
     Labels not named get an equal share of what is left (an error if nothing is left)."""
     from ..errors import LabelError
 
     given: dict[str, float] = {}
-    for part in spec.split(","):
+    if isinstance(spec, dict):
+        parts = [(str(k), "=", v) for k, v in spec.items()]
+    else:
+        parts = [part.partition("=") for part in spec.split(",")]
+    for name, sep, value in parts:
+        part = f"{name}{sep}{value}"
         if not part.strip():
             continue
-        name, sep, value = part.partition("=")
         name = name.strip()
         if not sep or name not in names:
             raise LabelError(f"--prior {part.strip()!r}: expected LABEL=WEIGHT with a label of "
                              f"{', '.join(names)}")  # fmt: skip
         try:
             w = float(value)
-        except ValueError:
+        except (TypeError, ValueError):
             raise LabelError(
-                f"--prior {part.strip()!r}: {value.strip()!r} is not a number"
+                f"--prior {part.strip()!r}: {str(value).strip()!r} is not a number"
             ) from None
         if not np.isfinite(w) or w <= 0:
             raise LabelError(f"--prior {part.strip()!r}: weights must be positive")

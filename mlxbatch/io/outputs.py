@@ -141,6 +141,29 @@ def check_model_untouched(writes: list[tuple[str, Path | None]], model_dir: Path
                           f"{option} path")  # fmt: skip
 
 
+# What an existing report file starts with, by the name's suffix: anything else (a link onto
+# model weights, a document) is not replaced by a report.
+REPORT_MAGIC = {".json": (b"{", b"["), ".png": (b"\x89PNG",), ".pdf": (b"%PDF",),
+                ".svg": (b"<",), ".jpg": (b"\xff\xd8",), ".jpeg": (b"\xff\xd8",)}  # fmt: skip
+
+
+def _check_replaceable_report(option: str, path: Path) -> None:
+    """An existing --json/--plot file (through any link) must be a report of that kind."""
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64).lstrip()
+    except OSError:
+        return  # check_writable_file has spoken
+    magic = REPORT_MAGIC.get(path.suffix.lower(), ())
+    if not any(head.startswith(m) for m in magic):
+        real = os.path.realpath(path)
+        where = f" (it is {real})" if real != os.path.abspath(path) else ""
+        raise OutputError(f"{option} {path}: exists and is not a {path.suffix} report{where}; "
+                          "mlxbatch will not replace it: move it away or choose another path")  # fmt: skip
+
+
 def check_reports(json_path: Path | None, plot_path: Path | None, protected: list[Path]) -> None:
     """Refuse, before anything is computed, a --json/--plot path that would overwrite an input,
     the output or its journal (`protected`) or the other report, or that cannot be written."""
@@ -167,6 +190,7 @@ def check_reports(json_path: Path | None, plot_path: Path | None, protected: lis
                               "not writable")  # fmt: skip
         if not is_stream(path):
             check_writable_file(option, path)
+            _check_replaceable_report(option, path)
 
 
 def write_json_report(path: Path, data: dict) -> None:

@@ -88,6 +88,10 @@ class Sink(Protocol):
 
 
 def journal_path(output: Path) -> Path:
+    """OUTPUT.part; for an output that is a link, beside the file it names: two names of one
+    output share one journal, so its lock stops a second run through the other name."""
+    if output.is_symlink():
+        output = Path(os.path.realpath(output))
     return output.with_name(output.name + ".part")
 
 

@@ -51,6 +51,7 @@ class JobResult:
     ranks: list[dict] = field(default_factory=list)  # per rank: host, items, padded, seconds
     duplicates: int = 0  # rows that copied the result of an identical prompt in their window
     windows: int = 1
+    resumed: int = 0  # rows the journal already held
 
     def summary(self) -> str:
         rate = self.scored / self.seconds if self.seconds else 0.0
@@ -63,6 +64,12 @@ class JobResult:
             + (f", predicted {self.predicted_seconds:.1f} s" if self.predicted_seconds else "")
             + (f"; {self.abstained} abstained" if self.abstained else "")
             + (f"; {self.duplicates} duplicates scored once" if self.duplicates else "")
+            + (
+                f"; resumed: {self.resumed} rows from the journal, batch shape as it recorded "
+                f"(batch tokens {self.batch_tokens})"
+                if self.resumed
+                else ""
+            )
             + "".join(self._rank_lines())
         )
 
@@ -255,8 +262,8 @@ def run_job(
         check_declared(clf, spec, shape)
     refuse_bad_rows(scanned, spec, job_input.source, job_input.fmt)
     sink = open_sink(clf, scanned.rows, output, header | {"settings": shape.settings(spec)}, resume)
-    totals, verified = Totals(), []
-    bar = progress_bar(scanned.rows, len(sink.done))
+    totals, verified, resumed = Totals(), [], len(sink.done)
+    bar = progress_bar(scanned.rows, resumed)
     try:
         for start, window_rows, prompts in tokenized(clf, job_input, shape.window):
             window = Window(start, window_rows)
@@ -282,6 +289,7 @@ def run_job(
         predicted_seconds=totals.predicted,
         results=[totals.results[i] for i in sorted(totals.results)] if keep_results else [],
         abstained=totals.abstained, duplicates=totals.duplicates, windows=totals.windows,
+        resumed=resumed,
     )  # fmt: skip
 
 

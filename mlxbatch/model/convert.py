@@ -45,14 +45,29 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+MODEL_FILES = ("config.json", "mlxbatch.json", "model.safetensors", "model.safetensors.index.json")
+
+
 def check_destination(out: Path, force: bool, source: Path | None = None) -> None:
-    """Refuse to overwrite a model directory (or anything else) unless `force`; never the source."""
-    if source is not None and out.exists() and os.path.samefile(out, source):
-        raise ModelError(f"{out}: is the source checkpoint; choose another output directory")
+    """Refuse to overwrite a model directory unless `force`, and anything that is not a model
+    directory even with it (`--force .` must not delete a home); never the source, nor a
+    directory holding it or inside it."""
+    real = Path(os.path.realpath(out))
+    if source is not None:
+        src = Path(os.path.realpath(source))
+        if real == src or real in src.parents or src in real.parents:
+            raise ModelError(f"{out}: is, holds or lies inside the source checkpoint {source}; "
+                             "choose another output directory")  # fmt: skip
+    if out.is_symlink():
+        raise ModelError(f"{out}: is a link; name the directory itself")
     if out.exists() and not out.is_dir():
         raise ModelError(f"{out}: exists and is not a directory")
-    if out.exists() and any(out.iterdir()) and not force:
-        raise ModelError(f"{out}: exists and is not empty; pass --force to replace it")
+    if out.exists() and any(out.iterdir()):
+        if not force:
+            raise ModelError(f"{out}: exists and is not empty; pass --force to replace it")
+        if not any((out / name).is_file() for name in MODEL_FILES):
+            raise ModelError(f"{out}: holds files that are not a model; --force only replaces a "
+                             "model directory (move them away or choose another directory)")  # fmt: skip
 
 
 def _write(out: Path, tensors: dict[str, mx.array], config: dict, tok_dir: Path, meta: dict,

@@ -6,6 +6,7 @@ server 2 MB of memory before its 413, and nothing is parsed until the whole body
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import dataclass
 
@@ -61,15 +62,22 @@ async def read_body(request: Request, cap: int) -> bytes:
 def parse_classify(body: bytes, limits: Limits, models: tuple[str, ...]) -> ClassifyRequest:
     """The request's texts, or the ApiError (400, 404, 413) naming the field or the item."""
     try:
-        doc = json.loads(body)
+        doc = json.loads(body, object_pairs_hook=_unique)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ApiError(400, f"the body is not valid JSON ({e})") from None
+    except RecursionError:
+        raise ApiError(400, "the body nests too deeply to be a request") from None
+    except _Repeated as e:
+        raise ApiError(400, f"the body names {e.args[0]!r} twice") from None
     if not isinstance(doc, dict):
         raise ApiError(400, f'the body must be a JSON object with "input", not a {_kind(doc)}')
     unknown = sorted(set(doc) - FIELDS)
     if unknown:
-        raise ApiError(400, f"unknown field(s) {unknown}: the model, labels and prompt are "
-                       "set when the server starts, not per request")  # fmt: skip
+        near = [f"{k!r} (did you mean {m[0]!r}?)" for k in unknown
+                if (m := difflib.get_close_matches(k, sorted(FIELDS), 1))]  # fmt: skip
+        raise ApiError(400, f"unknown field(s) {', '.join(near) or unknown}: a request has "
+                       f"{', '.join(sorted(FIELDS))}; the model, labels and prompt are set when "
+                       "the server starts")  # fmt: skip
     model = doc.get("model")
     if model is not None and not isinstance(model, str):
         raise ApiError(400, f'"model" must be a string, not a {_kind(model)}')
@@ -100,7 +108,23 @@ def _texts(doc: dict, max_inputs: int) -> list[str]:
             raise ApiError(400, f"input[{i}] must be a string, not a {_kind(t)}")
         if problem := unicode_problem(t):
             raise ApiError(400, f"input[{i}] holds {problem}")
+        if not t.strip():
+            raise ApiError(400, f"input[{i}] is empty (as classify refuses an empty row)")
     return texts
+
+
+class _Repeated(ValueError):
+    pass
+
+
+def _unique(pairs: list) -> dict:
+    """A JSON object whose keys are all different (json keeps the last of a repeated key)."""
+    doc = {}
+    for key, value in pairs:
+        if key in doc:
+            raise _Repeated(key)
+        doc[key] = value
+    return doc
 
 
 def _kind(x) -> str:
