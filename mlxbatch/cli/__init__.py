@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -59,7 +60,27 @@ for command in (classify, evaluate_cmd, convert, init_random_cmd, models, parity
     cli.add_command(command)
 
 
+def _terminated(signum, frame) -> None:
+    """SIGTERM (kill, a scheduler's stop) takes Ctrl-C's path: the journal keeps every finished
+    batch and the same --resume hint is printed; the exit code is 143 (128 + SIGTERM)."""
+    _TERMINATED.append(signum)
+    raise KeyboardInterrupt
+
+
+_TERMINATED: list[int] = []
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _terminated)
+    try:
+        _main()
+    except SystemExit as e:
+        if _TERMINATED and e.code == 130:
+            sys.exit(128 + signal.SIGTERM)
+        raise
+
+
+def _main() -> None:
     if not blas.activate_in_process() and blas.warning():
         click.echo(blas.warning(), err=True)
     try:
