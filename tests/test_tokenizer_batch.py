@@ -11,6 +11,7 @@ from mlxbatch.engine.engine import Engine
 from mlxbatch.engine.labels import LabelSet
 from mlxbatch.engine.prompt import default_system_prompt
 from mlxbatch.errors import UsageError
+from mlxbatch.model import tokenizer
 from mlxbatch.model.convert import qwen_tokenizer_dir
 from mlxbatch.model.load import load_model
 from mlxbatch.model.tokenizer import PromptTokenizer
@@ -51,6 +52,14 @@ def test_prompts_equal_prompt_for_every_text(tok, system, examples):
     assert len(batch) == len(items)
     for text, got in zip(items, batch):
         assert got == tok.prompt(system, text, examples), text[:80]
+
+
+def test_prompts_across_encode_calls(tok, monkeypatch):
+    monkeypatch.setattr(tokenizer, "BATCH_TEXTS", 7)  # many calls, the last one short
+    items = texts()[:60]
+    assert tok.prompts(SYSTEM, items, EXAMPLES) == [tok.prompt(SYSTEM, t, EXAMPLES) for t in items]
+    with pytest.raises(UsageError, match="lone surrogate"):  # in a later call than the first
+        tok.prompts(SYSTEM, [*items[:20], "bad \udfff"])
 
 
 def test_special_token_strings_in_texts_stay_plain_text(tok):

@@ -22,6 +22,10 @@ from ..errors import LabelError, ModelError, UsageError, unicode_problem
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 Examples = tuple[tuple[str, str], ...]  # few-shot (text, label) pairs, earlier turns
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
+# Texts per encode_batch_fast call in `prompts`: one call over 100,000 tickets holds every
+# Encoding at once and ran slower than per-text encode on this 2-core host (30,000 texts, one
+# Rust thread: 68 s in one call, 27-29 s in calls of 1,024-4,096; BENCHMARKS.md).
+BATCH_TEXTS = 2048
 
 
 class PromptTokenizer:
@@ -79,17 +83,24 @@ class PromptTokenizer:
         """`prompt` of each text, the texts encoded together by the tokenizer's own threads.
 
         Equal to `[prompt(system, t, examples) for t in texts]`, ids shared the same way. The
-        Rust side releases the GIL (about nine tenths of the time on the synthetic tickets), so
+        Rust call, over nine tenths of the time on the synthetic tickets, releases the GIL, so
         a thread can tokenize the next window while the lanes score this one.
         """
         head = self.prefix(system, examples)
         tail = [self.im_end, *self.newline, self.im_start, *self.encode("assistant\n")]
-        try:
-            encodings = self._tok.encode_batch_fast(
-                [f"user\n{text}" for text in texts], add_special_tokens=False
-            )
-        except TypeError:  # a text that is not valid Unicode: `prompt` names it
-            return [self.prompt(system, text, examples) for text in texts]
+        out = []
+        for start in range(0, len(texts), BATCH_TEXTS):
+            try:
+                encodings = self._tok.encode_batch_fast(
+                    [f"user\n{text}" for text in texts[start : start + BATCH_TEXTS]],
+                    add_special_tokens=False,
+                )
+            except TypeError:  # a text that is not valid Unicode: `prompt` names it
+                return [self.prompt(system, text, examples) for text in texts]
+            out += self._joined(head, encodings, tail)
+        return out
+
+    def _joined(self, head: list[int], encodings: list, tail: list[int]) -> list[list[int]]:
         table = self._ids
         out = []
         for encoding in encodings:
