@@ -97,6 +97,7 @@ def run_job(model: Path, src: Path, out: Path, *extra: str) -> dict:
         "items_per_s": float(summary["rate"]), "padding": float(summary["padding"]) / 100,
         "duplicates_scored_once": int(dup[1]) if dup else 0, "wall_seconds": wall,
         "max_rss_mb": usage.ru_maxrss / 1024, "command": " ".join(cmd),
+        "cpu_seconds": usage.ru_utime + usage.ru_stime,  # less disturbed by a shared host
     }  # fmt: skip
 
 
@@ -216,11 +217,13 @@ def assess(r: dict) -> dict:
         targets.append({"target": "0.5B padding, 4 windows within 0.5 pp of one global plan",
                         "measured": f"{w['padding']:.2%} vs {g['padding']:.2%} ({gap * 100:+.2f} pp)",
                         "met": abs(gap) <= 0.005})  # fmt: skip
-        speed = u["job_seconds"] / g["job_seconds"]
+        # CPU seconds (whole child) decide: wall time on a shared host swings with its load
+        speed = u["cpu_seconds"] / g["cpu_seconds"]
         targets.append({"target": "0.5B, 20% repeats: >= 1.2x faster than no repeats, repeats agree",
-                        "measured": f"{u['job_seconds']:.1f} s / {g['job_seconds']:.1f} s = {speed:.2f}x; "
-                        f"{g['duplicates_scored_once']} scored once; agree {g['repeats_agree']}",
-                        "met": speed >= 1.2 and bool(g["repeats_agree"])})  # fmt: skip
+                        "measured": f"CPU {u['cpu_seconds']:.0f} s / {g['cpu_seconds']:.0f} s = {speed:.2f}x "
+                        f"(job wall {u['job_seconds'] / g['job_seconds']:.2f}x); {g['duplicates_scored_once']} "
+                        f"scored once; repeats agree {g['repeats_agree'] and w['repeats_agree']}",
+                        "met": speed >= 1.2 and bool(g["repeats_agree"] and w["repeats_agree"])})  # fmt: skip
     return {"targets": targets, "projection": _project(tiny)}
 
 
