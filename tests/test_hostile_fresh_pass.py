@@ -100,3 +100,72 @@ def test_an_evaluation_names_the_rows_it_could_not_score(tiny_model_dir, tmp_pat
         r.output
     )
     assert json.loads((tmp_path / "e.json").read_text())["error_rows"] == 2
+
+
+def test_a_second_fresh_pass_tickets_force_inputs_that_change_or_cannot_be_read_twice(
+    tiny_model_dir, tmp_path
+):  # fmt: skip
+    """tickets -o onto a journal; --force over a model directory holding other files; a file
+    edited while a windowed job reads it; compressed Parquet; a pipe or FIFO as the input."""
+    import gzip
+    import threading
+
+    from mlxbatch.api.classifier import Classifier
+    from mlxbatch.api.spec import RunSpec
+    from mlxbatch.errors import InputError
+    from mlxbatch.jobs import job as job_module
+    from mlxbatch.jobs.job import run_job
+    from mlxbatch.jobs.source import JobInput
+
+    journal = tmp_path / "k.jsonl.part"
+    journal.write_bytes(b'{"mlxbatch_journal": 1, "fingerprint": "f"}\n')
+    before = journal.read_bytes()
+    r = invoke("tickets", 3, "-o", journal)
+    assert r.exit_code == 2 and "journal" in r.output and journal.read_bytes() == before
+
+    model = tmp_path / "m"
+    assert invoke("init-random", "--preset", "tiny", model).exit_code == 0
+    (model / "out.jsonl").write_text("keep")
+    r = invoke("init-random", "--preset", "tiny", "--force", model)
+    assert r.exit_code == 2 and "out.jsonl" in r.output and (model / "out.jsonl").exists()
+
+    src = tmp_path / "t.jsonl"
+    write_jsonl(generate(30, seed=5), src)
+    clf = Classifier.load(tiny_model_dir)
+    real = job_module.plan_window
+    calls = []
+
+    def edit_after_the_first_window(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:  # the file grows while the job reads it
+            with open(src, "a") as f:
+                f.write('{"id": "late", "text": "appended"}\n')
+        return real(*a, **k)
+
+    job_module.plan_window = edit_after_the_first_window
+    try:
+        out = tmp_path / "o.jsonl"
+        try:
+            run_job(clf, JobInput.of_file(str(src)), RunSpec(window=8), out, keep_results=False)
+            raise AssertionError("a file that changed mid-job was classified")
+        except InputError as e:
+            assert "changed while the job read it" in str(e)
+        assert not out.exists()
+    finally:
+        job_module.plan_window = real
+
+    pq = tmp_path / "t.parquet.gz"
+    pq.write_bytes(gzip.compress(b"PAR1" + b"\0" * 64))
+    r = invoke("classify", pq, "--model", tiny_model_dir, "--on-error", "skip")
+    assert r.exit_code == 2 and "compressed Parquet" in r.output
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    write_jsonl(generate(30, seed=5), tmp_path / "again.jsonl")
+    text = (tmp_path / "again.jsonl").read_bytes()
+    writer = threading.Thread(target=lambda: fifo.write_bytes(text))
+    writer.start()
+    res = run_job(clf, JobInput.of_file(str(fifo)), RunSpec(window=7), tmp_path / "f.jsonl",
+                  keep_results=False)  # fmt: skip
+    writer.join(timeout=60)
+    assert res.rows == 30 and res.errors == 0

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import OutputError
 from ..io.rows import output_format, write_records
+from ..io.sinks import is_journal, lock_holder
 from ..runtime.files import write_atomically
 
 INTENTS = ("billing", "technical", "account")
@@ -169,6 +170,9 @@ def write_tickets(rows: list[dict], path: Path | None) -> None:
         sys.stdout.write("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in rows))
         return
     fmt = output_format(path.name)
+    if path.is_file() and (is_journal(path) or lock_holder(path)):
+        raise OutputError(f"{path}: is the journal of an mlxbatch run, or another process is "
+                          "writing it; the tickets go elsewhere")  # fmt: skip
     if fmt != ("jsonl", False) and path.exists() and not path.is_file():
         raise OutputError(f"{path}: cannot write the tickets as {''.join(path.suffixes[-2:])} "
                           "there (not a regular file); drop the suffix for JSONL")  # fmt: skip

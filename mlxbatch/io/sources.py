@@ -99,7 +99,12 @@ def open_source(path: str) -> Source:
     if kind is None:
         parquet = head.startswith(b"PAR1") or Path(name).suffix.lower() in (".parquet", ".pq")
         return Source(stream, name, None, parquet)
-    return Source(_decompressed(stream, kind, path), name, kind, raw=stream)
+    inner = _decompressed(stream, kind, path)
+    if Path(name).suffix.lower() in (".parquet", ".pq") or inner.peek(4)[:4] == b"PAR1":
+        stream.close()
+        raise InputError(f"{path}: a {kind}-compressed Parquet file; Parquet compresses its own "
+                         "columns and is read by seeking: decompress it first")  # fmt: skip
+    return Source(inner, name, kind, raw=stream)
 
 
 def _open_file(path: str) -> BinaryIO:

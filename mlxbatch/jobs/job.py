@@ -267,6 +267,7 @@ def run_job(
     try:
         for start, window_rows, prompts in tokenized(clf, job_input, shape.window):
             window = Window(start, window_rows)
+            job_input.check_unchanged()  # the rows just read are the scanned file's
             plan = plan_window(clf, window_rows, start, spec, shape, not recorded, prompts)
             done = error_rows(window, plan, range(start, start + len(window_rows)))
             sink.append(done)

@@ -7,9 +7,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import os
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from ..errors import InputError
 from ..io.inputs import Row, open_rows, read_rows
 from .fingerprint import hash_row
 
@@ -21,6 +24,15 @@ class JobInput:
     reopen: Callable[[], Iterable[Row]]  # every row again, in input order
     source: str  # the input's name, for messages
     fmt: str
+    identity: tuple | None = None  # a file's (device, inode, size, mtime) when first opened
+
+    def check_unchanged(self) -> None:
+        """Refuse a file that changed since the job first read it (edited in place, appended
+        to): its windows would mix two versions of the input."""
+        if self.identity is not None and _identity(self.source) != self.identity:
+            raise InputError(f"{self.source}: changed while the job read it; nothing after the "
+                             "change was written (finished batches are kept: --resume once the "
+                             "file is final)")  # fmt: skip
 
     @classmethod
     def of_rows(cls, rows: list[Row], source: str = "input", fmt: str = "jsonl") -> JobInput:
@@ -31,15 +43,23 @@ class JobInput:
         cls, path: str, text_field: str = "text", id_field: str | None = None,
         fmt: str = "auto", fields: tuple[str, ...] = (), output_format: str = "jsonl",
     ) -> JobInput:  # fmt: skip
-        """`path` read afresh at each pass ('-': standard input, read once and held)."""
-        if path == "-":
+        """`path` read afresh at each pass; what cannot be read twice (standard input '-', a
+        pipe such as `<(zcat f.gz)`, a FIFO) is read once and held."""
+        if path == "-" or not _regular(path):
             rows, found = read_rows(path, text_field, id_field, fmt, fields, output_format)
             return cls.of_rows(rows, path, found)
+        identity = _identity(path)
         first = open_rows(path, text_field, id_field, fmt, fields, output_format)
         found = first.format
         first.close()
-        return cls(lambda: open_rows(path, text_field, id_field, fmt, fields, output_format),
-                   path, found)  # fmt: skip
+
+        def reopen() -> Iterable[Row]:
+            if _identity(path) != identity:
+                raise InputError(f"{path}: changed while the job read it; nothing after the "
+                                 "change was written")  # fmt: skip
+            return open_rows(path, text_field, id_field, fmt, fields, output_format)
+
+        return cls(reopen, path, found, identity)
 
     def windows(self, size: int) -> Iterator[tuple[int, list[Row]]]:
         """(first row's index, rows) of `size` rows at a time, read as each is asked for."""
@@ -47,6 +67,18 @@ class JobInput:
         while window := list(itertools.islice(rows, size)):
             yield start, window
             start += len(window)
+
+
+def _regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return True  # open_rows names the problem
+
+
+def _identity(path: str) -> tuple:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 @dataclass(frozen=True)

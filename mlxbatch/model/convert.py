@@ -48,6 +48,17 @@ def _sha256(path: Path) -> str:
 MODEL_FILES = ("config.json", "mlxbatch.json", "model.safetensors", "model.safetensors.index.json")
 
 
+# What a model directory holds (mlxbatch's, Hugging Face's, mlx-lm's): --force replaces these
+# and nothing else.
+MODEL_NAMES = {*MODEL_FILES, "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+               "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt",
+               "chat_template.jinja", "README.md", ".gitattributes"}  # fmt: skip
+
+
+def _model_file(p: Path) -> bool:
+    return p.is_file() and (p.name in MODEL_NAMES or p.suffix == ".safetensors")
+
+
 def check_destination(out: Path, force: bool, source: Path | None = None) -> None:
     """Refuse to overwrite a model directory unless `force`, and anything that is not a model
     directory even with it (`--force .` must not delete a home); never the source, nor a
@@ -65,9 +76,14 @@ def check_destination(out: Path, force: bool, source: Path | None = None) -> Non
     if out.exists() and any(out.iterdir()):
         if not force:
             raise ModelError(f"{out}: exists and is not empty; pass --force to replace it")
-        if not any((out / name).is_file() for name in MODEL_FILES):
-            raise ModelError(f"{out}: holds files that are not a model; --force only replaces a "
-                             "model directory (move them away or choose another directory)")  # fmt: skip
+        others = sorted(p.name for p in out.iterdir() if not _model_file(p))
+        if others or not any((out / name).is_file() for name in MODEL_FILES):
+            what = (
+                f" ({', '.join(others[:3])}{', ...' if len(others) > 3 else ''})" if others else ""
+            )
+            raise ModelError(f"{out}: holds files that are not a model's{what}; --force only "
+                             "replaces a model directory (move them away or choose another "
+                             "directory)")  # fmt: skip
 
 
 def _write(out: Path, tensors: dict[str, mx.array], config: dict, tok_dir: Path, meta: dict,
