@@ -21,9 +21,7 @@ def run_demo(n: int, model: Path, out_dir: Path, progress=print) -> tuple[list[s
     clf = Classifier.load(model)
     progress(f"classifying {n} synthetic tickets from {src} ...")
     rows, fmt = read_rows(str(src))
-    res = run_job(
-        clf, rows, RunSpec(), out, resume=False, verify=True, source=str(src), fmt=fmt
-    )
+    res = run_job(clf, rows, RunSpec(), out, resume=False, verify=True, source=str(src), fmt=fmt)
     preds = [json.loads(x) for x in out.read_text().splitlines()]
     v = res.verify
     counts = Counter(p["label"] for p in preds)

@@ -85,5 +85,3 @@ def write_atomically(
         if isinstance(e, OSError):
             raise oserror(path, e, failed) from None
         raise
-
-
