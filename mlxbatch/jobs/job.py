@@ -26,7 +26,7 @@ from ..io.inputs import Row, describe_errors
 from ..io.outputs import open_stream, output_kind
 from ..io.rows import error_row, result_row
 from ..io.sinks import Journal, Sink, recorded_header
-from ..runtime import testhold
+from ..runtime import memory, testhold
 from .fingerprint import fingerprint
 from .plan import JobPlan, check_declared, job_shape, plan_window
 from .source import JobInput, Scan, scan
@@ -274,6 +274,8 @@ def run_job(
             done += execute(clf, window, plan, sink, spec.on_error, bar)
             totals.add(clf, plan, done, keep_results)
             verified.append(verify_window(clf, window, plan, dict(done), spec, verify))
+            del window, plan, done
+            memory.return_freed_memory()
     except BaseException:  # Ctrl-C included: what is in the journal stays there
         sink.close()
         raise
