@@ -263,7 +263,7 @@ ERRORS = {
     "bench --json onto its tickets": (lambda t, m: (["bench", "--model", m, "--tickets", write(t / "b.jsonl", GOOD), "--json", t / "b.jsonl", "--no-peers", "--sweep", ""], None), "would overwrite"),
     "examples longer than the context": (lambda t, m: (["classify", write(t / "in.jsonl", GOOD), "--model", (c_model(lambda d: edit_config(d, max_position_embeddings=256))(t, m)[0][-1]), "--examples", write(t / "ex.jsonl", '{"text": "' + "charged twice " * 200 + '", "label": "billing"}\n')], None), "no room left in the model's context of 256 tokens"),
     "-o onto the model's weights": (c_into_model("-o", "model.safetensors"), "is a file of the model"),
-    "--json onto the model's weights": (c_into_model("--json", "model.safetensors", "--gold-field", "gold"), "is a file of the model"),
+    "--json onto the model's weights": (c_into_model("--json", "model.safetensors", "--gold-field", "gold"), "mlxbatch will not replace it"),  # not a report: refused before the model is resolved
     # settings
     "budget cannot fit": (c_in(GOOD, "--batch-tokens", 10**9), "--batch-tokens"),
     "unknown option": (c_in(GOOD, "--fast-please"), "No such option"),
