@@ -143,7 +143,7 @@ def main() -> None:
             mx.eval(kv.keys, kv.values)
             t = time.perf_counter()
             h = m(mx.array(layout.tokens()), kv, mx.array(layout.positions()),
-                  mx.array(layout.mask()), host=True, keep=mx.array(layout.last()))  # fmt: skip
+                  mx.array(layout.mask()), host_kernels=True, keep=mx.array(layout.last()))  # fmt: skip
             mx.eval(m.head(h[:, 0], mx.array(labels.first_ids)))
             fused.append(time.perf_counter() - t)
     r = a.repeat

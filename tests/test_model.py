@@ -255,16 +255,16 @@ def test_host_forward_and_last_position_forward_equal_the_mlx_forward(tiny_model
     def forward(**kw):
         pre = KVCache.allocate(a.num_hidden_layers, 1, a.num_key_value_heads, a.head_dim,
                                len(prefix), mx.float32)  # fmt: skip
-        lm.model(mx.array([prefix]), pre, 0, "causal", host=kw.get("host", False))
+        lm.model(mx.array([prefix]), pre, 0, "causal", host_kernels=kw.get("host_kernels", False))
         kv = pre.expand(layout.batch, layout.capacity)
         return lm.model(mx.array(layout.tokens()), kv, mx.array(layout.positions()),
                         mx.array(layout.mask()), **kw)  # fmt: skip
 
     plain = np.array(forward())
     last = layout.last()
-    np.testing.assert_allclose(np.array(forward(host=True)), plain, atol=2e-5)
-    for host in (False, True):
-        kept = np.array(forward(host=host, keep=mx.array(last)))
+    np.testing.assert_allclose(np.array(forward(host_kernels=True)), plain, atol=2e-5)
+    for host_kernels in (False, True):
+        kept = np.array(forward(host_kernels=host_kernels, keep=mx.array(last)))
         assert kept.shape == (layout.batch, 1, a.hidden_size)
         np.testing.assert_allclose(kept[:, 0], plain[np.arange(layout.batch), last], atol=2e-5)
 

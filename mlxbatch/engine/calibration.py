@@ -37,8 +37,8 @@ ENGINE_REVISION = 3
 def cache_key(engine: Engine) -> str:
     a = engine.lm.model.args
     fast = engine.scorers["fast"]
-    lanes, host = fast.executor.lanes, fast.host
-    parts = [asdict(a), str(engine.lm.dtype), lanes, host, str(mx.default_device()),
+    lanes, host_kernels = fast.executor.lanes, fast.host_kernels
+    parts = [asdict(a), str(engine.lm.dtype), lanes, host_kernels, str(mx.default_device()),
              mx.device_info().get("device_name", "?"), blas._cpu_model(), mx.__version__,
              blas.ACTIVE.get("source", "none"), engine.lm.quantization, ENGINE_REVISION]  # fmt: skip
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]

@@ -116,7 +116,7 @@ def normalise(label_logprobs: mx.array) -> mx.array:
 
 def score_labels(
     model: Qwen2, h_last: mx.array, kv: KVCache, layout: RowLayout, labels: LabelSet,
-    host: bool = False,
+    host_kernels: bool = False,
 ) -> mx.array:  # fmt: skip
     """(B, J) label probabilities of a batch whose row pass left `h_last` (B, D), each row's
     hidden state at its last prompt token, and its keys and values in `kv`.
@@ -132,7 +132,7 @@ def score_labels(
         lab_tokens = np.tile(labels.teacher_inputs(), (B, 1))  # (B * J, T)
         h_lab = model(
             mx.array(lab_tokens), lab_kv, mx.array(layout.label_positions(J)),
-            mx.array(layout.label_mask(J)), host=host,
+            mx.array(layout.label_mask(J)), host_kernels=host_kernels,
         )  # fmt: skip
         scores = scores + continuation_logprobs(model, h_lab, labels)
     return normalise(scores)

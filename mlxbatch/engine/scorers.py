@@ -63,7 +63,7 @@ class PrefixScorer:
     ):  # fmt: skip
         self.model, self.labels, self.prefix, self.dtype = model, labels, prefix, dtype
         self.executor = executor
-        self.host = hostops.available(dtype)  # host elementwise kernels (CPU, float32)
+        self.host_kernels = hostops.available(dtype)  # host elementwise kernels (CPU, float32)
         self.prefix_kv = self._prefill(prefix) if prefix else None
         self._lane_kv: dict[int, KVCache] = {}
 
@@ -78,13 +78,19 @@ class PrefixScorer:
         scores at the 0.5B's 14 heads)."""
         cache = new_cache(self.model, 1, len(tokens), self.dtype)
         if len(tokens) <= PREFILL_CHUNK:
-            self.model(mx.array([tokens]), cache, 0, "causal", host=self.host)
+            self.model(mx.array([tokens]), cache, 0, "causal", host_kernels=self.host_kernels)
         else:
             for start in range(0, len(tokens), PREFILL_CHUNK):
                 chunk = tokens[start : start + PREFILL_CHUNK]
                 end = start + len(chunk)
                 seen = mx.arange(end)[None] <= mx.arange(start, end)[:, None]  # (chunk, end)
-                self.model(mx.array([chunk]), cache, start, seen[None, None], host=self.host)
+                self.model(
+                    mx.array([chunk]),
+                    cache,
+                    start,
+                    seen[None, None],
+                    host_kernels=self.host_kernels,
+                )
                 mx.eval(cache.keys, cache.values)
         mx.eval(cache.keys, cache.values)
         return cache
@@ -102,9 +108,9 @@ class PrefixScorer:
         kv = self._batch_cache(lane, layout.batch, layout.capacity)
         kv.use_rows(layout.batch)
         h = self.model(mx.array(layout.tokens()), kv, mx.array(layout.positions()),
-                       mx.array(layout.mask()), host=self.host,
+                       mx.array(layout.mask()), host_kernels=self.host_kernels,
                        keep=mx.array(layout.last()))  # fmt: skip  # (B, 1, D): the last positions
-        probs = score_labels(self.model, h[:, 0], kv, layout, self.labels, self.host)
+        probs = score_labels(self.model, h[:, 0], kv, layout, self.labels, self.host_kernels)
         kv.crop(layout.prefix_width)
         return probs
 

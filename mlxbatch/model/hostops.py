@@ -2,7 +2,7 @@
 
 On the CPU, MLX evaluates `exp` one element at a time on one thread (measured here: 9.0 ns an
 element, against 0.34 ns for NumPy's vectorised float32 `exp`), so SiLU and the attention
-softmax cost more than the matmuls around them. With `host=True` the forward evaluates the
+softmax cost more than the matmuls around them. With `host_kernels=True` the forward evaluates the
 matmul that feeds each of them, runs the elementwise part in NumPy on the evaluated buffer,
 and hands the result back to MLX: two synchronisation points a layer (the forward adds a
 third, each layer's output: see qwen2.py), each a few hundred microseconds against tens of

@@ -19,10 +19,10 @@ Mask = mx.array | str | None  # bool (B, 1, Lq, Lk), "causal", or None
 EVAL_EACH_LAYER = True  # on the host-kernel path (see Qwen2.__call__); off only to measure it
 
 
-def linear(layer: nn.Module, x: mx.array, host: bool) -> mx.array:
+def linear(layer: nn.Module, x: mx.array, host_kernels: bool) -> mx.array:
     """`layer(x)`; on the host-kernel path, each row's result independent of the other rows
     (OpenBLAS picks its kernel by the row count: see hostops.py)."""
-    if not host or type(layer) is not nn.Linear:
+    if not host_kernels or type(layer) is not nn.Linear:
         return layer(x)
     return hostops.matmul_t(x, layer.weight, layer.bias if "bias" in layer else None)
 
@@ -44,12 +44,12 @@ class Attention(nn.Module):
 
     def __call__(
         self, x: mx.array, cache: KVCache | None, layer: int, offsets: mx.array | int, mask: Mask,
-        host: hostops.Host | None = None, keep: mx.array | None = None,
+        host_state: hostops.Host | None = None, keep: mx.array | None = None,
     ) -> mx.array:  # fmt: skip
         """Keys and values for every position; queries for every position, or with `keep`
         (B,) only for position keep[b] of row b (then `mask` is that row's (B, 1, 1, S))."""
         B, L, _ = x.shape
-        on_host = host is not None
+        on_host = host_state is not None
         k = linear(self.k_proj, x, on_host).reshape(B, L, self.n_kv_heads, -1).transpose(0, 2, 1, 3)
         v = linear(self.v_proj, x, on_host).reshape(B, L, self.n_kv_heads, -1).transpose(0, 2, 1, 3)
         rope = dict(traditional=False, base=self.rope_theta, scale=1.0)
@@ -61,10 +61,10 @@ class Attention(nn.Module):
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, KV, offset + L, hd)
         scale = self.head_dim**-0.5
-        if host is None:
+        if host_state is None:
             o = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
         else:
-            o = hostops.attention(q, k, v, scale, host)
+            o = hostops.attention(q, k, v, scale, host_state)
         return linear(self.o_proj, o.transpose(0, 2, 1, 3).reshape(B, L, -1), on_host)
 
 
@@ -75,8 +75,8 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
         self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=False)
 
-    def __call__(self, x: mx.array, host: bool = False) -> mx.array:
-        if host:
+    def __call__(self, x: mx.array, host_kernels: bool = False) -> mx.array:
+        if host_kernels:
             g, u = linear(self.gate_proj, x, True), linear(self.up_proj, x, True)
             return linear(self.down_proj, hostops.silu_mul(g, u), True)
         g = self.gate_proj(x)
@@ -92,12 +92,13 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = nn.RMSNorm(args.hidden_size, eps=args.rms_norm_eps)
         self.post_attention_layernorm = nn.RMSNorm(args.hidden_size, eps=args.rms_norm_eps)
 
-    def __call__(self, x, cache, layer, offsets, mask, host: hostops.Host | None = None,
+    def __call__(self, x, cache, layer, offsets, mask, host_state: hostops.Host | None = None,
                  keep: mx.array | None = None):  # fmt: skip
         r = x if keep is None else x[mx.arange(x.shape[0]), keep][:, None]
-        h = r + self.self_attn(self.input_layernorm(x), cache, layer, offsets, mask, host, keep)
-        out = h + self.mlp(self.post_attention_layernorm(h), host is not None)
-        if host is not None and EVAL_EACH_LAYER:  # see Qwen2.__call__
+        h = r + self.self_attn(self.input_layernorm(x), cache, layer, offsets, mask, host_state,
+                               keep)  # fmt: skip
+        out = h + self.mlp(self.post_attention_layernorm(h), host_state is not None)
+        if host_state is not None and EVAL_EACH_LAYER:  # see Qwen2.__call__
             mx.eval(out)
         return out
 
@@ -124,12 +125,12 @@ class Qwen2(nn.Module):
         cache: KVCache | None = None,
         offsets: mx.array | int = 0,  # rotary position of each row's first token: (B,) or int
         mask: Mask = "causal",
-        host: bool = False,
+        host_kernels: bool = False,
         keep: mx.array | None = None,
     ) -> mx.array:
         """Final-normed hidden states (B, L, D); `cache` advances by L.
 
-        `host=True` runs SiLU and the attention softmax as host kernels (see hostops.py):
+        `host_kernels=True` runs SiLU and the attention softmax as host kernels (see hostops.py):
         the forward then evaluates inside, layer by layer. Float32 on the CPU only. It also
         evaluates each layer's output: with CPU lanes running at once, graphs spanning two
         layers ran ~18% slower than these (measured, scripts/lane_concurrency.py).
@@ -141,17 +142,17 @@ class Qwen2(nn.Module):
         L = tokens.shape[1]
         start = cache.offset if cache is not None else 0
         S = start + L
-        hm = hostops.prepare(mask, L, S, start) if host else None
+        state = hostops.prepare(mask, L, S, start) if host_kernels else None
         last = len(self.model.layers) - 1
         for i, layer in enumerate(self.model.layers):
             if keep is not None and i == last:
                 if not isinstance(mask, mx.array):
                     raise ValueError("keep needs an array mask")
                 mask = mx.take_along_axis(mask, keep[:, None, None, None], axis=2)  # (B,1,1,S)
-                hm = hostops.prepare(mask, 1, S, start) if host else None
-                x = layer(x, cache, i, offsets, mask, hm, keep)
+                state = hostops.prepare(mask, 1, S, start) if host_kernels else None
+                x = layer(x, cache, i, offsets, mask, state, keep)
                 break
-            x = layer(x, cache, i, offsets, mask, hm)
+            x = layer(x, cache, i, offsets, mask, state)
         if cache is not None:
             cache.advance(tokens.shape[1])
         return self.model.norm(x)
