@@ -100,7 +100,11 @@ def open_source(path: str) -> Source:
         parquet = head.startswith(b"PAR1") or Path(name).suffix.lower() in (".parquet", ".pq")
         return Source(stream, name, None, parquet)
     inner = _decompressed(stream, kind, path)
-    if Path(name).suffix.lower() in (".parquet", ".pq") or inner.peek(4)[:4] == b"PAR1":
+    try:
+        magic = inner.peek(4)[:4]
+    except read_errors():  # cut short or corrupt: the reader names it as it reads
+        magic = b""
+    if Path(name).suffix.lower() in (".parquet", ".pq") or magic == b"PAR1":
         stream.close()
         raise InputError(f"{path}: a {kind}-compressed Parquet file; Parquet compresses its own "
                          "columns and is read by seeking: decompress it first")  # fmt: skip

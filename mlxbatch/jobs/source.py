@@ -48,10 +48,10 @@ class JobInput:
         if path == "-" or not _regular(path):
             rows, found = read_rows(path, text_field, id_field, fmt, fields, output_format)
             return cls.of_rows(rows, path, found)
-        identity = _identity(path)
-        first = open_rows(path, text_field, id_field, fmt, fields, output_format)
+        first = open_rows(path, text_field, id_field, fmt, fields, output_format)  # names it
         found = first.format
         first.close()
+        identity = _identity(path)
 
         def reopen() -> Iterable[Row]:
             if _identity(path) != identity:
