@@ -19,7 +19,7 @@ from tqdm import tqdm
 from ..api.classifier import Classifier
 from ..api.limits import fit
 from ..api.spec import RunSpec
-from ..engine.planner import Batch
+from ..engine.planner import Batch, PaddingStats
 from ..engine.scheduler import Scheduler
 from ..errors import InputError, JobError
 from ..io.inputs import Row, describe_errors
@@ -28,7 +28,7 @@ from ..io.rows import error_row, result_row
 from ..io.sinks import Journal, Sink, recorded_header
 from ..runtime import memory, testhold
 from .fingerprint import fingerprint
-from .plan import JobPlan, check_declared, job_shape, plan_window
+from .plan import JobPlan, check_declared, job_shape, plan_window, planner_label
 from .source import JobInput, Scan, scan
 from .verify import merge_reports, verify_window
 
@@ -286,9 +286,9 @@ def run_job(
     sink.finish(scanned.rows, clf.labels.names)
     return JobResult(
         rows=scanned.rows, scored=totals.scored, errors=scanned.rows - totals.scored,
-        seconds=seconds, padding_overhead=1 - totals.useful / totals.padded if totals.padded else 0.0,
+        seconds=seconds, padding_overhead=PaddingStats(totals.useful, totals.padded).overhead,
         batch_tokens=shape.batch_tokens, peak_memory=mx.get_peak_memory() - others,
-        memory_bound=totals.memory_bound, verify=report, planner=_planner(spec, shape),
+        memory_bound=totals.memory_bound, verify=report, planner=planner_label(spec.mode, spec.step.planner, shape.cost),
         predicted_seconds=totals.predicted,
         results=[totals.results[i] for i in sorted(totals.results)] if keep_results else [],
         abstained=totals.abstained, duplicates=totals.duplicates, windows=totals.windows,
@@ -314,12 +314,6 @@ def tokenized(clf: Classifier, job_input: JobInput, size: int):
         while (item := ahead.result()) is not None:
             ahead = pool.submit(read, windows)
             yield item
-
-
-def _planner(spec: RunSpec, shape) -> str:
-    if spec.mode != "sorted":
-        return ""
-    return spec.step.planner + (f" ({shape.cost.source})" if shape.cost else "")
 
 
 def execute(clf: Classifier, rows, plan: JobPlan, sink: Sink, on_error: str,
@@ -356,8 +350,7 @@ def job_result(
         rows=len(rows), scored=scored, errors=len(rows) - scored, seconds=seconds,
         padding_overhead=plan.padding_overhead, batch_tokens=plan.batch_tokens,
         peak_memory=peak, memory_bound=plan.memory_bound, verify=verify,
-        planner=(plan.policy.planner + (f" ({plan.cost.source})" if plan.cost else "")
-                 if plan.settings["mode"] == "sorted" else ""),
+        planner=planner_label(plan.settings["mode"], plan.policy.planner, plan.cost),
         predicted_seconds=plan.predicted_seconds(clf.engine.cost_terms()), ranks=ranks or [],
         duplicates=plan.duplicates,
     )  # fmt: skip

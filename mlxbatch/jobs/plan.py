@@ -13,7 +13,7 @@ from ..api.classifier import Classifier
 from ..api.limits import Fitted, Limit, context_limit, fit, item_limit
 from ..api.spec import RunSpec
 from ..engine.footprint import Footprint
-from ..engine.planner import Batch, CostModel
+from ..engine.planner import Batch, CostModel, PaddingStats
 from ..engine.scheduler import BatchPolicy, Scheduler
 from ..errors import JobError
 from ..io.inputs import Row
@@ -76,7 +76,15 @@ class JobPlan:
 
     @property
     def padding_overhead(self) -> float:
-        return 1 - self.useful_tokens / self.padded_tokens if self.padded_tokens else 0.0
+        return PaddingStats(self.useful_tokens, self.padded_tokens).overhead
+
+
+def planner_label(mode: str, planner: str, cost: CostModel | None) -> str:
+    """The planner in words, for the summary: the sorted mode's alone (the other modes name
+    theirs), with where its cost model came from."""
+    if mode != "sorted":
+        return ""
+    return planner + (f" ({cost.source})" if cost else "")
 
 
 def job_shape(clf: Classifier, spec: RunSpec, recorded: dict | None) -> JobShape:

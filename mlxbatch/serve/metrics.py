@@ -17,6 +17,8 @@ from prometheus_client import (
     generate_latest,
 )
 
+from ..engine.planner import PaddingStats
+
 SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 TOKENS = (16, 64, 256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -90,8 +92,7 @@ class Metrics:
         with self._lock:
             self._padded += record.padded_tokens
             self._useful += record.useful_tokens
-            if self._padded:
-                self.padding_ratio.set(1 - self._useful / self._padded)
+            self.padding_ratio.set(PaddingStats(self._useful, self._padded).overhead)
         self.prefix_saved.inc(record.prefix_tokens_saved)
 
     def verification(self, mismatch: bool, max_abs_diff: float) -> None:
