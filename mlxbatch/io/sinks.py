@@ -175,7 +175,7 @@ class Journal:
             fresh = True
         if fresh:
             self.header = header
-            self._write(dumps({"mlxbatch_journal": JOURNAL_VERSION, **header}) + "\n")
+            self._write((dumps({"mlxbatch_journal": JOURNAL_VERSION, **header}) + "\n").encode())
         elif not resume:
             os.close(self.fd)
             raise ResumeError(
@@ -210,11 +210,10 @@ class Journal:
             who = f" (pid {pid})" if pid else ""
             raise OutputError(f"another run is writing this output{who}: {self.output}") from None
 
-    def _write(self, text: str) -> int:
-        """Append `text`, durably; returns the offset it starts at."""
+    def _write(self, data: bytes) -> int:
+        """Append `data`, durably; returns the offset it starts at."""
         try:
             start = os.lseek(self.fd, 0, os.SEEK_END)
-            data = text.encode("utf-8")
             while data:
                 data = data[os.write(self.fd, data) :]
             os.fsync(self.fd)
@@ -257,7 +256,7 @@ class Journal:
         if not fresh:
             return
         lines = [(dumps({"row": i, "result": r}) + "\n").encode("utf-8") for i, r in fresh]
-        offset = self._write(b"".join(lines).decode("utf-8"))
+        offset = self._write(b"".join(lines))  # encoded once: the offsets count these bytes
         for (i, _), line in zip(fresh, lines):
             self.done.add(i, offset)
             offset += len(line)
