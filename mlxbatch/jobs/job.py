@@ -6,6 +6,7 @@ lanes, and a journal-backed sink makes every finished batch durable.
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -237,6 +238,7 @@ def run_job(
     `output` (None: standard output). With `keep_results`, the result rows come back in the
     JobResult (a list of every row: memory that grows with the job)."""
     t0 = time.perf_counter()
+    gc.collect()  # garbage freed mid-job would be counted as "others" and not be (peak < 0)
     mx.reset_peak_memory()
     # memory held by anything else in this process (not the weights) stays live throughout
     others = max(0, mx.get_active_memory() - clf.footprint.weight_bytes)
