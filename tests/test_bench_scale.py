@@ -47,22 +47,31 @@ def test_workload_repeats_are_exact_copies_of_earlier_rows(tmp_path):
 
 @pytest.fixture(scope="module")
 def scale_result():
-    return run_scale(ScaleRequest(sizes=(120, 360), large=160, large_preset="tiny"), lambda m: None)
+    request = ScaleRequest(sizes=(120, 360), large=160, large_preset="tiny", compare=80)
+    return run_scale(request, lambda m: None)
 
 
 def test_scale_runs_report_the_measured_figures(scale_result):
     r = scale_result
     assert [x["tickets"] for x in r["tiny"]] == [120, 360]
-    assert [x["name"] for x in r["large"]] == ["global", "windows", "no repeats"]
+    assert [x["name"] for x in r["large"]] == ["windows", "repeats", "no repeats"]
+    assert [x["tickets"] for x in r["large"]] == [160, 80, 80]
     for x in r["tiny"] + r["large"]:
         assert x["rows"] == x["scored"] == x["tickets"] and x["errors"] == 0
         assert x["max_rss_mb"] > 20 and x["wall_seconds"] > x["job_seconds"] > 0
         assert 0 <= x["padding"] < 1 and x["items_per_s"] > 0 and x["tokenizer_share"] > 0
-    g, w, u = r["large"]
+    w, g, u = r["large"]
     assert g["duplicates_in_file"] > 0.1 and g["duplicates_scored_once"] > 0
     assert u["duplicates_in_file"] == 0 and u["duplicates_scored_once"] == 0
-    assert g["repeats_agree"] is True and u["repeats_agree"] is None
+    assert w["repeats_agree"] is True and g["repeats_agree"] is True and u["repeats_agree"] is None
+    plans = {p["name"]: p for p in r["plans"]}
+    assert [plans[k]["windows"] for k in ("global", "windows", "default")] == [1, 4, 1]
+    assert plans["default"]["padded_tokens"] == plans["global"]["padded_tokens"]  # 160 < 16,384
+    # the planned padding of 4 windows is the streamed run's own (its summary: 2 decimals)
+    assert abs(plans["windows"]["padding"] - w["padding"]) < 0.0001
     assert r["tokenizer"]["tokens_per_s"] > 0
+    trace = r["tiny"][-1]["rss_trace"]  # the child's resident size, sampled each second
+    assert trace and all(0 < mb <= r["tiny"][-1]["max_rss_mb"] + 1 for _, mb in trace)
     assert len(r["targets"]) == 5 and all(isinstance(t["met"], bool) for t in r["targets"])
     text = format_scale(r)
     assert "projection to 10,000,000" in text and text.count("met") >= 5

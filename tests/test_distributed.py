@@ -26,7 +26,14 @@ pytestmark = pytest.mark.skipif(not LAUNCH.exists(), reason="mlx.launch is not i
 def single(model, src, out, *extra):
     cmd = [sys.executable, "-m", "mlxbatch", "classify", str(src), "--model", str(model),
            "-o", str(out), *extra]  # fmt: skip
-    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
+
+
+def verify_line(text: str) -> str:
+    """classify's verification summary ('verify: 100.00% label agreement ... over N items')."""
+    lines = [x for x in text.splitlines() if x.startswith("verify:")]
+    assert len(lines) == 1, text
+    return lines[0].split(", max")[0]
 
 
 def launched(model, src, out, *extra, wait=True, env=None):
@@ -44,6 +51,7 @@ def inputs(tmp_path_factory):
     src = root / "in.jsonl"
     tickets = generate(60, seed=11, mix="heavy-tail")
     tickets[7]["text"] = "   "  # a bad row: an error row under --on-error skip
+    tickets[5]["text"] = tickets[20]["text"] = tickets[3]["text"]  # repeats: in and across windows
     write_jsonl(tickets, src)
     return root, src
 
@@ -57,6 +65,20 @@ def test_two_ranks_write_the_single_process_file(tiny_model_dir, inputs, mode):
     assert r.returncode == 0, r.stdout + r.stderr
     assert (root / f"two-{mode}.jsonl").read_bytes() == (root / f"one-{mode}.jsonl").read_bytes()
     assert "rank 1" in r.stdout + r.stderr and "2 ranks:" in r.stdout + r.stderr
+
+
+def test_two_ranks_stream_in_windows_and_verify_every_item(tiny_model_dir, inputs):
+    """Windows of 7 rows (a bad row and a repeat inside the first, a repeat of it in the
+    third): every rank plans the same windows; each rank verifies the items it scored."""
+    root, src = inputs
+    extra = ["--on-error", "skip", "--max-batch", "4", "--window-rows", "7", "--verify"]
+    one = single(tiny_model_dir, src, root / "one-w.jsonl", *extra)
+    r = launched(tiny_model_dir, src, root / "two-w.jsonl", *extra)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (root / "two-w.jsonl").read_bytes() == (root / "one-w.jsonl").read_bytes()
+    assert verify_line(r.stdout + r.stderr) == verify_line(one.stdout + one.stderr)
+    assert "100.00% label agreement" in verify_line(r.stdout + r.stderr)
+    assert "1 duplicates scored once" in r.stdout + r.stderr  # row 5; row 20 is in window 3
 
 
 def test_fewer_batches_than_ranks(tiny_model_dir, tmp_path):
@@ -95,11 +117,13 @@ def rank_pid(rank: int, marker: str) -> int | None:
 def test_a_killed_rank_fails_the_job_and_resume_completes_it(tiny_model_dir, tmp_path):
     src = tmp_path / "in.jsonl"
     write_jsonl(generate(240, seed=5), src)
-    extra = ["--max-batch", "2", "--planner", "greedy", "--batch-tokens", "1024"]
-    single(tiny_model_dir, src, tmp_path / "ref.jsonl", *extra)
+    extra = ["--max-batch", "2", "--planner", "greedy", "--batch-tokens", "1024",
+             "--window-rows", "100"]  # fmt: skip
+    ref = single(tiny_model_dir, src, tmp_path / "ref.jsonl", *extra, "--verify")
     out = tmp_path / "killed.jsonl"
-    # rank 0 holds for good after journaling 3 rounds (120 batches in rounds of at most 8 a
-    # rank: at least 8 rounds), and rank 1 waits for it in round 4: both are alive to the kill
+    # rank 0 holds for good after journaling 3 rounds of the first window (50 batches of its
+    # 100 rows, in rounds of at most 8 a rank: at least 4 rounds), and rank 1 waits for it in
+    # round 4: both are alive to the kill
     proc = launched(tiny_model_dir, src, out, *extra, wait=False,
                     env={**os.environ, VARIABLE: "3"})  # fmt: skip
     seen = []
@@ -116,9 +140,11 @@ def test_a_killed_rank_fails_the_job_and_resume_completes_it(tiny_model_dir, tmp
     text = "".join(seen) + proc.communicate(timeout=300)[0]
     assert "rank 1" in text and "--resume" in text, text
     assert not out.exists() and journal_path(out).exists()
-    r = launched(tiny_model_dir, src, out, *extra, "--resume")
+    r = launched(tiny_model_dir, src, out, *extra, "--resume", "--verify")
     assert r.returncode == 0, r.stdout + r.stderr
     assert out.read_bytes() == (tmp_path / "ref.jsonl").read_bytes()
+    # the rows the killed run journaled are verified too (read back from the journal)
+    assert verify_line(r.stdout + r.stderr) == verify_line(ref.stdout + ref.stderr)
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(rows) == 240 and np.all([abs(sum(x["scores"].values()) - 1) < 1e-5 for x in rows])
 

@@ -88,6 +88,55 @@ def test_a_resume_at_a_window_boundary_equals_an_uninterrupted_run(clf, tickets,
     assert out.read_bytes() == ref.read_bytes()
 
 
+def test_a_resumed_job_verifies_the_rows_its_journal_held(clf, tickets, tmp_path, monkeypatch):
+    """--verify after --resume checks every item: those this run scored, and those the
+    interrupted run journaled (read back from the journal, re-planned in a second pass)."""
+    from mlxbatch.api.spec import RunSpec
+    from mlxbatch.jobs import job as job_module
+    from mlxbatch.jobs.source import JobInput
+
+    out = tmp_path / "out.jsonl"
+    real, calls = job_module.plan_window, []
+
+    def stop_at_third_window(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(job_module, "plan_window", stop_at_third_window)
+    with pytest.raises(KeyboardInterrupt):
+        job(clf, tickets, out, window=8)
+    monkeypatch.setattr(job_module, "plan_window", real)
+    spec = RunSpec(on_error="skip", window=8)
+    res = job_module.run_job(clf, JobInput.of_file(str(tickets)), spec, out, resume=True,
+                             verify=True, keep_results=False)  # fmt: skip
+    assert res.resumed == 16 and res.verify["passed"]
+    assert res.verify["items"] == res.scored - res.duplicates == 38  # every prompt scored
+
+
+def test_duplicate_ids_found_by_the_scan_name_the_same_rows_in_every_window(clf, tmp_path):
+    """The scan holds the table of ids; the windows' pass takes the rows it found (and holds no
+    table), so an id repeated windows away is the same error row whatever the window size."""
+    from mlxbatch.io.inputs import open_rows
+
+    rows = [dict(r, id=f"r{i}") for i, r in enumerate(generate(30, seed=4))]
+    rows[12]["id"] = rows[2]["id"]  # window 3 of 5 repeats an id of window 1
+    rows[29]["id"] = 7  # a number beside strings: no clash
+    src = tmp_path / "ids.jsonl"
+    write_jsonl(rows, src)
+    whole, small = tmp_path / "whole.jsonl", tmp_path / "small.jsonl"
+    assert job(clf, src, whole, window=1000).errors == 1
+    assert job(clf, src, small, window=5).errors == 1
+    assert small.read_bytes() == whole.read_bytes()
+    out = [json.loads(x) for x in whole.read_text().splitlines()]
+    assert "duplicate id 'r2' (first at 3)" in out[12]["error"] and "label" in out[2]
+    first = open_rows(str(src))
+    assert [r.error for r in first if r.error] == [out[12]["error"]]
+    again = open_rows(str(src), duplicates=first.duplicates)
+    assert again._seen is None and [r.error for r in again if r.error] == [out[12]["error"]]
+
+
 def test_the_journal_holds_offsets_not_rows(clf, tickets, tmp_path):
     from mlxbatch.io.sinks import Journal, RowIndex
 

@@ -153,9 +153,12 @@ def doctor(as_json, size, calibrate, model):
               "processes (tiny model at --scale-sizes, 0.5B-shaped at --scale-large): items/s, "
               "max RSS from the OS, padding, repeats scored once; the 10M projection.")  # fmt: skip
 @click.option("--scale-sizes", default="10000,100000,1000000", show_default=True,
-              help="Tickets for the tiny model's runs (comma-separated).")  # fmt: skip
+              help="Tickets for the tiny model's runs (comma-separated; empty: none).")  # fmt: skip
 @click.option("--scale-large", type=click.IntRange(0), default=6000, show_default=True,
-              help="Tickets for the 0.5B-shaped model's runs (0: none).")  # fmt: skip
+              help="Tickets for the 0.5B-shaped model's streamed run (0: none).")  # fmt: skip
+@click.option("--scale-compare", type=click.IntRange(0), default=1200, show_default=True,
+              help="Tickets for the 0.5B-shaped model's pair of runs with and without repeats "
+              "(0: none).")  # fmt: skip
 @click.option("--scale-duplicates", type=click.FloatRange(0, 0.9), default=0.2,
               show_default=True, help="Share of rows repeating an earlier row's text.")  # fmt: skip
 @click.pass_context
@@ -169,7 +172,10 @@ def bench(ctx, **options):
 
         return ctx.invoke(bench_serve, model=opt["model"], quick=opt["quick"],
                           json_path=opt["json_path"], plot_path=opt["plot_path"])  # fmt: skip
-    scale = {k: opt.pop(k) for k in ("scale", "scale_sizes", "scale_large", "scale_duplicates")}
+    scale = {
+        k: opt.pop(k)
+        for k in ("scale", "scale_sizes", "scale_large", "scale_compare", "scale_duplicates")
+    }
     if scale["scale"]:
         return _bench_scale(scale, opt)
     opt["plot_path"] = plot_target(opt["plot_path"], opt["json_path"], "bench")
@@ -185,11 +191,15 @@ def _bench_scale(scale: dict, o: dict) -> None:
         sizes = tuple(int(x) for x in scale["scale_sizes"].split(",") if x.strip())
     except ValueError:
         raise click.BadParameter("comma-separated counts", param_hint="--scale-sizes") from None
-    if not sizes or min(sizes) < 1:
+    if sizes and min(sizes) < 1:
         raise click.BadParameter("ticket counts of 1 or more", param_hint="--scale-sizes")
+    if not sizes and not scale["scale_large"] and not o["quick"]:
+        raise click.BadParameter("nothing to run: give ticket counts or --scale-large",
+                                 param_hint="--scale-sizes")  # fmt: skip
     sizes, large = (QUICK_SIZES, 0) if o["quick"] else (sizes, scale["scale_large"])
     plot = plot_target(o["plot_path"], o["json_path"], "bench-scale")
-    request = ScaleRequest(sizes=sizes, large=large, duplicates=scale["scale_duplicates"],
+    request = ScaleRequest(sizes=sizes, large=large, compare=scale["scale_compare"],
+                           duplicates=scale["scale_duplicates"],
                            json_path=o["json_path"], plot_path=plot)  # fmt: skip
     sys.exit(scale_command(request, echo))
 

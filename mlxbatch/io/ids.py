@@ -31,9 +31,9 @@ class IdTable:
         self.count = 0
 
     def _alloc(self, capacity: int) -> None:
-        self.hi = array("Q", bytes(8 * capacity))
-        self.lo = array("Q", bytes(8 * capacity))
-        self.row = array("q", bytes(8 * capacity))  # 0: empty; else row * 2 + kind
+        self.hi = array("Q", [0]) * capacity  # no temporary of the same size (bytes(8 * n))
+        self.lo = array("Q", [0]) * capacity
+        self.row = array("q", [0]) * capacity  # 0: empty; else row * 2 + kind
         self.mask = capacity - 1
 
     def first(self, key: bytes, row: int, kind: int) -> tuple[int, int] | None:

@@ -47,7 +47,8 @@ class RowStream:
     """
 
     def __init__(self, path: str, text_field: str = "text", id_field: str | None = None,
-                 fmt: str = "auto", fields: tuple[str, ...] = (), output_format: str = "jsonl"):  # fmt: skip
+                 fmt: str = "auto", fields: tuple[str, ...] = (), output_format: str = "jsonl",
+                 duplicates: dict[int, str] | None = None):  # fmt: skip
         source = open_source(path)
         try:
             if fmt == "parquet" or (fmt == "auto" and source.parquet):
@@ -64,7 +65,10 @@ class RowStream:
         self._ids_from_first = id_field is None and parsed.columns is None and self.format != "text"
         if id_field is None and parsed.columns is not None and "id" in parsed.columns:
             self.id_field = "id"
-        self._seen = IdTable()  # ids seen so far, as digests (see ids.py)
+        # ids seen so far, as digests (see ids.py); or, when an earlier pass over the same file
+        # found them (`duplicates`: row -> why), no table: a second pass holds no per-id memory
+        self._seen = IdTable() if duplicates is None else None
+        self.duplicates: dict[int, str] = {} if duplicates is None else duplicates
         self._started = False
 
     def __enter__(self) -> RowStream:
@@ -134,6 +138,8 @@ class RowStream:
             key = rid if isinstance(rid, str) else repr(rid)
             if self.output_format == "tsv" and any(c in key for c in "\t\n\r"):
                 return f"id {_short(rid)} holds a tab or line break, which a TSV output cannot hold"
+        if self._seen is None:
+            return self.duplicates.get(n)
         kind = TEXT if isinstance(rid, str) else NUMBER
         seen = self._seen.first(canonical(key), n, kind)
         if seen is None:
@@ -141,11 +147,12 @@ class RowStream:
         first, first_kind = seen
         if self.output_format in ("csv", "tsv") and first_kind != kind:  # one id once text
             other = key if first_kind == TEXT else _number(key)
-            return (
-                f"duplicate id {rid!r} (first at {first} as {other!r}; the two are "
-                f"one id in a {self.output_format.upper()} output: write JSONL)"
-            )
-        return f"duplicate id {rid!r} (first at {first})"
+            why = (f"duplicate id {rid!r} (first at {first} as {other!r}; the two are "
+                   f"one id in a {self.output_format.upper()} output: write JSONL)")  # fmt: skip
+        else:
+            why = f"duplicate id {rid!r} (first at {first})"
+        self.duplicates[n] = why
+        return why
 
 
 def _number(text: str) -> int | float:
@@ -171,12 +178,15 @@ def _text(text: Any, text_field: str) -> tuple[str | None, str | None]:
 def open_rows(
     path: str, text_field: str = "text", id_field: str | None = None, fmt: str = "auto",
     fields: tuple[str, ...] = (), output_format: str = "jsonl",
+    duplicates: dict[int, str] | None = None,
 ) -> RowStream:  # fmt: skip
     """The rows of `path` ('-' for stdin) as a stream: `.format`, then each Row, valid or carrying
     its error, in input order. File-level problems found at the start (missing file, header,
     format) raise here. `fields`: other columns to keep on each row. `output_format` 'csv' or
-    'tsv': ids will be written as text, so ids equal as text (1 and "1") are duplicates."""
-    return RowStream(path, text_field, id_field, fmt, fields, output_format)
+    'tsv': ids will be written as text, so ids equal as text (1 and "1") are duplicates.
+    `duplicates`: the rows with a duplicate id, as a finished pass over the same file found them
+    (its `.duplicates`); the stream then keeps no table of ids."""
+    return RowStream(path, text_field, id_field, fmt, fields, output_format, duplicates)
 
 
 def read_rows(

@@ -139,14 +139,15 @@ class RowIndex:
     def __getitem__(self, row: int) -> dict:
         if row not in self:
             raise KeyError(row)
-        start, chunk = int(self.offsets[row]), b""
-        while not chunk.endswith(b"\n"):  # one line, read in blocks
-            more = os.pread(self.fd, 1 << 16, start + len(chunk))
+        start, chunk, size = int(self.offsets[row]), b"", 1024  # a result line: ~200 bytes
+        while not chunk.endswith(b"\n"):  # one line, read in growing blocks
+            more = os.pread(self.fd, size, start + len(chunk))
             if not more:
                 break
             chunk += more
             if b"\n" in more:
                 chunk = chunk[: chunk.index(b"\n") + 1]
+            size = min(2 * size, 1 << 20)
         return json.loads(chunk)["result"]
 
     def get(self, row: int, default=None):

@@ -20,7 +20,7 @@ from ..io.rows import output_format
 from ..io.sinks import journal_path
 from ..model.defaults import default_model_dir
 from ..model.hub import resolve
-from .distributed import Cluster, run_distributed_job
+from .distributed import Cluster, RankGroup
 from .job import JobResult, run_job
 from .source import JobInput
 
@@ -89,7 +89,7 @@ def run_classify(request: ClassifyRequest, spec: RunSpec, say: Callable[[str], N
     prompt = prompt_spec(req.labels, req.labels_file, req.system_prompt, req.system_prompt_file,
                          req.examples, req.text_field)  # fmt: skip
     writes_as = output_format(str(req.output))[0] if req.output is not None else "jsonl"
-    if req.gold_field or cluster:  # the evaluation and the ranks hold every row
+    if req.gold_field:  # the evaluation holds every row
         rows, fmt = read_rows(req.input, req.text_field, req.id_field, req.input_format,
                               (req.gold_field,) if req.gold_field else (), writes_as)  # fmt: skip
         if req.gold_field and not any(req.gold_field in row.fields for row in rows):
@@ -109,14 +109,11 @@ def run_classify(request: ClassifyRequest, spec: RunSpec, say: Callable[[str], N
         min_confidence=req.min_confidence,
     )  # fmt: skip
     try:
-        if cluster:
-            result = run_distributed_job(cluster, clf, rows, spec, req.output if rank == 0 else None,
-                                         req.resume, req.verify and rank == 0, req.input, fmt)  # fmt: skip
-            if result is None:  # ranks other than 0 write nothing
-                return 0
-        else:
-            result = run_job(clf, rows, spec, req.output, req.resume, req.verify, req.input, fmt,
-                             keep_results=bool(req.gold_field))  # fmt: skip
+        result = run_job(clf, rows, spec, req.output if rank == 0 else None, req.resume,
+                         req.verify, req.input, fmt, keep_results=bool(req.gold_field),
+                         group=RankGroup(cluster) if cluster else None)  # fmt: skip
+        if result is None:  # ranks other than 0 write nothing
+            return 0
     except KeyboardInterrupt:
         if req.output and kind == "file":
             raise Interrupted(f"interrupted; finished batches are saved in {req.output}.part. Run "

@@ -1,20 +1,21 @@
 """Data-parallel classification over MLX's distributed layer (`mlx.launch`: ring, MPI, NCCL).
 
-Every rank reads, validates and tokenizes the whole input and computes the same global batch
-plan (rank 0's batch shape and cost model are broadcast first, and the ranks check that they
-hold the same input, model and settings). Whole batches are dealt to ranks balanced by padded
-tokens; each batch is computed exactly as a single process would, so the scores are
-bit-identical. After every round (one batch a rank) the probabilities are all-gathered, padded
-to the round's largest batch (every rank knows the plan, so only the numbers travel), and
-rank 0 appends them to its journal: `--resume` after a kill of any rank re-deals only the
-batches the journal lacks. Every collective runs under a watchdog: MLX's ring backend has been
-seen to hang rather than fail when a peer dies.
+`job.run_job` drives the job on every rank with a `RankGroup`: rank 0's batch shape, item limit
+and cost model are broadcast (the ranks check first that they hold the same input, model and
+settings), and every rank reads the input in the same windows and plans each alike, holding one
+window at a time. A window's batches are dealt whole to ranks, balanced by padded tokens; each
+batch is computed exactly as a single process would, so the scores are bit-identical. After
+every round (one batch a lane) the probabilities are all-gathered, padded to the round's largest
+batch (every rank knows the plan, so only the numbers travel), and rank 0 appends them to its
+journal: `--resume` after a kill of any rank re-deals only the batches the journal lacks. Each
+rank verifies the items it scored. Every collective runs under a watchdog: MLX's ring backend
+has been seen to hang rather than fail when a peer dies.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
+import json
 import os
 import signal
 import socket
@@ -28,26 +29,15 @@ import mlx.core as mx
 import numpy as np
 
 from ..api.classifier import Classifier
+from ..api.limits import Limit
 from ..api.spec import RunSpec
-from ..engine.planner import Batch
+from ..engine.planner import Batch, CostModel
 from ..errors import JobError
-from ..io.inputs import Row
-from ..io.sinks import Journal, recorded_header
+from ..io.sinks import Journal, Sink
 from ..runtime import testhold
-from .fingerprint import fingerprint
-from .job import (
-    JobResult,
-    append_batch,
-    job_result,
-    open_job_sink,
-    progress_bar,
-    refuse_bad_rows,
-    scheduler_for,
-    todo_batches,
-)
-from .plan import JobPlan, plan_job
-from .source import BAD_KEPT, Scan
-from .verify import verify_window
+from .job import append_batch, batch_rows, scheduler_for, todo_batches
+from .plan import JobPlan, JobShape
+from .verify import merge_reports, verify_window
 
 HOST_BYTES = 64
 
@@ -123,32 +113,18 @@ class Cluster:
         """Rank 0's int32 `arr` on every rank."""
         return self.gather(arr if self.rank == 0 else np.zeros_like(arr), what)[0]
 
+    def gather_json(self, value, what: str) -> list:
+        """Every rank's JSON-serializable `value` (sizes first, then the padded bytes)."""
+        data = json.dumps(value).encode()
+        sizes = self.gather(np.array([len(data)], np.int32), f"{what} (sizes)")[:, 0]
+        buf = np.zeros(-(-int(sizes.max()) // 4) * 4, np.uint8)
+        buf[: len(data)] = np.frombuffer(data, np.uint8)
+        got = self.gather(buf.view(np.int32), what).view(np.uint8)
+        return [json.loads(bytes(got[k, : sizes[k]])) for k in range(self.size)]
+
 
 def _f64_to_i32(values: list[float]) -> np.ndarray:
     return np.array(values, np.float64).view(np.int32)
-
-
-def shared_settings(cluster: Cluster, plan: JobPlan | None, n_fields: int = 7) -> dict | None:
-    """Rank 0's batch shape, item limit and cost model, exactly (float64 bits travel as int32
-    pairs): a rank with less free memory must not cut items at another limit."""
-    from ..engine.planner import CostModel
-
-    if cluster.rank == 0:
-        s, c = plan.settings, plan.cost
-        vals = [
-            s["batch_tokens"],
-            s["max_batch"],
-            s["item_limit"][0],
-            *((c.per_batch, c.per_token, c.per_key, c.lanes) if c else (np.nan,) * 4),
-        ]
-    else:
-        vals = [0.0] * n_fields
-    got = cluster.broadcast(_f64_to_i32(vals), "settings").view(np.float64)
-    out = {"batch_tokens": int(got[0]), "max_batch": int(got[1]), "cost_model": None,
-           "item_limit": [int(got[2]), "rank 0's item limit"]}  # fmt: skip
-    if not np.isnan(got[3]):
-        out["cost_model"] = CostModel(*map(float, got[3:6]), int(got[6]), "rank 0").to_dict()
-    return out
 
 
 def deal(batches: list[Batch], ranks: int) -> list[list[Batch]]:
@@ -168,96 +144,108 @@ class RankStats:
     padded: int = 0
 
 
-def run_distributed_job(
-    cluster: Cluster, clf: Classifier, rows: list[Row], spec: RunSpec, output: Path | None,
-    resume: bool = False, verify: bool = False, source: str = "input", fmt: str = "jsonl",
-) -> JobResult | None:  # fmt: skip
-    """The classify job over every rank; rank 0 returns the result, the others None."""
-    t0, rank = time.perf_counter(), cluster.rank
-    header = {"fingerprint": fingerprint(rows, clf, spec)}
-    digest = np.frombuffer(hashlib.sha256(header["fingerprint"].encode()).digest(), np.int32)
-    digests = cluster.gather(digest, "fingerprints")
-    differ = [k for k in range(cluster.size) if not np.array_equal(digests[k], digests[0])]
-    if differ:
-        raise JobError(f"rank(s) {differ} ({', '.join(cluster.hosts[k] for k in differ)}) hold a "
-                       "different input, model, labels or settings than rank 0")  # fmt: skip
-    recorded = recorded_header(output, header) if rank == 0 and output and resume else None
-    plan0 = (
-        plan_job(clf, rows, spec, recorded["settings"] if recorded else None) if rank == 0 else None
-    )
-    plan = plan0 or plan_job(clf, rows, spec, shared_settings(cluster, None))
-    if rank == 0:
-        shared_settings(cluster, plan0)
-    bad = [dataclasses.replace(r, error=r.error or plan.errors.get(i)) for i, r in enumerate(rows)
-           if r.error or i in plan.errors]  # fmt: skip
-    refuse_bad_rows(Scan(len(rows), "", bad[:BAD_KEPT], len(bad)), spec, source, fmt)
-    sink = None
-    if rank == 0:
-        sink = open_job_sink(clf, rows, plan, output, header, resume)
+class RankGroup:
+    """`job.LocalGroup`'s methods over the ranks of a cluster (see the module's docstring)."""
+
+    def __init__(self, cluster: Cluster):
+        self.cluster, self.rank = cluster, cluster.rank
+        self.stats = RankStats()
+        self.lanes: list[int] | None = None
+
+    def share_shape(self, shape: JobShape | None) -> JobShape:
+        """Rank 0's shape on every rank, exactly (float64 bits travel as int32 pairs): a rank
+        with less free memory must not cut items at another limit."""
+        if self.rank == 0:
+            c = shape.cost
+            vals = [shape.batch_tokens, shape.max_batch, shape.limit.tokens, shape.window,
+                    *((c.per_batch, c.per_token, c.per_key, c.lanes) if c else (np.nan,) * 4)]  # fmt: skip
+        else:
+            vals = [0.0] * 8
+        got = self.cluster.broadcast(_f64_to_i32(vals), "settings").view(np.float64)
+        if self.rank == 0:
+            return shape
+        cost = None if np.isnan(got[4]) else CostModel(*map(float, got[4:7]), int(got[7]), "rank 0")
+        return JobShape(int(got[0]), int(got[1]), cost, Limit(int(got[2]), "rank 0's item limit"),
+                        int(got[3]))  # fmt: skip
+
+    def agree(self, fingerprint: str) -> None:
+        digest = np.frombuffer(hashlib.sha256(fingerprint.encode()).digest(), np.int32)
+        digests = self.cluster.gather(digest, "fingerprints")
+        differ = [k for k in range(self.cluster.size) if not np.array_equal(digests[k], digests[0])]
+        if differ:
+            raise JobError(f"rank(s) {differ} ({', '.join(self.cluster.hosts[k] for k in differ)}) "
+                           "hold a different input, model, labels or settings than rank 0")  # fmt: skip
+
+    def opened(self, sink: Sink, output: Path | None) -> None:
         _on_sigterm(sink, output)
-    done = np.zeros(len(plan.batches), np.int32)
-    if rank == 0:
-        todo = set(map(id, todo_batches(plan, sink.done)))
-        done = np.array([id(b) not in todo for b in plan.batches], np.int32)
-    done = cluster.broadcast(done, "journal state")
-    remaining = [b for b, d in zip(plan.batches, done) if not d]
-    shares = deal(remaining, cluster.size)
-    written: dict[int, dict] = {}  # rank 0's rows, for verification
-    stats = _rounds(cluster, clf, rows, plan, shares, sink, spec.on_error, written)
-    table = cluster.gather(np.array([stats.items, stats.padded, int(stats.seconds * 1e6)], np.int64)
-                           .view(np.int32), "statistics").view(np.int64)  # fmt: skip
-    if rank != 0:
-        return None
-    seconds = time.perf_counter() - t0
-    report = verify_window(clf, rows, plan, written, spec, verify)
-    sink.finish(len(rows), clf.labels.names)
-    per_rank = [{"rank": k, "host": cluster.hosts[k], "items": int(t[0]), "padded_tokens": int(t[1]),
-                 "seconds": t[2] / 1e6} for k, t in enumerate(table)]  # fmt: skip
-    return job_result(clf, rows, plan, sink, seconds, mx.get_peak_memory(), report, per_rank)
 
+    def score(self, clf: Classifier, window, plan: JobPlan, sink: Sink | None, spec: RunSpec,
+              verify: bool, bar) -> tuple[list[tuple[int, dict]], dict | None]:  # fmt: skip
+        """The window's batches not in rank 0's journal, dealt to the ranks and scored in
+        rounds; rank 0's rows written, and the verification of every rank's items (rank 0)."""
+        c = self.cluster
+        if self.lanes is None:
+            self.lanes = [
+                int(x[0]) for x in c.gather(np.array([clf.engine.lanes], np.int32), "lanes")
+            ]
+        done = np.zeros(len(plan.batches), np.int32)
+        if sink is not None:
+            todo = set(map(id, todo_batches(plan, sink.done)))
+            done = np.array([id(b) not in todo for b in plan.batches], np.int32)
+        if len(done):
+            done = c.broadcast(done, "journal state")
+        shares = deal([b for b, d in zip(plan.batches, done) if not d], c.size)
+        checking = verify or bool(spec.verify_sample)
+        written, mine = self._rounds(clf, window, plan, shares, sink, spec.on_error, bar, checking)
+        if not checking:
+            return written, None
+        prompts = {i: plan.prompts[i] for i in mine}
+        reports = c.gather_json(
+            verify_window(clf, window, prompts, mine, spec, verify), "verification"
+        )
+        return written, merge_reports([r for r in reports if r is not None])
 
-def _rounds(cluster, clf, rows, plan, shares, sink, on_error, written) -> RankStats:
-    """Rounds of one batch per CPU lane on every rank (each batch whole on one lane, as in a
-    single process); rank 0 journals every round's results."""
-    n_labels = len(clf.labels.names)
-    lanes = [int(x[0]) for x in cluster.gather(np.array([clf.engine.lanes], np.int32), "lanes")]
-    rounds = [[share[start : start + n] for start in range(0, len(share), n)]
-              for share, n in zip(shares, lanes)]  # fmt: skip
-    mine = rounds[cluster.rank]
-    scheduler = scheduler_for(clf, plan, [b for batches in mine for b in batches])
-    stats = RankStats()
-    todo = sum(len(b.indices) + sum(len(plan.copies.get(i, ())) for i in b.indices)
-               for x in shares for b in x)  # fmt: skip
-    bar = progress_bar(len(rows), len(rows) - todo) if cluster.rank == 0 else None
-    try:
+    def _rounds(self, clf, window, plan, shares, sink, on_error, bar, keep_own: bool):
+        """Rounds of one batch per CPU lane on every rank (each batch whole on one lane, as in a
+        single process); rank 0 journals every round's results. Returns rank 0's rows written
+        and, with `keep_own`, this rank's scored rows (input row -> output row, to verify)."""
+        n_labels = len(clf.labels.names)
+        rounds = [[share[start : start + n] for start in range(0, len(share), n)]
+                  for share, n in zip(shares, self.lanes)]  # fmt: skip
+        mine = rounds[self.rank]
+        scheduler = scheduler_for(clf, plan, [b for batches in mine for b in batches])
+        written, own = [], {}
         for r in range(max((len(x) for x in rounds), default=0)):
             rows_at_most = max(len(b.indices) for x in rounds if r < len(x) for b in x[r])
-            probs = np.full((max(lanes), rows_at_most, n_labels), np.nan, np.float32)
+            probs = np.full((max(self.lanes), rows_at_most, n_labels), np.nan, np.float32)
             if r < len(mine):
                 started = time.perf_counter()
-                for lane, (_, got, _) in enumerate(scheduler.run(mine[r])):
+                for lane, (batch, got, _) in enumerate(scheduler.run(mine[r])):
                     probs[lane, : len(got)] = got
-                stats.seconds += time.perf_counter() - started
-                stats.items += sum(len(b.indices) for b in mine[r])
-                stats.padded += sum(b.padded_tokens for b in mine[r])
-            everyone = cluster.gather(probs, f"results of round {r + 1}")
+                    if keep_own:
+                        own.update(batch_rows(clf, window, plan, batch, got, "skip"))
+                self.stats.seconds += time.perf_counter() - started
+                self.stats.items += sum(len(b.indices) for b in mine[r])
+                self.stats.padded += sum(b.padded_tokens for b in mine[r])
+            everyone = self.cluster.gather(probs, f"results of round {r + 1}")
             if sink is None:
                 continue
             for rank, batches in enumerate(rounds):
                 for lane, batch in enumerate(batches[r] if r < len(batches) else []):
                     got = everyone[rank, lane, : len(batch.indices)]
-                    out = append_batch(clf, rows, plan, sink, batch, got, on_error)
-                    written.update(out)
+                    out = append_batch(clf, window, plan, sink, batch, got, on_error)
+                    written += out
                     bar.update(len(out))
             testhold.after_batch(r + 1)
-    except BaseException:
-        if sink is not None:
-            sink.close()
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
-    return stats
+        return written, {i: row for i, row in own.items() if i in plan.prompts}
+
+    def ranks(self) -> list[dict]:
+        """Every rank's items, padded tokens and computing seconds (a collective)."""
+        s = self.stats
+        table = self.cluster.gather(np.array([s.items, s.padded, int(s.seconds * 1e6)], np.int64)
+                                    .view(np.int32), "statistics").view(np.int64)  # fmt: skip
+        return [{"rank": k, "host": self.cluster.hosts[k], "items": int(t[0]),
+                 "padded_tokens": int(t[1]), "seconds": t[2] / 1e6} for k, t in enumerate(table)]  # fmt: skip
 
 
 def _on_sigterm(sink, output) -> None:

@@ -29,7 +29,7 @@ from ..io.rows import error_row, result_row
 from ..io.sinks import Journal, Sink, recorded_header
 from ..runtime import memory, testhold
 from .fingerprint import fingerprint
-from .plan import JobPlan, check_declared, job_shape, plan_window, planner_label
+from .plan import JobPlan, JobShape, check_declared, job_shape, plan_window, planner_label
 from .source import JobInput, Scan, scan
 from .verify import merge_reports, verify_window
 
@@ -59,7 +59,7 @@ class JobResult:
         return (
             f"{self.rows} rows ({self.scored} scored, {self.errors} errors) in "
             f"{self.seconds:.1f} s, {rate:.2f} items/s, padding overhead "
-            f"{self.padding_overhead:.1%}, batch tokens {self.batch_tokens}, peak memory "
+            f"{self.padding_overhead:.2%}, batch tokens {self.batch_tokens}, peak memory "
             f"{self.peak_memory / 2**30:.2f} GiB (bound {self.memory_bound / 2**30:.2f} GiB)"
             + (f"; planner {self.planner}" if self.planner else "")
             + (f", predicted {self.predicted_seconds:.1f} s" if self.predicted_seconds else "")
@@ -229,60 +229,101 @@ class Totals:
             self.results.update(rows)
 
 
+class LocalGroup:
+    """A job computed by this process alone. `distributed.RankGroup` has the same methods and
+    computes it over the ranks of an `mlx.launch` job: `run_job` is the one driver of both."""
+
+    rank = 0
+
+    def share_shape(self, shape: JobShape | None) -> JobShape:
+        return shape
+
+    def agree(self, fingerprint: str) -> None:
+        return None
+
+    def opened(self, sink: Sink, output: Path | None) -> None:
+        return None
+
+    def score(self, clf: Classifier, window: Window, plan: JobPlan, sink: Sink, spec: RunSpec,
+              verify: bool, bar: tqdm) -> tuple[list[tuple[int, dict]], dict | None]:  # fmt: skip
+        """The window's batches not yet in the sink, scored and appended; the rows written and
+        the verification of the items scored."""
+        written = execute(clf, window, plan, sink, spec.on_error, bar)
+        if not verify and not spec.verify_sample:
+            return written, None
+        results = dict(written)
+        mine = {i: p for i, p in plan.prompts.items() if i in results}
+        return written, verify_window(clf, window, mine, results, spec, verify)
+
+    def ranks(self) -> list[dict]:
+        return []
+
+
 def run_job(
     clf: Classifier, rows: list[Row] | JobInput, spec: RunSpec, output: Path | None,
     resume: bool = False, verify: bool = False, source: str = "input", fmt: str = "jsonl",
-    keep_results: bool = True,
-) -> JobResult:  # fmt: skip
+    keep_results: bool = True, group: LocalGroup | None = None,
+) -> JobResult | None:  # fmt: skip
     """Classify `rows` (a list, or a `JobInput` read in windows of `spec.window` rows) into
     `output` (None: standard output). With `keep_results`, the result rows come back in the
-    JobResult (a list of every row: memory that grows with the job)."""
+    JobResult (a list of every row: memory that grows with the job). `group`: the ranks that
+    share the work (`distributed.RankGroup`); every rank reads the same windows and plans them
+    alike, rank 0 writes; the others return None."""
     t0 = time.perf_counter()
+    group = group or LocalGroup()
+    lead = group.rank == 0
     gc.collect()  # garbage freed mid-job would be counted as "others" and not be (peak < 0)
     mx.reset_peak_memory()
     # memory held by anything else in this process (not the weights) stays live throughout
     others = max(0, mx.get_active_memory() - clf.footprint.weight_bytes)
     job_input = rows if isinstance(rows, JobInput) else JobInput.of_rows(rows, source, fmt)
-    fresh = job_shape(clf, spec, None)
-    refused = None
-    if spec.on_error == "fail" and spec.too_long == "error":  # too long: refused before computing
-
-        def refused(block: list[Row]) -> list[str | None]:
-            good = [r for r in block if not r.error]
-            prompts = iter(clf.engine.prompts([r.text for r in good]))
-            fits = [None if r.error else fit(clf.engine, r.text, fresh.limit, False, next(prompts))
-                    for r in block]  # fmt: skip
-            return [f if isinstance(f, str) else None for f in fits]
-
-    scanned = scan(job_input, refused)
+    fresh = group.share_shape(job_shape(clf, spec, None) if lead else None)
+    scanned = scan(job_input, _too_long(clf, spec, fresh))
     if not scanned.rows:
         raise InputError(f"{job_input.source}: empty input (no rows)")
     header = {"fingerprint": fingerprint(scanned.digest, clf, spec)}
-    recorded = recorded_header(output, header) if output and resume else None
-    shape = job_shape(clf, spec, recorded["settings"]) if recorded else fresh
-    if not recorded:
-        check_declared(clf, spec, shape)
+    group.agree(header["fingerprint"])
+    recorded = recorded_header(output, header) if lead and output and resume else None
+    shape = fresh
+    if lead:
+        shape = job_shape(clf, spec, recorded["settings"]) if recorded else fresh
+        if not recorded:
+            check_declared(clf, spec, shape)
+    shape = group.share_shape(shape if lead else None)
     refuse_bad_rows(scanned, spec, job_input.source, job_input.fmt)
-    sink = open_sink(clf, scanned.rows, output, header | {"settings": shape.settings(spec)}, resume)
-    totals, verified, resumed = Totals(), [], len(sink.done)
-    bar = progress_bar(scanned.rows, resumed)
+    sink, bar, held = None, None, None
+    if lead:
+        sink = open_sink(clf, scanned.rows, output, header | {"settings": shape.settings(spec)},
+                         resume)  # fmt: skip
+        group.opened(sink, output)
+        held = _held_rows(sink)
+        bar = progress_bar(scanned.rows, len(sink.done))
+    totals, verified = Totals(), []
     try:
-        for start, window_rows, prompts in tokenized(clf, job_input, shape.window):
+        for start, window_rows, prompts in tokenized(clf, job_input, shape.window, scanned):
             window = Window(start, window_rows)
             job_input.check_unchanged()  # the rows just read are the scanned file's
-            plan = plan_window(clf, window_rows, start, spec, shape, not recorded, prompts)
+            plan = plan_window(clf, window_rows, start, spec, shape, lead and not recorded, prompts)
             done = error_rows(window, plan, range(start, start + len(window_rows)))
-            sink.append(done)
-            done += execute(clf, window, plan, sink, spec.on_error, bar)
-            totals.add(clf, plan, done, keep_results)
-            verified.append(verify_window(clf, window, plan, dict(done), spec, verify))
-            del window, plan, done
+            if sink is not None:
+                sink.append(done)
+            written, report = group.score(clf, window, plan, sink, spec, verify, bar)
+            totals.add(clf, plan, done + written, keep_results and lead)
+            verified.append(report)
+            del window, plan, done, written
             memory.return_freed_memory()
+        per_rank = group.ranks()  # every rank, the last collective
+        if lead and held is not None and held.any():
+            verified += verify_held(clf, job_input, scanned, spec, shape, sink, held, verify)
     except BaseException:  # Ctrl-C included: what is in the journal stays there
-        sink.close()
+        if sink is not None:
+            sink.close()
         raise
     finally:
-        bar.close()
+        if bar is not None:
+            bar.close()
+    if not lead:
+        return None
     report = merge_reports([v for v in verified if v is not None])
     seconds = time.perf_counter() - t0 - (report["seconds"] if report else 0.0)
     sink.finish(scanned.rows, clf.labels.names)
@@ -290,15 +331,54 @@ def run_job(
         rows=scanned.rows, scored=totals.scored, errors=scanned.rows - totals.scored,
         seconds=seconds, padding_overhead=PaddingStats(totals.useful, totals.padded).overhead,
         batch_tokens=shape.batch_tokens, peak_memory=mx.get_peak_memory() - others,
-        memory_bound=totals.memory_bound, verify=report, planner=planner_label(spec.mode, spec.step.planner, shape.cost),
+        memory_bound=totals.memory_bound, verify=report,
+        planner=planner_label(spec.mode, spec.step.planner, shape.cost),
         predicted_seconds=totals.predicted,
         results=[totals.results[i] for i in sorted(totals.results)] if keep_results else [],
         abstained=totals.abstained, duplicates=totals.duplicates, windows=totals.windows,
-        resumed=resumed,
+        resumed=int(held.sum()) if held is not None else 0, ranks=per_rank,
     )  # fmt: skip
 
 
-def tokenized(clf: Classifier, job_input: JobInput, size: int):
+def _too_long(clf: Classifier, spec: RunSpec, shape: JobShape):
+    """Under --on-error fail with --too-long error, the scan's check of each row against the
+    item limit (too long: refused before computing); else None."""
+    if spec.on_error != "fail" or spec.too_long != "error":
+        return None
+
+    def refused(block: list[Row]) -> list[str | None]:
+        good = [r for r in block if not r.error]
+        prompts = iter(clf.engine.prompts([r.text for r in good]))
+        fits = [None if r.error else fit(clf.engine, r.text, shape.limit, False, next(prompts))
+                for r in block]  # fmt: skip
+        return [f if isinstance(f, str) else None for f in fits]
+
+    return refused
+
+
+def _held_rows(sink: Sink) -> np.ndarray | None:
+    """Which rows the journal held when the job opened it (resumed rows), as a mask."""
+    offsets = getattr(sink.done, "offsets", None)
+    return None if offsets is None else offsets >= 0
+
+
+def verify_held(clf: Classifier, job_input: JobInput, scanned: Scan, spec: RunSpec,
+                shape: JobShape, sink: Sink, held: np.ndarray, every: bool) -> list[dict | None]:  # fmt: skip
+    """The verification of the rows an earlier run journaled (`held`), read back from the
+    journal, after every window is done: a second pass over the input re-plans each window
+    that has such rows (tokenizing again, nothing scored), so no rank waits on it."""
+    reports = []
+    for start, window_rows in job_input.windows(shape.window, scanned):
+        if not held[start : start + len(window_rows)].any():
+            continue
+        plan = plan_window(clf, window_rows, start, spec, shape, False)
+        prompts = {i: p for i, p in plan.prompts.items() if i < len(held) and held[i]}
+        reports.append(verify_window(clf, Window(start, window_rows), prompts, sink.done, spec,
+                                     every))  # fmt: skip
+    return reports
+
+
+def tokenized(clf: Classifier, job_input: JobInput, size: int, scanned: Scan | None = None):
     """(start, rows, prompts of the good rows) window by window; the next window is read and
     tokenized in a thread while the caller scores this one (the tokenizer's Rust threads
     release the GIL: off the lanes' critical path)."""
@@ -310,7 +390,7 @@ def tokenized(clf: Classifier, job_input: JobInput, size: int):
         start, rows = item
         return start, rows, clf.engine.prompts([r.text for r in rows if not r.error])
 
-    windows = job_input.windows(size)
+    windows = job_input.windows(size, scanned)
     with ThreadPoolExecutor(1, thread_name_prefix="mlxbatch-read") as pool:
         ahead = pool.submit(read, windows)
         while (item := ahead.result()) is not None:
@@ -331,28 +411,3 @@ def execute(clf: Classifier, rows, plan: JobPlan, sink: Sink, on_error: str,
         written += rows_out
         testhold.after_batch(n)
     return written
-
-
-def open_job_sink(clf: Classifier, rows: list[Row], plan: JobPlan, output: Path | None,
-                  header: dict, resume: bool) -> Sink:  # fmt: skip
-    """The job's sink (the distributed job's: one window), holding an error row for every bad
-    input row."""
-    sink = open_sink(clf, len(rows), output, header | {"settings": plan.settings}, resume)
-    sink.append(error_rows(rows, plan, range(len(rows))))
-    return sink
-
-
-def job_result(
-    clf: Classifier, rows: list[Row], plan: JobPlan, sink: Sink, seconds: float, peak: int,
-    verify: dict | None, ranks: list[dict] | None = None,
-) -> JobResult:  # fmt: skip
-    """The summary of a finished one-window job (the distributed job's)."""
-    scored = len(plan.prompts) + plan.duplicates
-    return JobResult(
-        rows=len(rows), scored=scored, errors=len(rows) - scored, seconds=seconds,
-        padding_overhead=plan.padding_overhead, batch_tokens=plan.batch_tokens,
-        peak_memory=peak, memory_bound=plan.memory_bound, verify=verify,
-        planner=planner_label(plan.settings["mode"], plan.policy.planner, plan.cost),
-        predicted_seconds=plan.predicted_seconds(clf.engine.cost_terms()), ranks=ranks or [],
-        duplicates=plan.duplicates,
-    )  # fmt: skip

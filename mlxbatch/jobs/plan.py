@@ -150,15 +150,6 @@ def plan_window(
     )  # fmt: skip
 
 
-def plan_job(clf: Classifier, rows: list[Row], spec: RunSpec, recorded: dict | None) -> JobPlan:
-    """A whole input as one window (the distributed job's plan). `recorded`: the interrupted
-    run's settings."""
-    shape = job_shape(clf, spec, recorded)
-    if not recorded:
-        check_declared(clf, spec, shape)
-    return plan_window(clf, rows, 0, spec, shape, check_memory=not recorded)
-
-
 def _limit(clf: Classifier, spec: RunSpec) -> Limit:
     """The per-item limit: the model's context, --max-tokens, a declared --batch-tokens, and
     what one item alone can use of the free memory (so an item too long for memory is a row

@@ -21,7 +21,9 @@ BAD_KEPT = 30  # bad rows a scan keeps for the refusal message (it counts all of
 
 @dataclass(frozen=True)
 class JobInput:
-    reopen: Callable[[], Iterable[Row]]  # every row again, in input order
+    # every row again, in input order; given the scan's duplicate ids (see `scan`), a file's
+    # second pass keeps no table of ids
+    reopen: Callable[[dict[int, str] | None], Iterable[Row]]
     source: str  # the input's name, for messages
     fmt: str
     identity: tuple | None = None  # a file's (device, inode, size, mtime) when first opened
@@ -36,7 +38,7 @@ class JobInput:
 
     @classmethod
     def of_rows(cls, rows: list[Row], source: str = "input", fmt: str = "jsonl") -> JobInput:
-        return cls(lambda: rows, source, fmt)
+        return cls(lambda duplicates=None: rows, source, fmt)
 
     @classmethod
     def of_file(
@@ -53,17 +55,18 @@ class JobInput:
         first.close()
         identity = _identity(path)
 
-        def reopen() -> Iterable[Row]:
+        def reopen(duplicates: dict[int, str] | None = None) -> Iterable[Row]:
             if _identity(path) != identity:
                 raise InputError(f"{path}: changed while the job read it; nothing after the "
                                  "change was written")  # fmt: skip
-            return open_rows(path, text_field, id_field, fmt, fields, output_format)
+            return open_rows(path, text_field, id_field, fmt, fields, output_format, duplicates)
 
         return cls(reopen, path, found, identity)
 
-    def windows(self, size: int) -> Iterator[tuple[int, list[Row]]]:
-        """(first row's index, rows) of `size` rows at a time, read as each is asked for."""
-        rows, start = iter(self.reopen()), 0
+    def windows(self, size: int, scanned: Scan | None = None) -> Iterator[tuple[int, list[Row]]]:
+        """(first row's index, rows) of `size` rows at a time, read as each is asked for;
+        after a `scan`, with the duplicate ids it found (no table of ids held again)."""
+        rows, start = iter(self.reopen(scanned.duplicates if scanned else None)), 0
         while window := list(itertools.islice(rows, size)):
             yield start, window
             start += len(window)
@@ -87,6 +90,7 @@ class Scan:
     digest: str  # the fingerprint's input part
     bad: list[Row]  # the first BAD_KEPT bad rows, each with its reason
     bad_count: int
+    duplicates: dict[int, str] | None = None  # rows with a duplicate id -> why (a file's scan)
 
 
 def scan(
@@ -97,7 +101,8 @@ def scan(
     `refused` by the caller, `chunk` rows at a time: too long under --on-error fail) counted,
     the first few kept."""
     h, count, bad, bad_count = hashlib.sha256(), 0, [], 0
-    rows = iter(job_input.reopen())
+    stream = job_input.reopen(None)
+    rows = iter(stream)
     while block := list(itertools.islice(rows, chunk)):
         reasons = refused(block) if refused else [None] * len(block)
         for row, reason in zip(block, reasons):
@@ -108,4 +113,4 @@ def scan(
                 bad_count += 1
                 if len(bad) < BAD_KEPT:
                     bad.append(dataclasses.replace(row, error=error))
-    return Scan(count, h.hexdigest()[:16], bad, bad_count)
+    return Scan(count, h.hexdigest()[:16], bad, bad_count, getattr(stream, "duplicates", None))

@@ -11,19 +11,18 @@ from tqdm import tqdm
 
 from ..api.classifier import Classifier
 from ..api.spec import RunSpec
-from .plan import JobPlan
 
 
-def verify_window(clf: Classifier, rows, plan: JobPlan, results, spec: RunSpec,
+def verify_window(clf: Classifier, rows, prompts: dict[int, list[int]], results, spec: RunSpec,
                   every: bool) -> dict | None:  # fmt: skip
-    """The report of one window's scored items against `results` (input row -> output row;
-    None when nothing is verified)."""
+    """The report of the items `prompts` (input row -> prompt) against `results` (input row ->
+    output row; None when nothing is verified): all of them under `every`, else the sample."""
     if every:
-        return run_verify(clf, rows, plan.prompts, results)
-    if not spec.verify_sample or not plan.prompts:
+        return run_verify(clf, rows, prompts, results)
+    if not spec.verify_sample or not prompts:
         return None
-    sample = [i for i in sorted(plan.prompts) if sampled(i, spec.verify_sample)]
-    return run_verify(clf, rows, {i: plan.prompts[i] for i in sample}, results)
+    sample = [i for i in sorted(prompts) if sampled(i, spec.verify_sample)]
+    return run_verify(clf, rows, {i: prompts[i] for i in sample}, results)
 
 
 def sampled(row: int, share: float) -> bool:
