@@ -17,8 +17,8 @@ from mlxbatch.bench.scale import (
     assess,
     format_scale,
     run_scale,
-    write_workload,
 )
+from mlxbatch.bench.scale_runs import write_workload
 from mlxbatch.cli import cli
 
 

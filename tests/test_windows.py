@@ -63,14 +63,12 @@ def test_duplicates_are_scored_once_within_a_window(clf, tickets, tmp_path):
     assert res.scored == 39 and res.rows == 40
 
 
-def test_a_resume_at_a_window_boundary_equals_an_uninterrupted_run(clf, tickets, tmp_path,
-                                                                 monkeypatch):  # fmt: skip
+def interrupted_at_third_window(clf, tickets, out, monkeypatch) -> None:
+    """A job in windows of 8 stopped (Ctrl-C) as it plans its third window: two windows are
+    journaled whole."""
     from mlxbatch.jobs import job as job_module
 
-    ref, out = tmp_path / "ref.jsonl", tmp_path / "out.jsonl"
-    job(clf, tickets, ref, window=8)
-    real = job_module.plan_window
-    calls = []
+    real, calls = job_module.plan_window, []
 
     def stop_at_third_window(*a, **k):
         calls.append(1)
@@ -82,6 +80,13 @@ def test_a_resume_at_a_window_boundary_equals_an_uninterrupted_run(clf, tickets,
     with pytest.raises(KeyboardInterrupt):
         job(clf, tickets, out, window=8)
     monkeypatch.setattr(job_module, "plan_window", real)
+
+
+def test_a_resume_at_a_window_boundary_equals_an_uninterrupted_run(clf, tickets, tmp_path,
+                                                                 monkeypatch):  # fmt: skip
+    ref, out = tmp_path / "ref.jsonl", tmp_path / "out.jsonl"
+    job(clf, tickets, ref, window=8)
+    interrupted_at_third_window(clf, tickets, out, monkeypatch)
     journal = [json.loads(x) for x in (tmp_path / "out.jsonl.part").read_text().splitlines()]
     assert {e["row"] for e in journal[1:]} == set(range(16))  # two whole windows
     job(clf, tickets, out, resume=True, window=8)
@@ -96,23 +101,60 @@ def test_a_resumed_job_verifies_the_rows_its_journal_held(clf, tickets, tmp_path
     from mlxbatch.jobs.source import JobInput
 
     out = tmp_path / "out.jsonl"
-    real, calls = job_module.plan_window, []
-
-    def stop_at_third_window(*a, **k):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-
-    monkeypatch.setattr(job_module, "plan_window", stop_at_third_window)
-    with pytest.raises(KeyboardInterrupt):
-        job(clf, tickets, out, window=8)
-    monkeypatch.setattr(job_module, "plan_window", real)
+    interrupted_at_third_window(clf, tickets, out, monkeypatch)
     spec = RunSpec(on_error="skip", window=8)
     res = job_module.run_job(clf, JobInput.of_file(str(tickets)), spec, out, resume=True,
                              verify=True, keep_results=False)  # fmt: skip
     assert res.resumed == 16 and res.verify["passed"]
     assert res.verify["items"] == res.scored - res.duplicates == 38  # every prompt scored
+
+
+def test_a_resumed_job_returns_every_row_for_the_evaluation(clf, tickets, tmp_path, monkeypatch):
+    """The result rows a job returns (classify's --gold-field evaluates them) include the rows
+    the interrupted run journaled, in input order: not only the resumed run's own."""
+    from mlxbatch.api.spec import RunSpec
+    from mlxbatch.jobs.job import run_job
+    from mlxbatch.jobs.source import JobInput
+
+    ref, out = tmp_path / "ref.jsonl", tmp_path / "out.jsonl"
+    job(clf, tickets, ref, window=8)
+    interrupted_at_third_window(clf, tickets, out, monkeypatch)
+    res = run_job(clf, JobInput.of_file(str(tickets)), RunSpec(on_error="skip", window=8), out,
+                  resume=True)  # fmt: skip
+    assert res.resumed == 16
+    assert res.results == [json.loads(x) for x in ref.read_text().splitlines()]
+
+
+def test_a_batch_whose_copy_was_cut_off_is_scored_again_and_verified_once(clf, tickets,
+                                                                         tmp_path, monkeypatch):  # fmt: skip
+    """A journal write cut short after a scored row but before its copy (row 5 repeats row 4):
+    the resume scores that batch again, and --verify counts each item once."""
+    from mlxbatch.api.spec import RunSpec
+    from mlxbatch.jobs import job as job_module
+    from mlxbatch.jobs.source import JobInput
+
+    ref, out = tmp_path / "ref.jsonl", tmp_path / "torn.jsonl"
+    job(clf, tickets, ref, window=8)
+    lines = ref.read_text().splitlines()
+    assert json.loads(lines[5])["scores"] == json.loads(lines[4])["scores"]
+    spec = RunSpec(on_error="skip", window=8)
+
+    def stop(*a, **k):
+        raise KeyboardInterrupt
+
+    real = job_module.execute
+    monkeypatch.setattr(job_module, "execute", stop)  # a journal with its header, no batch
+    with pytest.raises(KeyboardInterrupt):
+        job_module.run_job(clf, JobInput.of_file(str(tickets)), spec, out, keep_results=False)
+    monkeypatch.setattr(job_module, "execute", real)
+    journal = tmp_path / "torn.jsonl.part"
+    header = journal.read_text().splitlines()[0]
+    entries = [json.dumps({"row": i, "result": json.loads(lines[i])}) for i in range(16) if i != 5]
+    journal.write_text("\n".join([header, *entries]) + "\n")
+    res = job_module.run_job(clf, JobInput.of_file(str(tickets)), spec, out, resume=True,
+                             verify=True, keep_results=False)  # fmt: skip
+    assert out.read_bytes() == ref.read_bytes()
+    assert res.verify["items"] == 38 and res.verify["passed"]
 
 
 def test_duplicate_ids_found_by_the_scan_name_the_same_rows_in_every_window(clf, tmp_path):
@@ -133,12 +175,30 @@ def test_duplicate_ids_found_by_the_scan_name_the_same_rows_in_every_window(clf,
     assert "duplicate id 'r2' (first at 3)" in out[12]["error"] and "label" in out[2]
     first = open_rows(str(src))
     assert [r.error for r in first if r.error] == [out[12]["error"]]
+    assert list(first.duplicates.rows) == [13]  # row numbers: 1-based
     again = open_rows(str(src), duplicates=first.duplicates)
-    assert again._seen is None and [r.error for r in again if r.error] == [out[12]["error"]]
+    assert [r.error for r in again if r.error] == [out[12]["error"]] and again._seen is None
+
+
+def test_a_job_keeps_one_table_of_ids_the_scans(clf, tickets, tmp_path, monkeypatch):
+    """However many windows, the ids' digests are held by the scan only."""
+    from mlxbatch.io import inputs
+
+    made = []
+
+    class Counted(inputs.IdTable):
+        def __init__(self, *a, **k):
+            made.append(1)
+            super().__init__(*a, **k)
+
+    monkeypatch.setattr(inputs, "IdTable", Counted)
+    assert job(clf, tickets, tmp_path / "o.jsonl", window=8).windows == 5
+    assert len(made) == 1
 
 
 def test_the_journal_holds_offsets_not_rows(clf, tickets, tmp_path):
-    from mlxbatch.io.sinks import Journal, RowIndex
+    from mlxbatch.io.rowindex import RowIndex
+    from mlxbatch.io.sinks import Journal
 
     out = tmp_path / "o.jsonl"
     sink = Journal(out, {"fingerprint": "x"}, resume=False)

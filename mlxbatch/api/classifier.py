@@ -111,12 +111,8 @@ class Classifier:
         max_batch: int = DEFAULT_MAX_BATCH, planner: str = "cost", cost: CostModel | None = None,
     ) -> list[Batch]:  # fmt: skip
         """Batches of `prompts` (indices are positions) for `mode`, as the scheduler cuts them."""
-        scheduler = Scheduler(
-            self.engine, self.policy(mode, batch_tokens, max_batch, planner, cost)
-        )
-        for i, prompt in enumerate(prompts):
-            scheduler.add(i, prompt)
-        return scheduler.plan()
+        policy = self.policy(mode, batch_tokens, max_batch, planner, cost)
+        return Scheduler(self.engine, policy, enumerate(prompts)).plan()
 
     def cost_terms(self) -> tuple[int, int, int]:
         """See `Engine.cost_terms`."""
@@ -153,9 +149,8 @@ class Classifier:
                 raise ItemTooLong(f"texts[{i}]: {e}") from None
         if not prompts:
             return []
-        scheduler = Scheduler(self.engine, self.policy(mode, batch_tokens, max_batch))
-        for i, prompt in enumerate(prompts):
-            scheduler.add(i, prompt)
+        scheduler = Scheduler(self.engine, self.policy(mode, batch_tokens, max_batch),
+                              enumerate(prompts))  # fmt: skip
         done = [(batch, list(probs)) for batch, probs, _ in scheduler.run()]
         return self.predictions(np.stack(unsort(done, len(prompts))))
 

@@ -1,42 +1,30 @@
 """`bench --scale`: classify jobs of growing length, each a child process timed and measured by
 the OS (max RSS from `wait4`), on synthetic tickets with exact repeats; the issue's targets and
-a 10M projection computed from the measurements."""
+a 10M projection computed from the measurements. How one run is made and measured:
+`scale_runs.py`."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import os
-import random
-import re
-import subprocess
 import tempfile
-import threading
-import time
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import JobError
-from .scaling import classify_command
-from .workload import generate
+from .scale_runs import (
+    TOKENIZER_SAMPLE,
+    WINDOW_ROWS,
+    plan_padding,
+    repeats_agree,
+    run_job,
+    tokenizer_rate,
+    write_workload,
+)
 
 DEFAULT_SIZES = (10_000, 100_000, 1_000_000)
 QUICK_SIZES = (2_000, 6_000)
-WINDOW_ROWS = 16_384  # classify's default --window-rows, to count the windows of a run
 PROJECT_TO = 10_000_000
-CHUNK = 10_000  # tickets generated at a time, so the generator stays flat in memory too
-NEAR = 64  # a close repeat copies one of the last NEAR rows ...
-POOL = 4_096  # ... a far one a uniform sample (reservoir) of every earlier original
-TOKENIZER_SAMPLE = 20_000
-
-SUMMARY = re.compile(
-    r"(?P<rows>\d+) rows \((?P<scored>\d+) scored, (?P<errors>\d+) errors\) in "
-    r"(?P<seconds>[\d.]+) s, (?P<rate>[\d.]+) items/s, padding overhead (?P<padding>[\d.]+)%"
-)
-DUPLICATES = re.compile(r"(\d+) duplicates scored once")
 
 
 @dataclass(frozen=True)
@@ -49,106 +37,6 @@ class ScaleRequest:
     seed: int = 0
     json_path: Path | None = None
     plot_path: Path | None = None
-
-
-def write_workload(path: Path, n: int, duplicates: float, seed: int = 0) -> int:
-    """`n` tickets as .jsonl.gz; each row is, with chance `duplicates`, an exact repeat of an
-    earlier row (half the repeats from the last NEAR rows, half from anywhere before).
-    Returns the number of repeats. With `duplicates` 0 the rows are the same generator's."""
-    r = random.Random(f"mlxbatch-scale/{seed}/{duplicates}")
-    recent: deque[tuple[str, str]] = deque(maxlen=NEAR)
-    pool: list[tuple[str, str]] = []
-    originals = repeats = 0
-    with gzip.open(path, "wt", encoding="utf-8", compresslevel=1) as f:
-        for start in range(0, n, CHUNK):
-            chunk = generate(min(CHUNK, n - start), seed=seed * 100_003 + start // CHUNK)
-            for i, row in enumerate(chunk, start):
-                ticket = (row["text"], row["intent"])
-                if recent and r.random() < duplicates:
-                    ticket = r.choice(recent) if r.random() < 0.5 else r.choice(pool)
-                    repeats += 1
-                else:
-                    originals += 1
-                    if len(pool) < POOL:
-                        pool.append(ticket)
-                    elif (j := r.randrange(originals)) < POOL:
-                        pool[j] = ticket
-                recent.append(ticket)
-                f.write(json.dumps({"id": f"t{i + 1:07d}", "text": ticket[0],
-                                    "intent": ticket[1]}, ensure_ascii=False) + "\n")  # fmt: skip
-    return repeats
-
-
-def rss_trace(pid: int, stop: threading.Event, every: float = 1.0) -> list[tuple[float, float]]:
-    """(seconds, resident MB) of process `pid` every `every` seconds until `stop` (Linux's
-    /proc; empty elsewhere): where in a job its memory is reached, not only the maximum."""
-    t0, out = time.perf_counter(), []
-    while not stop.wait(every):
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                kb = next(int(x.split()[1]) for x in f if x.startswith("VmRSS:"))
-        except (OSError, StopIteration, ValueError):
-            break
-        out.append((round(time.perf_counter() - t0, 1), round(kb / 1024, 1)))
-    return out
-
-
-def run_job(model: Path, src: Path, out: Path, *extra: str) -> dict:
-    """One `classify` child: wall seconds, max RSS from the OS (`wait4`), its resident size
-    over time, the summary's figures."""
-    cmd = classify_command(src, model, "-o", str(out), *extra)
-    with tempfile.TemporaryFile() as log, ThreadPoolExecutor(1) as pool:
-        t = time.perf_counter()
-        child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        stop = threading.Event()
-        trace = pool.submit(rss_trace, child.pid, stop)
-        _, status, usage = os.wait4(child.pid, 0)
-        wall = time.perf_counter() - t
-        stop.set()
-        child.returncode = os.waitstatus_to_exitcode(status)
-        log.seek(0)
-        text = log.read().decode(errors="replace")
-    summary = SUMMARY.search(text)
-    if child.returncode or not summary:
-        raise JobError(f"`{' '.join(cmd)}` exited {child.returncode}: {text[-600:]}")
-    dup = DUPLICATES.search(text)
-    return {
-        "rows": int(summary["rows"]), "scored": int(summary["scored"]),
-        "errors": int(summary["errors"]), "job_seconds": float(summary["seconds"]),
-        "items_per_s": float(summary["rate"]), "padding": float(summary["padding"]) / 100,
-        "duplicates_scored_once": int(dup[1]) if dup else 0, "wall_seconds": wall,
-        "max_rss_mb": usage.ru_maxrss / 1024, "command": " ".join(cmd),
-        "cpu_seconds": usage.ru_utime + usage.ru_stime,  # less disturbed by a shared host
-        "rss_trace": trace.result()[:: max(1, len(trace.result()) // 300)],  # <= ~300 points
-    }  # fmt: skip
-
-
-def repeats_agree(src: Path, out: Path) -> bool:
-    """Whether every repeat of a text got the same output row (bar its id) as its first copy."""
-    first: dict[str, str] = {}
-    with gzip.open(src, "rt", encoding="utf-8") as rows, out.open(encoding="utf-8") as results:
-        for row, line in zip(rows, results, strict=True):
-            result = json.loads(line)
-            result.pop("id", None)
-            if first.setdefault(json.loads(row)["text"], json.dumps(result)) != json.dumps(result):
-                return False
-    return True
-
-
-def tokenizer_rate(model: Path, src: Path) -> dict:
-    """`Engine.prompts` timed in this process on the first TOKENIZER_SAMPLE tickets of `src`."""
-    from ..api.classifier import Classifier
-
-    engine = Classifier.load(model).engine
-    with gzip.open(src, "rt", encoding="utf-8") as f:
-        texts = [json.loads(line)["text"] for line, _ in zip(f, range(TOKENIZER_SAMPLE))]
-    t = time.perf_counter()
-    tokens = sum(
-        len(p) for s in range(0, len(texts), 1024) for p in engine.prompts(texts[s : s + 1024])
-    )
-    seconds = time.perf_counter() - t
-    return {"items": len(texts), "tokens": tokens, "seconds": seconds,
-            "items_per_s": len(texts) / seconds, "tokens_per_s": tokens / seconds}  # fmt: skip
 
 
 def _row(run: dict, n: int, repeats: int, tok: dict, progress, **extra) -> dict:
@@ -227,30 +115,12 @@ def _large_runs(tmp: Path, request: ScaleRequest, tok: dict, progress) -> tuple[
     return runs, plans
 
 
-def plan_padding(model: Path, src: Path, windows: dict[str, int]) -> list[dict]:
-    """The padding of `src`'s plans under classify's defaults for each window size: the job's
-    own planner on the same cost model (cached by the runs before), nothing scored."""
-    from ..api.classifier import Classifier
-    from ..api.spec import RunSpec
-    from ..engine.planner import PaddingStats
-    from ..jobs.plan import job_shape, plan_window
-    from ..jobs.source import JobInput
-
-    clf, spec = Classifier.load(model), RunSpec()
-    shape = job_shape(clf, spec, None)
-    out = []
-    for name, size in windows.items():
-        useful = padded = count = 0
-        for start, rows in JobInput.of_file(str(src)).windows(size):
-            plan = plan_window(clf, rows, start, spec, shape, False)
-            useful, padded, count = (
-                useful + plan.useful_tokens,
-                padded + plan.padded_tokens,
-                count + 1,
-            )
-        out.append({"name": name, "window_rows": size, "windows": count, "useful_tokens": useful,
-                    "padded_tokens": padded, "padding": PaddingStats(useful, padded).overhead})  # fmt: skip
-    return out
+def model_rate(x: dict) -> float:
+    """Items the model itself scored a second (repeats caught in a window excluded): the
+    engine's pace, apart from how many repeats a run's windows happened to catch."""
+    return (
+        (x["scored"] - x["duplicates_scored_once"]) / x["job_seconds"] if x["job_seconds"] else 0.0
+    )
 
 
 def assess(r: dict) -> dict:
@@ -267,7 +137,10 @@ def assess(r: dict) -> dict:
                         "met": grow <= max(0.1 * a["max_rss_mb"], 100)})  # fmt: skip
         ratio = b["items_per_s"] / a["items_per_s"]
         targets.append({"target": f"items/s at {b['tickets']} within 10% of {a['tickets']}",
-                        "measured": f"{a['items_per_s']:.1f} -> {b['items_per_s']:.1f} ({ratio - 1:+.1%})",
+                        "measured": f"{a['items_per_s']:.1f} -> {b['items_per_s']:.1f} ({ratio - 1:+.1%}); "
+                        f"repeats caught {a['duplicates_scored_once'] / a['tickets']:.1%} -> "
+                        f"{b['duplicates_scored_once'] / b['tickets']:.1%}; items the model scored "
+                        f"{model_rate(a):.1f} -> {model_rate(b):.1f}/s ({model_rate(b) / model_rate(a) - 1:+.1%})",
                         "met": ratio >= 0.9})  # fmt: skip
         targets.append({"target": f".jsonl.gz of {b['tickets']} classified without unpacking",
                         "measured": f"{b['scored']} scored from the .gz", "met": b["scored"] == b["tickets"]})  # fmt: skip
@@ -317,14 +190,16 @@ def format_scale(r: dict) -> str:
     h = r["host"]
     lines = [f"mlxbatch bench --scale: {h['cpus']} CPUs, load average {h['load_before'][0]:.1f} "
              f"before, {h['load_after'][0]:.1f} after; {r['request']['duplicates']:.0%} repeats"]  # fmt: skip
-    head = (f"{'model':<6} {'run':<11} {'tickets':>9} {'items/s':>8} {'max RSS MB':>10} "
+    head = (f"{'model':<6} {'run':<11} {'tickets':>9} {'items/s':>8} {'scored/s':>8} {'max RSS MB':>10} {'MLX MB':>7} "
             f"{'padding':>8} {'dup file':>8} {'dup once':>8} {'tok share':>9} {'job s':>8} {'wall s':>8}")  # fmt: skip
     lines += [head, "-" * len(head)]
     for model, runs in (("tiny", r["tiny"]), ("0.5B", r["large"])):
         for x in runs:
             lines.append(
                 f"{model:<6} {x.get('name', 'default'):<11} {x['tickets']:>9} {x['items_per_s']:>8.1f} "
-                f"{x['max_rss_mb']:>10.0f} {x['padding']:>8.2%} {x['duplicates_in_file']:>8.1%} "
+                f"{model_rate(x):>8.1f} "
+                f"{x['max_rss_mb']:>10.0f} {x['mlx_peak_mb'] if x.get('mlx_peak_mb') is not None else float('nan'):>7.0f} "
+                f"{x['padding']:>8.2%} {x['duplicates_in_file']:>8.1%} "
                 f"{x['duplicates_scored_once'] / x['tickets']:>8.1%} {x['tokenizer_share']:>9.1%} "
                 f"{x['job_seconds']:>8.1f} {x['wall_seconds']:>8.1f}"
             )  # fmt: skip

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -70,9 +70,13 @@ class _Item:
 class Scheduler:
     """Items queued by key; `plan` cuts them, `run` scores planned batches, `step` one round."""
 
-    def __init__(self, engine: Engine, policy: BatchPolicy):
+    def __init__(self, engine: Engine, policy: BatchPolicy,
+                 items: Iterable[tuple[Hashable, list[int]]] = ()):  # fmt: skip
+        """`items`: (key, prompt) pairs to `add` at once."""
         self.engine, self.policy = engine, policy
         self._queue: OrderedDict[Hashable, _Item] = OrderedDict()  # in arrival order
+        for key, prompt in items:
+            self.add(key, prompt)
 
     def add(self, key: Hashable, prompt: list[int], arrived: float | None = None) -> None:
         if key in self._queue:

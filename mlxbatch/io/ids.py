@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from array import array
+from bisect import bisect_left
 
 NUMBER, TEXT = 1, 0
 
@@ -69,3 +70,28 @@ class IdTable:
         for hi, lo, value in zip(*old):
             if value:
                 self._insert(hi, lo, value)
+
+
+class DuplicateIds:
+    """The rows whose id repeats an earlier row's, as one pass over an input found them: row,
+    first row and the first id's kind in two arrays (16 bytes a duplicate, not a message
+    string each), so a later pass over the same input needs no table of ids."""
+
+    def __init__(self):
+        self.rows, self.firsts = array("q"), array("q")
+
+    def add(self, row: int, first: int, kind: int) -> None:
+        if self.rows and row <= self.rows[-1]:
+            raise ValueError("rows are added in increasing order")
+        self.rows.append(row)
+        self.firsts.append(first * 2 + kind)
+
+    def get(self, row: int) -> tuple[int, int] | None:
+        """(first row, its kind) of `row`'s id, or None when `row`'s id is its first."""
+        i = bisect_left(self.rows, row)
+        if i < len(self.rows) and self.rows[i] == row:
+            return self.firsts[i] >> 1, self.firsts[i] & 1
+        return None
+
+    def __len__(self) -> int:
+        return len(self.rows)

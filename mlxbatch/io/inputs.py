@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import InputError, unicode_problem
 from .formats import Record, parse
-from .ids import NUMBER, TEXT, IdTable, canonical
+from .ids import NUMBER, TEXT, DuplicateIds, IdTable, canonical
 from .parquet import parse_parquet
 from .sources import open_source
 
@@ -41,14 +41,15 @@ class RowStream:
 
     Memory: one read buffer and one row at a time, plus a digest of every id seen so far
     (duplicate ids are refused: under 50 bytes an id, see ids.py; the ids themselves took
-    ~130 MB for a million string ids).
+    ~130 MB for a million string ids), and 16 bytes per duplicate found; none of the digests
+    when an earlier pass's `duplicates` are given.
     A file-level problem found past the first lines (a CSV quote never closed, a cut-short
     archive) raises InputError during iteration; an input without rows raises at its end.
     """
 
     def __init__(self, path: str, text_field: str = "text", id_field: str | None = None,
                  fmt: str = "auto", fields: tuple[str, ...] = (), output_format: str = "jsonl",
-                 duplicates: dict[int, str] | None = None):  # fmt: skip
+                 duplicates: DuplicateIds | None = None):  # fmt: skip
         source = open_source(path)
         try:
             if fmt == "parquet" or (fmt == "auto" and source.parquet):
@@ -66,9 +67,11 @@ class RowStream:
         if id_field is None and parsed.columns is not None and "id" in parsed.columns:
             self.id_field = "id"
         # ids seen so far, as digests (see ids.py); or, when an earlier pass over the same file
-        # found them (`duplicates`: row -> why), no table: a second pass holds no per-id memory
-        self._seen = IdTable() if duplicates is None else None
-        self.duplicates: dict[int, str] = {} if duplicates is None else duplicates
+        # found them (`duplicates`), no table: a second pass holds no per-id memory
+        self._checking = duplicates is None
+        # made at the first id: a stream opened only to detect a format holds none
+        self._seen: IdTable | None = None
+        self.duplicates = DuplicateIds() if duplicates is None else duplicates
         self._started = False
 
     def __enter__(self) -> RowStream:
@@ -138,21 +141,21 @@ class RowStream:
             key = rid if isinstance(rid, str) else repr(rid)
             if self.output_format == "tsv" and any(c in key for c in "\t\n\r"):
                 return f"id {_short(rid)} holds a tab or line break, which a TSV output cannot hold"
-        if self._seen is None:
-            return self.duplicates.get(n)
         kind = TEXT if isinstance(rid, str) else NUMBER
-        seen = self._seen.first(canonical(key), n, kind)
+        if not self._checking:  # an earlier pass found the duplicates
+            seen = self.duplicates.get(n)
+        else:
+            self._seen = self._seen or IdTable()
+            if (seen := self._seen.first(canonical(key), n, kind)) is not None:
+                self.duplicates.add(n, *seen)
         if seen is None:
             return None
         first, first_kind = seen
         if self.output_format in ("csv", "tsv") and first_kind != kind:  # one id once text
             other = key if first_kind == TEXT else _number(key)
-            why = (f"duplicate id {rid!r} (first at {first} as {other!r}; the two are "
-                   f"one id in a {self.output_format.upper()} output: write JSONL)")  # fmt: skip
-        else:
-            why = f"duplicate id {rid!r} (first at {first})"
-        self.duplicates[n] = why
-        return why
+            return (f"duplicate id {rid!r} (first at {first} as {other!r}; the two are "
+                    f"one id in a {self.output_format.upper()} output: write JSONL)")  # fmt: skip
+        return f"duplicate id {rid!r} (first at {first})"
 
 
 def _number(text: str) -> int | float:
@@ -178,7 +181,7 @@ def _text(text: Any, text_field: str) -> tuple[str | None, str | None]:
 def open_rows(
     path: str, text_field: str = "text", id_field: str | None = None, fmt: str = "auto",
     fields: tuple[str, ...] = (), output_format: str = "jsonl",
-    duplicates: dict[int, str] | None = None,
+    duplicates: DuplicateIds | None = None,
 ) -> RowStream:  # fmt: skip
     """The rows of `path` ('-' for stdin) as a stream: `.format`, then each Row, valid or carrying
     its error, in input order. File-level problems found at the start (missing file, header,

@@ -11,8 +11,9 @@ from pathlib import Path
 
 from ..errors import OutputError
 from ..runtime.files import is_stream, oserror, write_atomically
+from .ordered import OrderedStream
 from .rows import output_format
-from .sinks import OrderedStream, is_journal, journal_path, lock_holder
+from .sinks import is_journal, journal_path, lock_holder
 
 
 def output_kind(output: Path) -> str:

@@ -24,12 +24,11 @@ import os
 import struct
 import sys
 from pathlib import Path
-from typing import Protocol, TextIO
-
-import numpy as np
+from typing import Protocol
 
 from ..errors import OutputError, ResumeError
 from ..runtime.files import oserror, write_atomically
+from .rowindex import RowIndex
 from .rows import dumps, write_rows
 
 JOURNAL_VERSION = 1
@@ -108,50 +107,6 @@ def _lock_holder(fd: int) -> int | None:
         return None
     got = dict(zip(order, struct.unpack(fmt, res)))
     return got["pid"] if got["type"] != fcntl.F_UNLCK else None
-
-
-class RowIndex:
-    """Which rows a journal holds, and where: row index -> byte offset of its line, in a NumPy
-    array (8 bytes a row, -1 where missing) instead of the rows themselves, so a job of millions
-    of rows holds no result in memory; a row is read back from the file when asked for."""
-
-    def __init__(self, fd: int):
-        self.fd, self.count = fd, 0
-        self.offsets = np.full(1024, -1, np.int64)
-
-    def add(self, row: int, offset: int) -> None:
-        if row >= len(self.offsets):
-            grown = np.full(max(row + 1, 2 * len(self.offsets)), -1, np.int64)
-            grown[: len(self.offsets)] = self.offsets
-            self.offsets = grown
-        self.count += self.offsets[row] < 0
-        self.offsets[row] = offset
-
-    def __contains__(self, row: int) -> bool:
-        return 0 <= row < len(self.offsets) and self.offsets[row] >= 0
-
-    def __len__(self) -> int:
-        return int(self.count)
-
-    def __iter__(self):
-        return iter(np.nonzero(self.offsets >= 0)[0].tolist())
-
-    def __getitem__(self, row: int) -> dict:
-        if row not in self:
-            raise KeyError(row)
-        start, chunk, size = int(self.offsets[row]), b"", 1024  # a result line: ~200 bytes
-        while not chunk.endswith(b"\n"):  # one line, read in growing blocks
-            more = os.pread(self.fd, size, start + len(chunk))
-            if not more:
-                break
-            chunk += more
-            if b"\n" in more:
-                chunk = chunk[: chunk.index(b"\n") + 1]
-            size = min(2 * size, 1 << 20)
-        return json.loads(chunk)["result"]
-
-    def get(self, row: int, default=None):
-        return self[row] if row in self else default
 
 
 class Journal:
@@ -366,44 +321,3 @@ def recorded_header(output: Path, header: dict) -> dict | None:
     if not isinstance(head.get("settings"), dict):
         raise ResumeError(f"{path}: the journal header has no settings; delete it to start over")
     return {k: v for k, v in head.items() if k != "mlxbatch_journal"}
-
-
-class OrderedStream:
-    """Writes JSONL rows to a stream (stdout by default) in input order, as soon as all earlier
-    rows are known. No journal: nothing to resume."""
-
-    def __init__(self, n_rows: int, labels: tuple[str, ...], header: dict,
-                 stream: TextIO | None = None):  # fmt: skip
-        self.done: dict[int, dict] = {}
-        self.header = header
-        self.next, self.n, self.labels = 0, n_rows, labels
-        self.stream = stream
-
-    def append(self, rows: list[tuple[int, dict]]) -> None:
-        self.done.update(rows)
-        start = self.next
-        while self.next in self.done:
-            self.next += 1
-        if self.next > start:
-            out = self.stream or sys.stdout
-            try:  # printed rows leave memory: only those waiting for an earlier one stay
-                write_rows(out, [self.done.pop(i) for i in range(start, self.next)], self.labels,
-                           "")  # fmt: skip
-                out.flush()
-            except BrokenPipeError:
-                raise
-            except OSError as e:
-                name = getattr(out, "name", "standard output")
-                raise OutputError(f"{name}: cannot write ({e.strerror or e})") from None
-
-    def finish(self, n_rows: int, labels: tuple[str, ...]) -> None:
-        if self.next != self.n:
-            raise RuntimeError(f"only {self.next} of {self.n} rows were printed")
-        self.close()
-
-    def close(self) -> None:
-        if self.stream is not None and not self.stream.closed:
-            try:
-                self.stream.close()
-            except OSError:
-                pass  # the write error was reported already

@@ -21,7 +21,8 @@ from ..io.sinks import journal_path
 from ..model.defaults import default_model_dir
 from ..model.hub import resolve
 from .distributed import Cluster, RankGroup
-from .job import JobResult, run_job
+from .job import run_job
+from .result import JobResult
 from .source import JobInput
 
 

@@ -1,8 +1,8 @@
 """Data-parallel classification over MLX's distributed layer (`mlx.launch`: ring, MPI, NCCL).
 
 `job.run_job` drives the job on every rank with a `RankGroup`: rank 0's batch shape, item limit
-and cost model are broadcast (the ranks check first that they hold the same input, model and
-settings), and every rank reads the input in the same windows and plans each alike, holding one
+and cost model are broadcast (again after the ranks have checked that they hold the same
+input, model and settings: on --resume the journal's shape), and every rank reads the input in the same windows and plans each alike, holding one
 window at a time. A window's batches are dealt whole to ranks, balanced by padded tokens; each
 batch is computed exactly as a single process would, so the scores are bit-identical. After
 every round (one batch a lane) the probabilities are all-gathered, padded to the round's largest
@@ -203,7 +203,10 @@ class RankGroup:
         reports = c.gather_json(
             verify_window(clf, window, prompts, mine, spec, verify), "verification"
         )
-        return written, merge_reports([r for r in reports if r is not None])
+        merged = merge_reports([r for r in reports if r is not None])
+        if merged is not None:  # the ranks verified at once: the window waited for the slowest
+            merged["seconds"] = max(r["seconds"] for r in reports if r is not None)
+        return written, merged
 
     def _rounds(self, clf, window, plan, shares, sink, on_error, bar, keep_own: bool):
         """Rounds of one batch per CPU lane on every rank (each batch whole on one lane, as in a

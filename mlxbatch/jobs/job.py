@@ -10,7 +10,6 @@ import gc
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import mlx.core as mx
@@ -30,64 +29,9 @@ from ..io.sinks import Journal, Sink, recorded_header
 from ..runtime import memory, testhold
 from .fingerprint import fingerprint
 from .plan import JobPlan, JobShape, check_declared, job_shape, plan_window, planner_label
+from .result import JobResult, Totals
 from .source import JobInput, Scan, scan
 from .verify import merge_reports, verify_window
-
-
-@dataclass
-class JobResult:
-    rows: int
-    scored: int
-    errors: int
-    seconds: float
-    padding_overhead: float
-    batch_tokens: int
-    peak_memory: int
-    memory_bound: int
-    verify: dict | None = field(default=None)
-    planner: str = ""
-    predicted_seconds: float | None = None
-    results: list[dict] = field(default_factory=list, repr=False)  # output rows, input order
-    abstained: int = 0
-    ranks: list[dict] = field(default_factory=list)  # per rank: host, items, padded, seconds
-    duplicates: int = 0  # rows that copied the result of an identical prompt in their window
-    windows: int = 1
-    resumed: int = 0  # rows the journal already held
-
-    def summary(self) -> str:
-        rate = self.scored / self.seconds if self.seconds else 0.0
-        return (
-            f"{self.rows} rows ({self.scored} scored, {self.errors} errors) in "
-            f"{self.seconds:.1f} s, {rate:.2f} items/s, padding overhead "
-            f"{self.padding_overhead:.2%}, batch tokens {self.batch_tokens}, peak memory "
-            f"{self.peak_memory / 2**30:.2f} GiB (bound {self.memory_bound / 2**30:.2f} GiB)"
-            + (f"; planner {self.planner}" if self.planner else "")
-            + (f", predicted {self.predicted_seconds:.1f} s" if self.predicted_seconds else "")
-            + (f"; {self.abstained} abstained" if self.abstained else "")
-            + (f"; {self.duplicates} duplicates scored once" if self.duplicates else "")
-            + (
-                f"; resumed: {self.resumed} rows from the journal, batch shape as it recorded "
-                f"(batch tokens {self.batch_tokens})"
-                if self.resumed
-                else ""
-            )
-            + "".join(self._rank_lines())
-        )
-
-    def _rank_lines(self):
-        if not self.ranks:
-            return
-        total = sum(r["padded_tokens"] for r in self.ranks) or 1
-        slowest = min(r["items"] / r["seconds"] for r in self.ranks if r["seconds"]) if any(
-            r["seconds"] for r in self.ranks) else 0.0  # fmt: skip
-        for r in self.ranks:
-            rate = r["items"] / r["seconds"] if r["seconds"] else 0.0
-            yield (f"\n  rank {r['rank']} ({r['host']}): {r['items']} items, {rate:.2f} items/s "
-                   f"while computing, {r['padded_tokens'] / total:.0%} of the padded tokens")  # fmt: skip
-        if slowest:
-            overall = self.scored / self.seconds
-            yield (f"\n  {len(self.ranks)} ranks: {overall:.2f} items/s overall, "
-                   f"{overall / slowest:.2f}x the slowest rank alone")  # fmt: skip
 
 
 def open_sink(
@@ -133,7 +77,16 @@ class NonFinite(JobError):
 
 
 def todo_batches(plan: JobPlan, done) -> list[Batch]:
-    return [b for b in plan.batches if any(i not in done for i in b.indices)]
+    """The batches with a row (scored, or a copy of a scored row) that `done` lacks: a batch's
+    lines are one write, but a write cut short can keep a scored row and lose its copy."""
+    return [b for b in plan.batches if not all(j in done for j in batch_rows_of(plan, b))]
+
+
+def batch_rows_of(plan: JobPlan, batch: Batch):
+    """The input rows a batch writes: each scored row, then its copies."""
+    for i in batch.indices:
+        yield i
+        yield from plan.copies.get(i, ())
 
 
 def progress_bar(total: int, done: int = 0) -> tqdm:
@@ -144,11 +97,8 @@ def progress_bar(total: int, done: int = 0) -> tqdm:
 
 def scheduler_for(clf: Classifier, plan: JobPlan, batches: list[Batch]) -> Scheduler:
     """A scheduler holding the items of `batches`, under the plan's policy."""
-    scheduler = Scheduler(clf.engine, plan.policy)
-    for b in batches:
-        for i in b.indices:
-            scheduler.add(i, plan.prompts[i])
-    return scheduler
+    return Scheduler(clf.engine, plan.policy,
+                     ((i, plan.prompts[i]) for b in batches for i in b.indices))  # fmt: skip
 
 
 def append_batch(clf: Classifier, rows, plan: JobPlan, sink: Sink, batch: Batch,
@@ -194,39 +144,6 @@ def error_rows(rows, plan: JobPlan, indices) -> list[tuple[int, dict]]:
         if error:
             out.append((i, error_row(row.id, error, row.line)))
     return out
-
-
-@dataclass
-class Totals:
-    """A job's figures, summed window by window."""
-
-    scored: int = 0
-    errors: int = 0
-    useful: int = 0
-    padded: int = 0
-    memory_bound: int = 0
-    predicted: float | None = None
-    abstained: int = 0
-    duplicates: int = 0
-    windows: int = 0
-    results: dict[int, dict] = field(default_factory=dict)  # kept only when asked for
-
-    def add(self, clf: Classifier, plan: JobPlan, rows: list[tuple[int, dict]], keep: bool):
-        self.windows += 1
-        self.scored += len(plan.prompts) + plan.duplicates
-        self.errors += sum(1 for _, r in rows if "error" in r)
-        self.useful, self.padded = (
-            self.useful + plan.useful_tokens,
-            self.padded + plan.padded_tokens,
-        )
-        self.memory_bound = max(self.memory_bound, plan.memory_bound)
-        predicted = plan.predicted_seconds(clf.engine.cost_terms())
-        if predicted is not None:
-            self.predicted = (self.predicted or 0.0) + predicted
-        self.abstained += sum(1 for _, r in rows if r.get("abstained"))
-        self.duplicates += plan.duplicates
-        if keep:
-            self.results.update(rows)
 
 
 class LocalGroup:
@@ -313,7 +230,8 @@ def run_job(
             del window, plan, done, written
             memory.return_freed_memory()
         per_rank = group.ranks()  # every rank, the last collective
-        if lead and held is not None and held.any():
+        checking = verify or bool(spec.verify_sample)
+        if lead and checking and held is not None and held.any():
             verified += verify_held(clf, job_input, scanned, spec, shape, sink, held, verify)
     except BaseException:  # Ctrl-C included: what is in the journal stays there
         if sink is not None:
@@ -326,7 +244,13 @@ def run_job(
         return None
     report = merge_reports([v for v in verified if v is not None])
     seconds = time.perf_counter() - t0 - (report["seconds"] if report else 0.0)
-    sink.finish(scanned.rows, clf.labels.names)
+    try:
+        if keep_results and held is not None:  # the rows an earlier run journaled, read back
+            totals.results.update((int(i), sink.done[int(i)]) for i in np.flatnonzero(held))
+        sink.finish(scanned.rows, clf.labels.names)
+    except BaseException:
+        sink.close()
+        raise
     return JobResult(
         rows=scanned.rows, scored=totals.scored, errors=scanned.rows - totals.scored,
         seconds=seconds, padding_overhead=PaddingStats(totals.useful, totals.padded).overhead,
@@ -372,7 +296,13 @@ def verify_held(clf: Classifier, job_input: JobInput, scanned: Scan, spec: RunSp
         if not held[start : start + len(window_rows)].any():
             continue
         plan = plan_window(clf, window_rows, start, spec, shape, False)
-        prompts = {i: p for i, p in plan.prompts.items() if i < len(held) and held[i]}
+        # a batch partly held was scored again by this run, and verified then
+        whole = [
+            b
+            for b in plan.batches
+            if all(j < len(held) and held[j] for j in batch_rows_of(plan, b))
+        ]
+        prompts = {i: plan.prompts[i] for b in whole for i in b.indices}
         reports.append(verify_window(clf, Window(start, window_rows), prompts, sink.done, spec,
                                      every))  # fmt: skip
     return reports

@@ -135,10 +135,7 @@ def plan_window(
             copies.setdefault(rep, []).append(i)
     scored = {i: f for i, f in kept.items() if first[tuple(f.prompt)] == i}
     policy = clf.policy(spec.mode, shape.batch_tokens, shape.max_batch, spec.planner, shape.cost)
-    scheduler = Scheduler(engine, policy)
-    for i, f in scored.items():
-        scheduler.add(i, f.prompt)
-    batches = scheduler.plan()
+    batches = Scheduler(engine, policy, ((i, f.prompt) for i, f in scored.items())).plan()
     largest = _largest(batches)
     if check_memory:
         check_fits(fp, *largest, spec)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from ..errors import InputError
+from ..io.ids import DuplicateIds
 from ..io.inputs import Row, open_rows, read_rows
 from .fingerprint import hash_row
 
@@ -23,7 +24,7 @@ BAD_KEPT = 30  # bad rows a scan keeps for the refusal message (it counts all of
 class JobInput:
     # every row again, in input order; given the scan's duplicate ids (see `scan`), a file's
     # second pass keeps no table of ids
-    reopen: Callable[[dict[int, str] | None], Iterable[Row]]
+    reopen: Callable[[DuplicateIds | None], Iterable[Row]]
     source: str  # the input's name, for messages
     fmt: str
     identity: tuple | None = None  # a file's (device, inode, size, mtime) when first opened
@@ -55,7 +56,7 @@ class JobInput:
         first.close()
         identity = _identity(path)
 
-        def reopen(duplicates: dict[int, str] | None = None) -> Iterable[Row]:
+        def reopen(duplicates: DuplicateIds | None = None) -> Iterable[Row]:
             if _identity(path) != identity:
                 raise InputError(f"{path}: changed while the job read it; nothing after the "
                                  "change was written")  # fmt: skip
@@ -90,7 +91,7 @@ class Scan:
     digest: str  # the fingerprint's input part
     bad: list[Row]  # the first BAD_KEPT bad rows, each with its reason
     bad_count: int
-    duplicates: dict[int, str] | None = None  # rows with a duplicate id -> why (a file's scan)
+    duplicates: DuplicateIds | None = None  # the rows with a duplicate id (a file's scan)
 
 
 def scan(

@@ -1,0 +1,98 @@
+"""What a job reports: its summary (`JobResult`) and the figures summed window by window
+(`Totals`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..api.classifier import Classifier
+from .plan import JobPlan
+
+
+@dataclass
+class JobResult:
+    rows: int
+    scored: int
+    errors: int
+    seconds: float
+    padding_overhead: float
+    batch_tokens: int
+    peak_memory: int
+    memory_bound: int
+    verify: dict | None = field(default=None)
+    planner: str = ""
+    predicted_seconds: float | None = None
+    results: list[dict] = field(default_factory=list, repr=False)  # output rows, input order
+    abstained: int = 0
+    ranks: list[dict] = field(default_factory=list)  # per rank: host, items, padded, seconds
+    duplicates: int = 0  # rows that copied the result of an identical prompt in their window
+    windows: int = 1
+    resumed: int = 0  # rows the journal already held
+
+    def summary(self) -> str:
+        rate = self.scored / self.seconds if self.seconds else 0.0
+        return (
+            f"{self.rows} rows ({self.scored} scored, {self.errors} errors) in "
+            f"{self.seconds:.1f} s, {rate:.2f} items/s, padding overhead "
+            f"{self.padding_overhead:.2%}, batch tokens {self.batch_tokens}, peak memory "
+            f"{self.peak_memory / 2**30:.2f} GiB (bound {self.memory_bound / 2**30:.2f} GiB)"
+            + (f"; planner {self.planner}" if self.planner else "")
+            + (f", predicted {self.predicted_seconds:.1f} s" if self.predicted_seconds else "")
+            + (f"; {self.abstained} abstained" if self.abstained else "")
+            + (f"; {self.duplicates} duplicates scored once" if self.duplicates else "")
+            + (
+                f"; resumed: {self.resumed} rows from the journal, batch shape as it recorded "
+                f"(batch tokens {self.batch_tokens})"
+                if self.resumed
+                else ""
+            )
+            + "".join(self._rank_lines())
+        )
+
+    def _rank_lines(self):
+        if not self.ranks:
+            return
+        total = sum(r["padded_tokens"] for r in self.ranks) or 1
+        slowest = min(r["items"] / r["seconds"] for r in self.ranks if r["seconds"]) if any(
+            r["seconds"] for r in self.ranks) else 0.0  # fmt: skip
+        for r in self.ranks:
+            rate = r["items"] / r["seconds"] if r["seconds"] else 0.0
+            yield (f"\n  rank {r['rank']} ({r['host']}): {r['items']} items, {rate:.2f} items/s "
+                   f"while computing, {r['padded_tokens'] / total:.0%} of the padded tokens")  # fmt: skip
+        if slowest:
+            overall = self.scored / self.seconds
+            yield (f"\n  {len(self.ranks)} ranks: {overall:.2f} items/s overall, "
+                   f"{overall / slowest:.2f}x the slowest rank alone")  # fmt: skip
+
+
+@dataclass
+class Totals:
+    """A job's figures, summed window by window."""
+
+    scored: int = 0
+    errors: int = 0
+    useful: int = 0
+    padded: int = 0
+    memory_bound: int = 0
+    predicted: float | None = None
+    abstained: int = 0
+    duplicates: int = 0
+    windows: int = 0
+    results: dict[int, dict] = field(default_factory=dict)  # kept only when asked for
+
+    def add(self, clf: Classifier, plan: JobPlan, rows: list[tuple[int, dict]], keep: bool):
+        self.windows += 1
+        self.scored += len(plan.prompts) + plan.duplicates
+        self.errors += sum(1 for _, r in rows if "error" in r)
+        self.useful, self.padded = (
+            self.useful + plan.useful_tokens,
+            self.padded + plan.padded_tokens,
+        )
+        self.memory_bound = max(self.memory_bound, plan.memory_bound)
+        predicted = plan.predicted_seconds(clf.engine.cost_terms())
+        if predicted is not None:
+            self.predicted = (self.predicted or 0.0) + predicted
+        self.abstained += sum(1 for _, r in rows if r.get("abstained"))
+        self.duplicates += plan.duplicates
+        if keep:
+            self.results.update(rows)
