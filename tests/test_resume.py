@@ -90,8 +90,12 @@ def test_killed_ten_times_then_resumed_matches_an_uninterrupted_run(tiny_model_d
 def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tiny_model_dir, job):
     root, src = job
     out = root / "interrupted.jsonl"
+    # SIGINT at its default in the child: a shell starting this suite in the background
+    # (`pytest &` without job control) leaves it ignored, and Python then never raises
+    # KeyboardInterrupt (the run would sleep at its hold point until the timeout)
     proc = subprocess.Popen(command(tiny_model_dir, src, out), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env=held_after(2))  # fmt: skip
+                            stderr=subprocess.PIPE, text=True, env=held_after(2),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     err = wait_until_held(proc)  # two batches are journaled and the run cannot finish
     assert journal_rows(out) >= 2
     proc.send_signal(signal.SIGINT)

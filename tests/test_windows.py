@@ -61,6 +61,9 @@ def test_duplicates_are_scored_once_within_a_window(clf, tickets, tmp_path):
     res = job(clf, tickets, tmp_path / "o.jsonl", window=8)
     assert res.duplicates == 1  # row 5 (window 0); rows 9 and 31 open windows of their own
     assert res.scored == 39 and res.rows == 40
+    # the summary: the share, and the time saved at the pace of the items scored
+    assert "1 duplicates scored once (2.5% of the rows, ~" in res.summary()
+    assert f"~{res.seconds / 38:.1f} s saved at this job's pace" in res.summary()
 
 
 def interrupted_at_third_window(clf, tickets, out, monkeypatch) -> None:

@@ -39,7 +39,11 @@ class JobResult:
             + (f"; planner {self.planner}" if self.planner else "")
             + (f", predicted {self.predicted_seconds:.1f} s" if self.predicted_seconds else "")
             + (f"; {self.abstained} abstained" if self.abstained else "")
-            + (f"; {self.duplicates} duplicates scored once" if self.duplicates else "")
+            + (
+                f"; {self.duplicates} duplicates scored once ({self._saved()})"
+                if self.duplicates
+                else ""
+            )
             + (
                 f"; resumed: {self.resumed} rows from the journal, batch shape as it recorded "
                 f"(batch tokens {self.batch_tokens})"
@@ -48,6 +52,13 @@ class JobResult:
             )
             + "".join(self._rank_lines())
         )
+
+    def _saved(self) -> str:
+        """The duplicates' share of the rows, and the time they would have taken at the pace
+        of the items this job did score (an estimate: a repeat costs what an average item does)."""
+        computed = self.scored - self.duplicates
+        saved = self.seconds * self.duplicates / computed if computed else 0.0
+        return f"{self.duplicates / self.rows:.1%} of the rows, ~{saved:.1f} s saved at this job's pace"
 
     def _rank_lines(self):
         if not self.ranks:
