@@ -44,6 +44,7 @@ def report(size: int = 1024) -> dict:
         "blas_kernels": provider["corename"],
         "blas_threads": provider["threads"],
         "blas_activation": blas.ACTIVE.get("source", "none"),
+        "blas_tried": blas.tried(),
         "fast_blas": fast,
         f"matmul_gflops_{str(dtype).split('.')[-1]}": round(matmul_gflops(size, dtype), 1),
     }

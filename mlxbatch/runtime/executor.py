@@ -37,7 +37,9 @@ class SingleStream:
         self._lock = threading.Lock()
 
     def run(self, score_rows: RowScorer, prompts: list) -> np.ndarray:
-        with self._lock:
+        # OpenBLAS on one thread here too: its threads split a product's rows at points that
+        # depend on the row count, and a row's bits with them (issue 26, Haswell kernels)
+        with self._lock, sgemm.single_threaded():
             out = score_rows(prompts, 0)
             mx.eval(out)
             return np.array(out)

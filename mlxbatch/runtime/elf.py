@@ -1,0 +1,36 @@
+"""The names a shared library exports, read from its ELF dynamic symbol table (no binutils).
+
+Only what `blas.py` needs to rename a library's symbols: 64-bit little-endian ELF (x86_64 and
+aarch64 Linux), the defined global and weak symbols of `.dynsym`.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+_SHT_DYNSYM = 11
+_STB_GLOBAL, _STB_WEAK = 1, 2
+
+
+def exported_symbols(path: str | Path) -> list[str]:
+    """The defined global or weak symbols `path` exports; ValueError if it is no 64-bit
+    little-endian ELF file."""
+    data = Path(path).read_bytes()
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise ValueError(f"{path}: not a 64-bit little-endian ELF library")
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
+                for i in range(shnum)]  # fmt: skip
+    names = []
+    for _, kind, _, _, offset, size, link, _, _, entsize in sections:
+        if kind != _SHT_DYNSYM:
+            continue
+        strtab = sections[link][4]
+        for at in range(offset + entsize, offset + size, entsize):  # entry 0 is the null symbol
+            name, info, _, shndx = struct.unpack_from("<IBBH", data, at)
+            if shndx != 0 and info >> 4 in (_STB_GLOBAL, _STB_WEAK):
+                end = data.index(b"\0", strtab + name)
+                names.append(data[strtab + name : end].decode())
+    return names
