@@ -257,7 +257,10 @@ def test_blas_choice_is_measured_and_a_crashing_build_is_named(monkeypatch, tmp_
     found["/b/libopenblas.so"] = {"gflops": 6.0}  # no faster than the reference: none is used
     (tmp_path / "mlxbatch" / "blas.json").unlink()
     assert blas.plan() is None
-    assert "no faster than the reference" in {r["source"]: r for r in blas.tried()}["system"]["refused"]
+    assert (
+        "no faster than the reference"
+        in {r["source"]: r for r in blas.tried()}["system"]["refused"]
+    )
     monkeypatch.setattr(blas, "ACTIVE", {})
     line = blas.warning()
     assert "SIGILL" in line and "patchelf is not installed" in line and blas.REMEDY in line
