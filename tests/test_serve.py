@@ -255,6 +255,10 @@ def test_an_item_over_max_tokens_is_422_unless_truncated(server, texts):
     long = "my invoice is wrong " * 1000  # ~4,000 tokens, over --max-tokens 2048
     message = error_of(post(server, {"input": [texts[0], long]}), 422, "too_long")
     assert "input[1]" in message and "2,048" in message.replace("2048", "2,048")
+    assert '"truncate": true' in message and "--too-long" not in message  # the service's words
+    huge = "my invoice is wrong " * 100_000  # 2 MB: refused on its token floor, untokenized
+    message = error_of(post(server, {"input": huge}), 422, "too_long")
+    assert "2,000,000 characters" in message and "--max-tokens 2048" in message
     r = post(server, {"input": [texts[0], long], "truncate": True})
     assert r.status_code == 200
     item = r.json()["data"][1]

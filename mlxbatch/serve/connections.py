@@ -84,6 +84,7 @@ def guarded_protocol(limits: ConnectionLimits, metrics: Metrics) -> type[H11Prot
 
     class GuardedProtocol(H11Protocol):
         refused_logged = 0.0  # when the cap was last logged: one line a minute, not a flood
+        refused_lingering = 0  # refused sockets still open: a flood must not pile them up
 
         def connection_made(self, transport) -> None:
             self.head_timer = self.linger_timer = None
@@ -105,11 +106,17 @@ def guarded_protocol(limits: ConnectionLimits, metrics: Metrics) -> type[H11Prot
                 log.warning("%d connections open (--max-connections): refusing new ones",
                             len(self.connections))  # fmt: skip
             transport.write(REFUSED)
-            self.linger()
+            if GuardedProtocol.refused_lingering < SPARE_FDS // 2:
+                GuardedProtocol.refused_lingering += 1
+                self.linger()
+            else:  # the client may see a reset instead of the 503; no descriptor is held
+                transport.close()
 
         def connection_lost(self, exc) -> None:
             if not self.refused:
                 super().connection_lost(exc)
+            elif self.lingering:
+                GuardedProtocol.refused_lingering -= 1
             for timer in (self.head_timer, self.linger_timer):
                 if timer is not None:
                     timer.cancel()
