@@ -18,7 +18,10 @@ def truncate(engine: Engine, text: str, limit: int) -> tuple[str, int] | None:
         return text[: k - k // 2] + MARK + (text[len(text) - k // 2 :] if k // 2 else "")
 
     def size(k: int) -> int:
-        return len(engine.fed(engine.prompt(cut(k))))
+        piece = cut(k)
+        if surely_over(engine, piece, limit):  # the search takes the same step, untokenized
+            return limit + 1
+        return len(engine.fed(tokenized(engine, piece)))
 
     if size(0) > limit:
         return None
@@ -30,6 +33,19 @@ def truncate(engine: Engine, text: str, limit: int) -> tuple[str, int] | None:
         else:
             hi = mid - 1
     return cut(lo), size(lo)
+
+
+def surely_over(engine: Engine, text: str, limit: int) -> bool:
+    """True when `text` must feed over `limit` tokens, known without tokenizing it: the fed
+    tokens cover all of the text (the shared prefix ends before it), so they are at least
+    the tokenizer's floor for it."""
+    return engine.tokenizer.least_tokens(text) > limit
+
+
+def tokenized(engine: Engine, text: str) -> list[int]:
+    """`engine.prompt(text)` through the batch call, which releases the GIL: a server's event
+    loop goes on answering while a long text is tokenized in a worker thread."""
+    return engine.prompts([text])[0]
 
 
 @dataclass(frozen=True)
@@ -67,19 +83,27 @@ class Fitted:
 
 
 def fit(
-    engine: Engine, text: str, limit: Limit, truncating: bool, prompt: list[int] | None = None
+    engine: Engine,
+    text: str,
+    limit: Limit,
+    truncating: bool,
+    prompt: list[int] | None = None,
+    hint: str = " (see --max-tokens, --too-long)",
 ) -> Fitted | str:
     """`text`'s prompt (`prompt`, when already tokenized) within `limit`, or why it cannot be
-    (a message naming the limit)."""
-    prompt = engine.prompt(text) if prompt is None else prompt
+    (a message naming the limit, then `hint`: how to get past it)."""
+    where = f"over the limit of {limit.tokens} set by {limit.source}"
+    if prompt is None and not truncating and surely_over(engine, text, limit.tokens):
+        # refused without tokenizing (2 MB took seconds): the count is not needed to refuse
+        return f"{len(text):,} characters: more than {limit.tokens} tokens, {where}{hint}"
+    prompt = tokenized(engine, text) if prompt is None else prompt
     n = len(engine.fed(prompt))
     if n <= limit.tokens:
         return Fitted(prompt, n)
-    where = f"over the limit of {limit.tokens} set by {limit.source}"
     if not truncating:
-        return f"{n} tokens, {where} (see --max-tokens, --too-long)"
+        return f"{n} tokens, {where}{hint}"
     done = truncate(engine, text, limit.tokens)
     if done is None:
         return f"{n} tokens, {where}, and too few tokens remain to truncate into"
     cut, m = done
-    return Fitted(engine.prompt(cut), m, {"from_tokens": n, "to_tokens": m})
+    return Fitted(tokenized(engine, cut), m, {"from_tokens": n, "to_tokens": m})

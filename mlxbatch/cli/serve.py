@@ -28,7 +28,9 @@ def read_api_key(path: Path) -> bytes:
         fail(f"--api-key-file {path}: cannot read it ({e.strerror or e})")
     if not key:
         fail(f"--api-key-file {path}: the file is empty")
-    return key
+    if any(b < 0x21 or b == 0x7F for b in key):  # a header cannot carry it
+        fail(f"--api-key-file {path}: the key holds a space or a control character")
+    return key  # compared as bytes: a non-ASCII key matches the UTF-8 a client sends
 
 
 @click.command()
@@ -54,6 +56,18 @@ def read_api_key(path: Path) -> bytes:
               'cut with "truncate": true in the request.')  # fmt: skip
 @click.option("--max-body-mb", type=click.FloatRange(0, min_open=True), default=2.0,
               show_default=True, help="Request body cap; past it 413.")  # fmt: skip
+@click.option("--timeout-header", type=click.FloatRange(0, min_open=True), default=10.0,
+              show_default=True, help="Seconds for a request's head (from connect, or from "
+              "the previous reply); then 408 and the connection closes.")  # fmt: skip
+@click.option("--timeout-body", type=click.FloatRange(0, min_open=True), default=30.0,
+              show_default=True, help="Seconds for a request's whole body; then 408.")  # fmt: skip
+@click.option("--timeout-keep-alive", type=click.FloatRange(0, min_open=True), default=5.0,
+              show_default=True, help="Seconds an idle connection stays open between requests.")  # fmt: skip
+@click.option("--max-connections", type=click.IntRange(1), default=512, show_default=True,
+              help="Connections open at once; past it a new one gets 503 and is closed.")  # fmt: skip
+@click.option("--drain-timeout", type=click.FloatRange(0), default=30.0, show_default=True,
+              help="Seconds after SIGTERM/Ctrl-C to finish in-flight requests; then the rest are "
+              "dropped and the server exits.")  # fmt: skip
 @click.option("--api-key-file", type=click.Path(path_type=Path),
               help="Require 'Authorization: Bearer <the key in this file>' on /v1/*.")  # fmt: skip
 @click.option("--verify-sample", type=click.FloatRange(0, 1), default=0.0, show_default=True,
@@ -62,13 +76,16 @@ def read_api_key(path: Path) -> bytes:
               default="info", show_default=True)  # fmt: skip
 def serve(model, labels, system_prompt, system_prompt_file, labels_file, examples, calibrate,
           prior, min_confidence, host, port, max_wait_ms, batch_tokens, max_batch, max_queue,
-          max_inputs_per_request, max_tokens, max_body_mb, api_key_file, verify_sample,
+          max_inputs_per_request, max_tokens, max_body_mb, timeout_header, timeout_body,
+          timeout_keep_alive, max_connections, drain_timeout, api_key_file, verify_sample,
           log_level):  # fmt: skip
     """Serve classification over HTTP (POST /v1/classify), batching what arrives."""
+    from ..errors import UsageError
+    from ..serve.connections import ConnectionLimits, reserve_descriptors
     from ..serve.limits import MB, Limits
-    from ..serve.server import LOOPBACK
+    from ..serve.server import LOOPBACK, listen
     from ..serve.server import serve as run
-    from ..serve.service import ServeSpec, Service
+    from ..serve.service import ServeSpec, Service, preflight
 
     if max_inputs_per_request > max_queue:
         fail(f"--max-inputs-per-request {max_inputs_per_request} is over --max-queue "
@@ -84,13 +101,26 @@ def serve(model, labels, system_prompt, system_prompt_file, labels_file, example
     limits = Limits(max_body_bytes=int(max_body_mb * MB), max_inputs=max_inputs_per_request,
                     max_tokens=max_tokens, max_queue=max_queue,
                     max_wait_s=max_wait_ms / 1000)  # fmt: skip
-    service = Service(ServeSpec(
+    connections = ConnectionLimits(timeout_header, timeout_body, timeout_keep_alive,
+                                   max_connections, drain_timeout)  # fmt: skip
+    serve_spec = ServeSpec(
         model=path, name=model or path.name, labels=spec.labels, system_prompt=spec.system,
         examples=spec.examples, calibrate=calibrate, prior=prior, min_confidence=min_confidence,
         batch_tokens=batch_tokens, max_batch=max_batch, limits=limits,
         verify_sample=verify_sample,
-    ))  # fmt: skip
-    code = run(service, host, port, key, log_level)
+    )  # fmt: skip
+    # everything that can be refused is refused here, before the port or a thread
+    if problem := reserve_descriptors(max_connections):
+        fail(problem)
+    try:
+        preflight(serve_spec)
+        sock = listen(host, port)
+    except UsageError as e:
+        fail(str(e))
+    service = Service(serve_spec)
+    code = run(service, sock, key, connections, log_level)
+    if code == 130:
+        fail("interrupted", 130)
     if code:
         fail(f"the model did not load: {service.failure}", code)
 

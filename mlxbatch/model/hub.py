@@ -57,7 +57,7 @@ def resolve(spec: str | Path) -> Path:
         how = ("HF_HUB_OFFLINE is set and the local Hugging Face cache has no snapshot of it"
                if offline() else f"not in the local cache and could not be downloaded "
                f"({type(e).__name__})")  # fmt: skip
-        raise ModelError(f"{spec}: {how}; download it with `huggingface-cli download {text}` "
+        raise ModelError(f"{spec}: {how}; download it with `hf download {text}` "
                          "or give a local directory") from None  # fmt: skip
     return Path(found)
 

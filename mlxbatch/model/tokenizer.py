@@ -12,6 +12,7 @@ encoding the text between them piece by piece is exactly the whole-prompt tokeni
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -69,6 +70,18 @@ class PromptTokenizer:
             return [table[i] for i in ids]
         except IndexError:  # an id past the count (a vocabulary with gaps): its own ints
             return ids
+
+    @functools.cached_property
+    def longest(self) -> int:
+        """The most characters one token stands for (bytes, in a byte-level vocabulary)."""
+        return max(map(len, self._tok.get_vocab(with_added_tokens=True)))
+
+    def least_tokens(self, text: str) -> int:
+        """A floor on `len(encode(text))`, found without encoding: no token covers more than
+        `longest` characters of the normalized text (its bytes, for a byte-level vocabulary),
+        so a 2 MB text is known to be over a 2,048-token limit in a fraction of encoding it."""
+        normalizer = self._tok.normalizer
+        return len(normalizer.normalize_str(text) if normalizer else text) // self.longest
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids, skip_special_tokens=False)

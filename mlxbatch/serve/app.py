@@ -7,6 +7,7 @@ on the scheduler's threads, never on the event loop. Ticket texts are never logg
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import time
@@ -19,6 +20,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from .connections import ConnectionLimits
 from .errors import TYPES, ApiError
 from .limits import parse_classify, read_body
 from .service import Service
@@ -27,27 +29,32 @@ log = logging.getLogger("mlxbatch.serve")
 
 
 def check_key(request: Request, key: bytes | None) -> None:
-    """401 unless the request carries `Authorization: Bearer <key>` (constant-time compare)."""
+    """401 unless the request carries `Authorization: Bearer <key>`, compared as the bytes
+    sent (a non-ASCII key arrives as UTF-8; the decoded header is Latin-1) in constant time."""
     if key is None:
         return
-    given = request.headers.get("authorization", "")
-    scheme, _, token = given.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key):
+    given = next((v for k, v in request.scope["headers"] if k == b"authorization"), b"")
+    scheme, _, token = given.partition(b" ")
+    if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), key):
         raise ApiError(401, "a valid API key is required: send 'Authorization: Bearer <key>'",
                        {"WWW-Authenticate": "Bearer"})  # fmt: skip
 
 
-def build_app(service: Service, api_key: bytes | None = None) -> Starlette:
+def build_app(service: Service, api_key: bytes | None,
+              connections: ConnectionLimits) -> Starlette:  # fmt: skip
     metrics, limits = service.metrics, service.limits
+    clocks: set[asyncio.Timeout] = set()  # the deadlines of the bodies being read
 
     async def classify(request: Request) -> Response:
         start = time.perf_counter()
         try:
             check_key(request, api_key)
             service.check_accepting()
-            body = await read_body(request, limits.max_body_bytes)
+            body = await read_body(request, limits.max_body_bytes, connections.body_s, clocks)
             reply = await service.classify(parse_classify(body, limits, service.names))
         except ApiError as e:
+            if e.status == 408 and service.state == "draining":  # cut short by the drain
+                e = ApiError(503, "the server is shutting down")
             metrics.request(e.type, e.status)
             log.info("classify: %d %s", e.status, e.type)
             return e.response()
@@ -60,6 +67,10 @@ def build_app(service: Service, api_key: bytes | None = None) -> Starlette:
             metrics.request("internal", 500)
             return ApiError(500, "internal error (see the server's log)").response()
         seconds = time.perf_counter() - start
+        if await request.is_disconnected():  # gone while its items were scored
+            metrics.request("disconnected", 499)
+            log.info("classify: the client disconnected before its reply")
+            return Response(status_code=499)
         metrics.request("ok", 200, seconds)
         log.debug("classify: 200, %d item(s) in %.1f ms", len(reply["data"]), seconds * 1e3)
         return JSONResponse(reply)
@@ -70,7 +81,9 @@ def build_app(service: Service, api_key: bytes | None = None) -> Starlette:
             if service.state not in ("ready", "draining") or service.clf is None:
                 service.check_accepting()
         except ApiError as e:
+            metrics.request(e.type, e.status)
             return e.response()
+        metrics.request("ok", 200)
         return JSONResponse(service.describe())
 
     async def health(request: Request) -> Response:
@@ -82,17 +95,29 @@ def build_app(service: Service, api_key: bytes | None = None) -> Starlette:
 
     async def http_error(request: Request, exc: HTTPException) -> Response:
         status = exc.status_code if exc.status_code in TYPES else 400
-        if exc.status_code == 405:
-            body = {"message": f"{request.method} is not allowed on {request.url.path}",
-                    "type": "method_not_allowed", "code": 405}  # fmt: skip
-            return JSONResponse({"error": body}, status_code=405)
-        return ApiError(status, f"no route {request.url.path}" if status == 404 else
-                        str(exc.detail)).response()  # fmt: skip
+        message = {404: f"no route {request.url.path}",
+                   405: f"{request.method} is not allowed on {request.url.path}"}  # fmt: skip
+        error = ApiError(status, message.get(status, str(exc.detail)))
+        metrics.request(error.type, status)
+        return error.response()
+
+    def cut_bodies() -> None:
+        """On the loop: bodies still arriving when the drain starts end now (503)."""
+        now = asyncio.get_running_loop().time()
+        for clock in list(clocks):
+            clock.reschedule(now)
 
     @asynccontextmanager
     async def lifespan(app):
+        loop = asyncio.get_running_loop()  # the drain starts in a signal handler
+
+        def cut_soon() -> None:
+            loop.call_soon_threadsafe(cut_bodies)
+
+        service.on_drain.append(cut_soon)
         service.start()
         yield
+        service.on_drain.remove(cut_soon)
         await anyio.to_thread.run_sync(service.close)  # after uvicorn's in-flight requests
 
     routes = [

@@ -1,4 +1,5 @@
-"""What a request may be: the limits, the body read under its cap, and the body's shape.
+"""What a request may be: the limits, the body read under its cap and deadline, and the
+body's shape.
 
 The body is read from the stream and counted as it arrives, so a 50 MB body costs the
 server 2 MB of memory before its 413, and nothing is parsed until the whole body is in.
@@ -6,8 +7,10 @@ server 2 MB of memory before its 413, and nothing is parsed until the whole body
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import json
+import sys
 from dataclasses import dataclass
 
 from starlette.requests import ClientDisconnect, Request
@@ -45,24 +48,40 @@ class ClassifyRequest:
 FIELDS = {"model", "input", "truncate", "user"}  # "user": accepted as OpenAI clients send it
 
 
-async def read_body(request: Request, cap: int) -> bytes:
-    """The body, or 413 as soon as it is known to pass `cap` bytes (declared or counted)."""
+async def read_body(request: Request, cap: int, deadline: float,
+                    clocks: set[asyncio.Timeout]) -> bytes:  # fmt: skip
+    """The body, or 413 as soon as it is known to pass `cap` bytes (declared or counted), or
+    408 when it is not all in `deadline` seconds after the head (a client stalled mid-body
+    held its socket and what it had sent forever). `clocks` holds the deadline while it runs:
+    the drain moves it to now."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > cap:
         raise ApiError(413, f"the body is {int(declared):,} bytes; the limit is {cap:,}")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > cap:
-            raise ApiError(413, f"the body passes the limit of {cap:,} bytes")
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(deadline) as clock:
+            clocks.add(clock)
+            try:
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > cap:
+                        raise ApiError(413, f"the body passes the limit of {cap:,} bytes")
+                    chunks.append(chunk)
+            finally:
+                clocks.discard(clock)
+    except TimeoutError:
+        raise ApiError(408, f"the body did not all arrive within {deadline:g} s "
+                       f"({size:,} bytes came)") from None  # fmt: skip
     return b"".join(chunks)
 
 
 def parse_classify(body: bytes, limits: Limits, models: tuple[str, ...]) -> ClassifyRequest:
     """The request's texts, or the ApiError (400, 404, 413) naming the field or the item."""
     try:
-        doc = json.loads(body, object_pairs_hook=_unique)
+        doc = json.loads(body, object_pairs_hook=_unique, parse_int=_int)
+    except _LongNumber as e:
+        raise ApiError(400, f"the body holds a number of {e.args[0]:,} digits (the most is "
+                       f"{sys.get_int_max_str_digits():,})") from None  # fmt: skip
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ApiError(400, f"the body is not valid JSON ({e})") from None
     except RecursionError:
@@ -115,6 +134,18 @@ def _texts(doc: dict, max_inputs: int) -> list[str]:
 
 class _Repeated(ValueError):
     pass
+
+
+class _LongNumber(Exception):
+    pass
+
+
+def _int(digits: str) -> int:
+    """A JSON integer; one past Python's digit limit is the client's error, not a 500."""
+    try:
+        return int(digits)
+    except ValueError:
+        raise _LongNumber(len(digits.lstrip("-"))) from None
 
 
 def _unique(pairs: list) -> dict:

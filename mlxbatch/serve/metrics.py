@@ -31,6 +31,8 @@ class Metrics:
         r = self.registry = CollectorRegistry()
         self.requests = Counter("mlxbatch_requests", "HTTP requests by outcome and status",
                                 ["outcome", "status"], registry=r)  # fmt: skip
+        self.connections_refused = Counter("mlxbatch_connections_refused", "Connections "
+                                           "refused past --max-connections", registry=r)  # fmt: skip
         self.items = Counter("mlxbatch_items", "Texts classified", registry=r)
         self.request_seconds = Histogram("mlxbatch_request_seconds", "Request duration, body "
                                          "read to reply", buckets=SECONDS, registry=r)  # fmt: skip

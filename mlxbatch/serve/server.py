@@ -1,17 +1,23 @@
-"""Running the app under uvicorn: SIGTERM drains (503 for new requests, queued ones finish,
-exit 0), and a model that fails to load stops the server."""
+"""Running the app under uvicorn: the port bound before anything loads, every connection under
+its deadlines (connections.py), SIGTERM drains (503 for new requests, queued ones finish,
+stalled connections dropped at the drain deadline, exit 0; Ctrl-C the same, exit 130), and a
+model that fails to load stops the server."""
 
 from __future__ import annotations
 
 import logging
 import signal
+import socket
 
 import uvicorn
 
+from ..errors import UsageError
 from .app import build_app
+from .connections import ConnectionLimits, guarded_protocol
 from .service import Service
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+BACKLOG = 2048  # uvicorn's default
 
 
 class DrainingServer(uvicorn.Server):
@@ -20,35 +26,74 @@ class DrainingServer(uvicorn.Server):
 
     def __init__(self, config: uvicorn.Config, service: Service):
         super().__init__(config)
-        self.service = service
+        self.service, self.signals = service, []
 
     def handle_exit(self, sig, frame) -> None:
+        self.signals.append(sig)
         self.service.drain()
         super().handle_exit(sig, frame)
 
 
-def serve(service: Service, host: str = "127.0.0.1", port: int = 8765,
-          api_key: bytes | None = None, log_level: str = "info") -> int:  # fmt: skip
-    """Serve until SIGTERM or Ctrl-C; the exit code (0, or 2 when the model failed to load)."""
+class PathOnly(logging.Filter):
+    """The access log's path without its query string: a key put in a URL by mistake (or a
+    text) never reaches the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and len(record.args) == 5:
+            client, method, path, version, status = record.args
+            record.args = (client, method, str(path).split("?", 1)[0], version, status)
+        return True
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before the model loads or any thread starts: a port in
+    use is one line (uvicorn's own bind failure exits while the loading thread runs)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]  # fmt: skip
+        sock = socket.socket(family, kind, proto)
+    except OSError as e:
+        raise UsageError(f"--host {host}: cannot listen there ({e.strerror or e})") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(BACKLOG)
+    except OSError as e:
+        sock.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return sock
+
+
+def serve(service: Service, sock: socket.socket, api_key: bytes | None,
+          limits: ConnectionLimits, log_level: str = "info") -> int:  # fmt: skip
+    """Serve on `sock` until SIGTERM (exit code 0) or Ctrl-C (130); 2 when the model failed
+    to load."""
     logging.getLogger("mlxbatch.serve").setLevel(log_level.upper())
     if not logging.getLogger("mlxbatch.serve").handlers:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
         logging.getLogger("mlxbatch.serve").addHandler(handler)
-    config = uvicorn.Config(build_app(service, api_key), host=host, port=port,
-                            log_level=log_level, timeout_graceful_shutdown=None,
-                            server_header=False)  # fmt: skip
+    config = uvicorn.Config(
+        build_app(service, api_key, limits), log_level=log_level, server_header=False,
+        http=guarded_protocol(limits, service.metrics), timeout_keep_alive=limits.keep_alive_s,
+        timeout_graceful_shutdown=limits.drain_s,
+    )  # fmt: skip
+    logging.getLogger("uvicorn.access").addFilter(PathOnly())
     server = DrainingServer(config, service)
 
     def stop() -> None:
         server.should_exit = True
 
     service.on_failed = stop
-    # uvicorn re-raises the signal it caught once it has shut down; a handler of our own
-    # makes that a no-op, so a drained SIGTERM exits 0 instead of dying by the signal.
-    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    # uvicorn re-raises the signal it caught once it has shut down; handlers of our own make
+    # that a no-op, so the exit code says which signal drained the server.
+    previous = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        server.run()
+        server.run(sockets=[sock])
     finally:
-        signal.signal(signal.SIGTERM, previous)
-    return 2 if service.state == "failed" else 0
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        service.close(drain=False)  # a no-op after the drain; a second Ctrl-C skips it
+    if service.state == "failed":
+        return 2
+    return 130 if signal.SIGINT in server.signals else 0

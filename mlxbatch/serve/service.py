@@ -22,15 +22,18 @@ import anyio
 import numpy as np
 
 from ..api.classifier import Classifier
+from ..api.limits import fit, item_limit
+from ..engine.adjust import parse_prior
+from ..engine.labels import LabelSet
 from ..engine.scheduler import LiveScheduler, QueueFull
-from ..errors import ItemTooLong
+from ..errors import LabelError
+from ..model.tokenizer import PromptTokenizer
 from .errors import ApiError
 from .limits import ClassifyRequest, Limits
 from .metrics import Metrics
 from .verify import Verifier
 
 log = logging.getLogger("mlxbatch.serve")
-INLINE_CHARS = 4096  # requests this short are tokenized on the event loop (well under 1 ms)
 
 
 @dataclass(frozen=True)
@@ -51,12 +54,25 @@ class ServeSpec:
     verify_sample: float = 0.0
 
 
+def preflight(spec: ServeSpec) -> None:
+    """What can be refused before the port is bound and the weights load (a UsageError): the
+    tokenizer, the label set, the examples' labels and the prior."""
+    tokenizer = PromptTokenizer(spec.model)
+    LabelSet.build(spec.labels, tokenizer.label, tokenizer.vocab_size)
+    bad = sorted({label for _, label in spec.examples} - set(spec.labels))
+    if bad:
+        raise LabelError(f"example label(s) {bad} are not in the label set")
+    if spec.prior:
+        parse_prior(spec.prior, spec.labels)
+
+
 class Service:
     def __init__(self, spec: ServeSpec, metrics: Metrics | None = None):
         self.spec, self.limits = spec, spec.limits
         self.metrics = metrics or Metrics()
         self.state, self.failure, self.degraded = "starting", None, False
-        self.clf = self.scheduler = self.verifier = None
+        self.clf = self.scheduler = self.verifier = self.item_limit = None
+        self.on_drain: list[Callable[[], None]] = []  # the app's: end stalled body reads
         self.startup: dict[str, float] = {}
         self.created = int(time.time())
         self.on_failed: Callable[[], None] = lambda: None  # set by the server: stop serving
@@ -79,6 +95,7 @@ class Service:
                 s.model, labels=s.labels, system_prompt=s.system_prompt, examples=s.examples,
                 calibrate=s.calibrate, prior=s.prior, min_confidence=s.min_confidence,
             )  # fmt: skip
+            self.item_limit = item_limit(clf.engine, self.limits.max_tokens)
             t1 = time.perf_counter()
             policy = clf.policy("sorted", batch_tokens=s.batch_tokens, max_batch=s.max_batch)
             self.verifier = Verifier(s.verify_sample, clf.engine.score_gold, self._label_of,
@@ -105,14 +122,17 @@ class Service:
 
     def drain(self) -> None:
         """Stop accepting (503); what is queued still finishes."""
+        self.metrics.ready.set(0)
         if self.state in ("starting", "ready"):
             self.state = "draining"
-        self.metrics.ready.set(0)
+            for hook in self.on_drain:
+                hook()
 
-    def close(self) -> None:
+    def close(self, drain: bool = True) -> None:
+        """Stop the scheduler: with `drain`, after what is queued is scored."""
         self.drain()
         if self.scheduler is not None:
-            self.scheduler.close(drain=True)
+            self.scheduler.close(drain=drain)
 
     def check_accepting(self) -> None:
         if self.state != "ready":
@@ -122,10 +142,8 @@ class Service:
 
     async def classify(self, req: ClassifyRequest) -> dict:
         """The reply to one request; ApiError for 422, 429 and 503."""
-        if sum(map(len, req.texts)) < INLINE_CHARS:  # a thread hop costs more than this
-            prepared = self._prepare(req)
-        else:
-            prepared = await anyio.to_thread.run_sync(self._prepare, req)
+        # off the event loop however short: a few 1 MB texts held it for seconds
+        prepared = await anyio.to_thread.run_sync(self._prepare, req)
         prompts = [p.prompt for p in prepared]
         try:
             future = self.scheduler.submit(prompts)
@@ -145,10 +163,10 @@ class Service:
     def _prepare(self, req: ClassifyRequest) -> list:
         out = []
         for i, text in enumerate(req.texts):
-            try:
-                out.append(self.clf.prepare(text, self.limits.max_tokens, req.truncate))
-            except ItemTooLong as e:
-                raise ApiError(422, f'input[{i}]: {e}; send "truncate": true to cut it') from None
+            fitted = fit(self.clf.engine, text, self.item_limit, req.truncate, hint="")
+            if isinstance(fitted, str):  # named as a request sets it, not as classify does
+                raise ApiError(422, f'input[{i}]: {fitted}; send "truncate": true to cut it')
+            out.append(fitted)
         return out
 
     def _reply(self, rid: str, prepared: list, probs: np.ndarray) -> dict:

@@ -1,0 +1,174 @@
+"""What a connection may cost the server: deadlines for the request head, the body and an
+idle keep-alive, a cap on open connections, the drain's deadline, and a lingering close.
+
+uvicorn times out only an idle keep-alive connection, and only after a first response: a
+client that connects and sends nothing, or half a request head, held its socket forever
+(~21,000 of them exhausted the file descriptors). `guarded_protocol` adds the head deadline
+and the cap to uvicorn's h11 protocol; the body deadline is applied where the body is read
+(limits.read_body); the drain deadline is uvicorn's `timeout_graceful_shutdown`.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import time
+from dataclasses import dataclass
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from .metrics import Metrics
+
+log = logging.getLogger("mlxbatch.serve")
+LINGER_S = 2.0  # how long a refused client may go on sending before the socket closes
+SPARE_FDS = 128  # descriptors beyond the connections: the model's files, logs, pipes
+REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+           b"connection: close\r\ncontent-length: 96\r\n\r\n"
+           b'{"error": {"message": "too many open connections; retry later", '
+           b'"type": "unavailable", "code": 503}}')  # fmt: skip
+HEAD_TIMEOUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+                b"connection: close\r\ncontent-length: 91\r\n\r\n"
+                b'{"error": {"message": "the request head came too slowly", '
+                b'"type": "timeout", "code": 408}}')  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    header_s: float = 10.0  # connect (or the last response) to the request head's end
+    body_s: float = 30.0  # the head's end to the body's last byte (2 MB at ~70 KB/s)
+    keep_alive_s: float = 5.0  # idle between requests (uvicorn's default)
+    max_connections: int = 512  # open at once; past it a new one gets 503 and is closed
+    drain_s: float = 30.0  # SIGTERM to exit: what is queued is answered, the rest dropped
+
+    def as_dict(self) -> dict:
+        return {"timeout_header_s": self.header_s, "timeout_body_s": self.body_s,
+                "timeout_keep_alive_s": self.keep_alive_s,
+                "max_connections": self.max_connections, "drain_timeout_s": self.drain_s}  # fmt: skip
+
+
+def reserve_descriptors(max_connections: int) -> str | None:
+    """Raise the soft open-files limit to fit the connections; why not, when it cannot (so
+    that accept() never meets EMFILE, which asyncio logs as a traceback per attempt)."""
+    need = max_connections + SPARE_FDS
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return None
+    if hard != resource.RLIM_INFINITY and hard < need:
+        return (f"--max-connections {max_connections} needs {need} open files and the hard "
+                f"limit is {hard} (ulimit -Hn): lower --max-connections")  # fmt: skip
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    return None
+
+
+class LingeringTransport:
+    """The connection's transport, except that closing it while the client is still sending
+    its body lingers instead: closing a socket with unread bytes sends a reset, and a client
+    that writes its whole body before reading (urllib) then never sees the 413 (or 408)."""
+
+    def __init__(self, transport, protocol: H11Protocol):
+        self.raw, self.protocol = transport, protocol
+
+    def close(self) -> None:
+        if self.protocol.conn.their_state is h11.SEND_BODY:
+            self.protocol.linger()
+        else:
+            self.raw.close()
+
+    def __getattr__(self, name: str):
+        return getattr(self.raw, name)
+
+
+def guarded_protocol(limits: ConnectionLimits, metrics: Metrics) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with the head deadline, the connection cap and a lingering close."""
+
+    class GuardedProtocol(H11Protocol):
+        refused_logged = 0.0  # when the cap was last logged: one line a minute, not a flood
+        refused_lingering = 0  # refused sockets still open: a flood must not pile them up
+
+        def connection_made(self, transport) -> None:
+            self.head_timer = self.linger_timer = None
+            self.lingering = self.refused = self.heard = False
+            self.raw = transport  # the socket's own transport (closes at once)
+            if len(self.connections) >= limits.max_connections:
+                self.refuse(transport)
+                return
+            super().connection_made(LingeringTransport(transport, self))
+            self.await_head()
+
+        def refuse(self, transport) -> None:
+            # not in uvicorn's connections: never shut down, waited for or counted
+            self.refused = True
+            metrics.connections_refused.inc()
+            now = time.monotonic()
+            if now - GuardedProtocol.refused_logged > 60:
+                GuardedProtocol.refused_logged = now
+                log.warning("%d connections open (--max-connections): refusing new ones",
+                            len(self.connections))  # fmt: skip
+            transport.write(REFUSED)
+            if GuardedProtocol.refused_lingering < SPARE_FDS // 2:
+                GuardedProtocol.refused_lingering += 1
+                self.linger()
+            else:  # the client may see a reset instead of the 503; no descriptor is held
+                transport.close()
+
+        def connection_lost(self, exc) -> None:
+            if not self.refused:
+                super().connection_lost(exc)
+            elif self.lingering:
+                GuardedProtocol.refused_lingering -= 1
+            for timer in (self.head_timer, self.linger_timer):
+                if timer is not None:
+                    timer.cancel()
+
+        def data_received(self, data: bytes) -> None:
+            if self.lingering:  # the reply is sent: what still arrives is read and dropped
+                return
+            self.heard = True
+            super().data_received(data)
+            if self.cycle is not self.head_of and self.head_timer is not None:
+                self.head_timer.cancel()  # a request head arrived: the body has its own deadline
+                self.head_timer = None
+
+        def on_response_complete(self) -> None:
+            if self.conn.their_state is h11.SEND_BODY:  # answered before the body was in
+                self.server_state.total_requests += 1
+                self.linger()
+                return
+            super().on_response_complete()
+            if not self.transport.is_closing() and (self.cycle is None or
+                                                    self.cycle.response_complete):  # fmt: skip
+                self.await_head()  # (a pipelined request may be running already)
+
+        def await_head(self) -> None:
+            self.head_of, self.heard = self.cycle, False
+            if self.head_timer is not None:
+                self.head_timer.cancel()
+            self.head_timer = self.loop.call_later(limits.header_s, self.head_late)
+
+        def head_late(self) -> None:
+            self.head_timer = None
+            if self.cycle is not self.head_of or self.transport.is_closing():
+                return
+            if self.heard:  # part of a head: say why (an idle socket just closes)
+                metrics.request("timeout", 408)
+                self.transport.write(HEAD_TIMEOUT)
+            self.transport.close()
+
+        def linger(self) -> None:
+            """Half-close (our reply is complete), read and drop what the client still sends
+            until it finishes (EOF closes the socket) or LINGER_S pass, then close."""
+            if self.lingering:
+                return
+            self.lingering = True
+            if not self.refused:
+                self.flow.resume_reading()
+            if self.raw.can_write_eof():
+                self.raw.write_eof()
+            self.linger_timer = self.loop.call_later(LINGER_S, self.raw.close)
+
+        def shutdown(self) -> None:
+            if not self.lingering:
+                super().shutdown()
+
+    return GuardedProtocol

@@ -1,0 +1,356 @@
+"""`mlxbatch serve` against hostile clients, over real sockets on the loopback: slow heads,
+stalled bodies, idle and too many connections, SIGTERM and Ctrl-C while they hang, bodies over
+the cap sent by urllib, numbers past Python's digit limit, start-up refusals, the metrics of
+every reply, keys and the access log; and the bounded tokenization behind a long item.
+Deadlines are set small by options; every wait ends on the state it waits for, under a
+generous bound."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from test_serve import Server, error_of, free_port, running, wait_for
+
+FAST = ["--timeout-header", "1", "--timeout-body", "2", "--timeout-keep-alive", "1"]
+SLOW = ["--timeout-header", "600", "--timeout-body", "600", "--timeout-keep-alive", "600"]
+HEAD = b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir, tmp_path_factory):
+    with running(tiny_model_dir, *FAST, tmp=tmp_path_factory.mktemp("hostile")) as s:
+        yield s
+    assert "Traceback" not in s.log.read_text()
+
+
+def connect(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=60)
+
+
+def read_until_closed(s: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection (the socket's timeout, 60 s,
+    bounds a server that never does)."""
+    out = b""
+    while data := s.recv(65536):
+        out += data
+    return out
+
+
+def body_of(reply: bytes) -> dict:
+    return json.loads(reply.split(b"\r\n\r\n", 1)[1])
+
+
+# -- deadlines ---------------------------------------------------------------------------
+
+
+def test_a_head_that_stalls_gets_408_and_an_idle_socket_is_closed(server):
+    before = server.metric('mlxbatch_requests_total{outcome="timeout"')
+    with connect(server.port) as slow, connect(server.port) as idle:
+        slow.sendall(b"POST /v1/classify HTTP/1.1\r\nHost: x\r\n")  # and never the rest
+        reply = read_until_closed(slow)
+        assert reply.startswith(b"HTTP/1.1 408") and body_of(reply)["error"]["type"] == "timeout"
+        assert read_until_closed(idle) == b""  # sent nothing: closed without a word
+    assert server.metric('mlxbatch_requests_total{outcome="timeout"') == before + 1
+
+
+def test_a_body_that_stalls_gets_408(server):
+    with connect(server.port) as s:
+        s.sendall(HEAD + b"Content-Length: 2000000\r\n\r\n" + b'{"input": "' + b"x" * 100_000)
+        reply = read_until_closed(s)
+    assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
+    assert "did not all arrive" in body_of(reply)["error"]["message"]
+    assert httpx.get(server.url + "/health", timeout=60).status_code == 200
+
+
+def test_an_idle_keep_alive_connection_is_closed(server):
+    with connect(server.port) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        reply = read_until_closed(s)  # the reply, then (idle past the keep-alive) the close
+    assert reply.startswith(b"HTTP/1.1 200") and reply.count(b"HTTP/1.1") == 1
+
+
+def test_a_trickled_head_cannot_outlive_its_deadline(server):
+    """A byte at a time: the head's deadline counts from the connect, not from the last byte."""
+    with connect(server.port) as s:
+        start = time.monotonic()
+        try:
+            for byte in b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 500:
+                s.sendall(bytes([byte]))
+                time.sleep(0.05)  # 25 s in all, far past the 1 s deadline
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        reply = read_until_closed(s)
+        assert time.monotonic() - start < 25
+    assert reply.startswith(b"HTTP/1.1 408")
+
+
+# -- connections -------------------------------------------------------------------------
+
+
+def test_connections_past_the_cap_are_refused_and_the_log_stays_quiet(tiny_model_dir, tmp_path):
+    with running(tiny_model_dir, *SLOW, "--max-connections", "20", tmp=tmp_path) as s:
+        held = [connect(s.port) for _ in range(20)]
+        wait_for(lambda: s.metric("mlxbatch_connections_refused_total") > 0 or
+                 refused(s.port), "a connection past the cap to be refused")  # fmt: skip
+        many = [connect(s.port) for _ in range(300)]  # a few hundred more, all refused
+        replies = [read_until_closed(c) for c in many]
+        assert all(r == b"" or r.startswith(b"HTTP/1.1 503") for r in replies)
+        assert sum(r.startswith(b"HTTP/1.1 503") for r in replies) > 0
+        for c in held + many:
+            c.close()
+        wait_for(lambda: health_status(s) == 200, "a connection to be served again")
+        log = s.log.read_text()
+        assert log.count("refusing new ones") == 1 and "Traceback" not in log
+        assert s.metric("mlxbatch_connections_refused_total") >= 300
+
+
+def refused(port: int) -> bool:
+    with connect(port) as c:
+        c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        return read_until_closed(c).startswith(b"HTTP/1.1 503")
+
+
+def health_status(server) -> int | None:
+    try:
+        return httpx.get(server.url + "/health", timeout=60).status_code
+    except httpx.TransportError:
+        return None
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
+def test_a_signal_drains_past_stalled_clients_and_exits(tiny_model_dir, tmp_path, sig, code):
+    """Clients stalled in each state do not hold the exit: the drain answers the stalled body
+    (503), drops the rest, and the server exits with the documented code before any of their
+    own deadlines (600 s) could have closed them."""
+    s = Server(tiny_model_dir, *SLOW, "--drain-timeout", "5", tmp=tmp_path)
+    try:
+        idle, head, body, kept = (connect(s.port) for _ in range(4))
+        head.sendall(b"POST /v1/classify HTTP/1.1\r\nHost: x\r\n")
+        body.sendall(HEAD + b"Content-Length: 2000000\r\n\r\n" + b'{"input": "' + b"x" * 2**20)
+        kept.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = b""
+        while not first.endswith(b"}"):  # the whole reply; then the connection idles
+            first += kept.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200")
+        with httpx.Client(timeout=60) as c:  # an ordinary request still in flight is answered
+            assert c.post(s.url + "/v1/classify", json={"input": ["a", "b"]}).status_code == 200
+        start = time.monotonic()
+        s.proc.send_signal(sig)
+        reply = read_until_closed(body)
+        assert reply.startswith(b"HTTP/1.1 503") and body_of(reply)["error"]["code"] == 503
+        assert s.proc.wait(120) == code  # the drain's 5 s, with a margin for a busy machine
+        assert time.monotonic() - start < 120
+        for c in (idle, head, kept):
+            assert read_until_closed(c) == b""
+            c.close()
+        if sig == signal.SIGINT:
+            assert "error: interrupted" in s.log.read_text()
+    finally:
+        s.stop()
+
+
+# -- refusals a client can read ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("megabytes", [3, 20])
+def test_urllib_reads_the_413_of_a_body_over_the_cap(server, megabytes):
+    request = urllib.request.Request(server.url + "/v1/classify", data=b"x" * (megabytes << 20),
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=60)
+    assert caught.value.code == 413
+    assert json.loads(caught.value.read())["error"]["type"] == "too_large"
+    assert httpx.get(server.url + "/health", timeout=60).status_code == 200
+
+
+@pytest.mark.parametrize("where", ['{"input": "x", "user": N}', '{"input": ["x", N]}', "N"])
+def test_an_integer_past_the_digit_limit_is_400(server, where):
+    body = where.replace("N", "9" * 5000).encode()
+    message = error_of(httpx.post(server.url + "/v1/classify", content=body, timeout=60), 400,
+                       "invalid_request")  # fmt: skip
+    assert "5,000 digits" in message
+
+
+# -- start-up ----------------------------------------------------------------------------
+
+
+def start(model, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mlxbatch", "serve", "--model", str(model),
+                           *args], capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def error_lines(r: subprocess.CompletedProcess) -> list[str]:
+    """stderr less the warnings (this machine's BLAS may have one)."""
+    return [line for line in r.stderr.splitlines() if line.strip()
+            and not line.startswith("warning:")]  # fmt: skip
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(tiny_model_dir):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = start(tiny_model_dir, "--port", str(port))
+    assert r.returncode == 2, r.stderr
+    assert error_lines(r) == [f"error: cannot listen on 127.0.0.1:{port}: Address already in use"]
+
+
+def test_a_bad_label_set_is_refused_before_the_port_is_bound(tiny_model_dir):
+    with socket.socket() as taken:  # were the port bound first, this would be the error
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        r = start(tiny_model_dir, "--port", str(taken.getsockname()[1]), "--labels", "only")
+    assert r.returncode == 2, r.stderr
+    (line,) = error_lines(r)
+    assert line.startswith("error: ") and "label" in line and "listen" not in line
+
+
+def test_a_key_with_a_space_is_refused_at_start(tiny_model_dir, tmp_path):
+    key = tmp_path / "key"
+    key.write_text("two words\n")
+    r = start(tiny_model_dir, "--port", str(free_port()), "--api-key-file", str(key))
+    assert r.returncode == 2 and error_lines(r)[-1].startswith("error: --api-key-file")
+
+
+# -- metrics, keys, the log ----------------------------------------------------------------
+
+
+def test_metrics_count_unknown_routes_and_wrong_methods(server):
+    count = server.metric
+    before = (count('mlxbatch_requests_total{outcome="not_found"'),
+              count('mlxbatch_requests_total{outcome="method_not_allowed"'))  # fmt: skip
+    error_of(httpx.get(server.url + "/nothing", timeout=60), 404, "not_found")
+    error_of(httpx.get(server.url + "/v1/classify", timeout=60), 405, "method_not_allowed")
+    assert count('mlxbatch_requests_total{outcome="not_found"') == before[0] + 1
+    assert count('mlxbatch_requests_total{outcome="method_not_allowed"') == (before[1] + 1)
+
+
+def test_a_non_ascii_key_matches_its_utf8_bytes_and_401s_are_counted(tiny_model_dir, tmp_path):
+    key = tmp_path / "key"
+    key.write_bytes("clé-secrète-票\n".encode())
+    with running(tiny_model_dir, "--api-key-file", str(key), tmp=tmp_path) as s:
+        good = {"Authorization": "Bearer clé-secrète-票".encode()}
+        bad = {"Authorization": "Bearer cl\xe9-secr\xe8te".encode("latin-1")}
+        url = s.url + "/v1/classify"
+        assert httpx.post(url, json={"input": "x"}, headers=good, timeout=60).status_code == 200
+        error_of(httpx.post(url, json={"input": "x"}, headers=bad, timeout=60), 401,
+                 "unauthorized")  # fmt: skip
+        error_of(httpx.get(s.url + "/v1/models", timeout=60), 401, "unauthorized")
+        assert httpx.get(s.url + "/v1/models", headers=good, timeout=60).status_code == 200
+        assert s.metric('mlxbatch_requests_total{outcome="unauthorized"') == 2
+
+
+def test_query_strings_never_reach_the_access_log(server):
+    httpx.get(server.url + "/health?api_key=hunter2-in-a-url", timeout=60)
+    httpx.post(server.url + "/v1/classify?key=hunter2-in-a-url", json={"input": "x"}, timeout=60)
+    wait_for(lambda: server.log.read_text().count('"POST /v1/classify HTTP/1.1"') >= 1,
+             "the access log line")  # fmt: skip
+    log = server.log.read_text()
+    assert '"GET /health HTTP/1.1" 200' in log and "hunter2" not in log
+
+
+# -- one long request does not freeze the others ---------------------------------------------
+
+
+def test_health_answers_while_long_texts_are_tokenized(server):
+    """Four requests of ~1.9 MB texts (truncated) in flight: /health keeps answering. Before,
+    each text held the GIL for seconds and /health took 6.5 s; the bound is generous."""
+    texts = [f"ticket {i}: my invoice is wrong and the app crashes " * 38_000 for i in range(4)]
+    done = threading.Event()
+    slowest = 0.0
+
+    def send(text: str) -> int:
+        return httpx.post(server.url + "/v1/classify", json={"input": text, "truncate": True},
+                          timeout=600).status_code  # fmt: skip
+
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(send, t) for t in texts]
+        threading.Thread(target=lambda: (wait_all(futures), done.set()), daemon=True).start()
+        checks = 0
+        while not done.is_set():
+            t0 = time.monotonic()
+            assert httpx.get(server.url + "/health", timeout=60).status_code == 200
+            slowest = max(slowest, time.monotonic() - t0)
+            checks += 1
+            time.sleep(0.05)
+        assert [f.result() for f in futures] == [200] * 4
+    assert checks >= 3 and slowest < 3.0, (checks, slowest)
+
+
+def wait_all(futures) -> None:
+    for f in futures:
+        f.exception()
+
+
+# -- the bounded tokenization is the same tokenization -----------------------------------------
+
+LONG = {
+    "ascii": "my invoice is wrong, please refund it. " * 700,
+    "dashes": "-" * 30_000,  # the longest tokens there are
+    "cjk": "票据错误，请退款。" * 2_000,
+    "combining": "e\u0301a\u0300 " * 5_000,  # NFC composes them: fewer characters
+    "newlines": "\n\n" + "line\n" * 4_000,
+}
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir):
+    from mlxbatch.api.classifier import Classifier
+
+    return Classifier.load(tiny_model_dir).engine
+
+
+def reference_fit(engine, text: str, limit: int, truncating: bool):
+    """The unbounded original: tokenize all of it, binary-search the cut on full tokenizations."""
+    from mlxbatch.api.limits import MARK
+
+    def cut(k):
+        return text[: k - k // 2] + MARK + (text[len(text) - k // 2 :] if k // 2 else "")
+
+    def size(k):
+        return len(engine.fed(engine.prompt(cut(k))))
+
+    n = len(engine.fed(engine.prompt(text)))
+    if n <= limit:
+        return engine.prompt(text), n, None
+    if not truncating or size(0) > limit:
+        return None
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if size(mid) <= limit else (lo, mid - 1)
+    return engine.prompt(cut(lo)), size(lo), {"from_tokens": n, "to_tokens": size(lo)}
+
+
+@pytest.mark.parametrize("name", sorted(LONG))
+@pytest.mark.parametrize("limit", [40, 4000])
+def test_bounded_fit_answers_as_the_full_tokenization_did(engine, name, limit):
+    from mlxbatch.api.limits import Limit, fit
+
+    text = LONG[name]
+    for truncating in (False, True):
+        got = fit(engine, text, Limit(limit, "--max-tokens"), truncating)
+        want = reference_fit(engine, text, limit, truncating)
+        if want is None:
+            assert isinstance(got, str) and "--max-tokens" in got
+        else:
+            assert (got.prompt, got.tokens, got.truncated) == want
+
+
+@pytest.mark.parametrize("name", sorted(LONG))
+def test_the_token_floor_is_a_floor(engine, name):
+    tokenizer = engine.tokenizer
+    text = LONG[name]
+    assert 0 < tokenizer.least_tokens(text) <= len(tokenizer.encode(text))
+    assert tokenizer.least_tokens(text[:100]) <= len(tokenizer.encode(text[:100]))
