@@ -13,6 +13,7 @@ import hashlib
 import json
 import platform
 import random
+import sys
 import time
 from dataclasses import asdict
 
@@ -119,25 +120,50 @@ def calibrate(engine: Engine, progress=None, save: bool = True) -> tuple[CostMod
     if progress:
         progress(f"planner calibrated in {meas['took_s']:.1f} s: {describe(model)}")
     if save:
-        data = _cache()
-        data[cache_key(engine)] = {
-            "model": model.to_dict(), "measured": meas, "model_path": str(engine.lm.path),
-            "dtype": str(engine.lm.dtype), "device": str(mx.default_device()),
-            "machine": f"{platform.node()} {blas._cpu_model()}",
-            "at": time.strftime("%Y-%m-%d %H:%M:%S"),
-        }  # fmt: skip
-        path = blas.cache_dir() / "planner.json"
-        try:  # a cache: a directory that cannot be written only costs a later re-calibration
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomically(path, lambda f: json.dump(data, f, indent=1))
-        except (OSError, OutputError):
-            pass
+        _save(engine, model, meas)
     return model, meas
 
 
-def cost_model(engine: Engine) -> CostModel:
-    """The cached calibration for this model and machine, else the defaults."""
-    return cached(engine) or default_model(engine)
+def _save(engine: Engine, model: CostModel, meas: dict) -> None:
+    data = _cache()
+    data[cache_key(engine)] = {
+        "model": model.to_dict(), "measured": meas, "model_path": str(engine.lm.path),
+        "dtype": str(engine.lm.dtype), "device": str(mx.default_device()),
+        "machine": f"{platform.node()} {blas._cpu_model()}",
+        "at": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }  # fmt: skip
+    path = blas.cache_dir() / "planner.json"
+    try:  # a cache: a directory that cannot be written only costs a later re-calibration
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, lambda f: json.dump(data, f, indent=1))
+    except (OSError, OutputError):
+        pass
+
+
+CHECK = (1, 16)  # (rows, width) a lane: the batch a first job times against the defaults
+OFF_BY = 2.0  # a default prediction further off than this is replaced by a calibration
+
+
+def cost_model(engine: Engine, notice=None) -> CostModel:
+    """The cached calibration for this model and machine; else, on the first job here, the
+    defaults timed against one small batch: within 2x they are cached as this machine's, else
+    the engine is calibrated now (cached too) and `notice` (default: stderr) says so. The
+    defaults assume a nominal rate: on a CPU left on the reference BLAS they predicted 9.6 s
+    for a job that took 192.7 s."""
+    found = cached(engine)
+    if found is not None:
+        return found
+    model = default_model(engine)
+    seconds = _time(engine, *CHECK, random.Random(0))
+    predicted = float(model.seconds(*CHECK, len(engine.prefix)))
+    off = seconds / max(predicted, 1e-9)
+    if 1 / OFF_BY <= off <= OFF_BY:
+        _save(engine, model, {"checked": list(CHECK), "seconds": seconds, "predicted": predicted})
+        return model
+    say = notice or (lambda m: print(m, file=sys.stderr, flush=True))
+    say(f"planner: the default cost model predicted {predicted:.3f} s for a batch that took "
+        f"{seconds:.3f} s here ({off:.2f}x): calibrating it for this machine once (cached)")  # fmt: skip
+    return calibrate(engine, say)[0]
 
 
 def describe(m: CostModel) -> str:
