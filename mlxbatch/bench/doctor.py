@@ -24,6 +24,20 @@ def matmul_gflops(n: int, dtype, reps: int = 3) -> float:
     return 2 * n**3 / best / 1e9
 
 
+def numpy_gflops(n: int, reps: int = 3) -> float:
+    """The same product in NumPy (its own OpenBLAS), for the ratio taken in one run."""
+    import numpy as np
+
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    a @ a
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        a @ a
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best / 1e9
+
+
 def report(size: int = 1024) -> dict:
     import mlx.core as mx
 
@@ -57,6 +71,11 @@ def report(size: int = 1024) -> dict:
         for e in cached_entries()
         if isinstance(e.get("model"), dict)
     ] or "none cached (mlxbatch doctor --calibrate --model DIR, or any bench run)"
+    if mx.default_device() == mx.cpu:  # interleaved, so a busy moment hits both alike
+        rates = [(matmul_gflops(size, mx.float32), numpy_gflops(size)) for _ in range(2)]
+        mine, numpy = max(r[0] for r in rates), max(r[1] for r in rates)
+        info["numpy_matmul_gflops_float32"] = round(numpy, 1)
+        info["mlx_vs_numpy_matmul"] = round(mine / numpy, 2)
     if mx.default_device() == mx.gpu:
         info["matmul_gflops_float32"] = round(matmul_gflops(size, mx.float32), 1)
     return info
