@@ -23,6 +23,8 @@ import numpy as np
 
 from . import sgemm
 
+MAX_LANES = 64  # scipy-openblas32's MAX_THREADS: every core of a large machine (was 8)
+
 # score_rows(prompts, lane) -> (rows, labels) probabilities, built on the current stream
 RowScorer = Callable[[list, int], mx.array]
 
@@ -124,9 +126,10 @@ def usable_cores() -> list[int]:
 
 
 def for_device(kind: str = "auto") -> Executor:
-    """The policy for this machine: CPU lanes (one per usable core, at most 8) on the CPU, else
-    one stream."""
+    """The policy for this machine: CPU lanes (one per usable core, up to OpenBLAS's 64
+    threads; the memory budget counts a batch in flight per lane) on the CPU, else one
+    stream."""
     if kind == "single" or (kind == "auto" and mx.default_device() != mx.cpu):
         return SingleStream()
-    lanes = min(len(usable_cores()), 8)
+    lanes = min(len(usable_cores()), MAX_LANES)
     return CpuLanes(lanes) if lanes > 1 else SingleStream()
