@@ -1,10 +1,11 @@
 """Batch invariance under every OpenBLAS kernel family this CPU can run (issue 26).
 
 The DYNAMIC_ARCH OpenBLAS picks its kernels for the CPU at load; OPENBLAS_CORETYPE forces a
-family, so one machine tests several. Under each, in a fresh process: the library mlxbatch
-loads is one whose kernels its probe found batch-invariant (Haswell's, Zen's, are not: a row's
-bits depend on its place in a 12-row group, and the probe must say so), and a job writes the
-same bytes with 1 or 2 lanes, budgets of 1,024 and 4,096 tokens and windows of 7 or all rows.
+family, so one machine tests several. Under each, in a fresh process: the kernels mlxbatch
+runs are that family's, its probe found them batch-invariant, and a job writes the same bytes
+with 1 or 2 lanes, budgets of 1,024 and 4,096 tokens and windows of 7 or all rows. The probe
+itself must see a layout that is not invariant: a plain product under Haswell's kernels (a
+row's bits depend on its place in each 12-row group there).
 """
 
 from __future__ import annotations
@@ -73,9 +74,29 @@ def test_the_same_bytes_under_each_kernel_family(family, tiny_model_dir, heavy_t
     assert got["active"]["invariant"] is True and got["kernels"] == got["active"]["corename"]
     assert len(set(got["digests"].values())) == 1, got["digests"]  # 0 rows differ
     asked = [r for r in got["tried"] if r["source"] == blas.SCIPY]
-    assert asked, got["tried"]
-    if family in ("Haswell", "Zen"):  # the probe sees through these kernels
-        assert asked[0]["corename"] == "Haswell" and asked[0]["invariant"] is False
-        assert got["kernels"] != "Haswell"
-    else:
-        assert asked[0]["invariant"] is True and got["kernels"] == asked[0]["corename"]
+    assert asked and asked[0].get("chosen") and asked[0]["invariant"] is True, got["tried"]
+    # Zen runs Haswell's kernels in this library
+    assert got["kernels"].lower() == {"Zen": "haswell"}.get(family, family.lower())
+
+
+PLAIN = """
+import json
+from mlxbatch.runtime import blas
+blas._families = lambda: []  # the family asked for, invariant or not
+assert blas.activate_in_process(), blas.warning()
+from mlxbatch.model import hostops
+from mlxbatch.runtime import sgemm
+sgemm._serving_openblas().openblas_set_num_threads(1)
+ours = hostops.row_invariance()
+hostops.matmul_t = lambda x, w, bias=None: x @ w.T  # rows as OpenBLAS's B columns, unpadded
+print(json.dumps([ours, hostops.row_invariance()]))
+"""
+
+
+@pytest.mark.skipif(not X86 or not NEEDS["Haswell"] <= FLAGS, reason="needs Haswell kernels")
+def test_the_probe_sees_a_layout_that_is_not_invariant():
+    env = {**os.environ, blas.CORETYPE: "Haswell"}
+    out = subprocess.run([sys.executable, "-c", PLAIN], capture_output=True, text=True, env=env,
+                         timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [True, False]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 
 from ..model.config import ModelArgs
-from ..model.hostops import BLOCK, SMALL
+from ..model.hostops import BLOCK, EDGE, TILE
 from ..runtime.memory import available_bytes
 
 MAX_BUDGET = 16384  # the largest default budget memory can justify
@@ -71,11 +71,12 @@ class Footprint:
         attn = 3 * t * a.num_attention_heads * context * 4 + 5 * t * context  # + the masks
         hidden = 8 * t * a.hidden_size * self.dtype_bytes
         head = max_batch * self.n_labels * max(self.label_len - 1, 0) * a.vocab_size * 4
-        # the host path's attention runs each block of keys with its rows padded up to the
-        # general kernel (hostops.padded_rows): per row and KV head, that many query rows
-        # times a block of scores, the padded queries and V with its ones column, 3 buffers
-        pad = rows * a.num_key_value_heads * (SMALL // (BLOCK * a.head_dim) + 1)
-        pad *= (BLOCK + 2 * a.head_dim + 1) * 4 * 3
+        # the host path's attention pads each row's query rows to whole tiles between zero
+        # rows (hostops.attention): per row and KV head at most one tile more of scores and
+        # of the tiled mask, the padded queries and the accumulator
+        depth = max(a.head_dim, BLOCK)
+        pad = rows * a.num_key_value_heads * (TILE + 2 * EDGE)
+        pad *= (2 * context + 2 * depth + 1) * 4
         return BudgetCost(kv * self.lanes, (mlp + attn + hidden + head + pad) * self.lanes)
 
     def longest_item(self, available: int, cap: int) -> int:

@@ -86,7 +86,9 @@ def first_token_logits(model: Qwen2, h_last: mx.array, labels: LabelSet) -> mx.a
     return model.head(h_last, mx.array(labels.first_ids))
 
 
-def continuation_logprobs(model: Qwen2, h_lab: mx.array, labels: LabelSet) -> mx.array:
+def continuation_logprobs(
+    model: Qwen2, h_lab: mx.array, labels: LabelSet, host_kernels: bool = False
+) -> mx.array:
     """(B, J): sum over each label's tokens after the first of their full-vocab log-probs.
 
     `h_lab` (B * J, max_len - 1, D) are the hidden states of the teacher-forced label inputs,
@@ -97,7 +99,7 @@ def continuation_logprobs(model: Qwen2, h_lab: mx.array, labels: LabelSet) -> mx
     j, slot, tok = labels.continuation_slots()
     flat = (np.arange(B)[:, None] * J + j[None, :]) * T + slot[None, :]  # (B, S)
     h = h_lab.reshape(B * J * T, -1)[mx.array(flat.reshape(-1))]  # (B * S, D)
-    logits = model.head(h).astype(mx.float32)  # full vocabulary, at these positions only
+    logits = model.head(h, host_kernels=host_kernels).astype(mx.float32)  # at these positions
     target = mx.take_along_axis(logits, mx.array(np.tile(tok, B))[:, None], axis=-1)[:, 0]
     lp = (target - mx.logsumexp(logits, axis=-1)).reshape(B, len(j))
     sums = []  # each label's tokens added one by one, in order: a matmul's order is the BLAS's
@@ -134,5 +136,5 @@ def score_labels(
             mx.array(lab_tokens), lab_kv, mx.array(layout.label_positions(J)),
             mx.array(layout.label_mask(J)), host_kernels=host_kernels,
         )  # fmt: skip
-        scores = scores + continuation_logprobs(model, h_lab, labels)
+        scores = scores + continuation_logprobs(model, h_lab, labels, host_kernels)
     return normalise(scores)

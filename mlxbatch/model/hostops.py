@@ -14,22 +14,29 @@ max-subtracted softmax, in float32; results differ from MLX's only in the last b
 `exp`, so the gold loop (always pure MLX) stays an independent check of this path.
 
 Batch invariance: a row's results here do not depend on the other rows of its batch, its
-width or the key count. OpenBLAS picks a kernel by shape, and its kernels sum in different
-orders (measured, scripts/batch_invariance.py): a small-matrix kernel (M*N*K <= 100^3), a
-"direct" one (row-major A @ B with beta = 0, M*N*K < 28*512^2; never called here: products
-are A @ B.T, or accumulate with beta = 1) and the general kernel, which splits K into blocks
-of up to ~448 chosen from K. So every product here has rows added until M*N*K exceeds the
-small bound (`padded_rows`): the general kernel, whose result for a row depends only on K. Attention sums over keys in fixed blocks of BLOCK slots (`addmm` into one
-accumulator, beta=1, never the direct kernel) with the softmax denominator as an extra
-ones column of V, so it is summed in the same order as the numerator; masked keys add exact
-zeros. mx.fast.scaled_dot_product_attention (the GPU path) gives no such guarantee.
+width or the key count, under any of OpenBLAS's x86 kernel families tested (Haswell/Zen,
+SandyBridge, Nehalem; SkylakeX by the probe where there is AVX-512). OpenBLAS's kernels sum in
+orders that depend on where a row sits (measured, scripts/batch_invariance.py and
+runtime/blas.py's probe): with a row as a column of the B operand (`x @ w.T`), Haswell's gives
+positions 0-5 and 6-11 of each 12-row group other bits; as a row of the A operand, the first
+and last 8 rows of a product, and rows past its first row block (~256 rows), differ from the
+rest; SkylakeX has a small-matrix kernel (M*N*K <= 100^3) and a "direct" one. So every
+product here is `w @ x.T`, x's rows in tiles of at most TILE rows between EDGE zero rows
+(`matmul_t`), the row count a multiple of ROUND, and operands padded past the small-matrix
+bound; then a row's bits depend only on the product's other dimensions, which the model
+fixes. Attention runs one product per block of BLOCK keys (a fixed shape) with the query rows
+tiled alike, into one accumulator (beta=1) block after block, with the softmax denominator as
+an extra ones column of V, so it is summed in the same order as the numerator; masked keys
+add exact zeros. Each kernel family is checked at the BLAS probe (`row_invariance`): one that
+fails is not used. mx.fast.scaled_dot_product_attention (the GPU path) gives no such
+guarantee.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 import numpy as np
@@ -38,6 +45,9 @@ _local = threading.local()
 CHUNK = 1 << 18  # elements a host kernel works on at a time (1 MB of float32)
 SMALL = 100**3  # M*N*K at or below which OpenBLAS may use its small-matrix kernel
 BLOCK = 64  # key slots summed by one product (under the general kernel's K blocking)
+EDGE = 8  # zero rows before and after a product's rows (Haswell's first and last 8 differ)
+TILE = 240  # real rows a product at most: with the edges 256, one of OpenBLAS's row blocks
+ROUND = 16  # a product's row count is a multiple of this
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,24 @@ class Host:
     mask: np.ndarray  # float32 (B, 1, 1, L, S'): 0 where seen, -inf elsewhere (padded keys)
     start: int  # keys before this forward's own tokens: [0, start) and [start, S) are blocked apart
     keys: int  # S: real key slots
+    _tiled: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def tiled(self, group: int, tile: int) -> np.ndarray:
+        """The mask laid out as `attention` lays out the scores: the query rows of `group`
+        heads (head-major) in tiles of `tile` rows, the keys in blocks, (B, 1, T, S'/BLOCK,
+        tile, BLOCK); rows past the last query 0 (their outputs are dropped). Made once per
+        forward (every layer reads it)."""
+        if (group, tile) not in self._tiled:
+            B, _, _, L, Sp = self.mask.shape
+            rows = group * L
+            tiles = -(-rows // tile)
+            out = np.zeros((B, 1, tiles * tile, Sp), np.float32)
+            out[:, :, :rows] = np.broadcast_to(self.mask, (B, 1, group, L, Sp)).reshape(
+                B, 1, rows, Sp
+            )
+            out = out.reshape(B, 1, tiles, tile, Sp // BLOCK, BLOCK).transpose(0, 1, 2, 4, 3, 5)
+            self._tiled[(group, tile)] = out
+        return self._tiled[(group, tile)]
 
 
 def available(dtype: mx.Dtype) -> bool:
@@ -89,29 +117,55 @@ def prepare(mask: mx.array | str | None, q_len: int, k_len: int, start: int | No
     return Host(add[:, :, None], start, k_len)  # broadcast over the query heads of a KV head
 
 
-def padded_rows(m: int, n: int, k: int) -> int:
-    """Rows a product (m, k) @ (k, n) is run with: at least m, and enough for OpenBLAS's
-    general kernel (see the module docstring)."""
-    return max(m, SMALL // (n * k) + 1)
+def tile_rows(m: int, n: int, k: int) -> int:
+    """Rows (a multiple of ROUND, at most TILE + 2 * EDGE) a product of `m` <= TILE real rows
+    with an (n, k) operand is run with: EDGE zero rows either side, and enough to stay off
+    OpenBLAS's small-matrix kernel where that fits (`min_cols` covers the rest)."""
+    rows = -(-(m + 2 * EDGE) // ROUND) * ROUND
+    want = min(SMALL // (n * k) + 1, TILE + 2 * EDGE)
+    return max(rows, -(-want // ROUND) * ROUND)
 
 
-def pad_rows(x: mx.array, rows: int, axis: int = 0) -> mx.array:
-    """`x` with zero rows appended along `axis` up to `rows`."""
-    if x.shape[axis] >= rows:
+def min_cols(rows: int, k: int) -> int:
+    """Columns an operand of depth `k` needs so that a `rows`-row product passes SMALL."""
+    return SMALL // (rows * k) + 1
+
+
+def pad_rows(x: mx.array, rows: int, axis: int = 0, front: int = 0) -> mx.array:
+    """`x` with `front` zero rows before and zero rows after, up to `rows`, along `axis`."""
+    after = rows - front - x.shape[axis]
+    if front == 0 and after <= 0:
         return x
     shape = list(x.shape)
-    shape[axis] = rows - x.shape[axis]
-    return mx.concatenate([x, mx.zeros(shape, x.dtype)], axis=axis)
+    parts = []
+    for count in (front, after):
+        shape[axis] = count
+        parts.append(mx.zeros(shape, x.dtype) if count > 0 else None)
+    return mx.concatenate([p for p in (parts[0], x, parts[1]) if p is not None], axis=axis)
 
 
 def matmul_t(x: mx.array, w: mx.array, bias: mx.array | None = None) -> mx.array:
-    """x (..., K) @ w.T (N, K) (+ bias), each row's result the same whatever the other rows."""
+    """x (..., K) @ w.T (N, K) (+ bias), each row's result the same whatever the other rows.
+
+    Computed as w @ x.T, so x's rows are OpenBLAS's A rows, TILE at a time between EDGE zero
+    rows (see the module docstring); w gets zero rows where the product would be small."""
     lead, K = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, K)
-    M = x2.shape[0]
-    x2 = pad_rows(x2, padded_rows(M, w.shape[0], K))
-    out = x2 @ w.T if bias is None else mx.addmm(bias, x2, w.T)  # as nn.Linear: bias as C
-    return out[:M].reshape(*lead, w.shape[0])
+    M, N = x2.shape[0], w.shape[0]
+    outs = []
+    for a in range(0, max(M, 1), TILE):
+        part = x2[a : a + TILE]
+        m = part.shape[0]
+        rows = tile_rows(m, N, K)
+        wp = pad_rows(w, max(N, min_cols(rows, K)))
+        xp = pad_rows(part, rows, front=EDGE)
+        if bias is None:
+            y = wp @ xp.T  # (N', rows)
+        else:  # as nn.Linear: the bias as C, each row's start
+            y = mx.addmm(pad_rows(bias, wp.shape[0])[:, None], wp, xp.T)
+        outs.append(y[:N, EDGE : EDGE + m].T)
+    out = outs[0] if len(outs) == 1 else mx.concatenate(outs)
+    return out.reshape(*lead, N)
 
 
 def _writable(a: mx.array) -> np.ndarray:
@@ -168,28 +222,72 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, host: Host) -
 
     Query head h reads KV head h // (H / KV), as `mx.fast.scaled_dot_product_attention` does.
     A query row with no visible key (never made by this package's layouts) gets zeros, not NaN.
-    Each row's result is bit-identical whatever batch it is in (see the module docstring).
+    Each row's result is bit-identical whatever batch it is in (see the module docstring): the
+    query rows are OpenBLAS's A rows, in tiles between zero rows, and every product is one block
+    of BLOCK keys, so its shape is the same whatever the key count.
     """
     B, H, L, hd = q.shape
     KV, S = k.shape[1], k.shape[2]
     G, Sp = H // KV, host.mask.shape[-1]
     rows = G * L
-    k = _spread(k, host.start, Sp)
+    tiles = -(-rows // TILE)
+    R = tile_rows(min(rows, TILE), BLOCK, hd)
+    d = max(hd, min_cols(R, BLOCK))  # the depth of the scores and the width of V, zero-padded
+    k = pad_rows(_spread(k, host.start, Sp), d, axis=-1)  # (B, KV, S', d)
     ones = mx.ones((B, KV, S, 1), v.dtype)  # the denominator, summed as the numerator is
-    v = _spread(mx.concatenate([v, ones], axis=-1), host.start, Sp)  # (B, KV, S', hd + 1)
-    M = max(padded_rows(rows, Sp, hd), padded_rows(rows, hd + 1, BLOCK))
-    qs = pad_rows((q * scale).reshape(B, KV, rows, hd), M, axis=2)  # zero queries: scores 0
-    scores = qs @ k.swapaxes(-1, -2)  # (B, KV, M, S')
+    v = _spread(pad_rows(mx.concatenate([v, ones], axis=-1), d + 1, axis=-1), host.start, Sp)
+    qs = pad_rows((q * scale).reshape(B, KV, rows, hd), tiles * TILE, axis=2)
+    qs = pad_rows(qs.reshape(B, KV, tiles, TILE, hd), R, axis=3, front=EDGE)
+    qs = pad_rows(qs, d, axis=-1)[:, :, :, None]  # (B, KV, T, 1, R, d): scores per key block
+    blocks = k.reshape(B, KV, 1, Sp // BLOCK, BLOCK, d)
+    scores = (blocks @ qs.swapaxes(-1, -2)).swapaxes(-1, -2)  # (B, KV, T, S'/BLOCK, R, BLOCK)
     mx.eval(scores)
-    s = _writable(scores)[:, :, :rows].reshape(B, KV, G, L, Sp)  # exp(scores) in place
-    s += host.mask
-    top = s.max(axis=-1, keepdims=True)
+    s = _writable(scores)[:, :, :, :, EDGE : EDGE + TILE]  # a view: exp(scores) in place
+    s += host.tiled(G, TILE)  # (B, 1, T, S'/BLOCK, TILE, BLOCK)
+    top = s.max(axis=(3, 5), keepdims=True)
     top[~np.isfinite(top)] = 0  # fully masked rows: exp(-inf) = 0 below, then 0 / tiny = 0
     s -= top
     np.exp(s, out=s)
-    acc = mx.zeros((B, KV, M, hd + 1), q.dtype)
-    for a in range(0, Sp, BLOCK):  # one accumulator, block after block: a fixed order
-        acc = mx.addmm(acc, scores[..., a : a + BLOCK], v[:, :, a : a + BLOCK])
+    acc = mx.zeros((B, KV, tiles, d + 1, R), q.dtype)  # transposed: rows are OpenBLAS's A rows
+    vt = v.reshape(B, KV, 1, Sp // BLOCK, BLOCK, d + 1).swapaxes(-1, -2)
+    for i in range(Sp // BLOCK):  # one accumulator, block after block: a fixed order
+        acc = mx.addmm(acc, vt[:, :, :, i], scores[:, :, :, i].swapaxes(-1, -2))
+    acc = acc.swapaxes(-1, -2)[:, :, :, EDGE : EDGE + TILE].reshape(B, KV, tiles * TILE, d + 1)
     acc = acc[:, :, :rows]
-    den = mx.maximum(acc[..., hd:], np.finfo(np.float32).tiny)
+    den = mx.maximum(acc[..., hd : hd + 1], np.finfo(np.float32).tiny)
     return (acc[..., :hd] / den).reshape(B, H, L, hd)
+
+
+def row_invariance() -> bool:
+    """Whether the BLAS serving MLX gives a row the same bits in any batch on this path: a
+    needle row among others, at several batch sizes and places, through `matmul_t` and
+    `attention`. The BLAS probe runs it for each kernel family (runtime/blas.py)."""
+    r = np.random.default_rng(0)
+    for n, k in ((64, 64), (300, 896), (896, 520), (3, 64)):
+        w = mx.array(r.standard_normal((n, k)).astype(np.float32))
+        x = mx.array(r.standard_normal((300, k)).astype(np.float32))
+        alone = np.array(matmul_t(x[:1], w))[0]
+        for m in (2, 5, 40, 300):
+            for pos in {1, m // 2, m - 1}:
+                order = list(range(1, pos + 1)) + [0] + list(range(pos + 1, m))
+                if not np.array_equal(np.array(matmul_t(x[mx.array(order)], w))[pos], alone):
+                    return False
+    for heads, kv, hd in ((4, 2, 16), (14, 2, 64)):
+        own = 9  # the needle row's tokens, the same in each batch; rows padded to `width`
+        needle = [r.standard_normal((h, own, hd)).astype(np.float32) for h in (heads, kv, kv)]
+        alone = None
+        for batch, width, at in ((1, own, 0), (3, 40, 1), (5, 130, 4)):
+            qkv = []
+            for h, part in zip((heads, kv, kv), needle):
+                a = r.standard_normal((batch, h, width, hd)).astype(np.float32)
+                a[at, :, :own] = part
+                qkv.append(mx.array(a))
+            seen = np.tril(np.ones((width, width), bool))[None, None].repeat(batch, 0)
+            seen[at, :, :, own:] = False  # the needle's padding keys
+            out = attention(*qkv, hd**-0.5, prepare(mx.array(seen), width, width))
+            got = np.array(out)[at, :, :own]
+            if alone is None:
+                alone = got
+            elif not np.array_equal(got, alone):
+                return False
+    return True

@@ -161,10 +161,13 @@ class Qwen2(nn.Module):
         """The output projection: the embedding when tied, else `lm_head` (dense or quantized)."""
         return self.model.embed_tokens if self.args.tie_word_embeddings else self.lm_head
 
-    def head(self, h: mx.array, rows: mx.array | None = None) -> mx.array:
+    def head(self, h: mx.array, rows: mx.array | None = None, host_kernels: bool = False):
         """Logits of hidden states `h` (..., D) for vocabulary `rows` (all when None); with
-        `rows`, each row's logits are the same whatever the other rows (see hostops.py)."""
+        `rows` or `host_kernels`, each row's logits are the same whatever the other rows (see
+        hostops.py)."""
         layer = self.head_layer()
+        if rows is None and host_kernels:  # float32 on the CPU: the weights are dense
+            return hostops.matmul_t(h, layer.weight)
         if rows is None:
             return layer.as_linear(h) if self.args.tie_word_embeddings else layer(h)
         return hostops.matmul_t(h, row_weights(layer, rows))
