@@ -187,7 +187,7 @@ def convert_hf(hf_dir: str | Path, out_dir: str | Path, dtype: str | None = None
 def _quantized(args: ModelArgs, tensors: dict, config: dict, bits: int, group_size: int):
     from mlx.utils import tree_flatten
 
-    from .qwen2 import Qwen2
+    from .decoder import Decoder
 
     if bits not in (2, 3, 4, 5, 6, 8) or group_size not in (32, 64, 128):
         raise ModelError(f"--q-bits {bits} / --q-group-size {group_size}: bits must be one of "
@@ -196,7 +196,7 @@ def _quantized(args: ModelArgs, tensors: dict, config: dict, bits: int, group_si
     if bad:
         raise ModelError(f"--q-group-size {group_size} does not divide the width of {bad[0]} "
                          f"({tensors[bad[0]].shape[-1]})")  # fmt: skip
-    model = Qwen2(args)
+    model = Decoder(args)
     model.load_weights(list(tensors.items()), strict=True)
     config = quantize.quantize_for_saving(model, config, bits, group_size)
     return dict(tree_flatten(model.parameters())), config
