@@ -1,0 +1,168 @@
+"""Every family on tiny random checkpoints saved by `transformers`: logits equal to transformers',
+every scoring mode equal to the gold loop, labels equal to an independent transformers scoring.
+
+One checkpoint a case, tied and untied heads, each family's own switches turned on (Llama 3
+rope scaling and biases, Qwen3's explicit head_dim, Gemma 3's sliding layers with prompts
+several windows long, Phi-4-mini's LongRoPE with partial rotary, Phi-3's all-sliding layers).
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from mlxbatch.engine.engine import Engine
+from mlxbatch.engine.labels import LabelSet
+from mlxbatch.engine.planner import plan_batches
+from mlxbatch.engine.prompt import default_system_prompt
+from mlxbatch.model.convert import qwen_tokenizer_dir
+from mlxbatch.model.load import LoadedModel, load_model
+
+SMALL = dict(vocab_size=151936, hidden_size=64, intermediate_size=96, num_attention_heads=4,
+             num_key_value_heads=2, num_hidden_layers=2, max_position_embeddings=1024,
+             rms_norm_eps=1e-6)  # fmt: skip
+_LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+           "original_max_position_embeddings": 64, "rope_theta": 500000.0}  # fmt: skip
+_GEMMA_ROPE = {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+               "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}  # fmt: skip
+_LONGROPE = {"rope_type": "longrope", "rope_theta": 10000.0, "original_max_position_embeddings": 256,
+             "short_factor": [1.0, 1.2, 1.5, 2.0, 3.0, 4.0],
+             "long_factor": [2.0, 3.0, 4.0, 6.0, 8.0, 9.0]}  # fmt: skip
+CASES = {
+    # name: (transformers config class, its arguments)
+    "llama3_tied_biased": ("LlamaConfig", dict(tie_word_embeddings=True, rope_parameters=_LLAMA3,
+                                               attention_bias=True, mlp_bias=True)),
+    "llama_untied_head_dim": ("LlamaConfig", dict(tie_word_embeddings=False, head_dim=24)),
+    "qwen3_tied": ("Qwen3Config", dict(tie_word_embeddings=True, head_dim=32)),
+    "qwen3_untied": ("Qwen3Config", dict(tie_word_embeddings=False, head_dim=16)),
+    "gemma3_sliding": ("Gemma3TextConfig", dict(
+        num_hidden_layers=3, head_dim=16, sliding_window=8, query_pre_attn_scalar=24,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        rope_parameters=_GEMMA_ROPE, hidden_activation="gelu_pytorch_tanh")),
+    "phi4mini_longrope": ("Phi3Config", dict(tie_word_embeddings=True, partial_rotary_factor=0.75,
+                                             rope_parameters=_LONGROPE, max_position_embeddings=4096,
+                                             original_max_position_embeddings=256)),
+    "phi3_untied_sliding": ("Phi3Config", dict(tie_word_embeddings=False, sliding_window=8)),
+}  # fmt: skip
+LABELS = ("billing", "account access", "technical support team")  # multi-token labels too
+TEXTS = ["I was charged twice this month", "cannot log in", "x", "the app crashes " * 6,
+         "\n\nstarts with blank lines", "数据 sync ünïcode error 0x1F", " leading space"]  # fmt: skip
+
+
+def make_checkpoint(path: Path, case: str, seed: int = 0) -> Path:
+    import torch
+    import transformers
+
+    cls_name, kwargs = CASES[case]
+    cfg = getattr(transformers, cls_name)(**(SMALL | kwargs))
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(cfg).float()
+    with torch.no_grad():  # HF zero-inits biases and ones the norms: randomise every path
+        for n, p in model.named_parameters():
+            if n.endswith("bias") or "norm" in n:
+                p.add_(torch.randn_like(p) * 0.1)
+    model.save_pretrained(path, safe_serialization=True)
+    for f in qwen_tokenizer_dir().iterdir():
+        shutil.copyfile(f, path / f.name)
+    return path
+
+
+@dataclass
+class Case:
+    name: str
+    path: Path
+    lm: LoadedModel
+    hf: object  # the transformers model of the same checkpoint
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def case(request, tmp_path_factory) -> Case:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    path = make_checkpoint(tmp_path_factory.mktemp(request.param), request.param)
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
+                                              attn_implementation="eager").eval()  # fmt: skip
+    return Case(request.param, path, load_model(path), hf)
+
+
+def make_engine(lm, prefix_cache: bool = True) -> Engine:
+    labels = LabelSet.build(LABELS, lm.tokenizer.label, lm.model.args.vocab_size)
+    return Engine(lm, labels, default_system_prompt(LABELS), prefix_cache)
+
+
+def test_logits_equal_transformers(case):
+    import torch
+
+    tokens = case.lm.tokenizer.prompt(default_system_prompt(LABELS), TEXTS[3])
+    assert len(tokens) > 40  # several Gemma / Phi-3 windows of 8
+    ours = np.array(case.lm.model.head(case.lm.model(mx.array([tokens])))[0])
+    with torch.no_grad():
+        ref = case.hf(input_ids=torch.tensor([tokens])).logits[0].numpy()
+    np.testing.assert_allclose(ours, ref, atol=1e-4, err_msg=case.name)
+
+
+def transformers_scores(hf, prompts: list[list[int]], labels: LabelSet) -> np.ndarray:
+    """Label probabilities from whole sequences (prompt + label) through transformers, the
+    full-vocabulary log-softmax at each label token, in one right-padded batch."""
+    import torch
+
+    seqs = [(i, j, p + list(t[:-1])) for i, p in enumerate(prompts)
+            for j, t in enumerate(labels.tokens)]  # fmt: skip
+    width = max(len(s) for *_, s in seqs)
+    ids = torch.tensor([s + [0] * (width - len(s)) for *_, s in seqs])  # causal: pads come last
+    with torch.no_grad():
+        h = hf.model(input_ids=ids).last_hidden_state
+        sums = np.zeros((len(prompts), len(labels.tokens)))
+        for row, (i, j, _) in enumerate(seqs):
+            label, n = labels.tokens[j], len(prompts[i])
+            logp = torch.log_softmax(hf.lm_head(h[row, n - 1 : n - 1 + len(label)]), -1)
+            sums[i, j] = sum(float(logp[k, t]) for k, t in enumerate(label))
+    return np.exp(sums - sums.max(1, keepdims=True)) / np.exp(
+        sums - sums.max(1, keepdims=True)
+    ).sum(1, keepdims=True)
+
+
+def test_every_mode_equals_the_gold_loop_and_transformers(case):
+    gold_engine = make_engine(case.lm, prefix_cache=False)
+    prompts = [gold_engine.prompt(t) for t in TEXTS]
+    gold = np.stack([gold_engine.score_gold(p) for p in prompts])
+    for prefix_cache, mode, max_batch in ((True, "greedy", 4), (True, "sequential", 1),
+                                          (False, "naive", 3)):  # fmt: skip
+        e = make_engine(case.lm, prefix_cache)
+        probs = e.score_all(prompts, plan_batches(e.fed_lengths(prompts), mode, 10_000, max_batch))
+        assert (probs.argmax(1) == gold.argmax(1)).all(), (case.name, mode, prefix_cache)
+        np.testing.assert_allclose(probs, gold, atol=2e-6, err_msg=f"{case.name} {mode}")
+    ref = transformers_scores(case.hf, prompts, gold_engine.labels)
+    assert (ref.argmax(1) == gold.argmax(1)).all(), case.name
+    np.testing.assert_allclose(gold, ref, atol=1e-4, err_msg=case.name)
+
+
+def test_random_texts_never_see_past_the_window_on_the_fast_path():
+    """The sliding mask is a pure function of the layout's mask: the last `window` visible keys
+    of each query, whatever the padding and shared-prefix slots around them."""
+    from mlxbatch.engine.layout import RowLayout
+    from mlxbatch.model.decoder import sliding_mask
+
+    r = random.Random(0)
+    prefix = list(range(1, 13))
+    prompts = [prefix[: r.randint(9, 12)] + [50 + r.randint(0, 9)] * r.randint(1, 9)
+               for _ in range(5)]  # fmt: skip
+    lay = RowLayout.build(prompts, prefix, label_slots=0)
+    full = lay.mask()
+    slid = np.array(sliding_mask(mx.array(full), 4, lay.width, lay.capacity))
+    pos = np.full(full.shape[-1], -1)
+    for b in range(lay.batch):
+        # each key slot's position in row b, and each query's: visible keys precede it in order
+        seen = full[b, 0, -1] | full[b, 0].any(0)
+        pos = np.cumsum(seen) - 1
+        for q in range(lay.lengths[b]):
+            qpos = lay.shared[b] + q
+            want = full[b, 0, q] & (pos > qpos - 4)
+            assert (slid[b, 0, q] == want).all()
