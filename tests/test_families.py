@@ -8,6 +8,7 @@ several windows long, Phi-4-mini's LongRoPE with partial rotary, Phi-3's all-sli
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from mlxbatch.engine.planner import plan_batches
 from mlxbatch.engine.prompt import default_system_prompt
 from mlxbatch.model.convert import qwen_tokenizer_dir
 from mlxbatch.model.load import LoadedModel, load_model
+from mlxbatch.model.tokenizer import PromptTokenizer
 
 SMALL = dict(vocab_size=151936, hidden_size=64, intermediate_size=96, num_attention_heads=4,
              num_key_value_heads=2, num_hidden_layers=2, max_position_embeddings=1024,
@@ -166,3 +168,102 @@ def test_random_texts_never_see_past_the_window_on_the_fast_path():
             qpos = lay.shared[b] + q
             want = full[b, 0, q] & (pos > qpos - 4)
             assert (slid[b, 0, q] == want).all()
+
+
+# Chat templates as their checkpoints publish them, with the Qwen tokenizer's control tokens in
+# place of each family's own (so template text holds special tokens this tokenizer knows).
+GEMMA3_TEMPLATE = """{{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}{%- set role = "model" -%}
+    {%- else -%}{%- set role = message['role'] -%}{%- endif -%}
+    {{ '<|im_start|>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {{- message['content'] | trim }}
+    {{- '<|im_end|>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{'<|im_start|>model\n'}}{%- endif -%}"""
+LLAMA3_TEMPLATE = """{{- bos_token }}
+{%- if not date_string is defined %}{%- set date_string = "26 Jul 2024" %}{%- endif %}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content']|trim %}
+    {%- set messages = messages[1:] %}
+{%- else %}
+    {%- set system_message = "" %}
+{%- endif %}
+{{- "<|im_start|>system<|endoftext|>\n\n" }}
+{{- "Cutting Knowledge Date: December 2023\n" }}
+{{- "Today Date: " + date_string + "\n\n" }}
+{{- system_message }}
+{{- "<|im_end|>" }}
+{%- for message in messages %}
+    {{- '<|im_start|>' + message['role'] + '<|endoftext|>\n\n'+ message['content'] | trim + '<|im_end|>' }}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant<|endoftext|>\n\n' }}
+{%- endif %}"""
+NO_SYSTEM_TEMPLATE = """{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}
+{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] | trim + '<|im_end|>\n' }}{% endfor %}
+{% if add_generation_prompt %}{{'<|im_start|>model\n'}}{% endif %}"""
+TEMPLATES = {"gemma3": GEMMA3_TEMPLATE, "llama3": LLAMA3_TEMPLATE, "no_system": NO_SYSTEM_TEMPLATE}
+EXAMPLES = (("I was charged twice.", "billing"), ("  The app crashes\n", "technical support team"))
+
+
+def with_template(src: Path, dst: Path, template: str) -> Path:
+    shutil.copytree(src, dst)
+    cfg = json.loads((dst / "tokenizer_config.json").read_text())
+    (dst / "tokenizer_config.json").write_text(json.dumps(cfg | {"chat_template": template}))
+    return dst
+
+
+@pytest.fixture(scope="module")
+def gemma_dir(tmp_path_factory) -> Path:
+    return make_checkpoint(tmp_path_factory.mktemp("gemma_template"), "gemma3_sliding")
+
+
+@pytest.mark.parametrize("name", list(TEMPLATES))
+def test_prompts_are_the_templates_as_transformers_renders_them(name, gemma_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    path = with_template(gemma_dir, tmp_path / name, TEMPLATES[name])
+    ours, ref = PromptTokenizer(path), AutoTokenizer.from_pretrained(path)
+    system = default_system_prompt(LABELS)
+    for examples in ((), EXAMPLES):
+        prefix = ours.shared_prefix(system, examples)
+        for text in TEXTS:
+            msgs = [{"role": "system", "content": system}]
+            for t, label in examples:
+                msgs += [{"role": "user", "content": t}, {"role": "assistant", "content": label}]
+            msgs.append({"role": "user", "content": text})
+            if name == "no_system":  # folded in front of the first user turn (chat.py)
+                msgs = [dict(msgs[1], content=system + "\n\n" + msgs[1]["content"]), *msgs[2:]]
+            want = ref.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
+            want = list(want["input_ids"] if hasattr(want, "keys") else want)
+            got = ours.prompt(system, text, examples)
+            assert got == want, (name, examples, text)
+            assert got[: len(prefix) - 2] == prefix[:-2]  # the shared prefix, up to BPE merges
+    answer = {"gemma3": "model\n", "llama3": "\n\n", "no_system": "model\n"}[name]
+    assert ours.answer == answer
+
+
+def test_a_folded_system_prompt_still_gives_one_shared_prefix(gemma_dir, tmp_path):
+    """Gemma's template puts the system prompt inside the first user turn: without examples
+    that turn is the item's, and the prefix still holds the system text; every mode equals the
+    gold loop on it."""
+    path = with_template(gemma_dir, tmp_path / "gemma", GEMMA3_TEMPLATE)
+    lm = load_model(path)
+    e = make_engine(lm)
+    system = default_system_prompt(LABELS)
+    assert lm.tokenizer.decode(e.prefix).endswith(system + "\n\n")
+    prompts = [e.prompt(t) for t in TEXTS]
+    gold = np.stack([e.score_gold(p) for p in prompts])
+    probs = e.score_all(prompts, plan_batches(e.fed_lengths(prompts), "greedy", 10_000, 4))
+    np.testing.assert_allclose(probs, gold, atol=2e-6)

@@ -82,8 +82,8 @@ def load_model(
     tokenizer = PromptTokenizer(model_dir)
     if tokenizer.vocab_size > args.vocab_size:
         raise ModelError(
-            f"{model_dir}: the tokenizer has {tokenizer.vocab_size} tokens (control tokens up to "
-            f"id {max(tokenizer.im_start, tokenizer.im_end)}) but config.json's vocab_size is "
+            f"{model_dir}: the tokenizer has {tokenizer.vocab_size} tokens (control tokens "
+            "included) but config.json's vocab_size is "
             f"{args.vocab_size}: tokenizer and checkpoint do not belong together"
         )
     q = quantize.quantization(read_config(model_dir))
