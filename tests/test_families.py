@@ -267,3 +267,60 @@ def test_a_folded_system_prompt_still_gives_one_shared_prefix(gemma_dir, tmp_pat
     gold = np.stack([e.score_gold(p) for p in prompts])
     probs = e.score_all(prompts, plan_batches(e.fed_lengths(prompts), "greedy", 10_000, 4))
     np.testing.assert_allclose(probs, gold, atol=2e-6)
+
+
+PUBLISHED_PARAMETERS = {"qwen3-0.6b": 596_049_920, "llama-3.2-1b": 1_235_814_400,
+                        "gemma-3-1b": 999_885_952, "phi-4-mini": 3_836_021_760}  # fmt: skip
+
+
+@pytest.mark.parametrize("preset", list(PUBLISHED_PARAMETERS))
+def test_presets_have_the_published_parameter_counts(preset):
+    from mlxbatch.model.config import ModelArgs
+    from mlxbatch.model.presets import PRESETS
+
+    args = ModelArgs.from_dict(PRESETS[preset])
+    assert (
+        sum(int(np.prod(s)) for s in args.expected_shapes().values())
+        == (PUBLISHED_PARAMETERS[preset])
+    )
+
+
+def test_published_config_spellings_give_the_same_args():
+    """Old configs (rope_theta + rope_scaling, Gemma's rope_local_base_freq and
+    sliding_window_pattern) and transformers >= 5's (rope_parameters) normalise alike."""
+    from mlxbatch.model.config import ModelArgs
+    from mlxbatch.model.presets import PRESETS
+
+    old = PRESETS["gemma-3-1b"]
+    new = {
+        k: v
+        for k, v in old.items()
+        if k not in ("rope_theta", "rope_local_base_freq", "rope_scaling", "sliding_window_pattern")
+    }
+    new |= {"layer_types": ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
+                            for i in range(26)],
+            "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                "sliding_attention": {"rope_type": "default",
+                                                      "rope_theta": 10000.0}}}  # fmt: skip
+    assert ModelArgs.from_dict(old) == ModelArgs.from_dict(new)
+    llama = PRESETS["llama-3.2-1b"]
+    moved = {k: v for k, v in llama.items() if k not in ("rope_theta", "rope_scaling")}
+    moved["rope_parameters"] = llama["rope_scaling"] | {"rope_theta": llama["rope_theta"]}
+    assert ModelArgs.from_dict(llama) == ModelArgs.from_dict(moved)
+    phi = ModelArgs.from_dict(PRESETS["phi-4-mini"])
+    assert phi.max_position_embeddings == 4096 and phi.layer_types == ()  # window >= context
+
+
+@pytest.mark.parametrize("case", ["gemma3_sliding", "phi4mini_longrope"])
+def test_quantized_conversion_loads_for_any_family(case, tmp_path):
+    from mlxbatch.model.convert import convert_hf
+    from mlxbatch.model.hub import describe_dir
+
+    hf = make_checkpoint(tmp_path / "hf", case)
+    convert_hf(hf, tmp_path / "q8", q_bits=8, q_group_size=32)
+    dense, q = load_model(hf), load_model(tmp_path / "q8")
+    assert q.quantization["bits"] == 8
+    tokens = mx.array([q.tokenizer.prompt("Be brief.", TEXTS[0])])
+    a, b = (np.array(m.model.head(m.model(tokens))) for m in (dense, q))
+    assert np.abs(a - b).max() < 0.05  # 8-bit weights: close, not equal
+    assert describe_dir(tmp_path / "q8")["family"] == dense.model.args.family.name
