@@ -83,6 +83,7 @@ class PromptTokenizer:
         else:  # the ids, where the tokenizer has them (None otherwise)
             self.im_start, self.im_end = tok.token_to_id(IM_START), tok.token_to_id(IM_END)
             self.answer = self._answer()
+            self._check_piecewise(file)
 
     def _special(self, s: str) -> int:
         i = self._tok.token_to_id(s)
@@ -182,6 +183,25 @@ class PromptTokenizer:
         trail = after.pop(0) if after and isinstance(after[0], str) else ""
         return Frame(tuple(self._ids_of(before)), lead, trail, tuple(self._ids_of(after)),
                      split.trim[split.item])  # fmt: skip
+
+    def _check_piecewise(self, file: Path) -> None:
+        """Refuse a tokenizer whose pieces do not add up to the whole prompt's tokens (a
+        SentencePiece dummy prefix added to each separately encoded piece would): every
+        prompt here is encoded piece by piece."""
+        import jinja2
+
+        whole = Tokenizer.from_file(str(file))  # special-token strings are control tokens
+        try:
+            text = self.template.render([{"role": "system", "content": "Be brief."},
+                                         {"role": "user", "content": "Hello world"}])  # fmt: skip
+        except jinja2.exceptions.TemplateError:  # no system role: folded (see chat.py)
+            text = self.template.render([{"role": "user", "content": "Be brief.\n\nHello world"}])
+        if whole.encode(text, add_special_tokens=False).ids != self.prompt(
+            "Be brief.", "Hello world"
+        ):
+            raise ModelError(f"{file}: this tokenizer encodes a prompt differently in pieces "
+                             "than whole (a per-piece prefix?); mlxbatch cannot split its "
+                             "prompts at the item's text")  # fmt: skip
 
     def _answer(self) -> str:
         """The plain text a label follows: the generation prompt's, after its last special."""
