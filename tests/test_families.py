@@ -324,3 +324,26 @@ def test_quantized_conversion_loads_for_any_family(case, tmp_path):
     a, b = (np.array(m.model.head(m.model(tokens))) for m in (dense, q))
     assert np.abs(a - b).max() < 0.05  # 8-bit weights: close, not equal
     assert describe_dir(tmp_path / "q8")["family"] == dense.model.args.family.name
+
+
+def test_mlx_lm_is_given_the_published_config_spelling():
+    from mlxbatch.bench.parity import mlx_lm_config
+
+    gemma = {
+        "model_type": "gemma3_text",
+        "layer_types": ["sliding_attention", "full_attention"] * 2,
+        "rope_parameters": {
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+        },
+    }
+    cfg, note = mlx_lm_config(gemma)
+    assert (cfg["rope_theta"], cfg["rope_local_base_freq"], cfg["sliding_window_pattern"]) == (
+        1e6,
+        1e4,
+        2,
+    )
+    assert cfg["rope_scaling"] == {"rope_type": "linear", "factor": 8.0} and note == ""
+    cfg, note = mlx_lm_config({"model_type": "phi3", "rope_parameters": _LONGROPE})
+    assert cfg["rope_scaling"]["long_factor"] == _LONGROPE["short_factor"]
+    assert note == " (short factors)"
