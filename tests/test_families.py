@@ -343,7 +343,8 @@ def test_mlx_lm_is_given_the_published_config_spelling():
         1e4,
         2,
     )
-    assert cfg["rope_scaling"] == {"rope_type": "linear", "factor": 8.0} and note == ""
+    assert cfg["rope_scaling"] == {"type": "linear", "rope_type": "linear", "factor": 8.0}
+    assert note == ""
     cfg, note = mlx_lm_config({"model_type": "phi3", "rope_parameters": _LONGROPE})
     assert cfg["rope_scaling"]["long_factor"] == _LONGROPE["short_factor"]
     assert note == " (short factors)"

@@ -121,8 +121,9 @@ def mlx_lm_config(cfg: dict) -> tuple[dict, str]:
     if "rope_theta" in params:
         cfg.setdefault("rope_theta", params["rope_theta"])
     scaling = {k: v for k, v in params.items() if k != "rope_theta"}
-    if scaling.get("rope_type", scaling.get("type", "default")) != "default":
-        cfg.setdefault("rope_scaling", scaling)
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind != "default":
+        cfg.setdefault("rope_scaling", scaling | {"type": kind, "rope_type": kind})
     types = cfg.get("layer_types")
     if cfg.get("model_type") == "gemma3_text" and types and "full_attention" in types:
         period = types.index("full_attention") + 1
