@@ -53,8 +53,8 @@ CASES = {
     "phi3_untied_sliding": ("Phi3Config", dict(tie_word_embeddings=False, sliding_window=8)),
 }  # fmt: skip
 LABELS = ("billing", "account access", "technical support team")  # multi-token labels too
-TEXTS = ["I was charged twice this month", "cannot log in", "x", "the app crashes " * 6,
-         "\n\nstarts with blank lines", "数据 sync ünïcode error 0x1F", " leading space"]  # fmt: skip
+TEXTS = ["I was charged twice this month", "x", "the app crashes " * 6,
+         "\n\nstarts with blank lines", " 数据 sync ünïcode error 0x1F "]  # fmt: skip  # fmt: skip
 
 
 def make_checkpoint(path: Path, case: str, seed: int = 0) -> Path:
@@ -102,7 +102,7 @@ def make_engine(lm, prefix_cache: bool = True) -> Engine:
 def test_logits_equal_transformers(case):
     import torch
 
-    tokens = case.lm.tokenizer.prompt(default_system_prompt(LABELS), TEXTS[3])
+    tokens = case.lm.tokenizer.prompt(default_system_prompt(LABELS), TEXTS[2])
     assert len(tokens) > 40  # several Gemma / Phi-3 windows of 8
     ours = np.array(case.lm.model.head(case.lm.model(mx.array([tokens])))[0])
     with torch.no_grad():
@@ -311,7 +311,7 @@ def test_published_config_spellings_give_the_same_args():
     assert phi.max_position_embeddings == 4096 and phi.layer_types == ()  # window >= context
 
 
-@pytest.mark.parametrize("case", ["gemma3_sliding", "phi4mini_longrope"])
+@pytest.mark.parametrize("case", ["phi4mini_longrope"])  # fused projections
 def test_quantized_conversion_loads_for_any_family(case, tmp_path):
     from mlxbatch.model.convert import convert_hf
     from mlxbatch.model.hub import describe_dir
