@@ -5,7 +5,8 @@ mlx-lm reads the published config spelling only (`rope_theta`, `rope_scaling`, G
 `rope_parameters` / `layer_types`: it is given the directory with its config rewritten so.
 Its LongRoPE always rotates with the long factors, where transformers (and mlxbatch, within
 `original_max_position_embeddings`) use the short ones: it is given the short factors as its
-long ones, and its report says so.
+long ones, and its report says so. Its Phi-3 and Mistral have no sliding window: with a
+window shorter than the prompts they differ, and the report says why.
 """
 
 from __future__ import annotations
@@ -133,6 +134,9 @@ def mlx_lm_config(cfg: dict) -> tuple[dict, str]:
     if rs.get("long_factor") is not None and rs.get("long_factor") != rs.get("short_factor"):
         cfg["rope_scaling"] = dict(rs, long_factor=rs["short_factor"])
         note = " (short factors)"
+    window, context = cfg.get("sliding_window"), cfg.get("max_position_embeddings")
+    if cfg.get("model_type") in ("phi3", "mistral") and window and window < (context or 0):
+        note += " (no sliding window)"  # mlx-lm's Phi-3 and Mistral attend to every key
     return cfg, note
 
 
