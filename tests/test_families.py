@@ -348,3 +348,23 @@ def test_mlx_lm_is_given_the_published_config_spelling():
     cfg, note = mlx_lm_config({"model_type": "phi3", "rope_parameters": _LONGROPE})
     assert cfg["rope_scaling"]["long_factor"] == _LONGROPE["short_factor"]
     assert note == " (short factors)"
+
+
+def test_init_random_widens_a_smaller_vocabulary_and_zeroes_gemma_norms(tmp_path, monkeypatch):
+    from mlxbatch.model import convert
+    from mlxbatch.model.presets import PRESETS
+
+    shrink = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16)  # fmt: skip
+    monkeypatch.setitem(PRESETS, "llama-small", PRESETS["llama-3.2-1b"] | shrink)
+    monkeypatch.setitem(PRESETS, "gemma-small", PRESETS["gemma-3-1b"] | shrink)
+    m = convert.init_random(tmp_path / "llama", "llama-small", dtype="float32")
+    assert m["vocab_size_widened"].startswith("128256 -> 151936")
+    lm = load_model(tmp_path / "llama")
+    assert lm.model.args.vocab_size == 151936 and lm.synthetic
+    convert.init_random(tmp_path / "gemma", "gemma-small", dtype="float32")
+    lm = load_model(tmp_path / "gemma")
+    assert float(mx.abs(lm.model.model.norm.weight).max()) == 0.0  # (1 + w): unit scale
+    e = make_engine(lm)
+    p = e.prompt(TEXTS[0])
+    np.testing.assert_allclose(e.score_batch([p])[0], e.score_gold(p), atol=2e-6)
