@@ -1,4 +1,4 @@
-"""mlxbatch: batch text classification with small Qwen2/2.5 models in MLX."""
+"""mlxbatch: batch text classification with small instruction models in MLX."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
 
 Times one batch alone on one lane, then one batch on every lane at once (as a job runs them),
 with the forward evaluating each layer's output or letting its graph run into the next
-layer's (qwen2.EVAL_EACH_LAYER), each in a fresh process, with lane threads pinned to cores
+layer's (decoder.EVAL_EACH_LAYER), each in a fresh process, with lane threads pinned to cores
 (MLXBATCH_PIN_LANES=1: sched_setaffinity in each lane thread, which its MLX stream thread
 inherits) or left to the OS scheduler as the engine leaves them. A lane that kept its speed
 with the others running takes as long as alone.
@@ -27,9 +27,9 @@ def measure(model: str, rows: int, width: int, each_layer: bool) -> dict:
 
     blas.activate_in_process()
     from mlxbatch.api.classifier import Classifier
-    from mlxbatch.model import qwen2
+    from mlxbatch.model import decoder
 
-    qwen2.EVAL_EACH_LAYER = each_layer
+    decoder.EVAL_EACH_LAYER = each_layer
     if os.environ.get("MLXBATCH_PIN_LANES") == "1":
         import itertools
         import threading

@@ -149,7 +149,7 @@ def _edit_config(path: Path, **changes) -> None:
         ("wrong_shape", "has shape"),
         ("truncated", "truncated"),
         ("bad_header", "corrupt safetensors header"),
-        ("model_type", "model_type 'llama' is not supported"),
+        ("model_type", "model_type 'gpt2' is not supported"),
         ("sliding_window", "sliding-window attention is not supported"),
         ("no_weights", "no *.safetensors"),
         ("pickle_only", "pickled PyTorch weights are never loaded"),
@@ -175,7 +175,7 @@ def test_bad_checkpoints_fail_clearly(model_copy, breakage, message):
         data[10:20] = b"\xff" * 10
         weights.write_bytes(bytes(data))
     elif breakage == "model_type":
-        _edit_config(model_copy, model_type="llama")
+        _edit_config(model_copy, model_type="gpt2")
     elif breakage == "sliding_window":
         _edit_config(model_copy, use_sliding_window=True)
     elif breakage in ("no_weights", "pickle_only"):

@@ -1,7 +1,19 @@
-"""Logit parity of mlxbatch against PyTorch `transformers` (fp32) and mlx-lm's Qwen2."""
+"""Logit parity of mlxbatch against PyTorch `transformers` (fp32) and mlx-lm, any family.
+
+mlx-lm reads the published config spelling only (`rope_theta`, `rope_scaling`, Gemma 3's
+`rope_local_base_freq` and `sliding_window_pattern`), not transformers >= 5's
+`rope_parameters` / `layer_types`: it is given the directory with its config rewritten so.
+Its LongRoPE always rotates with the long factors, where transformers (and mlxbatch, within
+`original_max_position_embeddings`) use the short ones: it is given the short factors as its
+long ones, and its report says so. Its Phi-3 and Mistral have no sliding window: with a
+window shorter than the prompts they differ, and the report says why.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +51,7 @@ class ParityReport:
     def line(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"
         return (
-            f"{self.reference:<14} max|diff| {self.max_abs:.3e}  max rel {self.max_rel:.3e}  "
+            f"{self.reference:<22} max|diff| {self.max_abs:.3e}  max rel {self.max_rel:.3e}  "
             f"argmax agree {self.argmax_agree:.1%} over {self.positions} positions  "
             f"[{verdict}: tol {ATOL:g} x max(1, max|logit|={self.scale:.2f})]"
         )
@@ -98,6 +110,50 @@ def compare(name: str, ours: list[np.ndarray], ref: list[np.ndarray]) -> ParityR
     )
 
 
+def mlx_lm_config(cfg: dict) -> tuple[dict, str]:
+    """`cfg` in the spelling mlx-lm reads (see the module docstring), and a note on what was
+    changed for it beyond the spelling ("" if nothing)."""
+    cfg, note = dict(cfg), ""
+    params = cfg.pop("rope_parameters", None) or {}
+    if "full_attention" in params or "sliding_attention" in params:  # per layer type
+        local, params = params.get("sliding_attention") or {}, params.get("full_attention") or {}
+        if "rope_theta" in local:
+            cfg.setdefault("rope_local_base_freq", local["rope_theta"])
+    if "rope_theta" in params:
+        cfg.setdefault("rope_theta", params["rope_theta"])
+    scaling = {k: v for k, v in params.items() if k != "rope_theta"}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind != "default":
+        cfg.setdefault("rope_scaling", scaling | {"type": kind, "rope_type": kind})
+    types = cfg.get("layer_types")
+    if cfg.get("model_type") == "gemma3_text" and types and "full_attention" in types:
+        period = types.index("full_attention") + 1
+        if all((t == "full_attention") == ((i + 1) % period == 0) for i, t in enumerate(types)):
+            cfg["sliding_window_pattern"] = period
+    rs = cfg.get("rope_scaling") or {}
+    if rs.get("long_factor") is not None and rs.get("long_factor") != rs.get("short_factor"):
+        cfg["rope_scaling"] = dict(rs, long_factor=rs["short_factor"])
+        note = " (short factors)"
+    window, context = cfg.get("sliding_window"), cfg.get("max_position_embeddings")
+    if cfg.get("model_type") in ("phi3", "mistral") and window and window < (context or 0):
+        note += " (no sliding window)"  # mlx-lm's Phi-3 and Mistral attend to every key
+    return cfg, note
+
+
+def _mlx_lm_report(mlx_dir: Path, ours: list[np.ndarray], batches) -> ParityReport:
+    from mlx_lm.utils import load_model as mlx_lm_load
+
+    cfg, note = mlx_lm_config(json.loads((mlx_dir / "config.json").read_text()))
+    with tempfile.TemporaryDirectory() as tmp:
+        for f in mlx_dir.iterdir():
+            if f.name != "config.json":
+                os.symlink(f.resolve(), Path(tmp) / f.name)
+        (Path(tmp) / "config.json").write_text(json.dumps(cfg))
+        peer, _ = mlx_lm_load(Path(tmp))
+        ref = [x for b in batches for x in mlx_lm_logits(peer, b)]
+    return compare("mlx-lm" + note, ours, ref)
+
+
 def run_parity(
     hf_dir: str | Path, mlx_dir: str | Path, with_mlx_lm: bool = True
 ) -> list[ParityReport]:
@@ -110,9 +166,5 @@ def run_parity(
     hf = AutoModelForCausalLM.from_pretrained(Path(hf_dir), dtype=torch.float32).eval()
     reports = [compare("transformers", ours, [x for b in batches for x in hf_logits(hf, b)])]
     if with_mlx_lm:
-        from mlx_lm.utils import load_model as mlx_lm_load
-
-        peer, _ = mlx_lm_load(Path(mlx_dir))
-        ref = [x for b in batches for x in mlx_lm_logits(peer, b)]
-        reports.append(compare("mlx-lm", ours, ref))
+        reports.append(_mlx_lm_report(Path(mlx_dir), ours, batches))
     return reports

@@ -52,7 +52,7 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True,
               callback=_print_version, help="Show the version and exit.")  # fmt: skip
 def cli() -> None:
-    """Classify batches of short texts with a small Qwen2/2.5 model in MLX."""
+    """Classify batches of short texts with a small instruction model in MLX."""
 
 
 for command in (classify, evaluate_cmd, convert, init_random_cmd, models, parity, bench, demo,

@@ -23,7 +23,8 @@ from ..model.presets import PRESETS
 @click.option("--q-group-size", type=click.Choice(["32", "64", "128"]), default="64",
               show_default=True)  # fmt: skip
 def convert(hf_dir, out_dir, dtype, force, quantize, q_bits, q_group_size):
-    """Convert a Hugging Face Qwen2/2.5 checkpoint (safetensors) to an mlxbatch directory,
+    """Convert a Hugging Face checkpoint (safetensors; Qwen2/2.5, Qwen3, Llama, Gemma 3, Phi-3)
+    to an mlxbatch directory,
     optionally quantized in the layout mlx-lm writes and loads."""
     from ..model.convert import convert_hf
 
@@ -66,7 +67,7 @@ def init_random_cmd(out_dir, preset, seed, dtype, force):
     type=click.Path(path_type=Path),
     help="Converted directory (default: convert now).",
 )
-@click.option("--no-mlx-lm", is_flag=True, help="Skip the comparison with mlx-lm's Qwen2.")
+@click.option("--no-mlx-lm", is_flag=True, help="Skip the comparison with mlx-lm.")
 def parity(hf_dir, mlx_dir, no_mlx_lm):
     """Compare logits with PyTorch transformers (fp32) and mlx-lm on the same weights."""
     import importlib.util
@@ -127,11 +128,11 @@ def models(as_json):
         click.echo(json.dumps(found, indent=2))
         return
     if not found:
-        click.echo(
-            f"no runnable Qwen2/2.5 model under {weights_dir()}/ or in the Hugging Face cache"
-        )
+        click.echo(f"no runnable model under {weights_dir()}/ or in the Hugging Face cache")
     for m in found:
-        tags = [m["kind"], m["size"]] + ([m["quantization"]] if m["quantization"] else [])
+        tags = [m["kind"], m["family"], m["size"]] + (
+            [m["quantization"]] if m["quantization"] else []
+        )
         tags += ["SYNTHETIC"] if m["synthetic"] else []
         tags += [f"BROKEN: {m['broken']}"] if m["broken"] else []
         click.echo(f"{m['name']:<40} {', '.join(tags):<45} {m['path']}")

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import LabelError, unicode_problem
 from ..model.cache import KVCache
-from ..model.qwen2 import Qwen2
+from ..model.decoder import Decoder
 from .layout import RowLayout
 
 
@@ -81,13 +81,13 @@ class LabelSet:
         return np.asarray(j), np.asarray(slot), np.asarray(tok)
 
 
-def first_token_logits(model: Qwen2, h_last: mx.array, labels: LabelSet) -> mx.array:
+def first_token_logits(model: Decoder, h_last: mx.array, labels: LabelSet) -> mx.array:
     """(B, J) logits of each label's first token at each row's last prompt position."""
     return model.head(h_last, mx.array(labels.first_ids))
 
 
 def continuation_logprobs(
-    model: Qwen2, h_lab: mx.array, labels: LabelSet, host_kernels: bool = False
+    model: Decoder, h_lab: mx.array, labels: LabelSet, host_kernels: bool = False
 ) -> mx.array:
     """(B, J): sum over each label's tokens after the first of their full-vocab log-probs.
 
@@ -117,7 +117,7 @@ def normalise(label_logprobs: mx.array) -> mx.array:
 
 
 def score_labels(
-    model: Qwen2, h_last: mx.array, kv: KVCache, layout: RowLayout, labels: LabelSet,
+    model: Decoder, h_last: mx.array, kv: KVCache, layout: RowLayout, labels: LabelSet,
     host_kernels: bool = False,
 ) -> mx.array:  # fmt: skip
     """(B, J) label probabilities of a batch whose row pass left `h_last` (B, D), each row's

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..model import hostops
 from ..model.cache import KVCache
-from ..model.qwen2 import Qwen2
+from ..model.decoder import Decoder
 from ..runtime.executor import Executor
 from .labels import LabelSet, normalise, score_labels
 from .layout import RowLayout
@@ -23,7 +23,7 @@ from .layout import RowLayout
 PREFILL_CHUNK = 512  # prefix tokens a forward at a time, for prefixes longer than this
 
 
-def new_cache(model: Qwen2, batch: int, capacity: int, dtype: mx.Dtype) -> KVCache:
+def new_cache(model: Decoder, batch: int, capacity: int, dtype: mx.Dtype) -> KVCache:
     a = model.args
     return KVCache.allocate(
         a.num_hidden_layers, batch, a.num_key_value_heads, a.head_dim, capacity, dtype
@@ -31,7 +31,7 @@ def new_cache(model: Qwen2, batch: int, capacity: int, dtype: mx.Dtype) -> KVCac
 
 
 class GoldScorer:
-    def __init__(self, model: Qwen2, labels: LabelSet):
+    def __init__(self, model: Decoder, labels: LabelSet):
         self.model, self.labels = model, labels
 
     def score(self, prompts: list[list[int]]) -> np.ndarray:
@@ -58,7 +58,7 @@ class GoldScorer:
 
 class PrefixScorer:
     def __init__(
-        self, model: Qwen2, labels: LabelSet, prefix: list[int], dtype: mx.Dtype,
+        self, model: Decoder, labels: LabelSet, prefix: list[int], dtype: mx.Dtype,
         executor: Executor,
     ):  # fmt: skip
         self.model, self.labels, self.prefix, self.dtype = model, labels, prefix, dtype

@@ -1,1 +1,1 @@
-"""The model layer: config, the Qwen2 forward, the KV cache, checkpoints, loading, conversion."""
+"""The model layer: config, the families and their shared decoder, the KV cache, checkpoints, loading."""

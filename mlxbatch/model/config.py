@@ -1,4 +1,11 @@
-"""ModelArgs: the subset of a Qwen2/Qwen2.5 `config.json` the forward pass needs."""
+"""ModelArgs: the subset of a supported `config.json` the forward pass needs, normalised.
+
+Published configs spell rope settings two ways: `rope_theta` + `rope_scaling` (with `type` or
+`rope_type`; Gemma 3 adds `rope_local_base_freq`), and transformers >= 5's `rope_parameters`
+(flat, or one entry per layer type for Gemma 3). Both become `rope_theta`, `rope_scaling`
+(sorted items, empty for plain rope) and `rope_local_base_freq`. Layer types come from
+`layer_types`, `sliding_window_pattern`, or the family (see family.py).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ModelError
+from .families import FAMILIES
+from .family import Family, expected_shapes
+from .rope import ROPE_TYPES, Rope
 
-SUPPORTED_MODEL_TYPES = ("qwen2",)
+SUPPORTED_MODEL_TYPES = tuple(FAMILIES)
+SLIDING, FULL = "sliding_attention", "full_attention"
+# Keys each rope scaling needs (beyond rope_type), as transformers reads them.
+_ROPE_KEYS = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor",
+              "original_max_position_embeddings"),
+              "longrope": ("short_factor", "long_factor", "original_max_position_embeddings")}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -26,6 +41,32 @@ class ModelArgs:
     tie_word_embeddings: bool = True
     model_type: str = "qwen2"
     head_dim_override: int | None = None
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    hidden_act: str = "silu"
+    rope_scaling: tuple = ()  # sorted (key, value) items, lists as tuples; () for plain rope
+    rope_local_base_freq: float = 10000.0  # sliding layers' rope base (Gemma 3)
+    partial_rotary_factor: float = 1.0
+    sliding_window: int | None = None  # keys a sliding layer sees (only when one exists)
+    layer_types: tuple[str, ...] = ()  # per layer: "full_attention" or "sliding_attention"
+    query_pre_attn_scalar: float | None = None  # attention scale**-2 (Gemma 3); else head_dim
+
+    @property
+    def family(self) -> Family:
+        return FAMILIES[self.model_type]
+
+    def layer_type(self, i: int) -> str:
+        return self.layer_types[i] if self.layer_types else FULL
+
+    def rope(self, layer_type: str = FULL) -> Rope:
+        dims = int(self.head_dim * self.partial_rotary_factor)
+        if layer_type == SLIDING and self.model_type == "gemma3_text":
+            return Rope(dims, self.rope_local_base_freq)
+        return Rope(dims, self.rope_theta, self.rope_scaling)
+
+    @property
+    def attention_scale(self) -> float:
+        return (self.query_pre_attn_scalar or self.head_dim) ** -0.5
 
     @property
     def head_dim(self) -> int:
@@ -58,24 +99,22 @@ class ModelArgs:
             raise ModelError(f"{source}: a JSON {type(cfg).__name__}, not an object")
         model_type = cfg.get("model_type")
         if model_type not in SUPPORTED_MODEL_TYPES:
-            raise ModelError(
-                f"{source}: model_type {model_type!r} is not supported "
-                f"(mlxbatch runs {', '.join(SUPPORTED_MODEL_TYPES)}: Qwen2 / Qwen2.5)"
-            )
-        if cfg.get("use_sliding_window"):
+            names = ", ".join(f"{t} ({f.name})" for t, f in FAMILIES.items())
+            raise ModelError(f"{source}: model_type {model_type!r} is not supported "
+                             f"(mlxbatch runs {names})")  # fmt: skip
+        family = FAMILIES[model_type]
+        if cfg.get("use_sliding_window"):  # Qwen2/Qwen3's switch (with max_window_layers)
             raise ModelError(f"{source}: sliding-window attention is not supported")
-        rope = cfg.get("rope_parameters") or {}
-        if not isinstance(rope, dict):
-            raise ModelError(f"{source}: rope_parameters must be an object, got {rope!r}")
-        scaling = cfg.get("rope_scaling") or (
-            rope if rope.get("rope_type", "default") != "default" else None
-        )
-        if scaling:
-            raise ModelError(f"{source}: rope scaling {scaling!r} is not supported")
-        if cfg.get("hidden_act", "silu") != "silu":
-            raise ModelError(f"{source}: hidden_act {cfg['hidden_act']!r} is not supported")
-        fields = {f.name for f in dataclasses.fields(cls)}
+        for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+            if cfg.get(key) is not None:
+                raise ModelError(f"{source}: {key} {cfg[key]!r} is not supported")
+        act = cfg.get("hidden_activation") or cfg.get("hidden_act") or family.activations[0]
+        if act not in family.activations:
+            raise ModelError(f"{source}: hidden_act {act!r} is not supported for "
+                             f"{family.name} ({', '.join(family.activations)})")  # fmt: skip
+        fields = {f.name for f in dataclasses.fields(cls)} - _DERIVED
         known = {k: v for k, v in cfg.items() if k in fields}
+        known["hidden_act"] = act
         if cfg.get("head_dim") is not None:
             known["head_dim_override"] = cfg["head_dim"]
         missing = [
@@ -85,10 +124,23 @@ class ModelArgs:
         ]
         if missing:
             raise ModelError(f"{source}: missing required keys {missing}")
-        if "rope_theta" not in known and isinstance(rope, dict) and "rope_theta" in rope:
-            known["rope_theta"] = rope["rope_theta"]  # transformers >= 5 nests it here
+        known |= _rope_fields(cfg, family, source)
+        known |= _layer_fields(cfg, family, known["num_hidden_layers"], source)
+        if model_type == "gemma3_text":
+            known["query_pre_attn_scalar"] = cfg.get("query_pre_attn_scalar") or cfg.get("head_dim")
+        scaling = dict(known.get("rope_scaling", ()))
+        if scaling.get("rope_type") == "longrope":  # see phi3.py: the short factors' context
+            known["max_position_embeddings"] = scaling["original_max_position_embeddings"]
+        for key in ("attention_bias", "mlp_bias"):
+            if not isinstance(known.get(key, False), bool):
+                raise ModelError(f"{source}: {key} must be true or false, got {known[key]!r}")
         _check_types(known, source)
         args = cls(**known)
+        for key in ("short_factor", "long_factor"):
+            f = dict(args.rope_scaling).get(key)
+            if f is not None and (not isinstance(f, tuple) or len(f) != args.rope().dims // 2):
+                raise ModelError(f"{source}: rope scaling {key} must list one factor per "
+                                 f"rotated pair ({args.rope().dims // 2}), got {f!r}")  # fmt: skip
         if args.num_attention_heads % args.num_key_value_heads:
             raise ModelError(
                 f"{source}: num_attention_heads={args.num_attention_heads} is not a multiple "
@@ -111,41 +163,106 @@ class ModelArgs:
 
     def expected_shapes(self) -> dict[str, tuple[int, ...]]:
         """Every parameter the checkpoint must hold, by Hugging Face name."""
-        d, hd, i = self.hidden_size, self.head_dim, self.intermediate_size
-        q, kv = self.num_attention_heads * hd, self.num_key_value_heads * hd
-        shapes = {"model.embed_tokens.weight": (self.vocab_size, d), "model.norm.weight": (d,)}
-        for n in range(self.num_hidden_layers):
-            p = f"model.layers.{n}."
-            shapes |= {
-                p + "self_attn.q_proj.weight": (q, d),
-                p + "self_attn.q_proj.bias": (q,),
-                p + "self_attn.k_proj.weight": (kv, d),
-                p + "self_attn.k_proj.bias": (kv,),
-                p + "self_attn.v_proj.weight": (kv, d),
-                p + "self_attn.v_proj.bias": (kv,),
-                p + "self_attn.o_proj.weight": (d, q),
-                p + "mlp.gate_proj.weight": (i, d),
-                p + "mlp.up_proj.weight": (i, d),
-                p + "mlp.down_proj.weight": (d, i),
-                p + "input_layernorm.weight": (d,),
-                p + "post_attention_layernorm.weight": (d,),
-            }
-        if not self.tie_word_embeddings:
-            shapes["lm_head.weight"] = (self.vocab_size, d)
-        return shapes
+        return expected_shapes(self, self.family)
+
+
+_DERIVED = {"rope_scaling", "layer_types", "sliding_window", "query_pre_attn_scalar",
+            "rope_local_base_freq", "partial_rotary_factor", "rope_theta"}  # fmt: skip
+
+
+def _first(*values):
+    return next((v for v in values if v is not None), None)
+
+
+def _items(d: dict) -> tuple:
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in d.items()))
+
+
+def _rope_fields(cfg: dict, family: Family, source: str) -> dict:
+    """rope_theta, rope_scaling, rope_local_base_freq and partial_rotary_factor, from either
+    spelling (see the module docstring)."""
+    params = cfg.get("rope_parameters") or {}
+    if not isinstance(params, dict):
+        raise ModelError(f"{source}: rope_parameters must be an object, got {params!r}")
+    local = {}
+    if FULL in params or SLIDING in params:  # transformers >= 5, per layer type (Gemma 3)
+        local, params = params.get(SLIDING) or {}, params.get(FULL) or {}
+    scaling = cfg.get("rope_scaling") or params
+    if not isinstance(scaling, dict):
+        raise ModelError(f"{source}: rope_scaling must be an object, got {scaling!r}")
+    scaling = {k: v for k, v in scaling.items() if k not in ("rope_theta", "type")} | {
+        "rope_type": scaling.get("rope_type") or scaling.get("type") or "default"
+    }
+    kind = scaling["rope_type"]
+    if kind not in ROPE_TYPES or kind not in family.rope_types:
+        raise ModelError(f"{source}: rope scaling {kind!r} is not supported for {family.name} "
+                         f"({', '.join(family.rope_types)})")  # fmt: skip
+    out = {}
+    theta = _first(cfg.get("rope_theta"), params.get("rope_theta"))
+    if theta is not None:  # else the field's default: Qwen2's 1,000,000, as before
+        out["rope_theta"] = theta
+    elif not family.qkv_bias:
+        out["rope_theta"] = 10000.0  # transformers' default for the other families
+    local_theta = _first(cfg.get("rope_local_base_freq"), local.get("rope_theta"))
+    if local_theta is not None:
+        out["rope_local_base_freq"] = local_theta
+    prf = _first(cfg.get("partial_rotary_factor"), params.get("partial_rotary_factor"), 1.0)
+    if isinstance(prf, bool) or not isinstance(prf, (int, float)) or not 0 < prf <= 1:
+        raise ModelError(f"{source}: partial_rotary_factor must be in (0, 1], got {prf!r}")
+    out["partial_rotary_factor"] = float(prf)
+    if kind == "default":
+        return out
+    if kind == "longrope":
+        scaling.setdefault("original_max_position_embeddings",
+                           cfg.get("original_max_position_embeddings"))  # fmt: skip
+        orig = scaling["original_max_position_embeddings"]
+        if isinstance(orig, int) and scaling.get("factor") is None:
+            scaling["factor"] = cfg.get("max_position_embeddings", orig) / orig
+    absent = [k for k in _ROPE_KEYS[kind] if scaling.get(k) is None]
+    if absent:
+        raise ModelError(f"{source}: rope scaling {kind!r} needs {', '.join(absent)}")
+    scaling.pop("partial_rotary_factor", None)
+    out["rope_scaling"] = _items(scaling)
+    return out
+
+
+def _layer_fields(cfg: dict, family: Family, n_layers, source: str) -> dict:
+    """layer_types and sliding_window, only where a layer slides (see family.sliding)."""
+    window = cfg.get("sliding_window")
+    if family.sliding == "never" or window is None:
+        return {}
+    context = cfg.get("max_position_embeddings")
+    if (
+        family.sliding == "all"
+        and isinstance(window, int)
+        and isinstance(context, int)
+        and (window >= context)
+    ):
+        return {}  # a window as long as the context (Phi-4-mini's 262,144): plain causal
+    if family.sliding == "all":
+        return {"sliding_window": window, "layer_types": (SLIDING,) * n_layers}
+    types = cfg.get("layer_types")
+    pattern = cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern")
+    if types is None and isinstance(pattern, int) and pattern > 0 and isinstance(n_layers, int):
+        types = [FULL if (i + 1) % pattern == 0 else SLIDING for i in range(n_layers)]
+    if not isinstance(types, list) or len(types) != n_layers or not set(types) <= {SLIDING, FULL}:
+        raise ModelError(f"{source}: layer_types (or sliding_window_pattern) must give one of "
+                         f"{SLIDING!r} / {FULL!r} per layer, got {types!r}")  # fmt: skip
+    return {"sliding_window": window, "layer_types": tuple(types)}
 
 
 _POSITIVE_INTS = ("hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads",
                   "num_key_value_heads", "vocab_size", "max_position_embeddings",
-                  "head_dim_override")  # fmt: skip
-_POSITIVE_FLOATS = ("rms_norm_eps", "rope_theta")
+                  "head_dim_override", "sliding_window")  # fmt: skip
+_POSITIVE_FLOATS = ("rms_norm_eps", "rope_theta", "rope_local_base_freq", "query_pre_attn_scalar")
 
 
-# Bounds far above any Qwen2 (72B: 80 layers, hidden 8,192, vocab 152,064), checked before any
-# size is used: `num_hidden_layers: 1e9` listed a billion layers' shapes and ran out of memory.
+# Bounds far above any supported model (Qwen2 72B: 80 layers, hidden 8,192; Gemma 3: vocab
+# 262,208), checked before any size is used: `num_hidden_layers: 1e9` listed a billion layers' shapes and ran out of memory.
 _LIMITS = {"hidden_size": 1 << 16, "num_hidden_layers": 1 << 10, "intermediate_size": 1 << 18,
            "num_attention_heads": 1 << 10, "num_key_value_heads": 1 << 10, "vocab_size": 1 << 22,
-           "max_position_embeddings": 1 << 24, "head_dim_override": 1 << 12}  # fmt: skip
+           "max_position_embeddings": 1 << 24, "head_dim_override": 1 << 12,
+           "sliding_window": 1 << 24}  # fmt: skip
 
 
 def _check_types(known: dict, source: str) -> None:
@@ -158,7 +275,7 @@ def _check_types(known: dict, source: str) -> None:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ModelError(f"{source}: {key} must be a positive integer, got {v!r}")
             if v > _LIMITS[key]:
-                raise ModelError(f"{source}: {key} {v:,} is beyond any Qwen2 model (at most "
+                raise ModelError(f"{source}: {key} {v:,} is beyond any supported model (at most "
                                  f"{_LIMITS[key]:,} here); is config.json damaged?")  # fmt: skip
     for key in _POSITIVE_FLOATS:
         if key in known:

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 import mlx.core as mx
+from tokenizers import Tokenizer
 
 from ..errors import ModelError
 from . import quantize
@@ -24,7 +25,12 @@ from .presets import PRESETS
 from .tokenizer import TOKENIZER_FILES
 from .weights import check_checkpoint, load_tensors
 
-EXTRA_FILES = ("special_tokens_map.json", "added_tokens.json", "generation_config.json")
+EXTRA_FILES = (
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "generation_config.json",
+    "chat_template.jinja",
+)
 
 
 def qwen_tokenizer_dir() -> Path:
@@ -150,7 +156,7 @@ def check_fp16_range(tensors: dict[str, mx.array], source: Path) -> None:
 
 def convert_hf(hf_dir: str | Path, out_dir: str | Path, dtype: str | None = None,
                force: bool = False, q_bits: int | None = None, q_group_size: int = 64) -> dict:  # fmt: skip
-    """Convert a Hugging Face Qwen2/2.5 checkpoint directory; returns the manifest.
+    """Convert a Hugging Face checkpoint directory (any supported family); returns the manifest.
 
     `q_bits` quantizes (MLX's affine format, mlx-lm's layout, so mlx-lm loads it too)."""
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
@@ -187,7 +193,7 @@ def convert_hf(hf_dir: str | Path, out_dir: str | Path, dtype: str | None = None
 def _quantized(args: ModelArgs, tensors: dict, config: dict, bits: int, group_size: int):
     from mlx.utils import tree_flatten
 
-    from .qwen2 import Qwen2
+    from .decoder import Decoder
 
     if bits not in (2, 3, 4, 5, 6, 8) or group_size not in (32, 64, 128):
         raise ModelError(f"--q-bits {bits} / --q-group-size {group_size}: bits must be one of "
@@ -196,18 +202,19 @@ def _quantized(args: ModelArgs, tensors: dict, config: dict, bits: int, group_si
     if bad:
         raise ModelError(f"--q-group-size {group_size} does not divide the width of {bad[0]} "
                          f"({tensors[bad[0]].shape[-1]})")  # fmt: skip
-    model = Qwen2(args)
+    model = Decoder(args)
     model.load_weights(list(tensors.items()), strict=True)
     config = quantize.quantize_for_saving(model, config, bits, group_size)
     return dict(tree_flatten(model.parameters())), config
 
 
 def random_tensors(args: ModelArgs, seed: int, dtype: mx.Dtype) -> dict[str, mx.array]:
-    """Deterministic weights, N(0, 0.02) like Hugging Face's init; norms at 1."""
+    """Deterministic weights, N(0, 0.02) like Hugging Face's init; norms at 1 (Gemma's, which
+    scale by 1 + w, at 0)."""
     out = {}
     for i, (name, shape) in enumerate(sorted(args.expected_shapes().items())):
         if name.endswith("norm.weight"):
-            t = mx.ones(shape)
+            t = mx.zeros(shape) if args.family.norm_offset else mx.ones(shape)
         else:
             t = 0.02 * mx.random.normal(shape, key=mx.random.key(seed * 100_003 + i))
         out[name] = t.astype(dtype)
@@ -217,15 +224,20 @@ def random_tensors(args: ModelArgs, seed: int, dtype: mx.Dtype) -> dict[str, mx.
 
 def init_random(out_dir: str | Path, preset: str = "qwen2.5-0.5b", seed: int = 0,
                 dtype: str = "bfloat16", force: bool = False) -> dict:  # fmt: skip
-    """A synthetic model directory at a preset's shapes with the real Qwen tokenizer."""
+    """A synthetic model directory at a preset's shapes with the real Qwen tokenizer (and its
+    chat template)."""
     if seed < 0:
         raise ModelError(f"--seed {seed}: the seed must be 0 or more")
     check_destination(Path(out_dir), force)
     if preset not in PRESETS:
         raise ModelError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
     config = PRESETS[preset] | {"torch_dtype": dtype, "mlxbatch_synthetic": True}
-    args = ModelArgs.from_dict(config)
-    tensors = random_tensors(args, seed, DTYPES[dtype])
     meta = {"source": f"init-random preset={preset} seed={seed}", "synthetic": True,
             "preset": preset, "seed": seed}  # fmt: skip
+    vocab = Tokenizer.from_file(str(qwen_tokenizer_dir() / "tokenizer.json")).get_vocab_size()
+    if vocab > config["vocab_size"]:  # see presets.py: the Qwen tokenizer must fit
+        meta["vocab_size_widened"] = f"{config['vocab_size']} -> 151936 (the Qwen tokenizer's)"
+        config["vocab_size"] = 151936
+    args = ModelArgs.from_dict(config)
+    tensors = random_tensors(args, seed, DTYPES[dtype])
     return _write(Path(out_dir), tensors, config, qwen_tokenizer_dir(), meta, force)

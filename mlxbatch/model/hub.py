@@ -16,8 +16,10 @@ import re
 from pathlib import Path
 
 from ..errors import ModelError
+from .families import FAMILIES
 
-ALLOW_PATTERNS = ["*.json", "model*.safetensors", "tokenizer.model", "*.tiktoken", "*.txt"]
+ALLOW_PATTERNS = ["*.json", "model*.safetensors", "tokenizer.model", "*.tiktoken", "*.txt",
+                  "*.jinja"]  # fmt: skip
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -68,7 +70,7 @@ def describe_dir(path: Path) -> dict | None:
         cfg = json.loads((path / "config.json").read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(cfg, dict) or cfg.get("model_type") != "qwen2":
+    if not isinstance(cfg, dict) or cfg.get("model_type") not in FAMILIES:
         return None
     if not (path / "tokenizer.json").is_file() or not any(path.glob("*.safetensors")):
         return None
@@ -82,6 +84,7 @@ def describe_dir(path: Path) -> dict | None:
     return {
         "path": str(path), "kind": kind, "synthetic": bool(cfg.get("mlxbatch_synthetic")),
         "quantization": f"{q['bits']}-bit, group {q['group_size']}" if isinstance(q, dict) else None,
+        "family": FAMILIES[cfg["model_type"]].name,
         "size": f"{cfg.get('hidden_size')} x {cfg.get('num_hidden_layers')} layers",
     }  # fmt: skip
 

@@ -1,4 +1,4 @@
-"""Load a model directory (config.json + safetensors + tokenizer) into an MLX Qwen2."""
+"""Load a model directory (config.json + safetensors + tokenizer) into an MLX decoder (any supported family)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import mlx.core as mx
 from ..errors import ModelError
 from . import quantize
 from .config import ModelArgs
-from .qwen2 import Qwen2
+from .decoder import Decoder
 from .tokenizer import PromptTokenizer
 from .weights import check_checkpoint, load_tensors
 
@@ -49,7 +49,7 @@ def read_config(model_dir: Path) -> dict:
 
 @dataclass
 class LoadedModel:
-    model: Qwen2
+    model: Decoder
     tokenizer: PromptTokenizer
     path: Path
     manifest: dict
@@ -82,8 +82,8 @@ def load_model(
     tokenizer = PromptTokenizer(model_dir)
     if tokenizer.vocab_size > args.vocab_size:
         raise ModelError(
-            f"{model_dir}: the tokenizer has {tokenizer.vocab_size} tokens (control tokens up to "
-            f"id {max(tokenizer.im_start, tokenizer.im_end)}) but config.json's vocab_size is "
+            f"{model_dir}: the tokenizer has {tokenizer.vocab_size} tokens (control tokens "
+            "included) but config.json's vocab_size is "
             f"{args.vocab_size}: tokenizer and checkpoint do not belong together"
         )
     q = quantize.quantization(read_config(model_dir))
@@ -92,7 +92,7 @@ def load_model(
     tensors = load_tensors(files, check_finite=check_finite)
     if args.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)
-    model = Qwen2(args)
+    model = Decoder(args)
     if q:
         quantize.apply(model, q, tensors)
     # floating tensors take the run's dtype; packed quantized weights stay uint32

@@ -1,24 +1,31 @@
-"""Tokenizer and the Qwen2.5 ChatML prompt, built in code.
+"""Tokenizer and the prompt: the checkpoint's chat template (chat.py), else ChatML in code.
 
-    <|im_start|>system\\n{system}<|im_end|>\\n
-    (<|im_start|>user\\n{example}<|im_end|>\\n<|im_start|>assistant\\n{label}<|im_end|>\\n)*
-    <|im_start|>user\\n{text}<|im_end|>\\n<|im_start|>assistant\\n
+Whatever the template, an item's prompt is one `Frame`: the tokens before the item's text
+(`head`, up to the last special token), the plain text around the text (`lead`, `trail`, BPE'd
+together with it, as the whole prompt would be), and the tokens after (`tail`). The shared
+prefix is `head` plus `lead`'s tokens. A checkpoint without a template gets ChatML in code:
 
-(The chat template inside recent Qwen tokenizer files is Qwen3's, not Qwen2.5's, so it is
-never used.) Special tokens are recognised in the template only: a user typing
-`<|im_end|>` gets plain-text tokens. The tokenizer splits at special tokens before BPE, so
-encoding the text between them piece by piece is exactly the whole-prompt tokenization.
+    <|im_start|>system\n{system}<|im_end|>\n
+    (<|im_start|>user\n{example}<|im_end|>\n<|im_start|>assistant\n{label}<|im_end|>\n)*
+    <|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n
+
+Special tokens are recognised in the template only: a user typing `<|im_end|>` gets
+plain-text tokens. The tokenizer splits at added tokens before BPE, so encoding the text
+between them piece by piece is exactly the whole-prompt tokenization.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer
 
 from ..errors import LabelError, ModelError, UsageError, unicode_problem
+from .chat import ChatTemplate, Split, read_template
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 Examples = tuple[tuple[str, str], ...]  # few-shot (text, label) pairs, earlier turns
@@ -27,6 +34,22 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "mer
 # Encoding at once and ran slower than per-text encode on this 2-core host (30,000 texts, one
 # Rust thread: 68 s in one call, 27-29 s in calls of 1,024-4,096; BENCHMARKS.md).
 BATCH_TEXTS = 2048
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One (system prompt, examples)'s prompt around an item's text (see the module docstring)."""
+
+    head: tuple[int, ...]
+    lead: str
+    trail: str
+    tail: tuple[int, ...]
+    trim: tuple[bool, bool] = (False, False)  # the item's text stripped (left, right)
+
+    def text(self, text: str) -> str:
+        """The plain run holding the item's text, as the whole prompt has it."""
+        text = text.lstrip() if self.trim[0] else text
+        return self.lead + (text.rstrip() if self.trim[1] else text) + self.trail
 
 
 class PromptTokenizer:
@@ -45,15 +68,29 @@ class PromptTokenizer:
         # One int object per token id, shared by every prompt: a job holds all its prompts,
         # and a fresh int per token (ids are above CPython's small-int cache) is 32 bytes.
         self._ids = list(range(self.vocab_size))
-        self._prefixes: dict[tuple[str, Examples], tuple[int, ...]] = {}
-        self.im_start = self._special(IM_START)
-        self.im_end = self._special(IM_END)
+        self._frames: dict[tuple[str, Examples], Frame] = {}
+        added = {t.content: (i, t) for i, t in tok.get_added_tokens_decoder().items()}
+        self._added = added
+        self._added_re = re.compile(
+            "|".join(re.escape(c) for c in sorted(added, key=len, reverse=True) if c) or "(?!)"
+        )
+        source, variables = read_template(path) if path.is_dir() else (None, {})
+        self.template = ChatTemplate(source, variables) if source else None
+        self._splits: dict[int, Split] = {}
         self.newline = self.encode("\n")
+        if self.template is None:  # ChatML in code needs its control tokens
+            self.im_start, self.im_end = self._special(IM_START), self._special(IM_END)
+            self.answer = "assistant\n"
+        else:  # the ids, where the tokenizer has them (None otherwise)
+            self.im_start, self.im_end = tok.token_to_id(IM_START), tok.token_to_id(IM_END)
+            self.answer = self._answer()
+            self._check_piecewise(file)
 
     def _special(self, s: str) -> int:
         i = self._tok.token_to_id(s)
         if i is None:
-            raise ModelError(f"tokenizer has no {s} token: not a Qwen2/ChatML tokenizer")
+            raise ModelError(f"tokenizer has no {s} token and the checkpoint no chat template: "
+                             "mlxbatch cannot build a prompt for it")  # fmt: skip
         return i
 
     def encode(self, text: str) -> list[int]:
@@ -87,8 +124,9 @@ class PromptTokenizer:
         return self._tok.decode(ids, skip_special_tokens=False)
 
     def prompt(self, system: str, text: str, examples: Examples = ()) -> list[int]:
-        """The gold tokenization of the whole ChatML prompt for one item."""
-        return self.prefix(system, examples) + self.suffix(text)
+        """The gold tokenization of the whole prompt for one item."""
+        f = self.frame(system, examples)
+        return [*f.head, *self.encode(f.text(text)), *f.tail]
 
     def prompts(
         self, system: str, texts: Sequence[str], examples: Examples = ()
@@ -99,13 +137,13 @@ class PromptTokenizer:
         Rust call, over nine tenths of the time on the synthetic tickets, releases the GIL, so
         a thread can tokenize the next window while the lanes score this one.
         """
-        head = self.prefix(system, examples)
-        tail = [self.im_end, *self.newline, self.im_start, *self.encode("assistant\n")]
+        f = self.frame(system, examples)
+        head, tail = list(f.head), list(f.tail)
         out = []
         for start in range(0, len(texts), BATCH_TEXTS):
             try:
                 encodings = self._tok.encode_batch_fast(
-                    [f"user\n{text}" for text in texts[start : start + BATCH_TEXTS]],
+                    [f.text(text) for text in texts[start : start + BATCH_TEXTS]],
                     add_special_tokens=False,
                 )
             except TypeError:  # a text that is not valid Unicode: `prompt` names it
@@ -124,40 +162,128 @@ class PromptTokenizer:
                 out.append([*head, *ids, *tail])
         return out
 
-    def prefix(self, system: str, examples: Examples = ()) -> list[int]:
-        """Tokens of everything before the item's user turn, encoded as part of the whole
-        prompt: the system turn, then each example as a user turn and an assistant turn.
-        Encoded once per (system, examples): every item's prompt starts with it."""
+    def frame(self, system: str, examples: Examples = ()) -> Frame:
+        """The prompt around the item for (system, examples): made once, every item uses it."""
         key = (system, tuple(examples))
-        if key not in self._prefixes:
-            out = [self.im_start, *self.encode(f"system\n{system}"), self.im_end, *self.newline]
-            for text, label in examples:
-                out += [self.im_start, *self.encode(f"user\n{text}"), self.im_end, *self.newline,
-                        self.im_start, *self.encode(f"assistant\n{label}"), self.im_end,
-                        *self.newline]  # fmt: skip
-            if len(self._prefixes) >= 8:  # an API caller cycling through prompts
-                self._prefixes.clear()
-            self._prefixes[key] = (*out, self.im_start)
-        return list(self._prefixes[key])
+        if key not in self._frames:
+            if len(self._frames) >= 8:  # an API caller cycling through prompts
+                self._frames.clear()
+            self._frames[key] = (self._chatml(system, examples) if self.template is None
+                                 else self._templated(system, examples))  # fmt: skip
+        return self._frames[key]
+
+    def _chatml(self, system: str, examples: Examples) -> Frame:
+        out = [self.im_start, *self.encode(f"system\n{system}"), self.im_end, *self.newline]
+        for text, label in examples:
+            out += [self.im_start, *self.encode(f"user\n{text}"), self.im_end, *self.newline,
+                    self.im_start, *self.encode(f"assistant\n{label}"), self.im_end,
+                    *self.newline]  # fmt: skip
+        tail = (self.im_end, *self.newline, self.im_start, *self.encode("assistant\n"))
+        return Frame((*out, self.im_start), "user\n", "", tail)
+
+    def _split(self, n_examples: int) -> Split:
+        if n_examples not in self._splits:
+            self._splits[n_examples] = self.template.split(n_examples)
+        return self._splits[n_examples]
+
+    def _templated(self, system: str, examples: Examples) -> Frame:
+        split = self._split(len(examples))
+        contents = [system, *(x for pair in examples for x in pair), ""]
+        pieces = split.fill(contents)
+        at = split.parts.index(split.item)
+        before, after = self._segments(pieces[:at]), self._segments(pieces[at + 1 :])
+        lead = before.pop() if before and isinstance(before[-1], str) else ""
+        trail = after.pop(0) if after and isinstance(after[0], str) else ""
+        return Frame(tuple(self._ids_of(before)), lead, trail, tuple(self._ids_of(after)),
+                     split.trim[split.item])  # fmt: skip
+
+    def _check_piecewise(self, file: Path) -> None:
+        """Refuse a tokenizer whose pieces do not add up to the whole prompt's tokens (a
+        SentencePiece dummy prefix added to each separately encoded piece would): every
+        prompt here is encoded piece by piece."""
+        import jinja2
+
+        whole = Tokenizer.from_file(str(file))  # special-token strings are control tokens
+        try:
+            text = self.template.render([{"role": "system", "content": "Be brief."},
+                                         {"role": "user", "content": "Hello world"}])  # fmt: skip
+        except jinja2.exceptions.TemplateError:  # no system role: folded (see chat.py)
+            text = self.template.render([{"role": "user", "content": "Be brief.\n\nHello world"}])
+        if whole.encode(text, add_special_tokens=False).ids != self.prompt(
+            "Be brief.", "Hello world"
+        ):
+            raise ModelError(f"{file}: this tokenizer encodes a prompt differently in pieces "
+                             "than whole (a per-piece prefix?); mlxbatch cannot split its "
+                             "prompts at the item's text")  # fmt: skip
+
+    def _answer(self) -> str:
+        """The plain text a label follows: the generation prompt's, after its last special."""
+        split = self._split(0)
+        at = split.parts.index(split.item)
+        after = self._segments(split.fill(["", ""])[at + 1 :])
+        return after[-1] if after and isinstance(after[-1], str) else ""
+
+    def _segments(self, pieces: list[tuple[str, bool]]) -> list[str | int]:
+        """Plain-text runs (str) and added-token ids (int): template text split at the added
+        tokens it holds (whitespace they strip taken away), contents kept plain."""
+        out: list[str | int] = []
+        strip_next = False
+        for text, is_template in pieces:
+            chunks = self._added_re.split(text) if is_template else [text]
+            found = self._added_re.findall(text) if is_template else []
+            for k, chunk in enumerate(chunks):
+                if strip_next:
+                    chunk, strip_next = chunk.lstrip(), not chunk.strip()
+                if chunk:
+                    if out and isinstance(out[-1], str):
+                        out[-1] += chunk
+                    else:
+                        out.append(chunk)
+                if k < len(found):
+                    i, token = self._added[found[k]]
+                    if token.lstrip and out and isinstance(out[-1], str):
+                        out[-1] = out[-1].rstrip()
+                        if not out[-1]:
+                            out.pop()
+                    out.append(i)
+                    strip_next = token.rstrip
+        return out
+
+    def _ids_of(self, segments: list[str | int]) -> list[int]:
+        out: list[int] = []
+        for s in segments:
+            if isinstance(s, int):
+                out.append(s)
+            else:
+                out += self.encode(s)
+        return out
+
+    def prefix(self, system: str, examples: Examples = ()) -> list[int]:
+        """Tokens before the plain run that holds the item's text: the system turn, each
+        example as a user turn and an assistant turn, up to the item turn's special token."""
+        return list(self.frame(system, examples).head)
 
     def shared_prefix(self, system: str, examples: Examples = ()) -> list[int]:
-        """The prefix computed once per run: everything up to `user\\n`, before the text.
+        """The prefix computed once per run: everything before the item's text.
 
         An item's own prompt may diverge from it near the end when BPE merges the text's
-        first characters with `\\n` (text starting with newlines); the engine then uses only
-        the common part for that row (see `engine/layout.py`).
+        first characters with the text before it (text starting with newlines); the engine
+        then uses only the common part for that row (see `engine/layout.py`).
         """
-        return self.prefix(system, examples) + self.encode("user\n")
+        f = self.frame(system, examples)
+        return [*f.head, *self.encode(f.lead)]
 
-    def suffix(self, text: str) -> list[int]:
-        """Tokens from `user\\n{text}` to the end of the prompt (`assistant\\n`)."""
-        return [*self.encode(f"user\n{text}"), self.im_end, *self.newline, self.im_start,
-                *self.encode("assistant\n")]  # fmt: skip
+    def suffix(self, text: str, system: str = "", examples: Examples = ()) -> list[int]:
+        """Tokens from the plain run holding `text` to the end of the prompt."""
+        f = self.frame(system, examples)
+        return [*self.encode(f.text(text)), *f.tail]
 
     def label(self, label: str) -> list[int]:
-        """A label's tokens as the assistant writes it right after `assistant\\n`."""
-        head = self.encode("assistant\n")
-        full = self.encode("assistant\n" + label)
+        """A label's tokens as the assistant writes it right after the generation prompt
+        (`assistant\n` in ChatML)."""
+        head = self.encode(self.answer)
+        full = self.encode(self.answer + label)
         if full[: len(head)] != head or len(full) == len(head):
-            raise LabelError(f"label {label!r} merges with the prompt's final newline")
+            raise LabelError(f"label {label!r} merges with the prompt's final text "
+                             f"{self.answer!r}")  # fmt: skip
         return full[len(head) :]

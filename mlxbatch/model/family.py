@@ -1,0 +1,66 @@
+"""A model family as data: what its decoder block changes against Qwen2, and its tensor names.
+
+The forward (decoder.py), the batched cache, the row layout, the host kernels and label
+scoring read only these switches; each family module (qwen2.py, llama.py, qwen3.py,
+gemma3.py, phi3.py) sets them and says in its docstring why, with the published config keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .config import ModelArgs
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # for messages: "Qwen2 / Qwen2.5"
+    qkv_bias: bool | None = None  # True: q/k/v always biased (Qwen2); None: `attention_bias`
+    qk_norm: bool = False  # RMSNorm over each head of q and k before rope (Qwen3, Gemma 3)
+    norm_offset: bool = False  # RMSNorm scales by (1 + w) (Gemma)
+    sandwich: bool = False  # norms after attention and around the MLP too (Gemma 3)
+    embed_scale: bool = False  # embeddings times sqrt(hidden_size) (Gemma)
+    fused: bool = False  # one qkv_proj and one gate_up_proj (Phi-3)
+    activations: tuple[str, ...] = ("silu",)
+    rope_types: tuple[str, ...] = ("default",)
+    sliding: str = "never"  # "never" | "all" (`sliding_window` on every layer) | "pattern"
+
+
+def expected_shapes(args: ModelArgs, family: Family) -> dict[str, tuple[int, ...]]:
+    """Every parameter the checkpoint must hold, by Hugging Face name."""
+    d, hd, i = args.hidden_size, args.head_dim, args.intermediate_size
+    q, kv = args.num_attention_heads * hd, args.num_key_value_heads * hd
+    qkv_bias = family.qkv_bias if family.qkv_bias is not None else args.attention_bias
+    o_bias = family.qkv_bias is None and args.attention_bias
+    shapes = {"model.embed_tokens.weight": (args.vocab_size, d), "model.norm.weight": (d,)}
+    for n in range(args.num_hidden_layers):
+        p, a, m = f"model.layers.{n}.", f"model.layers.{n}.self_attn.", f"model.layers.{n}.mlp."
+        if family.fused:
+            shapes[a + "qkv_proj.weight"] = (q + 2 * kv, d)
+            shapes[m + "gate_up_proj.weight"] = (2 * i, d)
+        else:
+            shapes |= {a + "q_proj.weight": (q, d), a + "k_proj.weight": (kv, d),
+                       a + "v_proj.weight": (kv, d), m + "gate_proj.weight": (i, d),
+                       m + "up_proj.weight": (i, d)}  # fmt: skip
+            if qkv_bias:
+                shapes |= {a + "q_proj.bias": (q,), a + "k_proj.bias": (kv,),
+                           a + "v_proj.bias": (kv,)}  # fmt: skip
+            if args.mlp_bias:
+                shapes |= {m + "gate_proj.bias": (i,), m + "up_proj.bias": (i,)}
+        shapes[a + "o_proj.weight"] = (d, q)
+        if o_bias:
+            shapes[a + "o_proj.bias"] = (d,)
+        shapes[m + "down_proj.weight"] = (d, i)
+        if args.mlp_bias:
+            shapes[m + "down_proj.bias"] = (d,)
+        if family.qk_norm:
+            shapes |= {a + "q_norm.weight": (hd,), a + "k_norm.weight": (hd,)}
+        norms = ["input_layernorm", "post_attention_layernorm"]
+        if family.sandwich:
+            norms += ["pre_feedforward_layernorm", "post_feedforward_layernorm"]
+        shapes |= {p + f"{name}.weight": (d,) for name in norms}
+    if not args.tie_word_embeddings:
+        shapes["lm_head.weight"] = (args.vocab_size, d)
+    return shapes

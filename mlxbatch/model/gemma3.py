@@ -1,0 +1,29 @@
+"""Gemma 3 text decoders (`model_type: gemma3_text`: gemma-3-1b, and the 4B+ text towers).
+
+Against Qwen2:
+- the embedding output is multiplied by sqrt(`hidden_size`), that factor first rounded to the
+  weights' dtype (as transformers' `Gemma3TextScaledWordEmbedding` does);
+- every RMSNorm scales by (1 + w) (weights stored around 0), in float32;
+- four norms a block: `input_layernorm` -> attention -> `post_attention_layernorm` ->
+  residual, then `pre_feedforward_layernorm` -> MLP -> `post_feedforward_layernorm` -> residual;
+- q/k RMSNorms per head before rope (`q_norm`, `k_norm`), no biases (`attention_bias`);
+- attention scores scaled by `query_pre_attn_scalar`**-0.5, not head_dim**-0.5;
+- the MLP's gate is GELU with the tanh approximation (`hidden_activation: gelu_pytorch_tanh`);
+- interleaved layers: `layer_types` ("sliding_attention" / "full_attention"), or without it
+  `sliding_window_pattern` (every pattern-th layer global); a sliding layer sees only the
+  last `sliding_window` keys (512 in 1B) and rotates with `rope_local_base_freq` (10,000),
+  a global layer with `rope_theta` (1,000,000) and `rope_scaling` (linear, factor 8, in 4B+);
+- the head is tied. `attn_logit_softcapping` / `final_logit_softcapping` must be null (they
+  are in every Gemma 3 config).
+The sliding mask is derived from the row layout's mask (see decoder.sliding_mask), so the
+batched cache, the layout and the host attention need nothing of their own.
+"""
+
+from __future__ import annotations
+
+from .family import Family
+
+FAMILY = Family(
+    "Gemma 3", qk_norm=True, norm_offset=True, sandwich=True, embed_scale=True,
+    activations=("gelu_pytorch_tanh",), rope_types=("default", "linear"), sliding="pattern",
+)  # fmt: skip
