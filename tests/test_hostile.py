@@ -499,7 +499,7 @@ def test_resume_with_another_dtype_is_refused(tiny_model_dir, tmp_path, monkeypa
     assert r.exit_code == 130
     monkeypatch.undo()
     r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out, "--dtype", "float16", "--resume"], None, tmp_path)  # fmt: skip
-    assert r.exit_code == 2 and "different --dtype;" in r.stderr, r.output
+    assert r.exit_code == 2 and "different --dtype" in r.stderr, r.output
 
 
 def test_converting_a_synthetic_model_keeps_it_synthetic(tiny_model_dir, tmp_path):
