@@ -300,6 +300,10 @@ ERRORS = {
     "bench bad tickets file": (lambda t, m: (["bench", "--model", m, "--tickets", write(t / "b.jsonl", "{nope\n"), "--no-peers", "--sweep", ""], None), "invalid JSON"),
     # input and output formats
     "csv on stdin without a text column": (c_stdin("id,body\n1,x\n2,y\n"), "no 'text' column"),
+    "tsv on stdin without a text column": (c_stdin("id\tbody\n1\tx\n2\ty\n"), "no 'text' column"),
+    "tsv.gz on stdin without a text column": (c_stdin(gz("id\tbody\n1\tx\n")), "no 'text' column"),
+    "tsv named without a suffix, no text column": (c_in("id\tbody\n1\tx\n", name="tickets"), "no 'text' column"),
+    "csv named without a suffix, no text column": (c_in("id,body\n1,x\n", name="tickets"), "no 'text' column"),
     "csv header repeats a column": (c_in("id,text,text\n1,a,b\n", name="in.csv"), "repeats the column 'text'"),
     "json record repeats a key": (c_in('{"id": "a", "text": "x", "text": "y"}\n'), "line 1: the key 'text' appears twice"),
     "gzip cut short": (c_in(gz(GOOD)[:-12], name="in.jsonl.gz"), "cut short or corrupt"),

@@ -117,8 +117,8 @@ def _tabular(lines: list[str], sep: str, text_field: str) -> bool:
     if not lines or sep not in lines[0]:
         return False
     sample = lines[:50]
-    if sep == "\t":
-        records = [line.split("\t") for line in sample]
+    if sep == "\t":  # blank lines are no records, as csv.reader has them: else a TSV's final
+        records = [line.split("\t") for line in sample if line]  # newline made it text
     else:
         records = []
         try:
