@@ -4,6 +4,7 @@ no traceback; none loses data or writes non-JSON."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -164,6 +165,36 @@ def gz(text: str) -> bytes:
     return gzip.compress(text.encode())
 
 
+def squeezed(kind: str, text: str) -> bytes:
+    import bz2
+    import lzma
+
+    if kind == "zst":
+        import zstandard
+
+        return zstandard.ZstdCompressor().compress(text.encode())
+    return {"gz": gz, "bz2": lambda t: bz2.compress(t.encode()),
+            "xz": lambda t: lzma.compress(t.encode())}[kind](text)  # fmt: skip
+
+
+MAGIC = {"gz": b"\x1f\x8b", "bz2": b"BZh91AY&SY", "xz": b"\xfd7zXZ\x00", "zst": b"\x28\xb5\x2f\xfd"}
+SQUEEZES = ["gz", "bz2", "xz"] + (["zst"] if importlib.util.find_spec("zstandard") else [])
+
+
+def cut_short_cases() -> dict:
+    """Every compression: rows then a member cut short, its magic alone, one member cut short."""
+    cases = {}
+    for k in SQUEEZES:
+        whole = squeezed(k, GOOD)
+        cases |= {
+            f"{k}: rows, then a member cut short": (c_in(whole + squeezed(k, GOOD)[:12], name=f"in.jsonl.{k}"), "cut short or corrupt"),
+            f"{k}: rows, then its magic alone": (c_in(whole + MAGIC[k], name=f"in.jsonl.{k}"), "cut short or corrupt"),
+            f"{k}: only its magic": (c_in(MAGIC[k], name=f"in.jsonl.{k}"), "cut short or corrupt"),
+            f"{k}: cut short on stdin": (c_stdin(whole[:-6]), "cut short or corrupt"),
+        }  # fmt: skip
+    return cases
+
+
 JOURNAL = '{"mlxbatch_journal": 1, "fingerprint": "x", "settings": {}}\n'
 
 
@@ -307,6 +338,7 @@ ERRORS = {
     "csv header repeats a column": (c_in("id,text,text\n1,a,b\n", name="in.csv"), "repeats the column 'text'"),
     "json record repeats a key": (c_in('{"id": "a", "text": "x", "text": "y"}\n'), "line 1: the key 'text' appears twice"),
     "gzip cut short": (c_in(gz(GOOD)[:-12], name="in.jsonl.gz"), "cut short or corrupt"),
+    **cut_short_cases(),
     "-o .json": (c_out(lambda t, s: t / "o.json"), "mlxbatch writes .jsonl, .jsonl.gz, .csv"),
     "-o .parquet": (c_out(lambda t, s: t / "o.parquet"), "mlxbatch writes .jsonl"),
     "-o .xlsx": (c_out(lambda t, s: t / "o.xlsx"), "mlxbatch writes .jsonl"),

@@ -102,8 +102,10 @@ def open_source(path: str) -> Source:
     inner = _decompressed(stream, kind, path)
     try:
         magic = inner.peek(4)[:4]
-    except read_errors():  # cut short or corrupt: the reader names it as it reads
-        magic = b""
+    except read_errors() as e:  # named here: a decompressor read on after its error finds EOF
+        stream.close()
+        raise InputError(f"{path}: the {kind} data cannot be read ({e or type(e).__name__}); "
+                         "is the file cut short or corrupt?") from None  # fmt: skip
     if Path(name).suffix.lower() in (".parquet", ".pq") or magic == b"PAR1":
         stream.close()
         raise InputError(f"{path}: a {kind}-compressed Parquet file; Parquet compresses its own "
@@ -133,10 +135,47 @@ def _decompressed(stream: BinaryIO, kind: str, path: str) -> BinaryIO:
     if importlib.util.find_spec("zstandard") is None:
         raise InputError(f"{path}: zstd-compressed; reading it needs the zstandard package: "
                          "pip install 'mlxbatch[zstd]' (or: zstdcat FILE | mlxbatch classify -)")  # fmt: skip
-    import zstandard
+    return io.BufferedReader(ZstdFrames(stream), BUFFER)
 
-    reader = zstandard.ZstdDecompressor().stream_reader(stream, read_across_frames=True)
-    return io.BufferedReader(Rejoined(b"", reader), BUFFER)
+
+class ZstdFrames(io.RawIOBase):
+    """zstd frames one after another (`cat a.zst b.zst`), decompressed as read. zstandard's
+    stream reader ends quietly inside a frame cut short; this one raises EOFError there, as
+    the standard library's decompressors do. It feeds 1 KiB at a time: zstd's RLE blocks
+    expand 4 bytes to 128 KiB, so that bounds what one step holds (32 MiB) on a zip bomb."""
+
+    STEP = 1024
+
+    def __init__(self, raw: BinaryIO):
+        import zstandard
+
+        self.raw, self.zstd = raw, zstandard.ZstdDecompressor()
+        self.out, self.at = b"", 0  # decompressed, not yet returned from `at` on
+        self.frame, self.pending = self.zstd.decompressobj(), False  # pending: a frame begun
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        while self.at == len(self.out):
+            data = self.raw.read(self.STEP)
+            if not data:
+                if self.pending:
+                    raise EOFError("a zstd frame ended before its end was reached")
+                return 0
+            self.out, self.at, self.pending = self.frame.decompress(data), 0, True
+            while self.frame.eof:  # the next frame starts in what this one left over
+                rest, self.frame, self.pending = (
+                    self.frame.unused_data,
+                    self.zstd.decompressobj(),
+                    False,
+                )
+                if rest:
+                    self.out, self.pending = self.out + self.frame.decompress(rest), True
+        n = min(len(b), len(self.out) - self.at)
+        b[:n] = memoryview(self.out)[self.at : self.at + n]
+        self.at += n
+        return n
 
 
 def read_errors() -> tuple[type[BaseException], ...]:
