@@ -237,6 +237,15 @@ ERRORS = {
     "xlsx workbook": (c_in(b"PK\x03\x04" + bytes(60), name="in.xlsx"), "zip archive"),
     "csv with semicolons": (c_in("id;text\n1;a\n", name="in.csv"), "separated by ';'"),
     "forced csv on jsonl": (c_in(GOOD, "--input-format", "csv"), "no 'text' column"),
+    # endless or runaway files: a cap each, one line (io/caps.py)
+    "/dev/zero as the input": (lambda t, m: (["classify", "/dev/zero", "--model", m], None), "line 1: longer than 32 MiB, the cap on one line"),
+    "/dev/zero on stdin": (lambda t, m: (["classify", "-", "--model", m], open("/dev/zero", "rb")), "line 1: longer than 32 MiB"),
+    "a csv field past the row cap": (lambda t, m: c_in('id,text\n1,"' + "x\n" * (17 << 20), name="in.csv")(t, m), "data row 1 has a field longer than 32 MiB"),
+    "/dev/zero as --system-prompt-file": (c_in(GOOD, "--system-prompt-file", "/dev/zero"), "--system-prompt-file /dev/zero: larger than 1 MiB"),
+    "/dev/zero as --labels-file": (c_in(GOOD, "--labels-file", "/dev/zero"), "--labels-file /dev/zero: larger than 1 MiB"),
+    "/dev/zero as --examples": (c_in(GOOD, "--examples", "/dev/zero"), "line 1: longer than 32 MiB"),
+    "too many examples": (lambda t, m: c_in(GOOD, "--examples", write(t / "ex.jsonl", '{"text": "x", "label": "billing"}\n' * 1001))(t, m), "more than 1000 examples"),
+    "/dev/zero as --api-key-file": (lambda t, m: (["serve", "--model", m, "--api-key-file", "/dev/zero"], None), "--api-key-file /dev/zero: larger than 64 KiB"),
     # labels and prompts
     "duplicate labels": (c_in(GOOD, "--labels", "billing,billing"), "duplicate label"),
     "one label": (c_in(GOOD, "--labels", "billing"), "at least two labels"),
