@@ -30,6 +30,7 @@ from ..errors import OutputError, ResumeError
 from ..runtime.files import oserror, write_atomically
 from .rowindex import RowIndex
 from .rows import dumps, write_rows
+from .sources import read_by_a_run
 
 JOURNAL_VERSION = 1
 JOURNAL_MAGIC = b'{"mlxbatch_journal"'
@@ -227,6 +228,10 @@ class Journal:
         missing = [i for i in range(n_rows) if i not in self.done]
         if missing:
             raise RuntimeError(f"rows {missing[:10]} have no result; not writing {self.output}")
+        if read_by_a_run(self.output):  # since the check before the run began
+            raise OutputError(f"{self.output} is being read by another mlxbatch run (as its "
+                              "input); not replacing it: the journal keeps every row, --resume "
+                              "once that run is done")  # fmt: skip
         rows = (self.done[i] for i in range(n_rows))
         write_atomically(self.output, lambda f: write_rows(f, rows, labels, self.output.name),
                          "cannot write (the journal keeps every row)")  # fmt: skip

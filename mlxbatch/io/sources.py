@@ -11,10 +11,12 @@ read by parquet.py, which needs random access: a file by path, standard input re
 from __future__ import annotations
 
 import bz2
+import fcntl
 import gzip
 import importlib.util
 import io
 import lzma
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -120,9 +122,32 @@ def _open_file(path: str) -> BinaryIO:
     if not p.exists():
         raise InputError(f"{path}: no such file")
     try:
-        return open(p, "rb", buffering=BUFFER)  # noqa: SIM115  (the RowStream closes it)
+        f = open(p, "rb", buffering=BUFFER)  # noqa: SIM115  (the RowStream closes it)
     except OSError as e:
         raise InputError(f"{path}: cannot be read ({e.strerror})") from None
+    try:  # a shared lock while it is read: another run's -o will not replace it (read_by_a_run)
+        fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        pass  # a file being replaced (an exclusive lock) is refused by its writer, not here
+    return f
+
+
+def read_by_a_run(path: str | Path) -> bool:
+    """Whether another open stream (an mlxbatch run reading `path` as an input) holds the
+    shared lock `_open_file` takes: an output written over it would stop that run."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False  # no flock on this file system: nothing to learn
+    finally:
+        os.close(fd)  # releases the probe's lock with it
+    return False
 
 
 def _decompressed(stream: BinaryIO, kind: str, path: str) -> BinaryIO:

@@ -1,0 +1,88 @@
+"""Issue 27 ("round four"): inputs, outputs, the Python API and messages, each class with
+the case that found it."""
+
+from __future__ import annotations
+
+import os
+
+from click.testing import CliRunner
+
+from mlxbatch.cli import cli
+from mlxbatch.io.inputs import open_rows
+from mlxbatch.io.sinks import journal_path
+
+GOOD = '{"id": "a", "text": "I was charged twice"}\n{"id": "b", "text": "the app crashes"}\n'
+
+
+def invoke(args, cwd, **kw):
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return CliRunner().invoke(cli, [str(a) for a in args], **kw)
+    finally:
+        os.chdir(old)
+
+
+def one_line_error(r, *words):
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.exit_code == 2 and lines and lines[0].startswith("error: "), r.output
+    assert all(w in lines[0] for w in words), lines[0]
+    assert "Traceback" not in r.output
+
+
+def test_an_output_another_run_reads_is_not_replaced(tiny_model_dir, tmp_path):
+    src, other = tmp_path / "in.jsonl", tmp_path / "other.jsonl"
+    src.write_text(GOOD)
+    other.write_text(GOOD)
+    with open_rows(str(other)) as reading:  # another run, reading it as its input
+        r = invoke(["classify", src, "--model", tiny_model_dir, "-o", other], tmp_path)
+        one_line_error(r, "is being read by another mlxbatch run")
+        next(iter(reading))
+    assert other.read_text() == GOOD
+    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", other], tmp_path)
+    assert r.exit_code == 0, r.output  # once it is done
+
+
+def test_a_run_that_starts_reading_the_output_mid_job_is_not_stopped(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    from mlxbatch.runtime import testhold
+
+    src, out = tmp_path / "in.jsonl", tmp_path / "o.jsonl"
+    src.write_text(GOOD * 1)
+    out.write_text(GOOD)  # an earlier output, now someone's input
+    held = []
+    monkeypatch.setattr(testhold, "after_batch", lambda n: held.append(open_rows(str(out))))
+    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out], tmp_path)
+    one_line_error(r, "is being read by another mlxbatch run", "--resume")
+    assert out.read_text() == GOOD and journal_path(out).exists()
+    for stream in held:
+        stream.close()
+    monkeypatch.undo()
+    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out, "--resume"], tmp_path)
+    assert r.exit_code == 0 and len(out.read_text().splitlines()) == 2
+
+
+def test_the_default_model_is_the_first_runnable_one(tiny_model_dir, tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    from mlxbatch.model.defaults import default_model_dir, not_runnable
+
+    weights = tmp_path / "w"
+    (weights / "a-broken").mkdir(parents=True)
+    shutil.copyfile(tiny_model_dir / "config.json", weights / "a-broken" / "config.json")
+    good = shutil.copytree(tiny_model_dir, weights / "b-good")
+    manifest = json.loads((good / "mlxbatch.json").read_text()) | {"synthetic": False}
+    (good / "mlxbatch.json").write_text(json.dumps(manifest))
+    monkeypatch.setenv("MLXBATCH_WEIGHTS", str(weights))
+    said = []
+    assert default_model_dir(said.append) == good
+    assert "passing over" in said[0] and "a-broken" in said[0] and "no *.safetensors" in said[0]
+    assert not_runnable(weights / "a-broken") == "no *.safetensors weights"
+    listed = invoke(["models", "--json"], tmp_path)  # the same check, in the listing
+    broken = {m["name"]: m["broken"] for m in json.loads(listed.stdout)}
+    assert broken.get("a-broken", "no *.safetensors weights") == "no *.safetensors weights"
+    assert broken.get("b-good") is None
+    r = invoke(["classify", "-", "--labels", "billing,technical"], tmp_path, input=GOOD)
+    assert r.exit_code == 0 and "b-good" in r.stderr, r.output
