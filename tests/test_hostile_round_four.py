@@ -86,3 +86,49 @@ def test_the_default_model_is_the_first_runnable_one(tiny_model_dir, tmp_path, m
     assert broken.get("b-good") is None
     r = invoke(["classify", "-", "--labels", "billing,technical"], tmp_path, input=GOOD)
     assert r.exit_code == 0 and "b-good" in r.stderr, r.output
+
+
+def test_the_python_api_takes_only_what_it_can_use(tiny_model_dir):
+    import pytest
+
+    from mlxbatch import Classifier
+    from mlxbatch.errors import UsageError
+
+    labels = ["billing", "technical"]
+    pairs = [("I was charged twice", "billing"), ("the app crashes", "technical")]
+    listed = Classifier.load(tiny_model_dir, labels=labels, examples=pairs)
+    streamed = Classifier.load(tiny_model_dir, labels=labels, examples=(p for p in pairs))
+    assert streamed.examples == listed.examples == tuple(pairs)  # a generator, read once
+    with pytest.raises(UsageError, match="examples: expected"):
+        Classifier.load(tiny_model_dir, labels=labels, examples=5)
+    for flag in ("no", 1, None):
+        with pytest.raises(UsageError, match="truncate: expected True or False"):
+            listed.classify(["hello"], truncate=flag)
+    for empty in ("", "  \n"):
+        with pytest.raises(UsageError, match=r"texts\[1\] is empty \(as classify refuses"):
+            listed.classify(["hello", empty])
+    assert listed.classify(["hello"], truncate=False)[0].label in labels
+
+
+def test_a_classifier_in_a_forked_child_fails_instead_of_hanging(tiny_model_dir):
+    import multiprocessing
+
+    from mlxbatch import Classifier
+
+    clf = Classifier.load(tiny_model_dir, labels=["billing", "technical"])
+    clf.classify(["warm"])
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+
+    def child():
+        try:
+            clf.classify(["in the child"])
+            queue.put("classified")
+        except Exception as e:  # the refusal, sent back
+            queue.put(str(e))
+
+    proc = ctx.Process(target=child)
+    proc.start()
+    said = queue.get(timeout=120)
+    proc.join(60)
+    assert "forked child" in said and "spawn" in said, said

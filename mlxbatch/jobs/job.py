@@ -186,6 +186,7 @@ def run_job(
     JobResult (a list of every row: memory that grows with the job). `group`: the ranks that
     share the work (`distributed.RankGroup`); every rank reads the same windows and plans them
     alike, rank 0 writes; the others return None."""
+    clf.check_process()
     t0 = time.perf_counter()
     group = group or LocalGroup()
     lead = group.rank == 0
