@@ -132,3 +132,26 @@ def test_a_classifier_in_a_forked_child_fails_instead_of_hanging(tiny_model_dir)
     said = queue.get(timeout=120)
     proc.join(60)
     assert "forked child" in said and "spawn" in said, said
+
+
+def test_a_reader_gone_from_stdout_ends_the_run_quietly_with_141(tiny_model_dir, tmp_path):
+    import subprocess
+    import sys
+
+    src = tmp_path / "in.jsonl"
+    src.write_text(GOOD * 1)
+    cmd = [sys.executable, "-m", "mlxbatch", "classify", str(src), "--model", str(tiny_model_dir)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # `| head -0`: gone before the first row
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == 141, err
+    assert "Traceback" not in err and "error" not in err.lower(), err
+
+
+def test_peak_memory_is_never_negative(tiny_model_dir, tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"id": "a"}\n{"id": "b", "text": "  "}\n')  # nothing to score
+    r = invoke(["classify", src, "--model", tiny_model_dir, "--on-error", "skip", "-o",
+                tmp_path / "o.jsonl"], tmp_path)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "(0 scored, 2 errors)" in r.stderr and "peak memory -" not in r.stderr, r.stderr

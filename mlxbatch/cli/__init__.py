@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import sys
@@ -30,6 +31,18 @@ class Group(click.Group):
             fail(str(e))
         except click.UsageError as e:  # bad options: one line too, not click's usage block
             fail(e.format_message())
+        except BrokenPipeError:  # here, before click's main turns it into exit code 1
+            broken_pipe()
+
+
+def broken_pipe() -> None:
+    """The reader of standard output went away (`mlxbatch classify ... | head`): exit quietly
+    with 141 (128 + SIGPIPE, what a shell reports for a tool its pipe stopped), never 1, which
+    means a --verify disagreement. Standard output goes to /dev/null so that the interpreter's
+    last flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(141)
 
 
 def version() -> str:
@@ -94,5 +107,4 @@ def _main() -> None:
     except click.ClickException as e:
         fail(e.format_message(), e.exit_code)
     except BrokenPipeError:  # e.g. `mlxbatch classify ... | head`
-        sys.stderr.close()
-        sys.exit(141)
+        broken_pipe()

@@ -261,7 +261,7 @@ def run_job(
     return JobResult(
         rows=scanned.rows, scored=totals.scored, errors=scanned.rows - totals.scored,
         seconds=seconds, padding_overhead=PaddingStats(totals.useful, totals.padded).overhead,
-        batch_tokens=shape.batch_tokens, peak_memory=mx.get_peak_memory() - others,
+        batch_tokens=shape.batch_tokens, peak_memory=max(0, mx.get_peak_memory() - others),
         memory_bound=totals.memory_bound, verify=report,
         planner=planner_label(spec.mode, spec.step.planner, shape.cost),
         predicted_seconds=totals.predicted,
