@@ -155,3 +155,54 @@ def test_peak_memory_is_never_negative(tiny_model_dir, tmp_path):
                 tmp_path / "o.jsonl"], tmp_path)  # fmt: skip
     assert r.exit_code == 0, r.output
     assert "(0 scored, 2 errors)" in r.stderr and "peak memory -" not in r.stderr, r.stderr
+
+
+def test_the_blas_warning_is_for_commands_that_compute(tiny_model_dir, tmp_path, monkeypatch):
+    from mlxbatch.runtime import blas
+
+    monkeypatch.setattr(blas, "warning", lambda: "warning: the reference BLAS (test)")
+    for args in (["--help"], ["--version"], ["classify", "--help"], ["models"], ["eval", "--help"],
+                 ["tickets", "3", "-o", tmp_path / "t.jsonl"]):  # fmt: skip
+        r = invoke(args, tmp_path)
+        assert r.exit_code == 0 and "reference BLAS" not in r.stderr, (args, r.output)
+    src = tmp_path / "in.jsonl"
+    src.write_text(GOOD)
+    r = invoke(["classify", src, "--model", tiny_model_dir], tmp_path)
+    assert r.exit_code == 0 and r.stderr.startswith("warning: the reference BLAS (test)")
+
+
+def test_classify_help_names_every_output_format(tmp_path):
+    text = " ".join(invoke(["classify", "--help"], tmp_path).stdout.split())
+    assert "Output file: .jsonl, .csv or .tsv, each optionally .gz" in text
+
+
+def test_progress_off_a_terminal_is_a_line_every_few_seconds(monkeypatch, capsys):
+    from mlxbatch.runtime import progress
+
+    clock = iter([0.0, 4.0, 11.0, 12.0, 25.0])
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    bar = progress.bar(100, "classify", 0, lines_every=10.0)  # capsys: stderr is no terminal
+    for _ in range(4):
+        bar.update(10)
+    bar.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["classify: 20/100 items, 0:11 elapsed, ETA 0:44",
+                     "classify: 40/100 items, 0:25 elapsed, ETA 0:38"]  # fmt: skip
+    assert not isinstance(progress.bar(5, "x"), progress.Lines)  # only where asked for
+
+
+def test_the_demo_asks_for_progress_lines(tiny_model_dir, tmp_path, monkeypatch):
+    from mlxbatch.bench import demo
+
+    seen = []
+
+    def fake_run_job(clf, rows, spec, *a, **k):
+        seen.append(spec.progress_every)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(demo, "run_job", fake_run_job)
+    try:
+        demo.run_demo(4, tiny_model_dir, tmp_path)
+    except SystemExit:
+        pass
+    assert seen and 0 < seen[0] <= 10

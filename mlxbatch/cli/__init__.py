@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -68,9 +69,24 @@ def cli() -> None:
     """Classify batches of short texts with a small Qwen2/2.5 model in MLX."""
 
 
+def _warns_of_the_blas(command: click.Command) -> click.Command:
+    """`command`, saying first (once its options parsed: not for --help) that MLX's matmuls
+    run on the reference BLAS, where that is so: only commands that compute say it."""
+    callback = command.callback
+
+    def run(*args, **kwargs):
+        if warning := blas.warning():
+            click.echo(warning, err=True)
+        return callback(*args, **kwargs)
+
+    command.callback = functools.update_wrapper(run, callback)
+    return command
+
+
+COMPUTE = (classify, bench, demo, parity, serve, bench_serve)  # doctor reports the BLAS itself
 for command in (classify, evaluate_cmd, convert, init_random_cmd, models, parity, bench, demo,
                 doctor, tickets, serve, bench_serve):  # fmt: skip
-    cli.add_command(command)
+    cli.add_command(_warns_of_the_blas(command) if command in COMPUTE else command)
 
 
 def _terminated(signum, frame) -> None:
@@ -94,8 +110,7 @@ def main() -> None:
 
 
 def _main() -> None:
-    if not blas.activate_in_process() and blas.warning():
-        click.echo(blas.warning(), err=True)
+    blas.activate_in_process()  # before mlx is imported; computing commands warn if it failed
     try:
         cli(standalone_mode=False)
     except click.exceptions.Abort:  # click's own Ctrl-C handling (prompts)

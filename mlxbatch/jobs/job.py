@@ -26,7 +26,7 @@ from ..io.inputs import Row, describe_errors
 from ..io.outputs import open_stream, output_kind
 from ..io.rows import error_row, result_row
 from ..io.sinks import Journal, Sink, journal_path, recorded_header
-from ..runtime import memory, testhold
+from ..runtime import memory, progress, testhold
 from .fingerprint import compute_path, fingerprint
 from .plan import JobPlan, JobShape, check_declared, job_shape, plan_window, planner_label
 from .result import JobResult, Totals
@@ -89,10 +89,8 @@ def batch_rows_of(plan: JobPlan, batch: Batch):
         yield from plan.copies.get(i, ())
 
 
-def progress_bar(total: int, done: int = 0) -> tqdm:
-    bar = tqdm(total=total, unit="item", file=sys.stderr, disable=None, dynamic_ncols=True)
-    bar.update(done)
-    return bar
+def progress_bar(total: int, done: int = 0, lines_every: float | None = None) -> tqdm:
+    return progress.bar(total, "classify", done, lines_every)
 
 
 def scheduler_for(clf: Classifier, plan: JobPlan, batches: list[Batch]) -> Scheduler:
@@ -219,7 +217,7 @@ def run_job(
                          resume)  # fmt: skip
         group.opened(sink, output)
         held = _held_rows(sink)
-        bar = progress_bar(scanned.rows, len(sink.done))
+        bar = progress_bar(scanned.rows, len(sink.done), spec.progress_every)
     totals, verified = Totals(), []
     try:
         for start, window_rows, prompts in tokenized(clf, job_input, shape.window, scanned):
