@@ -163,11 +163,11 @@ def test_the_blas_warning_is_for_commands_that_compute(tiny_model_dir, tmp_path,
     monkeypatch.setattr(blas, "warning", lambda: "warning: the reference BLAS (test)")
     for args in (["--help"], ["--version"], ["classify", "--help"], ["models"], ["eval", "--help"],
                  ["tickets", "3", "-o", tmp_path / "t.jsonl"]):  # fmt: skip
-        r = invoke(args, tmp_path)
+        r = invoke(args, tmp_path, obj={"warn_blas": True})  # as `main` runs it
         assert r.exit_code == 0 and "reference BLAS" not in r.stderr, (args, r.output)
     src = tmp_path / "in.jsonl"
     src.write_text(GOOD)
-    r = invoke(["classify", src, "--model", tiny_model_dir], tmp_path)
+    r = invoke(["classify", src, "--model", tiny_model_dir], tmp_path, obj={"warn_blas": True})
     assert r.exit_code == 0 and r.stderr.startswith("warning: the reference BLAS (test)")
 
 

@@ -71,11 +71,14 @@ def cli() -> None:
 
 def _warns_of_the_blas(command: click.Command) -> click.Command:
     """`command`, saying first (once its options parsed: not for --help) that MLX's matmuls
-    run on the reference BLAS, where that is so: only commands that compute say it."""
+    run on the reference BLAS, where that is so: only commands that compute say it, and only
+    in the process's own command line (`main` asks with `obj`; an embedding caller did not
+    choose the BLAS)."""
     callback = command.callback
 
     def run(*args, **kwargs):
-        if warning := blas.warning():
+        root = click.get_current_context().find_root().obj
+        if isinstance(root, dict) and root.get("warn_blas") and (warning := blas.warning()):
             click.echo(warning, err=True)
         return callback(*args, **kwargs)
 
@@ -112,7 +115,7 @@ def main() -> None:
 def _main() -> None:
     blas.activate_in_process()  # before mlx is imported; computing commands warn if it failed
     try:
-        cli(standalone_mode=False)
+        cli(standalone_mode=False, obj={"warn_blas": True})
     except click.exceptions.Abort:  # click's own Ctrl-C handling (prompts)
         fail("interrupted", 130)
     except KeyboardInterrupt:
