@@ -106,7 +106,7 @@ def open_source(path: str) -> Source:
         magic = inner.peek(4)[:4]
     except read_errors() as e:  # named here: a decompressor read on after its error finds EOF
         stream.close()
-        raise InputError(f"{path}: the {kind} data cannot be read ({e or type(e).__name__}); "
+        raise InputError(f"{path}: the data cannot be read ({kind}: {e or type(e).__name__}); "
                          "is the file cut short or corrupt?") from None  # fmt: skip
     if Path(name).suffix.lower() in (".parquet", ".pq") or magic == b"PAR1":
         stream.close()
