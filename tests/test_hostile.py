@@ -4,6 +4,7 @@ no traceback; none loses data or writes non-JSON."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -164,6 +165,36 @@ def gz(text: str) -> bytes:
     return gzip.compress(text.encode())
 
 
+def squeezed(kind: str, text: str) -> bytes:
+    import bz2
+    import lzma
+
+    if kind == "zst":
+        import zstandard
+
+        return zstandard.ZstdCompressor().compress(text.encode())
+    return {"gz": gz, "bz2": lambda t: bz2.compress(t.encode()),
+            "xz": lambda t: lzma.compress(t.encode())}[kind](text)  # fmt: skip
+
+
+MAGIC = {"gz": b"\x1f\x8b", "bz2": b"BZh91AY&SY", "xz": b"\xfd7zXZ\x00", "zst": b"\x28\xb5\x2f\xfd"}
+SQUEEZES = ["gz", "bz2", "xz"] + (["zst"] if importlib.util.find_spec("zstandard") else [])
+
+
+def cut_short_cases() -> dict:
+    """Every compression: rows then a member cut short, its magic alone, one member cut short."""
+    cases = {}
+    for k in SQUEEZES:
+        whole = squeezed(k, GOOD)
+        cases |= {
+            f"{k}: rows, then a member cut short": (c_in(whole + squeezed(k, GOOD)[:12], name=f"in.jsonl.{k}"), "cut short or corrupt"),
+            f"{k}: rows, then its magic alone": (c_in(whole + MAGIC[k], name=f"in.jsonl.{k}"), "cut short or corrupt"),
+            f"{k}: only its magic": (c_in(MAGIC[k], name=f"in.jsonl.{k}"), "cut short or corrupt"),
+            f"{k}: cut short on stdin": (c_stdin(whole[:-6]), "cut short or corrupt"),
+        }  # fmt: skip
+    return cases
+
+
 JOURNAL = '{"mlxbatch_journal": 1, "fingerprint": "x", "settings": {}}\n'
 
 
@@ -206,6 +237,15 @@ ERRORS = {
     "xlsx workbook": (c_in(b"PK\x03\x04" + bytes(60), name="in.xlsx"), "zip archive"),
     "csv with semicolons": (c_in("id;text\n1;a\n", name="in.csv"), "separated by ';'"),
     "forced csv on jsonl": (c_in(GOOD, "--input-format", "csv"), "no 'text' column"),
+    # endless or runaway files: a cap each, one line (io/caps.py)
+    "/dev/zero as the input": (lambda t, m: (["classify", "/dev/zero", "--model", m], None), "line 1: longer than 32 MiB, the cap on one line"),
+    "/dev/zero on stdin": (lambda t, m: (["classify", "-", "--model", m], open("/dev/zero", "rb")), "line 1: longer than 32 MiB"),
+    "a csv field past the row cap": (lambda t, m: c_in('id,text\n1,"' + "x\n" * (17 << 20), name="in.csv")(t, m), "data row 1 has a field longer than 32 MiB"),
+    "/dev/zero as --system-prompt-file": (c_in(GOOD, "--system-prompt-file", "/dev/zero"), "--system-prompt-file /dev/zero: larger than 1 MiB"),
+    "/dev/zero as --labels-file": (c_in(GOOD, "--labels-file", "/dev/zero"), "--labels-file /dev/zero: larger than 1 MiB"),
+    "/dev/zero as --examples": (c_in(GOOD, "--examples", "/dev/zero"), "line 1: longer than 32 MiB"),
+    "too many examples": (lambda t, m: c_in(GOOD, "--examples", write(t / "ex.jsonl", '{"text": "x", "label": "billing"}\n' * 1001))(t, m), "more than 1000 examples"),
+    "/dev/zero as --api-key-file": (lambda t, m: (["serve", "--model", m, "--api-key-file", "/dev/zero"], None), "--api-key-file /dev/zero: larger than 64 KiB"),
     # labels and prompts
     "duplicate labels": (c_in(GOOD, "--labels", "billing,billing"), "duplicate label"),
     "one label": (c_in(GOOD, "--labels", "billing"), "at least two labels"),
@@ -254,6 +294,10 @@ ERRORS = {
     "eval --json onto the input": (lambda t, m: c_eval(PRED, "--json", t / "in.jsonl")(t, m), "would overwrite"),
     "eval rows not predictions": (c_eval('{"id": "a", "label": "billing"}\n{"id": "b"}\n'), "row 1: neither an error row"),
     "eval ids out of order": (c_eval("".join(reversed(PRED.splitlines(True)))), "row 1: id 'b' where the input's row 1 has id 'a'"),
+    "eval NaN score": (c_eval(PRED.replace("0.3", "NaN")), "row 1: the score of 'technical' is nan, not a probability in [0, 1]"),
+    "eval score 5.0": (c_eval(PRED.replace("0.6", "5.0")), "row 2: the score of 'technical' is 5.0, not a probability"),
+    "eval score 1e999": (c_eval(PRED.replace("0.7", "1e999")), "row 1: the score of 'billing' is inf"),
+    "eval negative score": (c_eval(PRED.replace("0.4", "-0.4")), "row 2: the score of 'billing' is -0.4"),
     "eval no gold field": (c_eval(PRED, "--gold-field", "golden"), "no row has the gold field"),
     "bench --sweep not a number": (lambda t, m: (["bench", "--model", m, "--tickets", "5", "--sweep", "512,abc", "--no-peers"], None), "--sweep: 'abc'"),
     "bench --sweep zero": (lambda t, m: (["bench", "--model", m, "--tickets", "5", "--sweep", "0", "--no-peers"], None), "--sweep: '0'"),
@@ -300,9 +344,14 @@ ERRORS = {
     "bench bad tickets file": (lambda t, m: (["bench", "--model", m, "--tickets", write(t / "b.jsonl", "{nope\n"), "--no-peers", "--sweep", ""], None), "invalid JSON"),
     # input and output formats
     "csv on stdin without a text column": (c_stdin("id,body\n1,x\n2,y\n"), "no 'text' column"),
+    "tsv on stdin without a text column": (c_stdin("id\tbody\n1\tx\n2\ty\n"), "no 'text' column"),
+    "tsv.gz on stdin without a text column": (c_stdin(gz("id\tbody\n1\tx\n")), "no 'text' column"),
+    "tsv named without a suffix, no text column": (c_in("id\tbody\n1\tx\n", name="tickets"), "no 'text' column"),
+    "csv named without a suffix, no text column": (c_in("id,body\n1,x\n", name="tickets"), "no 'text' column"),
     "csv header repeats a column": (c_in("id,text,text\n1,a,b\n", name="in.csv"), "repeats the column 'text'"),
     "json record repeats a key": (c_in('{"id": "a", "text": "x", "text": "y"}\n'), "line 1: the key 'text' appears twice"),
     "gzip cut short": (c_in(gz(GOOD)[:-12], name="in.jsonl.gz"), "cut short or corrupt"),
+    **cut_short_cases(),
     "-o .json": (c_out(lambda t, s: t / "o.json"), "mlxbatch writes .jsonl, .jsonl.gz, .csv"),
     "-o .parquet": (c_out(lambda t, s: t / "o.parquet"), "mlxbatch writes .jsonl"),
     "-o .xlsx": (c_out(lambda t, s: t / "o.xlsx"), "mlxbatch writes .jsonl"),
@@ -499,7 +548,7 @@ def test_resume_with_another_dtype_is_refused(tiny_model_dir, tmp_path, monkeypa
     assert r.exit_code == 130
     monkeypatch.undo()
     r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out, "--dtype", "float16", "--resume"], None, tmp_path)  # fmt: skip
-    assert r.exit_code == 2 and "different --dtype;" in r.stderr, r.output
+    assert r.exit_code == 2 and "different --dtype" in r.stderr, r.output
 
 
 def test_converting_a_synthetic_model_keeps_it_synthetic(tiny_model_dir, tmp_path):

@@ -8,6 +8,7 @@ for p in clf.classify(["I was charged twice", "The app crashes"]):
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,15 @@ class Classifier:
         self.footprint = self.engine.footprint
         self._cost: CostModel | None = None  # the planner's cost model, looked up once
         self._lock = threading.Lock()
+        self.pid = os.getpid()  # MLX's state does not survive a fork (check_process)
+
+    def check_process(self) -> None:
+        """Refuse use in a forked child: MLX's allocator and threads are the parent's, and the
+        first call into it there (`mx.set_cache_limit`) hangs for good instead of failing."""
+        if os.getpid() != self.pid:
+            raise UsageError(f"this Classifier was loaded in process {self.pid} and is used in "
+                             f"a forked child ({os.getpid()}), where MLX hangs: load one in the "
+                             "child, or start workers with multiprocessing's 'spawn'")  # fmt: skip
 
     @classmethod
     def load(
@@ -61,6 +71,11 @@ class Classifier:
         """Load a model (a directory or a hub id) for a label set. `examples`: few-shot (text, label) pairs; `calibrate`:
         contextual calibration; `prior`: {label: weight} or "a=0.5,b=0.5"; `min_confidence`:
         abstain below it; `descriptions`: {label: one line} for the default system prompt."""
+        try:  # once: a generator checked here would reach the prompt empty
+            examples = tuple(examples)
+        except TypeError:
+            raise UsageError(f"examples: expected (text, label) pairs, got "
+                             f"{type(examples).__name__}") from None  # fmt: skip
         _check_load_args(model_dir, labels, system_prompt, examples, min_confidence, descriptions)
         lm = load_model(resolve(model_dir), dtype=dtype, check_finite=check_finite)
         labels = tuple(labels)
@@ -121,6 +136,7 @@ class Classifier:
     def prepare(self, text: str, max_tokens: int | None = None, truncate: bool = False) -> Fitted:
         """`text`'s prompt within the limit (the smaller of `max_tokens` and the model's
         context), cut to fit when `truncate`; else `ItemTooLong` naming the limit."""
+        _flag("truncate", truncate)
         fitted = fit(self.engine, text, item_limit(self.engine, max_tokens), truncate)
         if isinstance(fitted, str):
             raise ItemTooLong(fitted)
@@ -139,6 +155,8 @@ class Classifier:
         Safe to call from several threads at once (the lanes are shared, never a lane's
         buffers). Texts over `max_tokens` (default: the model's context) are refused, or cut
         to fit with `truncate`."""
+        self.check_process()
+        _flag("truncate", truncate)
         texts = _texts(texts)
         spec = RunSpec(mode, "cost", batch_tokens, max_batch, max_tokens)  # validates
         prompts = []
@@ -206,4 +224,13 @@ def _texts(texts) -> list[str]:
             raise UsageError(f"texts[{i}]: expected a str, got {type(t).__name__}")
         if problem := unicode_problem(t):
             raise UsageError(f"texts[{i}] holds {problem}")
+        if not t.strip():  # the service's words, as classify and the service both refuse it
+            raise UsageError(f"texts[{i}] is empty (as classify refuses an empty row)")
     return texts
+
+
+def _flag(name: str, value) -> None:
+    """A bool parameter, refused otherwise: a truthy string such as "no" would turn it on."""
+    if not isinstance(value, bool):
+        raise UsageError(f"{name}: expected True or False, got {type(value).__name__} "
+                         f"{value!r}"[:200])  # fmt: skip

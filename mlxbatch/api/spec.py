@@ -27,6 +27,7 @@ class RunSpec:
     on_error: str = "fail"
     verify_sample: float = 0.0  # share of items re-scored on the gold loop
     window: int = 16384  # rows read, planned and written at a time (memory flat in the job)
+    progress_every: float | None = None  # off a terminal: a progress line every N s (the demo)
 
     def __post_init__(self) -> None:
         def choice(name: str, value, options) -> None:

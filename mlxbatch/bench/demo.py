@@ -21,7 +21,9 @@ def run_demo(n: int, model: Path, out_dir: Path, progress=print) -> tuple[list[s
     clf = Classifier.load(model)
     progress(f"classifying {n} synthetic tickets from {src} ...")
     rows, fmt = read_rows(str(src))
-    res = run_job(clf, rows, RunSpec(), out, resume=False, verify=True, source=str(src), fmt=fmt)
+    # off a terminal (a log, CI) a line every 10 s: else minutes pass with nothing printed
+    spec = RunSpec(progress_every=10.0)
+    res = run_job(clf, rows, spec, out, resume=False, verify=True, source=str(src), fmt=fmt)
     preds = [json.loads(x) for x in out.read_text().splitlines()]
     v = res.verify
     counts = Counter(p["label"] for p in preds)

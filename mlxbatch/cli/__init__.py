@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 import signal
 import sys
@@ -30,6 +32,18 @@ class Group(click.Group):
             fail(str(e))
         except click.UsageError as e:  # bad options: one line too, not click's usage block
             fail(e.format_message())
+        except BrokenPipeError:  # here, before click's main turns it into exit code 1
+            broken_pipe()
+
+
+def broken_pipe() -> None:
+    """The reader of standard output went away (`mlxbatch classify ... | head`): exit quietly
+    with 141 (128 + SIGPIPE, what a shell reports for a tool its pipe stopped), never 1, which
+    means a --verify disagreement. Standard output goes to /dev/null so that the interpreter's
+    last flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(141)
 
 
 def version() -> str:
@@ -55,9 +69,27 @@ def cli() -> None:
     """Classify batches of short texts with a small instruction model in MLX."""
 
 
+def _warns_of_the_blas(command: click.Command) -> click.Command:
+    """`command`, saying first (once its options parsed: not for --help) that MLX's matmuls
+    run on the reference BLAS, where that is so: only commands that compute say it, and only
+    in the process's own command line (`main` asks with `obj`; an embedding caller did not
+    choose the BLAS)."""
+    callback = command.callback
+
+    def run(*args, **kwargs):
+        root = click.get_current_context().find_root().obj
+        if isinstance(root, dict) and root.get("warn_blas") and (warning := blas.warning()):
+            click.echo(warning, err=True)
+        return callback(*args, **kwargs)
+
+    command.callback = functools.update_wrapper(run, callback)
+    return command
+
+
+COMPUTE = (classify, bench, demo, parity, serve, bench_serve)  # doctor reports the BLAS itself
 for command in (classify, evaluate_cmd, convert, init_random_cmd, models, parity, bench, demo,
                 doctor, tickets, serve, bench_serve):  # fmt: skip
-    cli.add_command(command)
+    cli.add_command(_warns_of_the_blas(command) if command in COMPUTE else command)
 
 
 def _terminated(signum, frame) -> None:
@@ -81,10 +113,9 @@ def main() -> None:
 
 
 def _main() -> None:
-    if not blas.activate_in_process() and blas.warning():
-        click.echo(blas.warning(), err=True)
+    blas.activate_in_process()  # before mlx is imported; computing commands warn if it failed
     try:
-        cli(standalone_mode=False)
+        cli(standalone_mode=False, obj={"warn_blas": True})
     except click.exceptions.Abort:  # click's own Ctrl-C handling (prompts)
         fail("interrupted", 130)
     except KeyboardInterrupt:
@@ -94,5 +125,4 @@ def _main() -> None:
     except click.ClickException as e:
         fail(e.format_message(), e.exit_code)
     except BrokenPipeError:  # e.g. `mlxbatch classify ... | head`
-        sys.stderr.close()
-        sys.exit(141)
+        broken_pipe()

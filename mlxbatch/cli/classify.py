@@ -48,7 +48,7 @@ from .common import (
     "-o",
     "--output",
     type=click.Path(path_type=Path),
-    help="Output file, .jsonl or .csv (default: JSONL on stdout).",
+    help="Output file: .jsonl, .csv or .tsv, each optionally .gz (default: JSONL on stdout).",
 )
 @click.option(
     "--mode",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import click
@@ -20,6 +21,9 @@ def _not_a_prediction(res, row) -> str | None:
         and (res.get("label") is None or res["label"] in res["scores"])
     ):  # fmt: skip
         return "neither an error row nor a label with its scores"
+    for label, v in res.get("scores", {}).items() if "error" not in res else ():
+        if isinstance(v, bool) or not math.isfinite(v) or not 0 <= v <= 1:  # NaN, 5.0, inf
+            return f"the score of {label!r} is {v!r}, not a probability in [0, 1]"[:200]
     if row.id is not None and "id" in res and res["id"] != row.id:
         return (f"id {res['id']!r} where the input's row {row.number} has id {row.id!r}; "
                 "give the input the predictions were made from, in the same order")  # fmt: skip

@@ -94,23 +94,6 @@ def parity(hf_dir, mlx_dir, no_mlx_lm):
     sys.exit(0 if all(r.passed for r in reports) else 1)
 
 
-def broken(model_dir: Path) -> str | None:
-    """Why a listed directory cannot run, from cheap checks (config, weight files' presence,
-    tokenizer), or None; the weights themselves are checked when a run loads them."""
-    from ..errors import ModelError
-    from ..model.config import ModelArgs
-
-    try:
-        ModelArgs.load(model_dir)
-    except ModelError as e:
-        return str(e).removeprefix(f"{model_dir / 'config.json'}: ")
-    if not list(model_dir.glob("*.safetensors")):
-        return "no *.safetensors weights"
-    if not (model_dir / "tokenizer.json").is_file():
-        return "no tokenizer.json"
-    return None
-
-
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def models(as_json):
@@ -118,12 +101,12 @@ def models(as_json):
     Face cache."""
     import json
 
-    from ..model.defaults import weights_dir
+    from ..model.defaults import not_runnable, weights_dir
     from ..model.hub import list_models
 
     found = list_models(weights_dir())
     for m in found:
-        m["broken"] = broken(Path(m["path"]))
+        m["broken"] = not_runnable(Path(m["path"]))
     if as_json:
         click.echo(json.dumps(found, indent=2))
         return

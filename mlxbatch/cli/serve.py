@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ..io.caps import API_KEY_BYTES, read_capped
 from .common import (
     LABELS_HELP,
     echo,
@@ -23,7 +24,7 @@ from .common import (
 
 def read_api_key(path: Path) -> bytes:
     try:
-        key = path.read_bytes().strip()
+        key = read_capped(path, API_KEY_BYTES, "--api-key-file").strip()
     except OSError as e:
         fail(f"--api-key-file {path}: cannot read it ({e.strerror or e})")
     if not key:

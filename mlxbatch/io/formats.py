@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import InputError
+from .caps import ROW_BYTES, size
 from .sources import BUFFER, peek, read_errors
 from .tables import Record, csv_rows, tsv_rows
 
@@ -117,8 +118,8 @@ def _tabular(lines: list[str], sep: str, text_field: str) -> bool:
     if not lines or sep not in lines[0]:
         return False
     sample = lines[:50]
-    if sep == "\t":
-        records = [line.split("\t") for line in sample]
+    if sep == "\t":  # blank lines are no records, as csv.reader has them: else a TSV's final
+        records = [line.split("\t") for line in sample if line]  # newline made it text
     else:
         records = []
         try:
@@ -144,7 +145,9 @@ def _raw_lines(stream: BinaryIO, cr_only: bool, source: str) -> Iterator[bytes]:
     n = 0
     try:
         if not cr_only:
-            for n, raw in enumerate(stream, 1):  # noqa: B007  (n names the failing line)
+            while raw := stream.readline(ROW_BYTES + 1):  # capped: /dev/zero has no line end
+                n += 1
+                _check_length(raw, n, source)
                 yield raw
             return
         rest = b""
@@ -152,12 +155,20 @@ def _raw_lines(stream: BinaryIO, cr_only: bool, source: str) -> Iterator[bytes]:
             *lines, rest = (rest + chunk).split(b"\r")
             for raw in lines:
                 n += 1
+                _check_length(raw, n, source)
                 yield raw + b"\r"
+            _check_length(rest, n + 1, source)
         if rest:
             yield rest
     except read_errors() as e:
         raise InputError(f"{source}: line {n + 1}: the data cannot be read ({e}); is the file "
                          "cut short or corrupt?") from None  # fmt: skip
+
+
+def _check_length(raw: bytes, n: int, source: str) -> None:
+    if len(raw) > ROW_BYTES:
+        raise InputError(f"{source}: line {n}: longer than {size(ROW_BYTES)}, the cap on one "
+                         "line (is it a text file?)")  # fmt: skip
 
 
 def _decoded(raw: bytes) -> tuple[str | None, str | None]:

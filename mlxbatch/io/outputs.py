@@ -14,6 +14,7 @@ from ..runtime.files import is_stream, oserror, write_atomically
 from .ordered import OrderedStream
 from .rows import output_format
 from .sinks import is_journal, journal_path, lock_holder
+from .sources import read_by_a_run
 
 
 def output_kind(output: Path) -> str:
@@ -127,6 +128,9 @@ def check_writable_file(option: str, path: Path) -> None:
     if pid:
         raise OutputError(f"{option} {path} is locked by another process (pid {pid}); choose "
                           f"another {option} path")  # fmt: skip
+    if read_by_a_run(path):
+        raise OutputError(f"{option} {path} is being read by another mlxbatch run (as its "
+                          f"input); choose another {option} path")  # fmt: skip
 
 
 PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")

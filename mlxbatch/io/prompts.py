@@ -7,14 +7,15 @@ import json
 from pathlib import Path
 
 from ..errors import InputError, LabelError, unicode_problem
-from .inputs import describe_errors, read_rows
+from .caps import EXAMPLES_BYTES, EXAMPLES_ROWS, LABELS_FILE_BYTES, read_capped, size
+from .inputs import describe_errors, open_rows
 
 
 def read_labels_file(path: str | Path) -> dict[str, str]:
     """A JSON or YAML mapping of label -> one-line description, in file order."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_capped(path, LABELS_FILE_BYTES, "--labels-file").decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{path}: cannot read the labels file ({e})") from None
     try:
@@ -62,7 +63,7 @@ def read_examples(
     path: str, labels: tuple[str, ...], text_field: str = "text", label_field: str = "label"
 ) -> tuple[tuple[str, str], ...]:
     """Few-shot (text, label) pairs; every bad row and unknown label named by its line."""
-    rows, fmt = read_rows(path, text_field, None, "auto", fields=(label_field,))
+    rows, fmt = _capped_examples(path, text_field, label_field)
     for r in rows:
         if r.error:
             continue
@@ -74,3 +75,18 @@ def read_examples(
     if any(r.error for r in rows):
         raise InputError("examples: " + describe_errors(rows, path, fmt))
     return tuple((r.text, r.fields[label_field]) for r in rows)
+
+
+def _capped_examples(path: str, text_field: str, label_field: str) -> tuple[list, str]:
+    """The example rows, refused past EXAMPLES_ROWS rows or EXAMPLES_BYTES of text: examples go
+    into every prompt, so more could never fit a context (and an endless file never ends)."""
+    rows, total = [], 0
+    with open_rows(path, text_field, None, "auto", fields=(label_field,)) as stream:
+        for r in stream:
+            rows.append(r)
+            total += len(r.text or "")
+            if len(rows) > EXAMPLES_ROWS or total > EXAMPLES_BYTES:
+                raise InputError(f"--examples {path}: more than {EXAMPLES_ROWS} examples or "
+                                 f"{size(EXAMPLES_BYTES)} of text, the cap on examples (they go "
+                                 "into every prompt)")  # fmt: skip
+        return rows, stream.format

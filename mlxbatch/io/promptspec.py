@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import LabelError, UsageError, unicode_problem
+from .caps import PROMPT_FILE_BYTES, read_capped
 
 
 def parse_labels(labels: str | None) -> tuple[str, ...]:
@@ -24,7 +25,8 @@ def system_prompt_from(text: str | None, file: Path | None, labels) -> str:
         raise UsageError("give --system-prompt or --system-prompt-file, not both")
     if file is not None:
         try:
-            return file.read_text(encoding="utf-8").strip("\n")
+            data = read_capped(file, PROMPT_FILE_BYTES, "--system-prompt-file")
+            return data.decode("utf-8").strip("\n")
         except (OSError, UnicodeDecodeError) as e:
             raise UsageError(f"{file}: cannot read the system prompt ({e})") from None
     if text is not None and (problem := unicode_problem(text)):

@@ -48,5 +48,15 @@ class RowIndex:
             size = min(2 * size, 1 << 20)
         return json.loads(chunk)["result"]
 
+    def line_of(self, row: int) -> int:
+        """The 1-based line of the journal that holds `row` (for messages: reads up to it)."""
+        end, at, lines = int(self.offsets[row]), 0, 1
+        while at < end:
+            chunk = os.pread(self.fd, min(1 << 20, end - at), at)
+            if not chunk:
+                break
+            lines, at = lines + chunk.count(b"\n"), at + len(chunk)
+        return lines
+
     def get(self, row: int, default=None):
         return self[row] if row in self else default

@@ -30,6 +30,7 @@ from ..errors import OutputError, ResumeError
 from ..runtime.files import oserror, write_atomically
 from .rowindex import RowIndex
 from .rows import dumps, write_rows
+from .sources import read_by_a_run
 
 JOURNAL_VERSION = 1
 JOURNAL_MAGIC = b'{"mlxbatch_journal"'
@@ -113,8 +114,11 @@ class Journal:
     """Append-only, fsync'd JSONL of {"row": index, "result": {...}} lines behind a header;
     `done` says which rows it holds (a `RowIndex`: offsets, not rows)."""
 
-    def __init__(self, output: Path, header: dict, resume: bool):
+    def __init__(self, output: Path, header: dict, resume: bool, n_rows: int | None = None,
+                 labels: tuple[str, ...] | None = None):  # fmt: skip
+        """`n_rows`, `labels`: the job's, which a resumed journal's rows must fit."""
         self.output, self.path = output, journal_path(output)
+        self.n_rows, self.labels = n_rows, labels
         self.done = RowIndex(-1)
         try:
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
@@ -189,13 +193,14 @@ class Journal:
             raise
         good = len(complete[0]) + 1
         for n, line in enumerate(complete[1:], start=2):
-            entry = _entry(line)
-            if entry is None and not line.strip(b"\0"):
+            entry = _entry(line, self.n_rows, self.labels)
+            if isinstance(entry, str) and not line.strip(b"\0"):
                 break  # zeros: blocks a crash left unwritten; everything from here is redone
-            if entry is None or entry[0] in self.done:
+            if not isinstance(entry, str) and entry[0] in self.done:
+                entry = "repeats a row"
+            if isinstance(entry, str):
                 os.close(self.fd)
-                what = "repeats a row" if entry else "is not a row that mlxbatch wrote"
-                raise ResumeError(f"{self.path}: line {n} {what} (edited?); delete the journal "
+                raise ResumeError(f"{self.path}: line {n} {entry} (edited?); delete the journal "
                                   "to start over")  # fmt: skip
             self.done.add(entry[0], good)
             good += len(line) + 1
@@ -223,6 +228,10 @@ class Journal:
         missing = [i for i in range(n_rows) if i not in self.done]
         if missing:
             raise RuntimeError(f"rows {missing[:10]} have no result; not writing {self.output}")
+        if read_by_a_run(self.output):  # since the check before the run began
+            raise OutputError(f"{self.output} is being read by another mlxbatch run (as its "
+                              "input); not replacing it: the journal keeps every row, --resume "
+                              "once that run is done")  # fmt: skip
         rows = (self.done[i] for i in range(n_rows))
         write_atomically(self.output, lambda f: write_rows(f, rows, labels, self.output.name),
                          "cannot write (the journal keeps every row)")  # fmt: skip
@@ -246,24 +255,42 @@ class Journal:
             self.fd = -1
 
 
-def _entry(line: bytes) -> tuple[int, dict] | None:
-    """A journal line's (row index, result row), or None when it is not one mlxbatch writes."""
+def _entry(line: bytes, n_rows: int | None = None,
+           labels: tuple[str, ...] | None = None) -> tuple[int, dict] | str:  # fmt: skip
+    """A journal line's (row index, result row), or why it is not one this job's run writes:
+    a row index inside the input, and a result that the final write can take (an id; an error
+    message, or finite probabilities over the labels with the label their top score)."""
     try:
         entry = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError):
-        return None
+        entry = None
     if not isinstance(entry, dict) or set(entry) != {"row", "result"}:
-        return None
+        return "is not a row that mlxbatch wrote"
     row, result = entry["row"], entry["result"]
-    if type(row) is not int or row < 0 or not isinstance(result, dict) or "id" not in result:
-        return None
+    if type(row) is not int or row < 0 or (n_rows is not None and row >= n_rows):
+        return f"names row {row!r}, not a row of the input (0 to {(n_rows or 1) - 1})"[:200]
+    if not isinstance(result, dict) or "id" not in result:
+        return "is not a row that mlxbatch wrote"
     if "error" in result:
-        return (row, result) if isinstance(result["error"], str) else None
+        return (
+            (row, result) if isinstance(result["error"], str) else "has an error that is not text"
+        )
+    return _scored(row, result, labels)
+
+
+def _scored(row: int, result: dict, labels: tuple[str, ...] | None) -> tuple[int, dict] | str:
     scores, label = result.get("scores"), result.get("label")
-    ok = (isinstance(scores, dict) and len(scores) >= 2
-          and all(type(v) in (int, float) for v in scores.values())
-          and (label in scores or (label is None and result.get("abstained") is True)))  # fmt: skip
-    return (row, result) if ok else None
+    if not isinstance(scores, dict) or len(scores) < 2 or (labels and list(scores) != list(labels)):
+        return "has scores that are not one per label"
+    values = list(scores.values())
+    if not all(type(v) in (int, float) and 0.0 <= v <= 1.0 for v in values):  # NaN fails too
+        return "has a score that is not a finite probability"
+    if label is None and result.get("abstained") is True:
+        return row, result
+    top = list(scores)[values.index(max(values))]  # the first best, as result_row chooses
+    if label != top:
+        return f"has the label {label!r} where its top score is {top!r}"[:200]
+    return row, result
 
 
 def _checked_head(path: Path, first_line: bytes, header: dict) -> dict:
@@ -275,16 +302,36 @@ def _checked_head(path: Path, first_line: bytes, header: dict) -> dict:
         raise ResumeError(f"{path}: not an mlxbatch journal; delete it to start over")
     if head.get("fingerprint") != header.get("fingerprint"):
         differ = _differing_parts(head.get("fingerprint"), header.get("fingerprint"))
+        differ = differ.replace(PARTS["compute"], _compute_change(head, header))
         raise ResumeError(f"{path} was written for a different {differ}; run with what the "
                           "first run had, or delete it to start over")  # fmt: skip
     return head
+
+
+COMPUTE_WORDS = {"blas": "BLAS", "kernels": "BLAS kernel family", "library": "BLAS library",
+                 "host_kernels": "host kernels (MLXBATCH_HOST_KERNELS)", "device": "device",
+                 "mlx": "MLX version"}  # fmt: skip
+
+
+def _compute_change(head: dict, header: dict) -> str:
+    """How the recorded compute path (jobs/fingerprint.py `compute_path`) and this run's differ,
+    in words: 'compute path (BLAS kernel family Haswell, now SkylakeX)'."""
+    old, new = head.get("compute"), header.get("compute")
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return PARTS["compute"]
+    words = {True: "on", False: "off", None: "none"}
+    said = [f"{COMPUTE_WORDS.get(k, k)} {words.get(old.get(k), old.get(k))}, now "
+            f"{words.get(new.get(k), new.get(k))}"
+            for k in new if k != "library" and old.get(k) != new.get(k)]  # fmt: skip
+    return f"{PARTS['compute']} ({'; '.join(said)})" if said else PARTS["compute"]
 
 
 PARTS = {"model": "model (its weights or path)", "dtype": "--dtype", "input": "input",
          "labels": "labels", "prompt": "system prompt or examples",
          "settings": "settings (--mode, --planner, --max-tokens, --too-long, --on-error, "
                      "--no-prefix-cache)",
-         "adjustment": "adjustment (--calibrate, --prior, --min-confidence)"}  # fmt: skip
+         "adjustment": "adjustment (--calibrate, --prior, --min-confidence)",
+         "compute": "compute path"}  # fmt: skip
 
 
 def _differing_parts(recorded, current) -> str:

@@ -11,10 +11,12 @@ read by parquet.py, which needs random access: a file by path, standard input re
 from __future__ import annotations
 
 import bz2
+import fcntl
 import gzip
 import importlib.util
 import io
 import lzma
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -102,8 +104,10 @@ def open_source(path: str) -> Source:
     inner = _decompressed(stream, kind, path)
     try:
         magic = inner.peek(4)[:4]
-    except read_errors():  # cut short or corrupt: the reader names it as it reads
-        magic = b""
+    except read_errors() as e:  # named here: a decompressor read on after its error finds EOF
+        stream.close()
+        raise InputError(f"{path}: the data cannot be read ({kind}: {e or type(e).__name__}); "
+                         "is the file cut short or corrupt?") from None  # fmt: skip
     if Path(name).suffix.lower() in (".parquet", ".pq") or magic == b"PAR1":
         stream.close()
         raise InputError(f"{path}: a {kind}-compressed Parquet file; Parquet compresses its own "
@@ -118,9 +122,32 @@ def _open_file(path: str) -> BinaryIO:
     if not p.exists():
         raise InputError(f"{path}: no such file")
     try:
-        return open(p, "rb", buffering=BUFFER)  # noqa: SIM115  (the RowStream closes it)
+        f = open(p, "rb", buffering=BUFFER)  # noqa: SIM115  (the RowStream closes it)
     except OSError as e:
         raise InputError(f"{path}: cannot be read ({e.strerror})") from None
+    try:  # a shared lock while it is read: another run's -o will not replace it (read_by_a_run)
+        fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        pass  # a file being replaced (an exclusive lock) is refused by its writer, not here
+    return f
+
+
+def read_by_a_run(path: str | Path) -> bool:
+    """Whether another open stream (an mlxbatch run reading `path` as an input) holds the
+    shared lock `_open_file` takes: an output written over it would stop that run."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False  # no flock on this file system: nothing to learn
+    finally:
+        os.close(fd)  # releases the probe's lock with it
+    return False
 
 
 def _decompressed(stream: BinaryIO, kind: str, path: str) -> BinaryIO:
@@ -133,10 +160,47 @@ def _decompressed(stream: BinaryIO, kind: str, path: str) -> BinaryIO:
     if importlib.util.find_spec("zstandard") is None:
         raise InputError(f"{path}: zstd-compressed; reading it needs the zstandard package: "
                          "pip install 'mlxbatch[zstd]' (or: zstdcat FILE | mlxbatch classify -)")  # fmt: skip
-    import zstandard
+    return io.BufferedReader(ZstdFrames(stream), BUFFER)
 
-    reader = zstandard.ZstdDecompressor().stream_reader(stream, read_across_frames=True)
-    return io.BufferedReader(Rejoined(b"", reader), BUFFER)
+
+class ZstdFrames(io.RawIOBase):
+    """zstd frames one after another (`cat a.zst b.zst`), decompressed as read. zstandard's
+    stream reader ends quietly inside a frame cut short; this one raises EOFError there, as
+    the standard library's decompressors do. It feeds 1 KiB at a time: zstd's RLE blocks
+    expand 4 bytes to 128 KiB, so that bounds what one step holds (32 MiB) on a zip bomb."""
+
+    STEP = 1024
+
+    def __init__(self, raw: BinaryIO):
+        import zstandard
+
+        self.raw, self.zstd = raw, zstandard.ZstdDecompressor()
+        self.out, self.at = b"", 0  # decompressed, not yet returned from `at` on
+        self.frame, self.pending = self.zstd.decompressobj(), False  # pending: a frame begun
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        while self.at == len(self.out):
+            data = self.raw.read(self.STEP)
+            if not data:
+                if self.pending:
+                    raise EOFError("a zstd frame ended before its end was reached")
+                return 0
+            self.out, self.at, self.pending = self.frame.decompress(data), 0, True
+            while self.frame.eof:  # the next frame starts in what this one left over
+                rest, self.frame, self.pending = (
+                    self.frame.unused_data,
+                    self.zstd.decompressobj(),
+                    False,
+                )
+                if rest:
+                    self.out, self.pending = self.out + self.frame.decompress(rest), True
+        n = min(len(b), len(self.out) - self.at)
+        b[:n] = memoryview(self.out)[self.at : self.at + n]
+        self.at += n
+        return n
 
 
 def read_errors() -> tuple[type[BaseException], ...]:

@@ -9,8 +9,10 @@ import csv
 from collections.abc import Iterator
 
 from ..errors import InputError
+from .caps import ROW_BYTES, size
 
-csv.field_size_limit(2**31 - 1)  # a long ticket is not an error; the token limit decides
+# a long ticket is not an error (the token limit decides); a field past the row cap is
+csv.field_size_limit(ROW_BYTES)
 Record = tuple[int, int, dict | None, str | None]  # number, line, object, error
 
 
@@ -77,6 +79,9 @@ def _csv_records(reader, header: list[str], source: str) -> Iterator[Record]:
                 f"{source}: line {start}: a quoted field of data row {n + 1} is never closed "
                 "(the file ends inside quotes); fix the quote or use TSV"
             ) from None
+        if "field larger than field limit" in str(e):
+            raise InputError(f"{source}: line {start}: data row {n + 1} has a field longer than "
+                             f"{size(ROW_BYTES)}, the cap on one row (a quote never closed?)") from None  # fmt: skip
         raise InputError(
             f"{source}: line {start}: data row {n + 1} is not valid CSV ({e})"
         ) from None

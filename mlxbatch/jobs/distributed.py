@@ -174,7 +174,8 @@ class RankGroup:
         differ = [k for k in range(self.cluster.size) if not np.array_equal(digests[k], digests[0])]
         if differ:
             raise JobError(f"rank(s) {differ} ({', '.join(self.cluster.hosts[k] for k in differ)}) "
-                           "hold a different input, model, labels or settings than rank 0")  # fmt: skip
+                           "hold a different input, model, labels, settings or compute path "
+                           "(BLAS, host kernels, device, MLX) than rank 0")  # fmt: skip
 
     def opened(self, sink: Sink, output: Path | None) -> None:
         _on_sigterm(sink, output)

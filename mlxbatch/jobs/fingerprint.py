@@ -1,17 +1,24 @@
 """A job's fingerprint: everything that changes a row's scores or errors, so `--resume` only
 continues the run that wrote the journal (the batch shape is recorded instead). It is one string
-of `part=digest` words, so a refusal can name the part that differs (io/sinks.py)."""
+of `part=digest` words, so a refusal can name the part that differs (io/sinks.py); the compute
+path is also recorded in words (`compute_path`), so a refusal can say how it differs."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import platform
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+
+import mlx.core as mx
 
 from ..api.classifier import Classifier
 from ..api.spec import RunSpec
 from ..io.inputs import Row
+from ..model import hostops
+from ..runtime.sgemm import sgemm_provider
 
 SAMPLES, SAMPLE_BYTES = 16, 1 << 16  # 1 MiB read per weight file: milliseconds, at any size
 
@@ -54,10 +61,43 @@ def input_digest(rows) -> str:
     return h.hexdigest()[:16]
 
 
-def fingerprint(rows: list[Row] | str, clf: Classifier, s: RunSpec) -> str:
-    """`model=… dtype=… input=… labels=… prompt=… settings=… adjustment=…` (16 hex digits a
-    part): the journal records it and `--resume` names the parts that differ. `rows`: the
-    input's rows, or their `input_digest` (a streamed job hashes them in its scan)."""
+def compute_path(clf: Classifier) -> dict:
+    """What decides the bits of a score besides the model and its inputs: the BLAS serving
+    MLX's fp32 matmuls (its version and kernel family; the library's name is informative only,
+    as the same OpenBLAS may be loaded from a renamed copy), the host kernels, the device, MLX.
+    A run resumed on another path would mix two computations in one output."""
+    blas = sgemm_provider()
+    config = (blas["config"] or "").split()
+    if blas["library"]:
+        name = Path(blas["library"]).name if blas["library"].startswith("/") else blas["library"]
+    else:
+        name = "reference BLAS (bundled with MLX)" if platform.system() == "Linux" else None
+    try:
+        mlx = version("mlx")
+    except PackageNotFoundError:
+        mlx = None
+    return {
+        "blas": " ".join(config[:2]) or name,  # "OpenBLAS 0.3.28": its name and version
+        "kernels": blas["corename"],  # OpenBLAS's kernel family on this CPU ("Haswell")
+        "library": name,
+        "host_kernels": hostops.available(clf.lm.dtype),
+        "device": str(mx.default_device()),
+        "mlx": mlx,
+    }
+
+
+# what the compute part hashes (the library's file name is recorded, not compared)
+DECIDING = ("blas", "kernels", "host_kernels", "device", "mlx")
+
+
+def fingerprint(
+    rows: list[Row] | str, clf: Classifier, s: RunSpec, compute: dict | None = None
+) -> str:
+    """`model=… dtype=… input=… labels=… prompt=… settings=… adjustment=… compute=…` (16 hex
+    digits a part): the journal records it and `--resume` names the parts that differ. `rows`:
+    the input's rows, or their `input_digest` (a streamed job hashes them in its scan);
+    `compute`: the `compute_path` (found when not given)."""
+    compute = compute or compute_path(clf)
     parts = {
         "model": digest([weights_digest(clf.lm.path), str(Path(clf.lm.path).resolve())]),
         "dtype": digest(str(clf.lm.dtype)),
@@ -68,5 +108,6 @@ def fingerprint(rows: list[Row] | str, clf: Classifier, s: RunSpec) -> str:
             [s.mode, clf.engine.prefix_cache, s.too_long, s.max_tokens, s.on_error, s.planner]
         ),  # fmt: skip
         "adjustment": digest([clf.adjust.p_cf, clf.adjust.prior, clf.adjust.min_confidence]),
+        "compute": digest([compute.get(k) for k in DECIDING]),
     }
     return " ".join(f"{k}={v}" for k, v in parts.items())

@@ -21,13 +21,13 @@ from ..api.limits import fit
 from ..api.spec import RunSpec
 from ..engine.planner import Batch, PaddingStats
 from ..engine.scheduler import Scheduler
-from ..errors import InputError, JobError
+from ..errors import InputError, JobError, ResumeError
 from ..io.inputs import Row, describe_errors
 from ..io.outputs import open_stream, output_kind
 from ..io.rows import error_row, result_row
-from ..io.sinks import Journal, Sink, recorded_header
-from ..runtime import memory, testhold
-from .fingerprint import fingerprint
+from ..io.sinks import Journal, Sink, journal_path, recorded_header
+from ..runtime import memory, progress, testhold
+from .fingerprint import compute_path, fingerprint
 from .plan import JobPlan, JobShape, check_declared, job_shape, plan_window, planner_label
 from .result import JobResult, Totals
 from .source import JobInput, Scan, scan
@@ -39,7 +39,7 @@ def open_sink(
 ) -> Sink:
     if output is None or output_kind(output) != "file":
         return open_stream(output or Path("-"), n_rows, clf.labels.names, header)
-    return Journal(output, header, resume)
+    return Journal(output, header, resume, n_rows, clf.labels.names)
 
 
 def non_finite_error(clf: Classifier) -> str:
@@ -89,10 +89,8 @@ def batch_rows_of(plan: JobPlan, batch: Batch):
         yield from plan.copies.get(i, ())
 
 
-def progress_bar(total: int, done: int = 0) -> tqdm:
-    bar = tqdm(total=total, unit="item", file=sys.stderr, disable=None, dynamic_ncols=True)
-    bar.update(done)
-    return bar
+def progress_bar(total: int, done: int = 0, lines_every: float | None = None) -> tqdm:
+    return progress.bar(total, "classify", done, lines_every)
 
 
 def scheduler_for(clf: Classifier, plan: JobPlan, batches: list[Batch]) -> Scheduler:
@@ -186,6 +184,7 @@ def run_job(
     JobResult (a list of every row: memory that grows with the job). `group`: the ranks that
     share the work (`distributed.RankGroup`); every rank reads the same windows and plans them
     alike, rank 0 writes; the others return None."""
+    clf.check_process()
     t0 = time.perf_counter()
     group = group or LocalGroup()
     lead = group.rank == 0
@@ -198,9 +197,13 @@ def run_job(
     scanned = scan(job_input, _too_long(clf, spec, fresh))
     if not scanned.rows:
         raise InputError(f"{job_input.source}: empty input (no rows)")
-    header = {"fingerprint": fingerprint(scanned.digest, clf, spec)}
+    compute = compute_path(clf)
+    header = {"fingerprint": fingerprint(scanned.digest, clf, spec, compute), "compute": compute}
     group.agree(header["fingerprint"])
     recorded = recorded_header(output, header) if lead and output and resume else None
+    if lead and output and resume and recorded is None and output_kind(output) == "file":
+        print(f"note: --resume: no journal of an interrupted run at {journal_path(output)}; "
+              "starting afresh", file=sys.stderr)  # fmt: skip
     shape = fresh
     if lead:
         shape = job_shape(clf, spec, recorded["settings"]) if recorded else fresh
@@ -214,12 +217,14 @@ def run_job(
                          resume)  # fmt: skip
         group.opened(sink, output)
         held = _held_rows(sink)
-        bar = progress_bar(scanned.rows, len(sink.done))
+        bar = progress_bar(scanned.rows, len(sink.done), spec.progress_every)
     totals, verified = Totals(), []
     try:
         for start, window_rows, prompts in tokenized(clf, job_input, shape.window, scanned):
             window = Window(start, window_rows)
             job_input.check_unchanged()  # the rows just read are the scanned file's
+            if held is not None:
+                check_held_ids(sink, window, held)
             plan = plan_window(clf, window_rows, start, spec, shape, lead and not recorded, prompts)
             done = error_rows(window, plan, range(start, start + len(window_rows)))
             if sink is not None:
@@ -254,7 +259,7 @@ def run_job(
     return JobResult(
         rows=scanned.rows, scored=totals.scored, errors=scanned.rows - totals.scored,
         seconds=seconds, padding_overhead=PaddingStats(totals.useful, totals.padded).overhead,
-        batch_tokens=shape.batch_tokens, peak_memory=mx.get_peak_memory() - others,
+        batch_tokens=shape.batch_tokens, peak_memory=max(0, mx.get_peak_memory() - others),
         memory_bound=totals.memory_bound, verify=report,
         planner=planner_label(spec.mode, spec.step.planner, shape.cost),
         predicted_seconds=totals.predicted,
@@ -284,6 +289,19 @@ def _held_rows(sink: Sink) -> np.ndarray | None:
     """Which rows the journal held when the job opened it (resumed rows), as a mask."""
     offsets = getattr(sink.done, "offsets", None)
     return None if offsets is None else offsets >= 0
+
+
+def check_held_ids(sink: Sink, window: Window, held: np.ndarray) -> None:
+    """A resumed journal's rows in `window` each carry the id of the input row they stand for
+    (a journal edited, or written for rows since changed, would copy in another row's result)."""
+    end = min(window.start + len(window.rows), len(held))
+    for i in np.flatnonzero(held[window.start : end]) + window.start:
+        got, want = sink.done[int(i)].get("id"), window[int(i)].id
+        if type(got) is not type(want) or got != want:
+            line = sink.done.line_of(int(i))
+            raise ResumeError(f"{sink.path}: line {line} holds id {got!r} for input row "
+                              f"{int(i) + 1}, whose id is {want!r} (edited?); delete the journal "
+                              "to start over")  # fmt: skip
 
 
 def verify_held(clf: Classifier, job_input: JobInput, scanned: Scan, spec: RunSpec,

@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import sys
 import time
 
 import numpy as np
-from tqdm import tqdm
 
 from ..api.classifier import Classifier
 from ..api.spec import RunSpec
+from ..runtime import progress
 
 
 def verify_window(clf: Classifier, rows, prompts: dict[int, list[int]], results, spec: RunSpec,
@@ -18,11 +17,11 @@ def verify_window(clf: Classifier, rows, prompts: dict[int, list[int]], results,
     """The report of the items `prompts` (input row -> prompt) against `results` (input row ->
     output row; None when nothing is verified): all of them under `every`, else the sample."""
     if every:
-        return run_verify(clf, rows, prompts, results)
+        return run_verify(clf, rows, prompts, results, spec.progress_every)
     if not spec.verify_sample or not prompts:
         return None
     sample = [i for i in sorted(prompts) if sampled(i, spec.verify_sample)]
-    return run_verify(clf, rows, {i: prompts[i] for i in sample}, results)
+    return run_verify(clf, rows, {i: prompts[i] for i in sample}, results, spec.progress_every)
 
 
 def sampled(row: int, share: float) -> bool:
@@ -47,11 +46,14 @@ def merge_reports(reports: list[dict]) -> dict | None:
     }
 
 
-def run_verify(clf: Classifier, rows, prompts: dict, results) -> dict:
+def run_verify(clf: Classifier, rows, prompts: dict, results,
+               lines_every: float | None = None) -> dict:  # fmt: skip
     """Score items again on the gold path and compare labels and scores."""
     names = clf.labels.names
     disagree, max_diff, t0 = [], 0.0, time.perf_counter()
-    for i, prompt in tqdm(prompts.items(), desc="verify", file=sys.stderr, disable=None):
+    bar = progress.bar(len(prompts), "verify", 0, lines_every)
+    for i, prompt in prompts.items():
+        bar.update(1)
         gold = clf.adjust.apply(clf.engine.score_gold(prompt)[None])[0]
         scores = results[i].get("scores") or {}
         fast = np.array([scores.get(n, np.nan) for n in names], np.float64)
@@ -66,6 +68,7 @@ def run_verify(clf: Classifier, rows, prompts: dict, results) -> dict:
             top2 = np.sort(gold)[-2:]
             disagree.append({"id": rows[i].id, "gold": names[g], "fast": names[int(np.argmax(fast))],
                              "gold_margin": float(top2[1] - top2[0])})  # fmt: skip
+    bar.close()
     n = len(prompts)
     return {
         "items": n,

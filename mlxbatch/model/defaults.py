@@ -14,18 +14,39 @@ def weights_dir() -> Path:
     return Path(os.environ.get("MLXBATCH_WEIGHTS", "weights"))
 
 
+def not_runnable(model_dir: Path) -> str | None:
+    """Why a model directory cannot run, from cheap checks (config, weight files' presence,
+    tokenizer), or None; the weights themselves are checked when a run loads them. The one
+    check behind `mlxbatch models` (BROKEN) and the default model's choice."""
+    from ..errors import ModelError
+    from .config import ModelArgs
+
+    try:
+        ModelArgs.load(model_dir)
+    except ModelError as e:
+        return str(e).removeprefix(f"{model_dir / 'config.json'}: ")
+    if not list(model_dir.glob("*.safetensors")):
+        return "no *.safetensors weights"
+    if not (model_dir / "tokenizer.json").is_file():
+        return "no tokenizer.json"
+    return None
+
+
 def default_model_dir(announce: Callable[[str], None] = print) -> Path:
-    """The first converted (non-synthetic) model under weights/; else the synthetic model at
-    the real Qwen2.5-0.5B shapes, created on first use."""
+    """The first runnable converted (non-synthetic) model under weights/, as `mlxbatch models`
+    judges it (one that is not is named and passed over); else the synthetic model at the real
+    Qwen2.5-0.5B shapes, created on first use."""
     from .convert import init_random
     from .load import read_manifest
 
     root = weights_dir()
     found = sorted(d for d in root.glob("*") if (d / "config.json").is_file())
-    real = [d for d in found if not read_manifest(d).get("synthetic")]
-    if real:
-        announce(f"model: {real[0]} (converted checkpoint)")
-        return real[0]
+    for d in (d for d in found if not read_manifest(d).get("synthetic")):
+        if why := not_runnable(d):
+            announce(f"passing over {d}: not runnable ({why}; see `mlxbatch models`)")
+            continue
+        announce(f"model: {d} (converted checkpoint)")
+        return d
     synthetic = root / SYNTHETIC_NAME
     if not (synthetic / "mlxbatch.json").is_file():
         announce(f"no converted model under {root}/: writing a SYNTHETIC random model at the "

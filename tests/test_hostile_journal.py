@@ -1,0 +1,162 @@
+"""Issue 27: a resume never mixes two computations, and a journal is trusted no further than
+it can be checked (row range, ids against the input, labels against scores, finite scores)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from mlxbatch.cli import cli
+from mlxbatch.io.sinks import journal_path
+
+GOOD = "".join(f'{{"id": "r{i}", "text": "ticket number {i} about billing"}}\n' for i in range(6))
+
+
+def invoke(args, cwd, env=None):
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return CliRunner().invoke(cli, [str(a) for a in args], env=env)
+    finally:
+        os.chdir(old)
+
+
+@pytest.fixture
+def interrupted(tiny_model_dir, tmp_path, monkeypatch):
+    """A journal holding the first batch of a run interrupted after it (input, output)."""
+    from mlxbatch.runtime import testhold
+
+    src, out = tmp_path / "in.jsonl", tmp_path / "o.jsonl"
+    src.write_text(GOOD)
+
+    def stop(done):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(testhold, "after_batch", stop)
+    r = invoke(
+        ["classify", src, "--model", tiny_model_dir, "-o", out, "--max-batch", "2"], tmp_path
+    )
+    assert r.exit_code == 130, r.output
+    monkeypatch.undo()
+    assert len(journal_path(out).read_text().splitlines()) == 3  # header + one batch of 2
+    return src, out
+
+
+def resume(tiny_model_dir, src, out, *extra, env=None):
+    args = ["classify", src, "--model", tiny_model_dir, "-o", out, "--max-batch", "2", "--resume"]
+    return invoke([*args, *extra], src.parent, env)
+
+
+def refused(r, *words):
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), r.output
+    assert all(w in lines[0] for w in words), lines[0]
+    assert "Traceback" not in r.output
+
+
+def test_the_journal_records_the_compute_path(interrupted):
+    _, out = interrupted
+    head = json.loads(journal_path(out).read_text().splitlines()[0])
+    compute = head["compute"]
+    assert {"blas", "kernels", "library", "host_kernels", "device", "mlx"} <= set(compute)
+    assert "compute=" in head["fingerprint"]
+    assert compute["library"] is None or "/" not in compute["library"]  # a name, not a path
+
+
+def test_resume_without_host_kernels_is_refused(tiny_model_dir, interrupted):
+    src, out = interrupted
+    before = journal_path(out).read_bytes()
+    r = resume(tiny_model_dir, src, out, env={"MLXBATCH_HOST_KERNELS": "0"})
+    refused(r, "compute path", "host kernels (MLXBATCH_HOST_KERNELS) on, now off")
+    assert journal_path(out).read_bytes() == before and not out.exists()
+
+
+def test_resume_on_another_blas_kernel_family_is_refused(tiny_model_dir, interrupted, monkeypatch):
+    from mlxbatch.jobs import fingerprint
+
+    src, out = interrupted
+    fake = {"library": "/x/libopenblas.so.0", "corename": "SkylakeX", "threads": 2,
+            "config": "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY SkylakeX MAX_THREADS=64"}  # fmt: skip
+    monkeypatch.setattr(fingerprint, "sgemm_provider", lambda: fake)
+    r = resume(tiny_model_dir, src, out)
+    refused(r, "compute path", "BLAS kernel family", "now SkylakeX")
+    # the journal's header faked instead: the same refusal, naming the recorded family
+    monkeypatch.undo()
+    lines = journal_path(out).read_text().splitlines(True)
+    head = json.loads(lines[0])
+    head["compute"]["kernels"] = "Zen"
+    fp = dict(w.split("=") for w in head["fingerprint"].split())
+    fp["compute"] = fingerprint.digest([head["compute"].get(k) for k in fingerprint.DECIDING])
+    head["fingerprint"] = " ".join(f"{k}={v}" for k, v in fp.items())
+    journal_path(out).write_text(json.dumps(head) + "\n" + "".join(lines[1:]))
+    refused(resume(tiny_model_dir, src, out), "compute path", "BLAS kernel family Zen, now")
+
+
+def test_an_uninterrupted_resume_matches(tiny_model_dir, interrupted, tmp_path):
+    src, out = interrupted
+    assert resume(tiny_model_dir, src, out).exit_code == 0
+    ref = tmp_path / "ref.jsonl"
+    r = invoke(
+        ["classify", src, "--model", tiny_model_dir, "-o", ref, "--max-batch", "2"], tmp_path
+    )
+    assert r.exit_code == 0 and ref.read_bytes() == out.read_bytes()
+
+
+def _edit_row(line: str, edit) -> str:
+    entry = json.loads(line)
+    edit(entry)
+    return json.dumps(entry) + "\n"
+
+
+def _swap_label(e):
+    scores = e["result"]["scores"]
+    e["result"]["label"] = min(scores, key=scores.get)
+
+
+def _set_score(value):
+    def edit(e):
+        first = next(iter(e["result"]["scores"]))
+        e["result"]["scores"][first] = value
+
+    return edit
+
+
+BAD_ROWS = {
+    "row index 1e15": (lambda e: e.update(row=10**15), "names row 1000000000000000"),
+    "row index as a float": (lambda e: e.update(row=1e15), "names row 1000000000000000.0"),
+    "row index past the input": (lambda e: e.update(row=6), "not a row of the input (0 to 5)"),
+    "score 1e999": (_set_score(float("inf")), "not a finite probability"),
+    "score NaN": (_set_score(float("nan")), "not a finite probability"),
+    "score 5.0": (_set_score(5.0), "not a finite probability"),
+    "label not its top score": (_swap_label, "where its top score is"),
+    "scores of other labels": (lambda e: e["result"].update(scores={"x": 0.5, "y": 0.5}), "not one per label"),
+    "id not its input row's": (lambda e: e["result"].update(id="r5"), "holds id 'r5' for input row 1, whose id is 'r0'"),
+    "id of another type": (lambda e: e["result"].update(id=0), "holds id 0 for input row 1"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(BAD_ROWS))
+def test_a_bad_journal_row_is_refused_naming_the_line(name, tiny_model_dir, interrupted):
+    src, out = interrupted
+    edit, message = BAD_ROWS[name]
+    path = journal_path(out)
+    lines = path.read_text().splitlines(True)
+    text = _edit_row(lines[1], edit)
+    if "1e999" in name:
+        text = text.replace("Infinity", "1e999")
+    path.write_text(lines[0] + text + lines[2])
+    for extra in ((), ("--verify",)):
+        refused(resume(tiny_model_dir, src, out, *extra), str(path), "line 2", message)
+    assert not out.exists()
+
+
+def test_resume_without_a_journal_says_so(tiny_model_dir, tmp_path):
+    src, out = tmp_path / "in.jsonl", tmp_path / "o.jsonl"
+    src.write_text(GOOD)
+    r = resume(tiny_model_dir, src, out)
+    assert r.exit_code == 0, r.output
+    assert "note: --resume: no journal" in r.stderr and "starting afresh" in r.stderr
+    assert len(out.read_text().splitlines()) == 6

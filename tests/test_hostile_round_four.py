@@ -1,0 +1,208 @@
+"""Issue 27 ("round four"): inputs, outputs, the Python API and messages, each class with
+the case that found it."""
+
+from __future__ import annotations
+
+import os
+
+from click.testing import CliRunner
+
+from mlxbatch.cli import cli
+from mlxbatch.io.inputs import open_rows
+from mlxbatch.io.sinks import journal_path
+
+GOOD = '{"id": "a", "text": "I was charged twice"}\n{"id": "b", "text": "the app crashes"}\n'
+
+
+def invoke(args, cwd, **kw):
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return CliRunner().invoke(cli, [str(a) for a in args], **kw)
+    finally:
+        os.chdir(old)
+
+
+def one_line_error(r, *words):
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.exit_code == 2 and lines and lines[0].startswith("error: "), r.output
+    assert all(w in lines[0] for w in words), lines[0]
+    assert "Traceback" not in r.output
+
+
+def test_an_output_another_run_reads_is_not_replaced(tiny_model_dir, tmp_path):
+    src, other = tmp_path / "in.jsonl", tmp_path / "other.jsonl"
+    src.write_text(GOOD)
+    other.write_text(GOOD)
+    with open_rows(str(other)) as reading:  # another run, reading it as its input
+        r = invoke(["classify", src, "--model", tiny_model_dir, "-o", other], tmp_path)
+        one_line_error(r, "is being read by another mlxbatch run")
+        next(iter(reading))
+    assert other.read_text() == GOOD
+    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", other], tmp_path)
+    assert r.exit_code == 0, r.output  # once it is done
+
+
+def test_a_run_that_starts_reading_the_output_mid_job_is_not_stopped(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    from mlxbatch.runtime import testhold
+
+    src, out = tmp_path / "in.jsonl", tmp_path / "o.jsonl"
+    src.write_text(GOOD * 1)
+    out.write_text(GOOD)  # an earlier output, now someone's input
+    held = []
+    monkeypatch.setattr(testhold, "after_batch", lambda n: held.append(open_rows(str(out))))
+    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out], tmp_path)
+    one_line_error(r, "is being read by another mlxbatch run", "--resume")
+    assert out.read_text() == GOOD and journal_path(out).exists()
+    for stream in held:
+        stream.close()
+    monkeypatch.undo()
+    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out, "--resume"], tmp_path)
+    assert r.exit_code == 0 and len(out.read_text().splitlines()) == 2
+
+
+def test_the_default_model_is_the_first_runnable_one(tiny_model_dir, tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    from mlxbatch.model.defaults import default_model_dir, not_runnable
+
+    weights = tmp_path / "w"
+    (weights / "a-broken").mkdir(parents=True)
+    shutil.copyfile(tiny_model_dir / "config.json", weights / "a-broken" / "config.json")
+    good = shutil.copytree(tiny_model_dir, weights / "b-good")
+    manifest = json.loads((good / "mlxbatch.json").read_text()) | {"synthetic": False}
+    (good / "mlxbatch.json").write_text(json.dumps(manifest))
+    monkeypatch.setenv("MLXBATCH_WEIGHTS", str(weights))
+    said = []
+    assert default_model_dir(said.append) == good
+    assert "passing over" in said[0] and "a-broken" in said[0] and "no *.safetensors" in said[0]
+    assert not_runnable(weights / "a-broken") == "no *.safetensors weights"
+    listed = invoke(["models", "--json"], tmp_path)  # the same check, in the listing
+    broken = {m["name"]: m["broken"] for m in json.loads(listed.stdout)}
+    assert broken.get("a-broken", "no *.safetensors weights") == "no *.safetensors weights"
+    assert broken.get("b-good") is None
+    r = invoke(["classify", "-", "--labels", "billing,technical"], tmp_path, input=GOOD)
+    assert r.exit_code == 0 and "b-good" in r.stderr, r.output
+
+
+def test_the_python_api_takes_only_what_it_can_use(tiny_model_dir):
+    import pytest
+
+    from mlxbatch import Classifier
+    from mlxbatch.errors import UsageError
+
+    labels = ["billing", "technical"]
+    pairs = [("I was charged twice", "billing"), ("the app crashes", "technical")]
+    listed = Classifier.load(tiny_model_dir, labels=labels, examples=pairs)
+    streamed = Classifier.load(tiny_model_dir, labels=labels, examples=(p for p in pairs))
+    assert streamed.examples == listed.examples == tuple(pairs)  # a generator, read once
+    with pytest.raises(UsageError, match="examples: expected"):
+        Classifier.load(tiny_model_dir, labels=labels, examples=5)
+    for flag in ("no", 1, None):
+        with pytest.raises(UsageError, match="truncate: expected True or False"):
+            listed.classify(["hello"], truncate=flag)
+    for empty in ("", "  \n"):
+        with pytest.raises(UsageError, match=r"texts\[1\] is empty \(as classify refuses"):
+            listed.classify(["hello", empty])
+    assert listed.classify(["hello"], truncate=False)[0].label in labels
+
+
+def test_a_classifier_in_a_forked_child_fails_instead_of_hanging(tiny_model_dir):
+    import multiprocessing
+
+    from mlxbatch import Classifier
+
+    clf = Classifier.load(tiny_model_dir, labels=["billing", "technical"])
+    clf.classify(["warm"])
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+
+    def child():
+        try:
+            clf.classify(["in the child"])
+            queue.put("classified")
+        except Exception as e:  # the refusal, sent back
+            queue.put(str(e))
+
+    proc = ctx.Process(target=child)
+    proc.start()
+    said = queue.get(timeout=120)
+    proc.join(60)
+    assert "forked child" in said and "spawn" in said, said
+
+
+def test_a_reader_gone_from_stdout_ends_the_run_quietly_with_141(tiny_model_dir, tmp_path):
+    import subprocess
+    import sys
+
+    src = tmp_path / "in.jsonl"
+    src.write_text(GOOD * 1)
+    cmd = [sys.executable, "-m", "mlxbatch", "classify", str(src), "--model", str(tiny_model_dir)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # `| head -0`: gone before the first row
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == 141, err
+    assert "Traceback" not in err and "error" not in err.lower(), err
+
+
+def test_peak_memory_is_never_negative(tiny_model_dir, tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"id": "a"}\n{"id": "b", "text": "  "}\n')  # nothing to score
+    r = invoke(["classify", src, "--model", tiny_model_dir, "--on-error", "skip", "-o",
+                tmp_path / "o.jsonl"], tmp_path)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "(0 scored, 2 errors)" in r.stderr and "peak memory -" not in r.stderr, r.stderr
+
+
+def test_the_blas_warning_is_for_commands_that_compute(tiny_model_dir, tmp_path, monkeypatch):
+    from mlxbatch.runtime import blas
+
+    monkeypatch.setattr(blas, "warning", lambda: "warning: the reference BLAS (test)")
+    for args in (["--help"], ["--version"], ["classify", "--help"], ["models"], ["eval", "--help"],
+                 ["tickets", "3", "-o", tmp_path / "t.jsonl"]):  # fmt: skip
+        r = invoke(args, tmp_path, obj={"warn_blas": True})  # as `main` runs it
+        assert r.exit_code == 0 and "reference BLAS" not in r.stderr, (args, r.output)
+    src = tmp_path / "in.jsonl"
+    src.write_text(GOOD)
+    r = invoke(["classify", src, "--model", tiny_model_dir], tmp_path, obj={"warn_blas": True})
+    assert r.exit_code == 0 and r.stderr.startswith("warning: the reference BLAS (test)")
+
+
+def test_classify_help_names_every_output_format(tmp_path):
+    text = " ".join(invoke(["classify", "--help"], tmp_path).stdout.split())
+    assert "Output file: .jsonl, .csv or .tsv, each optionally .gz" in text
+
+
+def test_progress_off_a_terminal_is_a_line_every_few_seconds(monkeypatch, capsys):
+    from mlxbatch.runtime import progress
+
+    clock = iter([0.0, 4.0, 11.0, 12.0, 25.0])
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    bar = progress.bar(100, "classify", 0, lines_every=10.0)  # capsys: stderr is no terminal
+    for _ in range(4):
+        bar.update(10)
+    bar.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["classify: 20/100 items, 0:11 elapsed, ETA 0:44",
+                     "classify: 40/100 items, 0:25 elapsed, ETA 0:38"]  # fmt: skip
+    assert not isinstance(progress.bar(5, "x"), progress.Lines)  # only where asked for
+
+
+def test_the_demo_asks_for_progress_lines(tiny_model_dir, tmp_path, monkeypatch):
+    from mlxbatch.bench import demo
+
+    seen = []
+
+    def fake_run_job(clf, rows, spec, *a, **k):
+        seen.append(spec.progress_every)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(demo, "run_job", fake_run_job)
+    try:
+        demo.run_demo(4, tiny_model_dir, tmp_path)
+    except SystemExit:
+        pass
+    assert seen and 0 < seen[0] <= 10
