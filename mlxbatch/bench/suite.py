@@ -21,6 +21,7 @@ from ..engine.planner import (
     plan_batches,
 )
 from ..engine.prompt import DEFAULT_LABELS
+from .llamacpp import LlamaCppOptions
 
 
 @dataclass
@@ -208,6 +209,7 @@ class BenchOptions:
     # multi-threaded forward a batch); fp32 ran 57.0 s at 4096 and 68.6 s at 2048 on the
     # default 120 (bench/default-120.txt, bench/default-120-peers-at-2048.txt)
     peer_batch_tokens: int = 4096
+    llama_cpp: LlamaCppOptions = LlamaCppOptions()  # the llama.cpp peers' converter and threads
     quick: bool = False
     calibrate: bool = True
     against: Path | None = None
@@ -258,7 +260,7 @@ def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
             gold = [names.index(x) for x in result["gold_labels"]]
             result["peers"] = run_peers(clf.lm.path, prompts, clf.labels.first_ids, gold,
                                         o.peer_batch_tokens, o.max_batch, o.naive_batch, o.peers,
-                                        progress)  # fmt: skip
+                                        progress, o.llama_cpp)  # fmt: skip
         if o.against:
             result["against"] = against(clf, texts, o.max_batch, resolve(o.against), progress)
     text = format_report(result)
