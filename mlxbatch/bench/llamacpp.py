@@ -6,7 +6,8 @@ run on the model directory as it is, to F32 and to Q8_0, cached per model and co
 Scoring is what a llama.cpp user would write: the shared prompt prefix evaluated once, then
 for each ticket the KV cache cut back to the prefix (`n_tokens = P`: `Llama.eval` drops the
 cells past it) and only the ticket's own tokens evaluated; the label is the argmax of the
-last position's logits over the labels' first tokens.
+last position's logits over the labels' first tokens. Everything else is llama.cpp's default
+(an f16 KV cache, n_batch 512), as a user would run it.
 """
 
 from __future__ import annotations
