@@ -96,8 +96,10 @@ def test_llama_cpp_agrees_with_the_gold_loop_on_the_tiny_model(tiny_model_dir, t
     from mlxbatch.api.classifier import Classifier
     from mlxbatch.bench.workload import generate
     from mlxbatch.engine.planner import plan_batches
+    from mlxbatch.engine.prompt import DEFAULT_LABELS
 
-    clf = Classifier.load(tiny_model_dir, ("billing", "account access", "technical"))
+    clf = Classifier.load(tiny_model_dir, DEFAULT_LABELS)
+    assert clf.labels.max_len == 1  # the peers score a label by its first token
     prompts = [clf.engine.prompt(t["text"]) for t in generate(12, 0, "default")]
     gold_probs = clf.engine.score_all(
         prompts, plan_batches([len(p) for p in prompts], "sequential", 1 << 30, 1), "gold"
