@@ -143,7 +143,8 @@ def llamacpp_peer(
         progress(f"  load average {load:.1f} on {usable_threads()} cores: llama.cpp's threads "
                  "spin under load, time it on a quiet machine")  # fmt: skip
     picked, seconds = score_gguf(gguf, prompts, label_ids, threads)
-    return {"name": f"{name} ({threads} threads, prefix reused)", "seconds": seconds,
+    threads_text = f"{threads} thread{'s' if threads > 1 else ''}"
+    return {"name": f"{name} ({threads_text}, prefix reused)", "seconds": seconds,
             "items_per_s": len(prompts) / seconds,
             "agreement": float(np.mean(np.array(picked) == np.array(gold))),
             "threads": threads, "load_before": load, "gguf": str(gguf),
