@@ -13,6 +13,7 @@ from ..io.outputs import check_reports, write_json_report
 from ..io.promptspec import prompt_spec
 from ..model.defaults import default_model_dir
 from ..model.hub import resolve
+from .llamacpp import LlamaCppOptions
 from .peers import PEERS
 from .suite import MODE_NAMES, BenchOptions, bench_job, load_tickets
 
@@ -44,6 +45,8 @@ class BenchRequest:
     plot_path: Path | None
     quick: bool
     ranks: int | None
+    llama_cpp_src: Path | None = None
+    llama_threads: int | None = None
 
 
 def run_bench_command(req: BenchRequest, say: Callable[[str], None]) -> int:
@@ -78,8 +81,9 @@ def run_bench_command(req: BenchRequest, say: Callable[[str], None]) -> int:
         prompt_name=req.prompt_name if not req.examples else f"examples from {req.examples}",
         batch_tokens=req.batch_tokens, max_batch=req.max_batch, naive_batch=req.naive_batch,
         sweep=budgets(req.sweep), modes=wanted, peers=peers,
-        peer_batch_tokens=req.peer_batch_tokens, quick=req.quick, calibrate=not req.no_calibrate,
-        against=against, json_path=req.json_path, plot_path=req.plot_path,
+        peer_batch_tokens=req.peer_batch_tokens,
+        llama_cpp=LlamaCppOptions(req.llama_cpp_src, req.llama_threads),
+        quick=req.quick, calibrate=not req.no_calibrate, against=against, json_path=req.json_path, plot_path=req.plot_path,
     )  # fmt: skip
     result, report = bench_job(options, lambda m: _model(m, say), progress=say)
     print(report)

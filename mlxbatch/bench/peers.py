@@ -5,6 +5,8 @@
 - transformers fp32 with the same sorted batches (left padding, last-position label logits).
 - transformers bf16 where the CPU has native bf16 matmul (AVX512-BF16 or AMX).
 - on a Mac (GPU), mlx-lm one at a time in fp16.
+- llama.cpp (llama-cpp-python) on GGUFs from llama.cpp's own converter, F32 and Q8_0, the
+  prompt prefix's KV cache reused for every ticket (`llamacpp.py`).
 Each reports seconds, items/s and label agreement with our gold loop.
 """
 
@@ -18,6 +20,7 @@ import numpy as np
 
 from ..engine.planner import plan_batches
 from ..runtime import blas
+from .llamacpp import OUTTYPES, LlamaCppOptions, llamacpp_peer
 
 
 def _agreement(labels: list[int], gold: list[int]) -> float:
@@ -123,12 +126,14 @@ def transformers_peer(
             "items_per_s": len(prompts) / seconds, "agreement": _agreement(picked, gold)}  # fmt: skip
 
 
-PEERS = ("mlx-lm", "mlx-lm-batch", "transformers", "transformers-bf16")
+DEFAULT_PEERS = ("mlx-lm", "mlx-lm-batch", "transformers", "transformers-bf16")
+PEERS = (*DEFAULT_PEERS, "llama.cpp", *OUTTYPES)  # "llama.cpp": both of its GGUFs
 
 
 def run_peers(
     model_dir: Path, prompts: list[list[int]], label_ids: list[int], gold: list[int],
-    budget: int, max_batch: int, naive_batch: int, names=PEERS, progress=print,
+    budget: int, max_batch: int, naive_batch: int, names=DEFAULT_PEERS, progress=print,
+    llama: LlamaCppOptions | None = None,
 ) -> list[dict]:  # fmt: skip
     """Every requested peer that can run here; the others say why not."""
     import mlx.core as mx
@@ -144,7 +149,12 @@ def run_peers(
         ),  # fmt: skip
         "mlx-lm-fp16": lambda: mlx_lm_single_peer(model_dir, prompts, label_ids, gold, True),
     }
-    wanted = list(names)
+    for key in OUTTYPES:
+        runs[key] = lambda key=key: llamacpp_peer(
+            key, model_dir, prompts, label_ids, gold, llama or LlamaCppOptions(), progress
+        )  # fmt: skip
+    expanded = (n for name in names for n in (OUTTYPES if name == "llama.cpp" else [name]))
+    wanted = list(dict.fromkeys(expanded))
     if mx.default_device() == mx.gpu and "mlx-lm" in wanted:
         wanted.append("mlx-lm-fp16")
     out = []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import mlx.core as mx
@@ -21,6 +21,7 @@ from ..engine.planner import (
     plan_batches,
 )
 from ..engine.prompt import DEFAULT_LABELS
+from .llamacpp import LlamaCppOptions
 
 
 @dataclass
@@ -208,6 +209,7 @@ class BenchOptions:
     # multi-threaded forward a batch); fp32 ran 57.0 s at 4096 and 68.6 s at 2048 on the
     # default 120 (bench/default-120.txt, bench/default-120-peers-at-2048.txt)
     peer_batch_tokens: int = 4096
+    llama_cpp: LlamaCppOptions = LlamaCppOptions()  # the llama.cpp peers' converter and threads
     quick: bool = False
     calibrate: bool = True
     against: Path | None = None
@@ -228,11 +230,12 @@ def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
     from .report import format_report, plot
 
     with tempfile.TemporaryDirectory() as tmp:
-        model, tickets = o.model, o.tickets
+        model, tickets, llama = o.model, o.tickets, o.llama_cpp
         if o.quick:
             model = Path(tmp) / "tiny"
             init_random(model, preset="tiny", seed=0, dtype="float32")
             tickets = "60" if tickets == "600" else tickets
+            llama = replace(llama, cache=llama.cache or Path(tmp) / "gguf")  # a model of this run
         texts, source = load_tickets(tickets, o.mix)
         clf = Classifier.load(resolve(model), o.labels, o.system_prompt, examples=o.examples)
         prompts = [clf.engine.prompt(t) for t in texts]
@@ -258,7 +261,7 @@ def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
             gold = [names.index(x) for x in result["gold_labels"]]
             result["peers"] = run_peers(clf.lm.path, prompts, clf.labels.first_ids, gold,
                                         o.peer_batch_tokens, o.max_batch, o.naive_batch, o.peers,
-                                        progress)  # fmt: skip
+                                        progress, llama)  # fmt: skip
         if o.against:
             result["against"] = against(clf, texts, o.max_batch, resolve(o.against), progress)
     text = format_report(result)

@@ -132,7 +132,8 @@ def doctor(as_json, size, calibrate, model):
     "peer_names",
     default="mlx-lm,mlx-lm-batch,transformers,transformers-bf16",
     show_default=True,
-    help="Peers to time (empty for none): mlx-lm,mlx-lm-batch,transformers,transformers-bf16.",
+    help="Peers to time (empty for none): mlx-lm,mlx-lm-batch,transformers,transformers-bf16, "
+    "llama.cpp (its F32 and Q8_0 GGUFs; or llama.cpp-f32, llama.cpp-q8_0).",
 )
 @click.option(
     "--peer-batch-tokens",
@@ -142,6 +143,15 @@ def doctor(as_json, size, calibrate, model):
     help="Padded-token budget of the transformers peers' sorted batches (whole prompts).",
 )
 @click.option("--no-peers", is_flag=True, help="Time no peers.")
+@click.option(
+    "--llama-cpp-src",
+    type=click.Path(path_type=Path, file_okay=False),
+    envvar="MLXBATCH_LLAMA_CPP_SRC",
+    help="Unpacked llama.cpp (or llama-cpp-python sdist): its convert_hf_to_gguf.py makes the "
+    "llama.cpp peers' GGUFs.",
+)
+@click.option("--llama-threads", type=click.IntRange(1),
+              help="The llama.cpp peers' threads (default: the usable cores).")  # fmt: skip
 @click.option("--no-calibrate", is_flag=True, help="Use the cached/default cost model.")
 @click.option(
     "--against",

@@ -1,0 +1,151 @@
+"""llama.cpp as a bench peer: llama.cpp's own converter to GGUF, then label scoring through it.
+
+The GGUF is written by `convert_hf_to_gguf.py` of an unpacked llama.cpp source (the
+llama-cpp-python sdist carries one under `vendor/llama.cpp`; the `gguf` wheel ships none),
+run on the model directory as it is, to F32 and to Q8_0, cached per model and converter.
+Scoring is what a llama.cpp user would write: the shared prompt prefix evaluated once, then
+for each ticket the KV cache cut back to the prefix (`n_tokens = P`: `Llama.eval` drops the
+cells past it) and only the ticket's own tokens evaluated; the label is the argmax of the
+last position's logits over the labels' first tokens. Everything else is llama.cpp's default
+(an f16 KV cache, n_batch 512), as a user would run it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..runtime import blas
+from ..runtime.executor import usable_cores
+
+CONVERTER = "convert_hf_to_gguf.py"
+SRC_ENV = "MLXBATCH_LLAMA_CPP_SRC"
+OUTTYPES = {"llama.cpp-f32": "f32", "llama.cpp-q8_0": "q8_0"}
+
+
+@dataclass(frozen=True)
+class LlamaCppOptions:
+    src: Path | None = None  # unpacked llama.cpp or llama-cpp-python sdist (None: $SRC_ENV)
+    threads: int | None = None  # None: the cores this process may use
+    cache: Path | None = None  # where GGUFs are kept (None: ~/.cache/mlxbatch/gguf)
+
+
+def find_converter(src: Path | None) -> tuple[Path | None, str]:
+    """llama.cpp's converter under `src` (or $MLXBATCH_LLAMA_CPP_SRC), or None and why not."""
+    given = src or (Path(os.environ[SRC_ENV]) if os.environ.get(SRC_ENV) else None)
+    if given is None:
+        return None, (f"no llama.cpp converter: give --llama-cpp-src DIR or {SRC_ENV} (an "
+                      "unpacked llama.cpp, or llama-cpp-python sdist, with convert_hf_to_gguf.py)")  # fmt: skip
+    for d in (given, given / "vendor" / "llama.cpp"):
+        if (d / CONVERTER).is_file() and (d / "gguf-py").is_dir():
+            return d / CONVERTER, ""
+    return None, f"no {CONVERTER} with gguf-py/ in {given} or {given / 'vendor' / 'llama.cpp'}"
+
+
+def convert_command(converter: Path, model_dir: Path, outtype: str, outfile: Path) -> list[str]:
+    """The converter's command line (its bundled gguf-py is used: no NO_LOCAL_GGUF)."""
+    return [sys.executable, str(converter), str(model_dir), "--outtype", outtype,
+            "--outfile", str(outfile)]  # fmt: skip
+
+
+def cache_key(model_dir: Path, converter: Path) -> str:
+    """The model (config, weight files' names, sizes and times) and the converter used."""
+    h = hashlib.sha256(str(converter.resolve()).encode())
+    h.update((model_dir / "config.json").read_bytes())
+    for f in sorted(model_dir.glob("*.safetensors")):
+        st = f.stat()
+        h.update(f"{f.name} {st.st_size} {st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
+def gguf_for(model_dir: Path, outtype: str, converter: Path, cache: Path, progress=print) -> Path:
+    """The model as GGUF `outtype`, converted once by llama.cpp's converter, then cached."""
+    out = cache / f"{model_dir.name}-{cache_key(model_dir, converter)}" / f"model-{outtype}.gguf"
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    part = out.with_name(f"{out.stem}.part.gguf")  # renamed once whole
+    progress(f"  converting {model_dir} to GGUF {outtype} with {converter} ...")
+    run = subprocess.run(convert_command(converter, model_dir, outtype, part),
+                         capture_output=True, text=True)  # fmt: skip
+    if run.returncode != 0:
+        last = (run.stderr.strip().splitlines() or ["?"])[-1]
+        raise RuntimeError(f"{CONVERTER} failed (exit {run.returncode}): {last}")
+    part.replace(out)
+    return out
+
+
+def shared_prefix_len(prompts: list[list[int]]) -> int:
+    """Tokens every prompt starts with, leaving each at least one token of its own."""
+    first, n = prompts[0], min(len(p) for p in prompts) - 1
+    for p in prompts[1:]:
+        n = next((i for i in range(n) if p[i] != first[i]), n)
+    return n
+
+
+def usable_threads() -> int:
+    return len(usable_cores())
+
+
+def score_gguf(
+    gguf: Path, prompts: list[list[int]], label_ids: list[int], threads: int
+) -> tuple[list[int], float]:
+    """Label index of each prompt by llama.cpp, reusing the prefix's KV cache; and seconds."""
+    import llama_cpp
+
+    P = shared_prefix_len(prompts)
+    llm = llama_cpp.Llama(str(gguf), n_ctx=max(len(p) for p in prompts), n_batch=512,
+                          n_threads=threads, n_threads_batch=threads, logits_all=False,
+                          verbose=False)  # fmt: skip
+    n_vocab, ids = llm.n_vocab(), np.array(label_ids)
+    picked = []
+    t = time.perf_counter()
+    llm.eval(prompts[0][:P])
+    for p in prompts:
+        llm.n_tokens = P  # keep the prefix's KV cells; eval removes those past n_tokens
+        llm.eval(p[P:])
+        last = llama_cpp.llama_get_logits_ith(llm.ctx, -1)  # only the last position has logits
+        picked.append(int(np.argmax(np.ctypeslib.as_array(last, shape=(n_vocab,))[ids])))
+    seconds = time.perf_counter() - t
+    llm.close()
+    return picked, seconds
+
+
+def llamacpp_peer(
+    key: str, model_dir: Path, prompts: list[list[int]], label_ids: list[int], gold: list[int],
+    o: LlamaCppOptions, progress=print,
+) -> dict:  # fmt: skip
+    """One llama.cpp peer (`llama.cpp-f32`, `llama.cpp-q8_0`): GGUF, then timed scoring."""
+    outtype = OUTTYPES[key]
+    name = f"llama.cpp {outtype.upper()}"
+    try:
+        import llama_cpp
+    except ImportError:
+        return {"name": name, "error": "not installed (pip install 'mlxbatch[llamacpp]')"}
+    converter, why = find_converter(o.src)
+    if converter is None:
+        return {"name": name, "error": why}
+    cache = o.cache or blas.cache_dir() / "gguf"
+    try:
+        gguf = gguf_for(Path(model_dir), outtype, converter, cache, progress)
+    except RuntimeError as e:
+        return {"name": name, "error": str(e)}
+    threads = o.threads or usable_threads()
+    load = os.getloadavg()[0]
+    if load > usable_threads():
+        progress(f"  load average {load:.1f} on {usable_threads()} cores: llama.cpp's threads "
+                 "spin under load, time it on a quiet machine")  # fmt: skip
+    picked, seconds = score_gguf(gguf, prompts, label_ids, threads)
+    threads_text = f"{threads} thread{'s' if threads > 1 else ''}"
+    return {"name": f"{name} ({threads_text}, prefix reused)", "seconds": seconds,
+            "items_per_s": len(prompts) / seconds,
+            "agreement": float(np.mean(np.array(picked) == np.array(gold))),
+            "threads": threads, "load_before": load, "gguf": str(gguf),
+            "llama_cpp_version": llama_cpp.__version__}  # fmt: skip

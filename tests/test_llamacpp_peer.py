@@ -1,0 +1,121 @@
+"""The llama.cpp bench peer: converter lookup, command and prefix without llama.cpp; with it
+(the `llamacpp` extra and $MLXBATCH_LLAMA_CPP_SRC), labels that agree with the gold loop."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mlxbatch.bench.llamacpp import (
+    SRC_ENV,
+    LlamaCppOptions,
+    cache_key,
+    convert_command,
+    find_converter,
+    llamacpp_peer,
+    score_gguf,
+    shared_prefix_len,
+)
+from mlxbatch.bench.peers import run_peers
+
+
+def _llama_tree(root: Path) -> Path:
+    root.mkdir(parents=True)
+    (root / "convert_hf_to_gguf.py").write_text("")
+    (root / "gguf-py").mkdir()
+    return root
+
+
+def test_the_converter_is_found_in_llama_cpp_or_its_python_sdist(tmp_path, monkeypatch):
+    monkeypatch.delenv(SRC_ENV, raising=False)
+    assert find_converter(None)[0] is None and "--llama-cpp-src" in find_converter(None)[1]
+    direct = _llama_tree(tmp_path / "llama.cpp")
+    sdist = tmp_path / "llama_cpp_python-0.3.36"
+    _llama_tree(sdist / "vendor" / "llama.cpp")
+    assert find_converter(direct)[0] == direct / "convert_hf_to_gguf.py"
+    assert find_converter(sdist)[0] == sdist / "vendor" / "llama.cpp" / "convert_hf_to_gguf.py"
+    monkeypatch.setenv(SRC_ENV, str(sdist))
+    assert find_converter(None)[0] == sdist / "vendor" / "llama.cpp" / "convert_hf_to_gguf.py"
+    (direct / "gguf-py").rmdir()  # the converter needs its own gguf-py next to it
+    converter, why = find_converter(direct)
+    assert converter is None and "gguf-py" in why
+
+
+def test_the_converter_command_and_the_cache_key(tmp_path):
+    conv = tmp_path / "convert_hf_to_gguf.py"
+    assert convert_command(conv, tmp_path / "m", "q8_0", tmp_path / "o.gguf") == [
+        sys.executable, str(conv), str(tmp_path / "m"), "--outtype", "q8_0",
+        "--outfile", str(tmp_path / "o.gguf"),
+    ]  # fmt: skip
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text('{"hidden_size": 64}')
+    (model / "model.safetensors").write_bytes(b"x")
+    key = cache_key(model, conv)
+    assert cache_key(model, conv) == key
+    (model / "model.safetensors").write_bytes(b"xy")
+    assert cache_key(model, conv) != key
+    assert cache_key(model, tmp_path / "other" / "convert_hf_to_gguf.py") != cache_key(model, conv)
+
+
+def test_the_shared_prefix_leaves_each_prompt_a_token():
+    assert shared_prefix_len([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]]) == 2
+    assert shared_prefix_len([[1, 2, 3], [1, 2, 3]]) == 2
+    assert shared_prefix_len([[1, 2, 3]]) == 2
+    assert shared_prefix_len([[7, 1], [8, 1]]) == 0
+
+
+def test_llama_cpp_names_both_peers_and_says_why_they_cannot_run(tmp_path, monkeypatch):
+    monkeypatch.delenv(SRC_ENV, raising=False)
+    out = run_peers(tmp_path, [[1, 2, 3]], [5, 6], [0], 4096, 8, 8, ("llama.cpp", "llama.cpp-f32"),
+                    lambda m: None, LlamaCppOptions())  # fmt: skip
+    assert [p["name"] for p in out] == ["llama.cpp F32", "llama.cpp Q8_0"]
+    installed = importlib.util.find_spec("llama_cpp") is not None
+    why = "--llama-cpp-src" if installed else "mlxbatch[llamacpp]"
+    assert all(why in p["error"] for p in out)
+
+
+def _skip_without_llama_cpp() -> Path:
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip(
+            "llama_cpp not importable: pip install 'mlxbatch[llamacpp]' (compiles llama.cpp)"
+        )
+    converter, why = find_converter(None)
+    if converter is None:
+        pytest.skip(f"{why}")
+    return converter
+
+
+def test_llama_cpp_agrees_with_the_gold_loop_on_the_tiny_model(tiny_model_dir, tmp_path):
+    _skip_without_llama_cpp()
+    from mlxbatch.api.classifier import Classifier
+    from mlxbatch.bench.workload import generate
+    from mlxbatch.engine.planner import plan_batches
+    from mlxbatch.engine.prompt import DEFAULT_LABELS
+
+    clf = Classifier.load(tiny_model_dir, DEFAULT_LABELS)
+    assert clf.labels.max_len == 1  # the peers score a label by its first token
+    prompts = [clf.engine.prompt(t["text"]) for t in generate(12, 0, "default")]
+    gold_probs = clf.engine.score_all(
+        prompts, plan_batches([len(p) for p in prompts], "sequential", 1 << 30, 1), "gold"
+    )
+    gold = gold_probs.argmax(1).tolist()
+    top2 = np.sort(gold_probs, 1)[:, -2:]
+    clear = (top2[:, 1] - top2[:, 0]) > 1e-3  # not a near-tie: fp32 op orders cannot flip it
+    o = LlamaCppOptions(threads=1, cache=tmp_path)
+    f32 = llamacpp_peer("llama.cpp-f32", tiny_model_dir, prompts, clf.labels.first_ids, gold, o,
+                        lambda m: None)  # fmt: skip
+    assert "error" not in f32, f32
+    assert f32["agreement"] >= 0.9 and f32["threads"] == 1
+    picked, _ = score_gguf(Path(f32["gguf"]), prompts, clf.labels.first_ids, 1)
+    assert clear.any() and all(p == g for p, g, c in zip(picked, gold, clear) if c)
+    q8 = llamacpp_peer("llama.cpp-q8_0", tiny_model_dir, prompts, clf.labels.first_ids, gold, o,
+                       lambda m: None)  # fmt: skip
+    assert "error" not in q8, q8
+    assert q8["agreement"] >= 0.5  # 8-bit weights of a random model: near-ties may flip
+    assert os.path.getsize(q8["gguf"]) < os.path.getsize(f32["gguf"]) / 2
