@@ -56,3 +56,15 @@ def test_an_absurd_option_value_is_one_line(args, option, tmp_path):
     r = invoke([*args, "-o", "out.jsonl"] if args[0] == "classify" else args, tmp_path)
     one_line_error(r, option)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]  # no journal left
+
+
+def test_the_python_api_refuses_unordered_texts(tiny_model_dir):
+    # a dict was classified by its keys, a set in hash order: answers matched to nothing
+    from mlxbatch import Classifier
+    from mlxbatch.errors import UsageError
+
+    clf = Classifier.load(tiny_model_dir)
+    for unordered in ({"I was charged twice": 1}, {"a text", "another"}, frozenset({"a"})):
+        with pytest.raises(UsageError, match="unordered collection"):
+            clf.classify(unordered)
+    assert len(clf.classify(t for t in ["hello", "world"])) == 2  # a generator has an order
