@@ -68,3 +68,16 @@ def test_the_python_api_refuses_unordered_texts(tiny_model_dir):
         with pytest.raises(UsageError, match="unordered collection"):
             clf.classify(unordered)
     assert len(clf.classify(t for t in ["hello", "world"])) == 2  # a generator has an order
+
+
+def test_an_api_key_file_saved_with_a_bom_holds_the_key_without_it(tmp_path, capsys):
+    # Notepad's UTF-8 starts with EF BB BF: the key kept it, and every request was a 401
+    from mlxbatch.cli.serve import read_api_key
+
+    key = tmp_path / "key"
+    key.write_bytes(b"\xef\xbb\xbfs3cret\r\n")
+    assert read_api_key(key) == b"s3cret"
+    key.write_bytes(b"\xef\xbb\xbf\n")
+    with pytest.raises(SystemExit) as e:
+        read_api_key(key)
+    assert e.value.code == 2 and "the file is empty" in capsys.readouterr().err

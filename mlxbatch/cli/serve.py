@@ -22,10 +22,14 @@ from .common import (
     resolve_model,
 )
 
+BOM = b"\xef\xbb\xbf"
+
 
 def read_api_key(path: Path) -> bytes:
     try:
-        key = read_capped(path, API_KEY_BYTES, "--api-key-file").strip()
+        # an editor's UTF-8 byte-order mark is not part of the key: kept, it is invisible
+        # and every request is a 401
+        key = read_capped(path, API_KEY_BYTES, "--api-key-file").removeprefix(BOM).strip()
     except OSError as e:
         fail(f"--api-key-file {path}: cannot read it ({e.strerror or e})")
     if not key:
