@@ -354,3 +354,35 @@ def test_the_token_floor_is_a_floor(engine, name):
     text = LONG[name]
     assert 0 < tokenizer.least_tokens(text) <= len(tokenizer.encode(text))
     assert tokenizer.least_tokens(text[:100]) <= len(tokenizer.encode(text[:100]))
+
+
+def test_requests_cut_at_the_drain_deadline_get_503_and_the_exit_keeps_it(tiny_model_dir, tmp_path):
+    """Found by a fresh pass: a request still queued when --drain-timeout ran out was a 500
+    with a CancelledError traceback in the log, and the server then scored the whole queue
+    for nobody before exiting (10.8 s on a 5 s deadline). Now it is a 503 in the error
+    envelope and the exit follows the deadline."""
+    s = Server(tiny_model_dir, *SLOW, "--drain-timeout", "1", tmp=tmp_path)
+    try:
+        body = json.dumps({"input": ["hello world " * 100] * 256}).encode()
+        clients = [connect(s.port) for _ in range(4)]  # 1,024 items: the queue bound
+        for c in clients:
+            c.sendall(HEAD + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        time.sleep(0.5)  # all four queued
+        start = time.monotonic()
+        s.proc.send_signal(signal.SIGTERM)
+        assert s.proc.wait(60) == 0
+        took = time.monotonic() - start
+        statuses = []
+        for c in clients:
+            reply = read_until_closed(c)
+            statuses.append(int(reply.split(b" ", 2)[1]))
+            if statuses[-1] != 200:
+                assert body_of(reply)["error"]["type"] == "unavailable", reply[:300]
+            c.close()
+        assert set(statuses) <= {200, 503}, statuses
+        log = s.log.read_text()
+        assert "Traceback" not in log
+        if 503 in statuses:  # the deadline cut the queue: the exit did not score the rest
+            assert took < 1 + 30, took
+    finally:
+        s.stop()

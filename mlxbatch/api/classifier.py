@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -215,6 +217,9 @@ def _texts(texts) -> list[str]:
     if isinstance(texts, (str, bytes)):
         raise UsageError(f"texts: expected a list of strings, got one {type(texts).__name__} "
                          "(wrap a single text in a list)")  # fmt: skip
+    if isinstance(texts, (Mapping, AbstractSet)):  # keys, or no order to match answers to
+        raise UsageError(f"texts: expected a list of strings, got {type(texts).__name__} "
+                         "(an unordered collection: the predictions come in input order)")  # fmt: skip
     try:
         texts = list(texts)
     except TypeError:

@@ -11,6 +11,7 @@ import click
 from ..engine.prompt import BUILT_IN_PROMPTS
 from .common import (
     LABELS_HELP,
+    FiniteRange,
     echo,
     max_batch_option,
     model_option,
@@ -176,7 +177,7 @@ def doctor(as_json, size, calibrate, model):
 @click.option("--scale-compare", type=click.IntRange(0), default=1200, show_default=True,
               help="Tickets for the 0.5B-shaped model's pair of runs with and without repeats "
               "(0: none).")  # fmt: skip
-@click.option("--scale-duplicates", type=click.FloatRange(0, 0.9), default=0.2,
+@click.option("--scale-duplicates", type=FiniteRange(0, 0.9), default=0.2,
               show_default=True, help="Share of rows repeating an earlier row's text.")  # fmt: skip
 @click.pass_context
 def bench(ctx, **options):

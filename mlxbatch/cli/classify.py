@@ -10,6 +10,7 @@ import click
 from ..io.inputs import FORMATS
 from .common import (
     LABELS_HELP,
+    FiniteRange,
     echo,
     fail,
     max_batch_option,
@@ -104,13 +105,13 @@ from .common import (
 @report_options("the evaluation", "confusion")
 @click.option("--distributed", is_flag=True,
               help="Require an mlx.launch group (detected anyway when launched with it).")  # fmt: skip
-@click.option("--verify-sample", type=click.FloatRange(0, 1), default=0.0,
+@click.option("--verify-sample", type=FiniteRange(0, 1), default=0.0,
               help="Re-score this share of the items on the gold loop (the same items for the "
               "same input); exit 1 unless every sampled label agrees.")  # fmt: skip
-@click.option("--window-rows", type=click.IntRange(1), default=16384, show_default=True,
+@click.option("--window-rows", type=click.IntRange(1, sys.maxsize), default=16384, show_default=True,
               help="Rows read, planned and written at a time: memory stays flat however long "
               "the input (duplicates are scored once within a window).")  # fmt: skip
-@click.option("--collective-timeout", type=click.FloatRange(1), default=600.0, show_default=True,
+@click.option("--collective-timeout", type=FiniteRange(1), default=600.0, show_default=True,
               help="Seconds a distributed round may wait for the other ranks.")  # fmt: skip
 def classify(**options):
     """Classify every row of INPUT (JSONL, CSV, text, or - for stdin) into one label."""

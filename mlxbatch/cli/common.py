@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -46,6 +47,17 @@ def report_options(what: str, default_name: str):
 LABELS_HELP = "Comma-separated labels (default: billing,technical,account)."
 
 
+class FiniteRange(click.FloatRange):
+    """click's FloatRange, refusing nan and inf: both pass its comparisons (nan < 0 is false),
+    then reach a timer, a JSON reply or an int() as a traceback or a hang."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
 def fail(message: str, code: int = 2) -> None:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
@@ -86,7 +98,7 @@ def prompt_options(f):
         click.option("--calibrate", is_flag=True,
                      help="Contextual calibration: divide by the content-free probabilities."),
         click.option("--prior", help="Explicit priors, e.g. billing=0.5,technical=0.3,account=0.2."),
-        click.option("--min-confidence", type=click.FloatRange(0, 1),
+        click.option("--min-confidence", type=FiniteRange(0, 1),
                      help="Abstain (label null) below this top probability."),
     ]  # fmt: skip
     for option in reversed(options):

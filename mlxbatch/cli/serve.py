@@ -10,6 +10,7 @@ import click
 from ..io.caps import API_KEY_BYTES, read_capped
 from .common import (
     LABELS_HELP,
+    FiniteRange,
     echo,
     fail,
     max_batch_option,
@@ -21,10 +22,14 @@ from .common import (
     resolve_model,
 )
 
+BOM = b"\xef\xbb\xbf"
+
 
 def read_api_key(path: Path) -> bytes:
     try:
-        key = read_capped(path, API_KEY_BYTES, "--api-key-file").strip()
+        # an editor's UTF-8 byte-order mark is not part of the key: kept, it is invisible
+        # and every request is a 401
+        key = read_capped(path, API_KEY_BYTES, "--api-key-file").removeprefix(BOM).strip()
     except OSError as e:
         fail(f"--api-key-file {path}: cannot read it ({e.strerror or e})")
     if not key:
@@ -43,7 +48,7 @@ def read_api_key(path: Path) -> bytes:
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind; anything but the loopback prints a warning.")  # fmt: skip
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
-@click.option("--max-wait-ms", type=click.FloatRange(0), default=5.0, show_default=True,
+@click.option("--max-wait-ms", type=FiniteRange(0, 60_000), default=5.0, show_default=True,
               help="How long the oldest queued item waits for others to batch with.")  # fmt: skip
 @click.option("--batch-tokens", type=click.IntRange(1),
               help="Padded tokens per batch (default: as classify).")  # fmt: skip
@@ -55,23 +60,23 @@ def read_api_key(path: Path) -> bytes:
 @click.option("--max-tokens", type=click.IntRange(1), default=2048, show_default=True,
               help='Tokens an item may feed (within the model\'s context); past it 422, or '
               'cut with "truncate": true in the request.')  # fmt: skip
-@click.option("--max-body-mb", type=click.FloatRange(0, min_open=True), default=2.0,
+@click.option("--max-body-mb", type=FiniteRange(0, min_open=True), default=2.0,
               show_default=True, help="Request body cap; past it 413.")  # fmt: skip
-@click.option("--timeout-header", type=click.FloatRange(0, min_open=True), default=10.0,
+@click.option("--timeout-header", type=FiniteRange(0, min_open=True), default=10.0,
               show_default=True, help="Seconds for a request's head (from connect, or from "
               "the previous reply); then 408 and the connection closes.")  # fmt: skip
-@click.option("--timeout-body", type=click.FloatRange(0, min_open=True), default=30.0,
+@click.option("--timeout-body", type=FiniteRange(0, min_open=True), default=30.0,
               show_default=True, help="Seconds for a request's whole body; then 408.")  # fmt: skip
-@click.option("--timeout-keep-alive", type=click.FloatRange(0, min_open=True), default=5.0,
+@click.option("--timeout-keep-alive", type=FiniteRange(0, min_open=True), default=5.0,
               show_default=True, help="Seconds an idle connection stays open between requests.")  # fmt: skip
 @click.option("--max-connections", type=click.IntRange(1), default=512, show_default=True,
               help="Connections open at once; past it a new one gets 503 and is closed.")  # fmt: skip
-@click.option("--drain-timeout", type=click.FloatRange(0), default=30.0, show_default=True,
+@click.option("--drain-timeout", type=FiniteRange(0), default=30.0, show_default=True,
               help="Seconds after SIGTERM/Ctrl-C to finish in-flight requests; then the rest are "
               "dropped and the server exits.")  # fmt: skip
 @click.option("--api-key-file", type=click.Path(path_type=Path),
               help="Require 'Authorization: Bearer <the key in this file>' on /v1/*.")  # fmt: skip
-@click.option("--verify-sample", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+@click.option("--verify-sample", type=FiniteRange(0, 1), default=0.0, show_default=True,
               help="Fraction of items re-scored on the gold loop while idle.")  # fmt: skip
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)  # fmt: skip
@@ -134,11 +139,11 @@ def serve(model, labels, system_prompt, system_prompt_file, labels_file, example
               default="default", show_default=True)  # fmt: skip
 @click.option("--loads", default="0.25,0.5,0.7,0.9,1.2,2.0", show_default=True,
               help="Offered rates, as multiples of classify --mode sorted's items/s.")  # fmt: skip
-@click.option("--seconds", type=click.FloatRange(0.5), default=10.0, show_default=True,
+@click.option("--seconds", type=FiniteRange(0.5), default=10.0, show_default=True,
               help="Arrivals at each load.")  # fmt: skip
 @click.option("--sequential", type=click.IntRange(1), default=40, show_default=True,
               help="Requests sent one at a time (the latency baseline).")  # fmt: skip
-@click.option("--soak-seconds", type=click.FloatRange(0), default=0.0, show_default=True,
+@click.option("--soak-seconds", type=FiniteRange(0), default=0.0, show_default=True,
               help="Then this long at 70% of capacity (the issue asks for 600).")  # fmt: skip
 @click.option("--max-queue", type=click.IntRange(1), default=256, show_default=True)
 @report_options("every figure", "bench-serve")

@@ -58,6 +58,13 @@ def build_app(service: Service, api_key: bytes | None,
             metrics.request(e.type, e.status)
             log.info("classify: %d %s", e.status, e.type)
             return e.response()
+        except asyncio.CancelledError:  # uvicorn's --drain-timeout passed with it unscored
+            if service.state != "draining":
+                raise
+            metrics.request("unavailable", 503)
+            log.info("classify: 503 unavailable (not scored within --drain-timeout)")
+            return ApiError(503, "the server is shutting down: this request was not scored "
+                            "within its drain deadline (--drain-timeout)").response()  # fmt: skip
         except ClientDisconnect:  # gone mid-body: nobody to answer
             metrics.request("disconnected", 499)
             log.info("classify: the client disconnected before sending its whole body")
@@ -118,7 +125,9 @@ def build_app(service: Service, api_key: bytes | None,
         service.start()
         yield
         service.on_drain.remove(cut_soon)
-        await anyio.to_thread.run_sync(service.close)  # after uvicorn's in-flight requests
+        # after uvicorn's in-flight requests, answered or cut at the drain deadline: what is
+        # still queued has nobody waiting for it, and scoring it would pass the deadline
+        await anyio.to_thread.run_sync(lambda: service.close(drain=False))
 
     routes = [
         Route("/v1/classify", classify, methods=["POST"]),
