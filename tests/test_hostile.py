@@ -656,3 +656,18 @@ def test_missing_extras_are_named_in_one_line(tiny_model_dir, tmp_path, monkeypa
         r = invoke(["classify", write(tmp_path / name, data), "--model", tiny_model_dir], None, tmp_path)  # fmt: skip
         assert r.exit_code == 2 and extra in r.stderr, r.output
         assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error: ")
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "model.gguf", "tokenizer.model",
+                                  "chat_template.jinja", "run.py", "pytorch_model.bin"])  # fmt: skip
+def test_outputs_never_take_a_weights_tokenizer_or_code_suffix(tiny_model_dir, tmp_path, name):
+    """`tickets 5 -o tiny/model.safetensors` replaced the model's weights with JSONL (fresh
+    adversarial pass, round four): such suffixes are refused for every output, whoever's file."""
+    target = tmp_path / name
+    target.write_bytes(b"precious")
+    for args in (["tickets", "5", "-o", target],
+                 ["classify", write(tmp_path / "in.txt", b"a ticket\n"), "--model", tiny_model_dir,
+                  "-o", target]):  # fmt: skip
+        r = invoke(args, None, tmp_path)
+        assert r.exit_code == 2 and r.stderr.startswith("error: ") and name in r.stderr, r.output
+        assert target.read_bytes() == b"precious"

@@ -24,6 +24,9 @@ FOREIGN_SUFFIXES = {
     ".yaml", ".yml", ".html", ".htm", ".md", ".arrow", ".feather", ".orc", ".avro", ".pkl",
     ".pickle", ".npy", ".npz", ".h5", ".hdf5", ".sqlite", ".db", ".zst", ".bz2", ".xz", ".zip",
     ".tar", ".tgz", ".7z", ".pdf", ".doc", ".docx", ".png", ".svg", ".jpg", ".jpeg",
+    # model weights, tokenizers and code: `tickets -o tiny/model.safetensors` replaced weights
+    ".safetensors", ".gguf", ".bin", ".pt", ".pth", ".ckpt", ".onnx", ".model", ".jinja",
+    ".py", ".sh", ".js", ".c", ".h", ".cpp", ".rs", ".go", ".java", ".toml", ".ini", ".cfg",
 }  # fmt: skip
 
 
