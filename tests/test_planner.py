@@ -156,6 +156,9 @@ def test_the_preferred_budget_follows_the_device_not_the_lane_count(tiny_model_d
 
 def test_calibration_is_cached_and_used(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    from mlxbatch.engine import calibration
+
+    monkeypatch.setattr(calibration, "OFF_BY", float("inf"))  # a first job keeps the defaults
     from mlxbatch.api.classifier import Classifier
     from mlxbatch.engine.calibration import cached, cached_entries, calibrate
 
@@ -171,6 +174,9 @@ def test_calibration_is_cached_and_used(tiny_model_dir, tmp_path, monkeypatch):
 
 def test_the_journal_records_the_cost_model(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    from mlxbatch.engine import calibration
+
+    monkeypatch.setattr(calibration, "OFF_BY", float("inf"))  # a first job keeps the defaults
     from mlxbatch.api.classifier import Classifier
     from mlxbatch.api.spec import RunSpec
     from mlxbatch.bench.workload import generate, write_jsonl

@@ -134,6 +134,8 @@ def min_cols(rows: int, k: int) -> int:
 def pad_rows(x: mx.array, rows: int, axis: int = 0, front: int = 0) -> mx.array:
     """`x` with `front` zero rows before and zero rows after, up to `rows`, along `axis`."""
     after = rows - front - x.shape[axis]
+    if after < 0 and front:
+        raise ValueError(f"{x.shape[axis]} rows and {front} in front exceed {rows}")
     if front == 0 and after <= 0:
         return x
     shape = list(x.shape)
@@ -231,19 +233,20 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, host: Host) -
     G, Sp = H // KV, host.mask.shape[-1]
     rows = G * L
     tiles = -(-rows // TILE)
-    R = tile_rows(min(rows, TILE), BLOCK, hd)
+    span = rows if tiles == 1 else TILE  # real rows a tile
+    R = tile_rows(span, BLOCK, hd)
     d = max(hd, min_cols(R, BLOCK))  # the depth of the scores and the width of V, zero-padded
     k = pad_rows(_spread(k, host.start, Sp), d, axis=-1)  # (B, KV, S', d)
     ones = mx.ones((B, KV, S, 1), v.dtype)  # the denominator, summed as the numerator is
     v = _spread(pad_rows(mx.concatenate([v, ones], axis=-1), d + 1, axis=-1), host.start, Sp)
-    qs = pad_rows((q * scale).reshape(B, KV, rows, hd), tiles * TILE, axis=2)
-    qs = pad_rows(qs.reshape(B, KV, tiles, TILE, hd), R, axis=3, front=EDGE)
+    qs = pad_rows((q * scale).reshape(B, KV, rows, hd), tiles * span, axis=2)
+    qs = pad_rows(qs.reshape(B, KV, tiles, span, hd), R, axis=3, front=EDGE)
     qs = pad_rows(qs, d, axis=-1)[:, :, :, None]  # (B, KV, T, 1, R, d): scores per key block
     blocks = k.reshape(B, KV, 1, Sp // BLOCK, BLOCK, d)
     scores = (blocks @ qs.swapaxes(-1, -2)).swapaxes(-1, -2)  # (B, KV, T, S'/BLOCK, R, BLOCK)
     mx.eval(scores)
-    s = _writable(scores)[:, :, :, :, EDGE : EDGE + TILE]  # a view: exp(scores) in place
-    s += host.tiled(G, TILE)  # (B, 1, T, S'/BLOCK, TILE, BLOCK)
+    s = _writable(scores)[:, :, :, :, EDGE : EDGE + span]  # a view: exp(scores) in place
+    s += host.tiled(G, span)  # (B, 1, T, S'/BLOCK, span, BLOCK)
     top = s.max(axis=(3, 5), keepdims=True)
     top[~np.isfinite(top)] = 0  # fully masked rows: exp(-inf) = 0 below, then 0 / tiny = 0
     s -= top
@@ -252,7 +255,7 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, host: Host) -
     vt = v.reshape(B, KV, 1, Sp // BLOCK, BLOCK, d + 1).swapaxes(-1, -2)
     for i in range(Sp // BLOCK):  # one accumulator, block after block: a fixed order
         acc = mx.addmm(acc, vt[:, :, :, i], scores[:, :, :, i].swapaxes(-1, -2))
-    acc = acc.swapaxes(-1, -2)[:, :, :, EDGE : EDGE + TILE].reshape(B, KV, tiles * TILE, d + 1)
+    acc = acc.swapaxes(-1, -2)[:, :, :, EDGE : EDGE + span].reshape(B, KV, tiles * span, d + 1)
     acc = acc[:, :, :rows]
     den = mx.maximum(acc[..., hd : hd + 1], np.finfo(np.float32).tiny)
     return (acc[..., :hd] / den).reshape(B, H, L, hd)
@@ -272,7 +275,7 @@ def row_invariance() -> bool:
                 order = list(range(1, pos + 1)) + [0] + list(range(pos + 1, m))
                 if not np.array_equal(np.array(matmul_t(x[mx.array(order)], w))[pos], alone):
                     return False
-    for heads, kv, hd in ((4, 2, 16), (14, 2, 64)):
+    for heads, kv, hd in ((4, 2, 16), (14, 2, 64), (12, 2, 128)):
         own = 9  # the needle row's tokens, the same in each batch; rows padded to `width`
         needle = [r.standard_normal((h, own, hd)).astype(np.float32) for h in (heads, kv, kv)]
         alone = None
