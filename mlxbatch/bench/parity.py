@@ -11,6 +11,7 @@ window shorter than the prompts they differ, and the report says why.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import tempfile
@@ -157,14 +158,20 @@ def _mlx_lm_report(mlx_dir: Path, ours: list[np.ndarray], batches) -> ParityRepo
 def run_parity(
     hf_dir: str | Path, mlx_dir: str | Path, with_mlx_lm: bool = True
 ) -> list[ParityReport]:
+    import mlx.core as mx
     import torch
     from transformers import AutoModelForCausalLM
 
     lm = load_model(mlx_dir, dtype="float32")
     batches = parity_batches(lm)
     ours = [x for b in batches for x in mlx_logits(lm, b)]
+    del lm  # one float32 model in memory at a time: Phi-4-mini's is 15 GB
+    gc.collect()
+    mx.clear_cache()
     hf = AutoModelForCausalLM.from_pretrained(Path(hf_dir), dtype=torch.float32).eval()
     reports = [compare("transformers", ours, [x for b in batches for x in hf_logits(hf, b)])]
+    del hf
+    gc.collect()
     if with_mlx_lm:
         reports.append(_mlx_lm_report(Path(mlx_dir), ours, batches))
     return reports
