@@ -671,3 +671,10 @@ def test_outputs_never_take_a_weights_tokenizer_or_code_suffix(tiny_model_dir, t
         r = invoke(args, None, tmp_path)
         assert r.exit_code == 2 and r.stderr.startswith("error: ") and name in r.stderr, r.output
         assert target.read_bytes() == b"precious"
+
+
+def test_tickets_refuses_a_count_no_disk_could_hold(tmp_path):
+    r = invoke(["tickets", "99999999999999", "-o", "/dev/null"], None, tmp_path)
+    assert r.exit_code == 2 and r.stderr.startswith("error: ") and "1000000000" in r.stderr, (
+        r.output
+    )

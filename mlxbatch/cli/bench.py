@@ -22,7 +22,8 @@ from .common import (
 
 
 @click.command()
-@click.argument("n", type=click.IntRange(1), default=600)
+# 10^9 tickets is ~150 GB of JSONL: anything more is a typo (10^14 ran until killed)
+@click.argument("n", type=click.IntRange(1, 1_000_000_000), default=600)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "--mix",
