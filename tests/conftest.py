@@ -33,8 +33,16 @@ def make_hf_checkpoint(path: Path, name: str = "tied_gqa", seed: int = 0) -> Pat
         rms_norm_eps=1e-6,
     )  # fmt: skip
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(cfg).float()
-    with torch.no_grad():  # HF zero-inits biases and ones the norms: randomise every path
+    return save_randomised(Qwen2ForCausalLM(cfg).float(), path)
+
+
+def save_randomised(model, path: Path) -> Path:
+    """A transformers model saved with the Qwen tokenizer beside it, its biases and norms moved
+    off their initial values first (HF zero-inits biases and ones the norms: every path is
+    then exercised)."""
+    import torch
+
+    with torch.no_grad():
         for n, p in model.named_parameters():
             if n.endswith("bias") or "norm" in n:
                 p.add_(torch.randn_like(p) * 0.1)

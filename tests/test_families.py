@@ -17,12 +17,12 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 import pytest
+from conftest import save_randomised
 
 from mlxbatch.engine.engine import Engine
 from mlxbatch.engine.labels import LabelSet
 from mlxbatch.engine.planner import plan_batches
 from mlxbatch.engine.prompt import default_system_prompt
-from mlxbatch.model.convert import qwen_tokenizer_dir
 from mlxbatch.model.load import LoadedModel, load_model
 from mlxbatch.model.tokenizer import PromptTokenizer
 
@@ -64,15 +64,7 @@ def make_checkpoint(path: Path, case: str, seed: int = 0) -> Path:
     cls_name, kwargs = CASES[case]
     cfg = getattr(transformers, cls_name)(**(SMALL | kwargs))
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(cfg).float()
-    with torch.no_grad():  # HF zero-inits biases and ones the norms: randomise every path
-        for n, p in model.named_parameters():
-            if n.endswith("bias") or "norm" in n:
-                p.add_(torch.randn_like(p) * 0.1)
-    model.save_pretrained(path, safe_serialization=True)
-    for f in qwen_tokenizer_dir().iterdir():
-        shutil.copyfile(f, path / f.name)
-    return path
+    return save_randomised(transformers.AutoModelForCausalLM.from_config(cfg).float(), path)
 
 
 @dataclass

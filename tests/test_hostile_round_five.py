@@ -4,31 +4,8 @@ that found it."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from click.testing import CliRunner
-
-from mlxbatch.cli import cli
-
-GOOD = '{"id": "a", "text": "I was charged twice"}\n{"id": "b", "text": "the app crashes"}\n'
-
-
-def invoke(args, cwd, **kw):
-    old = os.getcwd()
-    os.chdir(cwd)
-    try:
-        return CliRunner().invoke(cli, [str(a) for a in args], **kw)
-    finally:
-        os.chdir(old)
-
-
-def one_line_error(r, *words):
-    lines = [x for x in r.stderr.splitlines() if x.strip()]
-    assert r.exit_code == 2 and lines and lines[0].startswith("error: "), r.output
-    assert all(w in lines[0] for w in words), lines[0]
-    assert "Traceback" not in r.output
-
+from test_hostile_round_four import GOOD, invoke, one_line_error
 
 # nan and inf pass click's FloatRange (nan < 0 is false): --max-body-mb inf was a traceback,
 # --max-wait-ms nan a classify request that never returned, --verify-sample nan a 500 on
