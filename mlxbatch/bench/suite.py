@@ -221,7 +221,7 @@ def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
     """The whole `bench` command: model, tickets, calibration, modes, peers, report, files."""
     import tempfile
 
-    from ..engine.calibration import calibrate, describe
+    from ..engine.calibration import cached, calibrate, default_model, describe
     from ..io.outputs import write_json_report
     from ..model.convert import init_random
     from .against import against
@@ -242,7 +242,10 @@ def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
         fed = clf.fed_lengths(prompts)
         greedy = o.batch_tokens or clf.default_batch_tokens(o.max_batch, max(fed))
         info = doctor_report(2048 if not o.quick else 512)
-        cost, calib = calibrate(clf.engine, progress) if o.calibrate else (clf.cost_model(), None)
+        if o.calibrate:
+            cost, calib = calibrate(clf.engine, progress)
+        else:  # the cached model or the defaults, never a first job's calibration
+            cost, calib = cached(clf.engine) or default_model(clf.engine), None
         if not o.calibrate:
             progress(f"planner: {describe(cost)}")
         result = run_bench(clf, texts, greedy, o.max_batch, o.naive_batch, list(o.sweep),
