@@ -222,6 +222,7 @@ def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
     import tempfile
 
     from ..engine.calibration import cached, calibrate, default_model, describe
+    from ..errors import UsageError
     from ..io.outputs import write_json_report
     from ..model.convert import init_random
     from .against import against
@@ -241,6 +242,10 @@ def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
         prompts = [clf.engine.prompt(t) for t in texts]
         fed = clf.fed_lengths(prompts)
         greedy = o.batch_tokens or clf.default_batch_tokens(o.max_batch, max(fed))
+        if greedy < max(fed):  # the free memory's budget: a traceback from the planner before
+            raise UsageError(f"the free memory allows batches of {greedy} tokens, fewer than the "
+                             f"longest ticket's {max(fed)}: free some memory or set "
+                             f"--batch-tokens")  # fmt: skip
         info = doctor_report(2048 if not o.quick else 512)
         if o.calibrate:
             cost, calib = calibrate(clf.engine, progress)
