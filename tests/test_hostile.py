@@ -306,7 +306,7 @@ ERRORS = {
     "bench --against missing, before running": (lambda t, m: (["bench", "--model", m, "--tickets", "5", "--against", t / "nope", "--no-peers", "--modes", "gold"], None), "not found"),
     "bench --json onto its tickets": (lambda t, m: (["bench", "--model", m, "--tickets", write(t / "b.jsonl", GOOD), "--json", t / "b.jsonl", "--no-peers", "--sweep", ""], None), "would overwrite"),
     "examples longer than the context": (lambda t, m: (["classify", write(t / "in.jsonl", GOOD), "--model", (c_model(lambda d: edit_config(d, max_position_embeddings=256))(t, m)[0][-1]), "--examples", write(t / "ex.jsonl", '{"text": "' + "charged twice " * 200 + '", "label": "billing"}\n')], None), "no room left in the model's context of 256 tokens"),
-    "-o onto the model's weights": (c_into_model("-o", "model.safetensors"), "is a file of the model"),
+    "-o onto the model's weights": (c_into_model("-o", "model.safetensors"), "not .safetensors"),  # refused by its suffix, before the model's own file check
     "--json onto the model's weights": (c_into_model("--json", "model.safetensors", "--gold-field", "gold"), "mlxbatch will not replace it"),  # not a report: refused before the model is resolved
     # settings
     "budget cannot fit": (c_in(GOOD, "--batch-tokens", 10**9), "--batch-tokens"),
