@@ -21,7 +21,7 @@ import pytest
 from mlxbatch.runtime import blas
 
 FLAGS = blas._cpu_flags()
-NEEDS = {"SkylakeX": {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"},
+NEEDS = {"SkylakeX": blas.AVX512,
          "Haswell": {"avx2", "fma"}, "Zen": {"avx2", "fma"}, "SandyBridge": {"avx"}}  # fmt: skip
 X86 = platform.system() == "Linux" and platform.machine() == "x86_64"
 

