@@ -71,11 +71,11 @@ def test_budget_planner_and_cost_model_cannot_change_a_byte(clf, tickets, tmp_pa
 def first_batches(clf, tickets):
     from mlxbatch.api.spec import RunSpec
     from mlxbatch.io.inputs import read_rows
-    from mlxbatch.jobs.plan import job_shape, plan_window
+    from mlxbatch.jobs.plan import plan_window
 
     spec = RunSpec()
     rows = read_rows(str(tickets))[0]
-    return plan_window(clf, rows, 0, spec, job_shape(clf, spec, None)).batches
+    return plan_window(clf, rows, 0, clf.settings(spec)).batches
 
 
 @pytest.mark.parametrize("lanes", [1, 2, 4])

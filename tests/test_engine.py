@@ -13,6 +13,7 @@ from mlxbatch.engine.labels import LabelSet
 from mlxbatch.engine.layout import batch_mask
 from mlxbatch.engine.planner import plan_batches
 from mlxbatch.engine.prompt import default_system_prompt
+from mlxbatch.engine.scheduler import score_all
 from mlxbatch.model.cache import KVCache
 from mlxbatch.model.convert import qwen_tokenizer_dir
 from mlxbatch.model.load import load_model
@@ -44,7 +45,7 @@ def engine(lm, labels, prefix_cache=True, system=None):
 
 
 def scored(e: Engine, prompts, batches):
-    return e.score_all(prompts, batches)
+    return score_all(e, prompts, batches)
 
 
 @pytest.mark.parametrize("labels", [SINGLE, MULTI], ids=["single-token", "multi-token"])
@@ -80,7 +81,9 @@ def test_a_long_prefix_is_computed_in_chunks_with_the_same_answers(lm, monkeypat
     texts = random_texts(4, 6, 20)
     prompts = [chunked.prompt(t) for t in texts]
     gold = np.stack([chunked.score_gold(p) for p in prompts])
-    fast = chunked.score_all(prompts, plan_batches(chunked.fed_lengths(prompts), "naive", 10**6, 3))
+    fast = score_all(
+        chunked, prompts, plan_batches(chunked.fed_lengths(prompts), "naive", 10**6, 3)
+    )
     assert (fast.argmax(1) == gold.argmax(1)).all()
     np.testing.assert_allclose(fast, gold, atol=2e-6)
 

@@ -23,6 +23,7 @@ from mlxbatch.engine.engine import Engine
 from mlxbatch.engine.labels import LabelSet
 from mlxbatch.engine.planner import plan_batches
 from mlxbatch.engine.prompt import default_system_prompt
+from mlxbatch.engine.scheduler import score_all
 from mlxbatch.model.load import LoadedModel, load_model
 from mlxbatch.model.tokenizer import PromptTokenizer
 
@@ -130,7 +131,7 @@ def test_every_mode_equals_the_gold_loop_and_transformers(case):
     for prefix_cache, mode, max_batch in ((True, "greedy", 4), (True, "sequential", 1),
                                           (False, "naive", 3)):  # fmt: skip
         e = make_engine(case.lm, prefix_cache)
-        probs = e.score_all(prompts, plan_batches(e.fed_lengths(prompts), mode, 10_000, max_batch))
+        probs = score_all(e, prompts, plan_batches(e.fed_lengths(prompts), mode, 10_000, max_batch))
         assert (probs.argmax(1) == gold.argmax(1)).all(), (case.name, mode, prefix_cache)
         np.testing.assert_allclose(probs, gold, atol=2e-6, err_msg=f"{case.name} {mode}")
     ref = transformers_scores(case.hf, prompts, gold_engine.labels)
@@ -257,7 +258,7 @@ def test_a_folded_system_prompt_still_gives_one_shared_prefix(gemma_dir, tmp_pat
     assert lm.tokenizer.decode(e.prefix).endswith(system + "\n\n")
     prompts = [e.prompt(t) for t in TEXTS]
     gold = np.stack([e.score_gold(p) for p in prompts])
-    probs = e.score_all(prompts, plan_batches(e.fed_lengths(prompts), "greedy", 10_000, 4))
+    probs = score_all(e, prompts, plan_batches(e.fed_lengths(prompts), "greedy", 10_000, 4))
     np.testing.assert_allclose(probs, gold, atol=2e-6)
 
 

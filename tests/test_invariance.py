@@ -103,3 +103,26 @@ def test_the_padded_key_axis_keeps_cache_and_own_slots_in_whole_blocks():
     assert slots[3:].tolist() == list(range(B, B + 70))  # own tokens from a block boundary
     assert hostops.padded_keys(3, 73) == 3 * B
     assert hostops.padded_keys(0, 5) == B
+
+
+def test_the_prefix_cache_does_not_carry_the_loading_threads_blas_setting(lm):
+    """The shared prefix is computed once, when an engine is made, on the caller's thread: with
+    OpenBLAS at 1 thread (as an interrupted job's lanes can leave it) and at every core, the
+    same bits (the service and a Python call in another process scored 1e-7 apart, seen in CI)."""
+    from mlxbatch.runtime import sgemm
+
+    lib = sgemm._serving_openblas()
+    if lib is None:
+        pytest.skip("OpenBLAS does not serve MLX's matmuls here")
+    before = lib.openblas_get_num_threads()
+    cores = max(2, before)  # more threads than cores still splits the rows
+    kv = []
+    try:
+        for threads in (1, cores):
+            lib.openblas_set_num_threads(threads)
+            e = engine(lm, SINGLE, system="You sort tickets. " * 40)  # a prefix of ~300 rows
+            cache = e.scorers["fast"].prefix_kv
+            kv.append([np.array(x) for x in (*cache.keys, *cache.values)])
+    finally:
+        lib.openblas_set_num_threads(before)
+    assert all(np.array_equal(a, b) for a, b in zip(*kv))

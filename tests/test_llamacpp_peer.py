@@ -22,6 +22,7 @@ from mlxbatch.bench.llamacpp import (
     shared_prefix_len,
 )
 from mlxbatch.bench.peers import run_peers
+from mlxbatch.engine.scheduler import score_all
 
 
 def _llama_tree(root: Path) -> Path:
@@ -101,8 +102,11 @@ def test_llama_cpp_agrees_with_the_gold_loop_on_the_tiny_model(tiny_model_dir, t
     clf = Classifier.load(tiny_model_dir, DEFAULT_LABELS)
     assert clf.labels.max_len == 1  # the peers score a label by its first token
     prompts = [clf.engine.prompt(t["text"]) for t in generate(12, 0, "default")]
-    gold_probs = clf.engine.score_all(
-        prompts, plan_batches([len(p) for p in prompts], "sequential", 1 << 30, 1), "gold"
+    gold_probs = score_all(
+        clf.engine,
+        prompts,
+        plan_batches([len(p) for p in prompts], "sequential", 1 << 30, 1),
+        "gold",
     )
     gold = gold_probs.argmax(1).tolist()
     top2 = np.sort(gold_probs, 1)[:, -2:]

@@ -101,7 +101,7 @@ def test_the_reported_prediction_counts_the_label_pass(tiny_model_dir, tmp_path)
     from mlxbatch.jobs.job import run_job
 
     clf = Classifier.load(tiny_model_dir, ("billing issue", "technical problem", "account"))
-    prefix, rows, length = clf.cost_terms()
+    prefix, rows, length = clf.engine.cost_terms()
     assert prefix == len(clf.engine.prefix) and rows == 3 and length == clf.labels.max_len - 1 > 0
     src = tmp_path / "t.jsonl"
     write_jsonl(generate(20, seed=3), src)
@@ -109,7 +109,9 @@ def test_the_reported_prediction_counts_the_label_pass(tiny_model_dir, tmp_path)
     prompts = [clf.engine.prompt(t["text"]) for t in generate(20, seed=3)]
     cost = clf.cost_model()
     batches = clf.plan(prompts, cost=cost)
-    assert result.predicted_seconds == pytest.approx(cost.plan_seconds(batches, *clf.cost_terms()))
+    assert result.predicted_seconds == pytest.approx(
+        cost.plan_seconds(batches, *clf.engine.cost_terms())
+    )
     assert result.predicted_seconds > cost.plan_seconds(batches, prefix)
 
 
@@ -151,7 +153,9 @@ def test_the_preferred_budget_follows_the_device_not_the_lane_count(tiny_model_d
         monkeypatch.setattr(executor, "usable_cores", lambda c=cores: c)
         clf = Classifier.load(tiny_model_dir)
         assert clf.engine.lanes == len(cores)
-        assert clf.default_batch_tokens(64, 50) == PREFERRED_BUDGET["cpu"] < PREFERRED_BUDGET["gpu"]
+        assert (
+            clf.settings().policy.batch_tokens == PREFERRED_BUDGET["cpu"] < PREFERRED_BUDGET["gpu"]
+        )
 
 
 def test_calibration_is_cached_and_used(tiny_model_dir, tmp_path, monkeypatch):

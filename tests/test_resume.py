@@ -137,3 +137,40 @@ def test_journal_of_another_run_is_refused(tiny_model_dir, job, tmp_path):
     with pytest.raises(ResumeError):
         Journal(out, {"fingerprint": "x"}, resume=False)
     assert os.path.exists(journal_path(out))
+
+
+def test_a_resume_with_less_free_memory_keeps_the_first_runs_item_limit(tiny_model_dir, tmp_path,
+                                                                         monkeypatch):  # fmt: skip
+    """Under --too-long error (--on-error fail), a resume on a machine with less free memory
+    checks each row against the limit the first run recorded, not a fresh one: every row the
+    first run accepted is accepted again, and the file equals an uninterrupted run's."""
+    import sys as system
+
+    from mlxbatch.api.classifier import Classifier
+    from mlxbatch.api.spec import RunSpec
+    from mlxbatch.io.inputs import read_rows
+    from mlxbatch.jobs.job import Hooks, run_job
+
+    src, ref, out = tmp_path / "t.jsonl", tmp_path / "ref.jsonl", tmp_path / "out.jsonl"
+    write_jsonl(generate(60, seed=4, mix="heavy-tail"), src)
+    clf = Classifier.load(tiny_model_dir)
+    rows, _ = read_rows(str(src))
+    spec = RunSpec(max_batch=2)
+    run_job(clf, rows, spec, ref, keep_results=False)
+
+    def stop(n: int) -> None:
+        if n == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_job(clf, rows, spec, out, keep_results=False, hooks=Hooks(stop))
+    # now the free memory holds one item of 8 tokens fewer than the longest row feeds
+    longest = max(len(clf.engine.fed(clf.engine.prompt(r.text))) for r in rows)
+    fp = clf.footprint
+    less = fp.weight_bytes + fp.batch_cost(longest - 8, 1, longest - 8).total
+    for name, module in list(system.modules.items()):
+        if name.startswith("mlxbatch") and hasattr(module, "available_bytes"):
+            monkeypatch.setattr(module, "available_bytes", lambda: less)
+    assert clf.settings(spec).limit.tokens < longest  # a fresh run would refuse the longest
+    run_job(clf, rows, spec, out, resume=True, keep_results=False)
+    assert out.read_bytes() == ref.read_bytes()

@@ -26,6 +26,13 @@ def policy(clf, planner="greedy", batch_tokens=200, max_batch=8):
     return BatchPolicy(planner, "fast", batch_tokens, max_batch, None)
 
 
+def item(engine, key, text):
+    from mlxbatch.engine.item import Item
+
+    prompt = engine.prompt(text)
+    return Item(key, prompt, len(engine.fed(prompt)))
+
+
 def test_every_key_comes_back_once_with_its_own_scores(clf):
     from mlxbatch.engine.scheduler import Scheduler
 
@@ -33,13 +40,13 @@ def test_every_key_comes_back_once_with_its_own_scores(clf):
     sched = Scheduler(engine, policy(clf))
     keys = [("file", k) for k in range(len(TEXTS))]
     for key, text in zip(keys, TEXTS):
-        sched.add(key, engine.prompt(text))
+        sched.add(item(engine, key, text))
     with pytest.raises(KeyError):
-        sched.add(keys[0], engine.prompt(TEXTS[0]))
+        sched.add(item(engine, keys[0], TEXTS[0]))
     batches = sched.plan()
     assert sorted(k for b in batches for k in b.indices) == sorted(keys)
     got = {}
-    for batch, probs, record in sched.run(batches):
+    for batch, probs, record in sched.step(batches):
         assert record.rows == len(batch.indices) and record.padded_tokens >= record.useful_tokens
         got.update(zip(batch.indices, probs))
     assert sched.queued == 0 and set(got) == set(keys)
@@ -54,15 +61,15 @@ def test_a_step_scores_one_batch_per_lane_oldest_first(clf):
     engine = clf.engine
     sched = Scheduler(engine, policy(clf, batch_tokens=64, max_batch=2))
     for k, text in enumerate(TEXTS[:12]):
-        sched.add(k, engine.prompt(text), arrived=float(k))
-    done = sched.step()
+        sched.add(item(engine, k, text), arrived=float(k))
+    done = list(sched.step(lanes=engine.lanes))
     assert 1 <= len(done) <= engine.lanes
     assert 0 in {k for batch, _, _ in done for k in batch.indices}  # the oldest item went first
     left = sched.queued
     assert left == 12 - sum(len(b.indices) for b, _, _ in done)
     while sched.queued:
-        assert sched.step()
-    assert not sched.step()
+        assert list(sched.step(lanes=engine.lanes))
+    assert not list(sched.step(lanes=engine.lanes))
 
 
 def test_arriving_work_is_batched_and_every_caller_gets_its_own_answers(clf):
@@ -71,8 +78,8 @@ def test_arriving_work_is_batched_and_every_caller_gets_its_own_answers(clf):
     from mlxbatch.engine.scheduler import LiveScheduler, QueueFull
 
     engine = clf.engine
-    prompts = [engine.prompt(t) for t in TEXTS]
-    alone = np.concatenate(engine.score_batches([[p] for p in prompts]))
+    prompts = [item(engine, None, t) for t in TEXTS]
+    alone = np.concatenate(engine.score_batches([[p.prompt] for p in prompts]))
     records = []
     live = LiveScheduler(engine, policy(clf), max_wait=0.01, max_queue=64,
                          on_batch=records.append)  # fmt: skip
@@ -138,8 +145,10 @@ def test_the_python_api_refuses_what_it_cannot_classify(clf):
         clf.classify(["word " * 50], max_tokens=8)
     cut = clf.classify(["word " * 50], max_tokens=8, truncate=True)
     assert len(cut) == 1 and cut[0].label in clf.labels.names
-    huge = "word " * 50_000  # over the tiny model's context: refused before any allocation
-    with pytest.raises(ItemTooLong, match="context"):
+    # over the tiny model's context, and what memory holds (one rule for every entry: the
+    # smaller names the limit): refused before any allocation
+    huge = "word " * 50_000
+    with pytest.raises(ItemTooLong, match="context|free memory"):
         clf.classify([huge])
     with pytest.raises(UsageError, match="labels"):
         Classifier.load(clf.lm.path, labels="a,b")

@@ -330,13 +330,18 @@ def test_sigterm_finishes_what_is_queued_then_exits_0(tiny_model_dir, tmp_path, 
 
 
 def test_a_verification_mismatch_is_logged_and_degrades(caplog):
+    from mlxbatch.api.verify import Check
     from mlxbatch.serve.verify import Verifier
 
     seen = []
     labels = ["a", "b"]
-    v = Verifier(1.0, score_gold=lambda prompt: np.array([0.9, 0.1]),
-                 label_of=lambda p: labels[int(np.argmax(p))],
-                 on_result=lambda mismatch, diff: seen.append((mismatch, diff)))  # fmt: skip
+
+    def check(prompt, probs):  # the gold loop says [0.9, 0.1] for every item
+        gold = np.array([0.9, 0.1])
+        return Check(labels[int(np.argmax(gold))], labels[int(np.argmax(probs))],
+                     float(np.abs(gold - probs).max()), 0.8)  # fmt: skip
+
+    v = Verifier(1.0, check, on_result=lambda mismatch, diff: seen.append((mismatch, diff)))
     v.offer("classify-abc", [[1, 2], [3, 4]], np.array([[0.9, 0.1], [0.2, 0.8]]))
     with caplog.at_level("WARNING", logger="mlxbatch.serve"):
         assert v.step() and v.step() and not v.step()
@@ -347,7 +352,7 @@ def test_a_verification_mismatch_is_logged_and_degrades(caplog):
 def test_verification_samples_about_its_fraction():
     from mlxbatch.serve.verify import Verifier
 
-    v = Verifier(0.1, lambda p: None, lambda p: None, lambda m, d: None, backlog=10_000)
+    v = Verifier(0.1, lambda prompt, probs: None, lambda m, d: None, backlog=10_000)
     v.offer("r", [[0]] * 5000, np.zeros((5000, 2)))
     assert 350 < len(v.pending) < 650
 

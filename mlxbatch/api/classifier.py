@@ -8,6 +8,7 @@ for p in clf.classify(["I was charged twice", "The app crashes"]):
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections.abc import Mapping
@@ -19,17 +20,18 @@ import numpy as np
 
 from ..engine.adjust import Adjustment, parse_prior
 from ..engine.calibration import cost_model
-from ..engine.engine import Engine, resolve_mode
+from ..engine.engine import Engine
+from ..engine.item import Item
 from ..engine.labels import LabelSet
 from ..engine.planner import DEFAULT_MAX_BATCH, Batch, CostModel, unsort
 from ..engine.prompt import DEFAULT_LABELS, default_system_prompt
-from ..engine.scheduler import BatchPolicy, Scheduler
+from ..engine.scheduler import Scheduler
 from ..errors import ItemTooLong, LabelError, UsageError, unicode_problem
 from ..model.hub import resolve
 from ..model.load import LoadedModel, load_model
 from ..model.tokenizer import Examples
-from .limits import Fitted, fit, item_limit
-from .spec import RunSpec
+from .limits import prepare
+from .spec import RunSpec, Settings, item_limit, resolve_settings
 
 
 @dataclass(frozen=True)
@@ -87,8 +89,6 @@ class Classifier:
             raise LabelError(f"example label(s) {sorted(set(bad))} are not in the label set")
         if system_prompt is None:
             system_prompt = default_system_prompt(labels, descriptions)
-        if min_confidence is not None and not 0 <= min_confidence <= 1:
-            raise LabelError(f"--min-confidence {min_confidence} is not between 0 and 1")
         clf = cls(lm, label_set, system_prompt, prefix_cache, examples)
         clf.adjust = Adjustment(
             clf.engine.content_free() if calibrate else None,
@@ -96,13 +96,9 @@ class Classifier:
         )  # fmt: skip
         return clf
 
-    def fed_lengths(self, prompts: list[list[int]]) -> list[int]:
-        """Tokens each item feeds through the model (its prompt minus the shared prefix)."""
-        return self.engine.fed_lengths(prompts)
-
-    def default_batch_tokens(self, max_batch: int, longest: int) -> int:
-        """See `Engine.default_budget`."""
-        return self.engine.default_budget(max_batch, longest)
+    def settings(self, spec: RunSpec | None = None, recorded: dict | None = None) -> Settings:
+        """This classifier's settings for a run under `spec` (see `spec.resolve_settings`)."""
+        return resolve_settings(self, spec or RunSpec(), recorded)
 
     def cost_model(self) -> CostModel:
         """The planner's cost model: this machine's cached calibration, else the defaults;
@@ -112,40 +108,32 @@ class Classifier:
                 self._cost = cost_model(self.engine)
             return self._cost
 
-    def policy(
-        self, mode: str = "sorted", batch_tokens: int | None = None,
-        max_batch: int = DEFAULT_MAX_BATCH, planner: str = "cost", cost: CostModel | None = None,
-    ) -> BatchPolicy:  # fmt: skip
-        """How this classifier's scheduler cuts and scores items in `mode`."""
-        step = resolve_mode(mode, planner)
-        if step.planner == "cost" and cost is None:
-            cost = self.cost_model()
-        return BatchPolicy(step.planner, step.scorer, batch_tokens, max_batch,
-                           cost if step.planner == "cost" else None)  # fmt: skip
-
     def plan(
         self, prompts: list[list[int]], mode: str = "sorted", batch_tokens: int | None = None,
         max_batch: int = DEFAULT_MAX_BATCH, planner: str = "cost", cost: CostModel | None = None,
     ) -> list[Batch]:  # fmt: skip
-        """Batches of `prompts` (indices are positions) for `mode`, as the scheduler cuts them."""
-        policy = self.policy(mode, batch_tokens, max_batch, planner, cost)
-        return Scheduler(self.engine, policy, enumerate(prompts)).plan()
+        """Batches of `prompts` (indices are positions) for `mode`, as the scheduler cuts them
+        (`cost`: another cost model for the cost planner)."""
+        policy = self.settings(RunSpec(mode, planner, batch_tokens, max_batch)).policy
+        if cost is not None and policy.cost is not None:
+            policy = dataclasses.replace(policy, cost=cost)
+        items = [Item(i, p, len(self.engine.fed(p))) for i, p in enumerate(prompts)]
+        return Scheduler(self.engine, policy, items).plan()
 
-    def cost_terms(self) -> tuple[int, int, int]:
-        """See `Engine.cost_terms`."""
-        return self.engine.cost_terms()
-
-    def prepare(self, text: str, max_tokens: int | None = None, truncate: bool = False) -> Fitted:
-        """`text`'s prompt within the limit (the smaller of `max_tokens` and the model's
-        context), cut to fit when `truncate`; else `ItemTooLong` naming the limit."""
+    def prepare(self, text: str, max_tokens: int | None = None, truncate: bool = False) -> Item:
+        """`text` as an item within the limit (the smaller of `max_tokens`, the model's context
+        and what memory holds), cut to fit when `truncate`; else `ItemTooLong` naming the limit."""
         _flag("truncate", truncate)
-        fitted = fit(self.engine, text, item_limit(self.engine, max_tokens), truncate)
-        if isinstance(fitted, str):
-            raise ItemTooLong(fitted)
-        return fitted
+        item = prepare(
+            self.engine, text, item_limit(self, RunSpec(max_tokens=max_tokens)), truncate
+        )
+        if isinstance(item, str):
+            raise ItemTooLong(item)
+        return item
 
     def predictions(self, probs: np.ndarray) -> list[Prediction]:
-        """Predictions of raw (N, J) probabilities: calibration, prior and abstention applied."""
+        """The one way scores become answers, for every entry: raw (N, J) probabilities with
+        calibration, prior and abstention applied."""
         return [self._prediction(p) for p in self.adjust.apply(probs)]
 
     def classify(
@@ -160,19 +148,21 @@ class Classifier:
         self.check_process()
         _flag("truncate", truncate)
         texts = _texts(texts)
-        spec = RunSpec(mode, "cost", batch_tokens, max_batch, max_tokens)  # validates
-        prompts = []
-        for i, text in enumerate(texts):
-            try:
-                prompts.append(self.prepare(text, spec.max_tokens, truncate).prompt)
-            except ItemTooLong as e:
-                raise ItemTooLong(f"texts[{i}]: {e}") from None
-        if not prompts:
+        spec = RunSpec(
+            mode, "cost", batch_tokens, max_batch, max_tokens, "truncate" if truncate else "error"
+        )  # fmt: skip (validates)
+        if not texts:
             return []
-        scheduler = Scheduler(self.engine, self.policy(mode, batch_tokens, max_batch),
-                              enumerate(prompts))  # fmt: skip
-        done = [(batch, list(probs)) for batch, probs, _ in scheduler.run()]
-        return self.predictions(np.stack(unsort(done, len(prompts))))
+        settings = self.settings(spec)
+        items = []
+        for i, text in enumerate(texts):
+            item = prepare(self.engine, text, settings.limit, settings.truncating, i)
+            if isinstance(item, str):
+                raise ItemTooLong(f"texts[{i}]: {item}")
+            items.append(item)
+        scheduler = Scheduler(self.engine, settings.policy, items)
+        done = [(batch, list(probs)) for batch, probs, _ in scheduler.step()]
+        return self.predictions(np.stack(unsort(done, len(items))))
 
     def _prediction(self, probs: np.ndarray) -> Prediction:
         names = self.labels.names
@@ -208,6 +198,8 @@ def _check_load_args(model_dir, labels, system_prompt, examples, min_confidence,
     if min_confidence is not None and (isinstance(min_confidence, bool)
                                        or not isinstance(min_confidence, (int, float))):  # fmt: skip
         raise UsageError(f"min_confidence: expected a number, got {type(min_confidence).__name__}")
+    if min_confidence is not None and not 0 <= min_confidence <= 1:  # NaN included
+        raise LabelError(f"--min-confidence {min_confidence} is not between 0 and 1")
     if descriptions is not None and not isinstance(descriptions, dict):
         raise UsageError(f"descriptions: expected a dict, got {type(descriptions).__name__}")
 

@@ -1,11 +1,15 @@
-"""The per-item token limit and truncation: keep the head and the tail of a text (cut between
-characters) so that its fed tokens fit the limit exactly. Pure given the engine's tokenizer."""
+"""From a text to the one item type: `prepare` tokenizes it once, holds it to the per-item
+token limit, and truncates when asked: the head and the tail of the text (cut between
+characters), so that its fed tokens fit the limit exactly. Pure given the engine's tokenizer.
+Every entry prepares its texts here."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from ..engine.engine import Engine
+from ..engine.item import Item
 
 MARK = " […] "
 
@@ -60,38 +64,12 @@ def context_limit(engine: Engine) -> int:
     return engine.lm.model.args.max_position_embeddings - fp.prefix - fp.label_len
 
 
-def item_limit(engine: Engine, max_tokens: int | None, budget: int | None = None,
-               budget_source: str = "") -> Limit:  # fmt: skip
-    """The per-item limit on fed tokens and the setting that imposes it: the model's context,
-    `max_tokens`, and (where given) a batch budget an item must fit."""
-    options = [(context_limit(engine), "the model's context (max_position_embeddings)")]
-    if max_tokens:
-        options.append((max_tokens, f"--max-tokens {max_tokens}"))
-    if budget:
-        options.append((budget, budget_source))
-    tokens, source = min(options, key=lambda x: x[0])
-    return Limit(tokens, source)
-
-
-@dataclass(frozen=True)
-class Fitted:
-    """An item's prompt within the limit: the tokens, what it feeds, and how it was cut."""
-
-    prompt: list[int]
-    tokens: int  # fed beyond the shared prefix
-    truncated: dict | None = None  # {"from_tokens", "to_tokens"} when cut
-
-
-def fit(
-    engine: Engine,
-    text: str,
-    limit: Limit,
-    truncating: bool,
-    prompt: list[int] | None = None,
-    hint: str = " (see --max-tokens, --too-long)",
-) -> Fitted | str:
-    """`text`'s prompt (`prompt`, when already tokenized) within `limit`, or why it cannot be
-    (a message naming the limit, then `hint`: how to get past it)."""
+def prepare(
+    engine: Engine, text: str, limit: Limit, truncating: bool, key: Hashable = None,
+    prompt: list[int] | None = None, hint: str = " (see --max-tokens, --too-long)",
+) -> Item | str:  # fmt: skip
+    """`text` as an item keyed `key`: its prompt (`prompt`, when already tokenized) within
+    `limit`, or why it cannot be (a message naming the limit, then `hint`: how to get past it)."""
     where = f"over the limit of {limit.tokens} set by {limit.source}"
     if prompt is None and not truncating and surely_over(engine, text, limit.tokens):
         # refused without tokenizing (2 MB took seconds): the count is not needed to refuse
@@ -99,11 +77,11 @@ def fit(
     prompt = tokenized(engine, text) if prompt is None else prompt
     n = len(engine.fed(prompt))
     if n <= limit.tokens:
-        return Fitted(prompt, n)
+        return Item(key, prompt, n)
     if not truncating:
         return f"{n} tokens, {where}{hint}"
     done = truncate(engine, text, limit.tokens)
     if done is None:
         return f"{n} tokens, {where}, and too few tokens remain to truncate into"
     cut, m = done
-    return Fitted(tokenized(engine, cut), m, {"from_tokens": n, "to_tokens": m})
+    return Item(key, tokenized(engine, cut), m, {"from_tokens": n, "to_tokens": m})

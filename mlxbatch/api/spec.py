@@ -1,16 +1,25 @@
-"""The run spec: how a run cuts, scores and polices its items, resolved once from options.
+"""A run's options (`RunSpec`, as asked) and its settings (`Settings`, resolved once from them).
 
-The CLI and the Python API both build one; everything below reads it and nothing re-resolves
-a setting. The mode comes from the one mode table (`engine.engine.MODES`).
+Every entry (the Python API, the file job and its ranks, the service, bench) builds a RunSpec
+from what it was told and calls `resolve_settings` once; everything below reads the Settings and
+nothing re-resolves a setting. The mode comes from the one mode table (`engine.engine.MODES`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from ..engine.engine import MODES, SORTED_PLANNERS, Mode, resolve_mode
-from ..engine.planner import DEFAULT_MAX_BATCH
-from ..errors import UsageError
+from ..engine.footprint import Footprint
+from ..engine.planner import DEFAULT_MAX_BATCH, CostModel
+from ..engine.scheduler import BatchPolicy
+from ..errors import JobError, ResumeError, UsageError
+from ..runtime.memory import available_bytes
+from .limits import Limit, context_limit
+
+if TYPE_CHECKING:
+    from .classifier import Classifier
 
 TOO_LONG = ("error", "truncate")
 ON_ERROR = ("fail", "skip")
@@ -50,3 +59,117 @@ class RunSpec:
     def step(self) -> Mode:
         """(planner, scorer) of this run, from the mode table."""
         return resolve_mode(self.mode, self.planner)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A run's settings, resolved once (`resolve_settings`) from its options and the loaded classifier:
+    the mode's planner and scorer with the batch budget and cost model (`policy`), the per-item
+    limit, the window, the labels and the prompt. Every entry makes one and everything below
+    reads it; a file job records it in its journal, a resume reads it back (`from_record`)
+    instead of resolving again, and ranks receive rank 0's."""
+
+    spec: RunSpec  # the options as asked
+    policy: BatchPolicy  # planner, scorer, budget, max_batch, cost model
+    limit: Limit  # the per-item limit on fed tokens, and the setting that imposes it
+    window: int  # rows read, planned and written at a time
+    labels: tuple[str, ...]
+    system_prompt: str
+    examples: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def truncating(self) -> bool:
+        return self.spec.too_long == "truncate"
+
+    @property
+    def checking(self) -> bool:
+        """Whether scored items are verified against the gold loop (all, or a sample)."""
+        return bool(self.spec.verify_sample)
+
+    def record(self) -> dict:
+        """What a journal records (the options, with the budget, cost model, item limit and
+        window as resolved): `from_record` makes the same settings from it."""
+        p, cost = self.policy, self.policy.cost
+        return asdict(self.spec) | {"batch_tokens": p.batch_tokens, "max_batch": p.max_batch,
+                                    "cost_model": cost.to_dict() if cost else None,
+                                    "item_limit": [self.limit.tokens, self.limit.source],
+                                    "window": self.window}  # fmt: skip
+
+    def planner_label(self) -> str:
+        """The planner in words, for the summary: the sorted mode's alone (the other modes name
+        theirs), with where its cost model came from."""
+        if self.spec.mode != "sorted":
+            return ""
+        cost = self.policy.cost
+        return self.policy.planner + (f" ({cost.source})" if cost else "")
+
+
+def resolve_settings(clf: Classifier, spec: RunSpec, recorded: dict | None = None) -> Settings:
+    """The settings of a run of `clf` under `spec`: a journal's (`recorded`, a resume: the batch
+    shape, cost model, item limit and window exactly as the first run resolved them), else
+    resolved here, independently of the input (every window gets the same): the budget is the
+    declared one or the device's preferred within memory (a plan raises it to fit its longest
+    item: scheduler.py), the limit the smallest of the model's context, --max-tokens, a declared
+    budget and what one item alone can use of the free memory."""
+    step = spec.step
+    if recorded:
+        budget, max_batch, cost, limit, window = _recorded(recorded, spec)
+    else:
+        limit, max_batch, window = item_limit(clf, spec), spec.max_batch, spec.window
+        budget = spec.batch_tokens or clf.engine.default_budget(spec.max_batch, 1)
+        cost = clf.cost_model() if step.planner == "cost" else None
+        if spec.batch_tokens:  # a declared budget must fit memory, whatever the input
+            check_fits(clf.footprint, budget, max_batch, min(limit.tokens, budget), spec)
+    policy = BatchPolicy(step.planner, step.scorer, budget, max_batch,
+                         cost if step.planner == "cost" else None)  # fmt: skip
+    return Settings(spec, policy, limit, window, clf.labels.names, clf.system_prompt,
+                    clf.examples)  # fmt: skip
+
+
+def _recorded(recorded: dict, spec: RunSpec) -> tuple:
+    """(budget, max_batch, cost model, item limit, window) as a journal recorded them."""
+    try:
+        cost = CostModel.from_dict(recorded["cost_model"]) if recorded.get("cost_model") else None
+        limit = Limit(int(recorded["item_limit"][0]), str(recorded["item_limit"][1]))
+        window = int(recorded.get("window") or spec.window)
+        return int(recorded["batch_tokens"]), int(recorded["max_batch"]), cost, limit, window
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        raise ResumeError(f"the journal's recorded settings are unreadable ({e!r}); delete "
+                          "the journal to start over") from None  # fmt: skip
+
+
+def item_limit(clf: Classifier, spec: RunSpec) -> Limit:
+    """The per-item limit: the model's context, --max-tokens, a declared --batch-tokens, and
+    what one item alone can use of the free memory (so an item too long for memory is a row
+    error that --too-long truncate or --on-error skip can handle, not a failed job)."""
+    options = [(context_limit(clf.engine), "the model's context (max_position_embeddings)")]
+    if spec.max_tokens:
+        options.append((spec.max_tokens, f"--max-tokens {spec.max_tokens}"))
+    if spec.batch_tokens:
+        options.append((spec.batch_tokens, f"--batch-tokens {spec.batch_tokens}"))
+    tokens, source = min(options, key=lambda x: x[0])
+    avail = available_bytes()
+    fits = clf.footprint.longest_item(avail, context_limit(clf.engine))
+    if fits < tokens:
+        return Limit(max(fits, 1), f"the free memory ({avail / 2**30:.1f} GiB with the weights)")
+    return Limit(tokens, source)
+
+
+def check_fits(fp: Footprint, tokens: int, rows: int, width: int, spec: RunSpec) -> None:
+    """Refuse a batch shape whose memory exceeds what is available, naming the setting."""
+    cost, avail = fp.batch_cost(tokens, rows, width), available_bytes()
+    if fp.weight_bytes + cost.total <= avail:
+        return
+    if spec.batch_tokens:
+        culprit = f"--batch-tokens {spec.batch_tokens}; lower it"
+    elif spec.mode == "naive" or rows >= 256:
+        culprit = f"--max-batch {spec.max_batch} (rows per batch); lower it"
+    elif fp.label_len > 1 and cost.kv_cache > cost.activations:
+        culprit = (f"{fp.n_labels} labels of up to {fp.label_len} tokens (each row's cache is "
+                   "repeated per label); use fewer or shorter labels, or lower --max-batch")  # fmt: skip
+    else:
+        culprit = f"items of {width} tokens; set --max-tokens with --too-long truncate"
+    raise JobError(
+        f"one batch needs about {(fp.weight_bytes + cost.total) / 2**30:.1f} GiB with the "
+        f"weights, more than the {avail / 2**30:.1f} GiB available: {culprit}"
+    )

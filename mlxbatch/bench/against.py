@@ -9,6 +9,7 @@ import mlx.core as mx
 import numpy as np
 
 from ..api.classifier import Classifier
+from ..engine.scheduler import score_all
 
 
 def _sorted_run(clf: Classifier, texts: list[str], max_batch: int) -> tuple[np.ndarray, float, int]:
@@ -17,7 +18,7 @@ def _sorted_run(clf: Classifier, texts: list[str], max_batch: int) -> tuple[np.n
     mx.synchronize()
     mx.reset_peak_memory()
     t = time.perf_counter()
-    probs = clf.engine.score_all(prompts, batches)
+    probs = score_all(clf.engine, prompts, batches)
     return probs, time.perf_counter() - t, mx.get_peak_memory()
 
 

@@ -145,16 +145,16 @@ def plan_padding(model: Path, src: Path, windows: dict[str, int]) -> list[dict]:
     from ..api.classifier import Classifier
     from ..api.spec import RunSpec
     from ..engine.planner import PaddingStats
-    from ..jobs.plan import job_shape, plan_window
+    from ..jobs.plan import plan_window
     from ..jobs.source import JobInput
 
-    clf, spec = Classifier.load(model), RunSpec()
-    shape = job_shape(clf, spec, None)
+    clf = Classifier.load(model)
+    settings = clf.settings(RunSpec())
     out = []
     for name, size in windows.items():
         useful = padded = count = 0
         for start, rows in JobInput.of_file(str(src)).windows(size):
-            plan = plan_window(clf, rows, start, spec, shape, False)
+            plan = plan_window(clf, rows, start, settings, False)
             useful, padded, count = (
                 useful + plan.useful_tokens,
                 padded + plan.padded_tokens,

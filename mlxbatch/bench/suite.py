@@ -21,6 +21,7 @@ from ..engine.planner import (
     plan_batches,
 )
 from ..engine.prompt import DEFAULT_LABELS
+from ..engine.scheduler import score_all
 from .llamacpp import LlamaCppOptions
 
 
@@ -72,7 +73,7 @@ def run_mode(
     mx.synchronize()
     mx.reset_peak_memory()
     t = time.perf_counter()
-    probs = engine.score_all(prompts, batches, scorer)
+    probs = score_all(engine, prompts, batches, scorer)
     seconds = time.perf_counter() - t
     gold = scorer == "gold"
     fed = [len(p) for p in prompts] if gold else engine.fed_lengths(prompts)
@@ -109,12 +110,12 @@ def run_bench(
     """
     prompts = [clf.engine.prompt(t) for t in texts]
     tok_lengths = [len(clf.lm.tokenizer.encode(t)) for t in texts]
-    fed = clf.fed_lengths(prompts)
+    fed = clf.engine.fed_lengths(prompts)
     u_tokens, u_flops = useful(clf, prompts)
     runs: list[ModeResult] = []
     cost = cost or clf.cost_model()
-    terms = clf.cost_terms()  # prefix, label rows, label tokens
-    cap = clf.default_batch_tokens(max_batch, max(fed))
+    terms = clf.engine.cost_terms()  # prefix, label rows, label tokens
+    cap = clf.engine.default_budget(max_batch, max(fed))
 
     def go(name, batches, scorer="fast", **settings):
         progress(f"running {name} ({len(batches)} batches) ...")
@@ -240,8 +241,8 @@ def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
         texts, source = load_tickets(tickets, o.mix)
         clf = Classifier.load(resolve(model), o.labels, o.system_prompt, examples=o.examples)
         prompts = [clf.engine.prompt(t) for t in texts]
-        fed = clf.fed_lengths(prompts)
-        greedy = o.batch_tokens or clf.default_batch_tokens(o.max_batch, max(fed))
+        fed = clf.engine.fed_lengths(prompts)
+        greedy = o.batch_tokens or clf.engine.default_budget(o.max_batch, max(fed))
         if greedy < max(fed):  # the free memory's budget: a traceback from the planner before
             raise UsageError(f"the free memory allows batches of {greedy} tokens, fewer than the "
                              f"longest ticket's {max(fed)}: free some memory or set "

@@ -11,6 +11,7 @@ from ..io.inputs import FORMATS
 from .common import (
     LABELS_HELP,
     FiniteRange,
+    by_name,
     echo,
     fail,
     max_batch_option,
@@ -116,25 +117,19 @@ from .common import (
 def classify(**options):
     """Classify every row of INPUT (JSONL, CSV, text, or - for stdin) into one label."""
     from ..api.spec import RunSpec
-    from ..jobs.classify import ClassifyRequest, Interrupted, run_classify
+    from ..jobs.classify import Interrupted, JobRequest, run_classify
+    from ..jobs.job import Hooks
+    from ..runtime import testhold
 
-    opt = options
-    output = None if opt["output"] is None or str(opt["output"]) == "-" else opt["output"]  # -o -
-    spec = RunSpec(opt["mode"], opt["planner"], opt["batch_tokens"], opt["max_batch"], opt["max_tokens"],
-                   opt["too_long"], opt["on_error"], opt["verify_sample"], opt["window_rows"])  # fmt: skip
-    request = ClassifyRequest(
-        input=opt["input_path"], model=opt["model"], labels=opt["labels"], labels_file=opt["labels_file"],
-        system_prompt=opt["system_prompt"], system_prompt_file=opt["system_prompt_file"],
-        examples=opt["examples"], output=output, text_field=opt["text_field"],
-        id_field=opt["id_field"], input_format=opt["input_format"], resume=opt["resume"],
-        verify=opt["verify"], dtype=opt["dtype"], check_weights=opt["check_weights"],
-        prefix_cache=not opt["no_prefix_cache"], calibrate=opt["calibrate"], prior=opt["prior"],
-        min_confidence=opt["min_confidence"], gold_field=opt["gold_field"], json_path=opt["json_path"],
-        plot_path=plot_target(opt["plot_path"], output, "confusion"),
-        distributed=opt["distributed"], collective_timeout=opt["collective_timeout"],
-    )  # fmt: skip
+    opt = dict(options)
+    output = opt["output"]
+    opt["output"] = None if output is None or str(output) == "-" else output  # -o -: stdout
+    opt["plot_path"] = plot_target(opt["plot_path"], opt["output"], "confusion")
+    opt["prefix_cache"] = not opt.pop("no_prefix_cache")
+    opt["input"], opt["window"] = opt.pop("input_path"), opt.pop("window_rows")
+    spec, request = by_name(opt, RunSpec, JobRequest)
     try:
-        code = run_classify(request, spec, echo)
+        code = run_classify(request, spec, echo, Hooks(testhold.after_batch))
     except Interrupted as e:
         fail(str(e), 130)
     if code:

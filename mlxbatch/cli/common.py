@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -129,3 +130,15 @@ def report_evaluation(clf, rows, results, gold_field, json_path=None, plot_path=
     if plot_path:
         plot_confusion(m, plot_path)
     return m
+
+
+def by_name(options: dict, *kinds) -> tuple:
+    """One instance of each dataclass in `kinds`, its fields taken from `options` by name (a
+    field no option names keeps its default); every option must go to one of them, so an option
+    added to a command without a field is an error here, not silently dropped."""
+    names = [{f.name for f in dataclasses.fields(kind)} for kind in kinds]
+    unused = set(options) - set().union(*names)
+    if unused:
+        raise TypeError(f"options with no field to go to: {sorted(unused)}")
+    return tuple(kind(**{k: v for k, v in options.items() if k in fields})
+                 for kind, fields in zip(kinds, names))  # fmt: skip

@@ -22,7 +22,7 @@ from .adjust import CONTENT_FREE
 from .footprint import Footprint, preferred_budget
 from .labels import LabelSet
 from .layout import split
-from .planner import Batch, unsort
+from .planner import Batch
 from .scorers import GoldScorer, PrefixScorer
 
 
@@ -169,10 +169,3 @@ class Engine:
                 yield batch, probs
         finally:
             results.close()  # stopped early: the lanes stop too
-
-    def score_all(
-        self, prompts: list[list[int]], batches: list[Batch], scorer: str = "fast"
-    ) -> np.ndarray:
-        """Probabilities (N, J) of every prompt, back in input order."""
-        done = [(b, list(p)) for b, p in self.run(prompts, batches, scorer)]
-        return np.stack(unsort(done, len(prompts)))

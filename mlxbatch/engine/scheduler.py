@@ -1,12 +1,15 @@
 """The scheduler: work arrives, the planner cuts what is queued into batches, lanes score them.
 
 nano-vllm's shape (`add_request`, then `step`: schedule, run, postprocess) serves both kinds of
-work. A file job is all of its items arriving at once: `add` them, then `run` every batch of a
-plan through the lanes, pipelined (a lane never waits for another). Arriving work (the
-service) is `LiveScheduler`: items queue from any thread, and its own thread cuts what is
-queued into one batch per lane whenever the oldest item has waited `max_wait` or the queue
-holds a full budget per lane. Keys are the caller's: a file job's input row numbers, a
-request's (request, item) pairs; batches carry keys, so there is one index space.
+work, and every entry (the Python API, the file job, its ranks, the service, bench) scores
+through it: `add` prepared items (`item.Item`), then `step`: schedule (the planner cuts what is
+queued, or the caller gives the batches of a plan it made with `plan`), run (through the lanes,
+pipelined: a lane never waits for another), postprocess (each batch's items leave the queue as
+its result is handed back). A file job adds a window's items and steps once through its plan;
+arriving work (the service) is `LiveScheduler`: items queue from any thread, and its own thread
+steps one batch per lane whenever the oldest item has waited `max_wait` or the queue holds a
+full budget per lane. Keys are the caller's: a file job's input row numbers, a request's
+(request, item) pairs; batches carry keys, so there is one index space.
 
 Which batch an item lands in never changes its scores on the CPU float32 path (see
 tests/test_invariance.py); elsewhere the plan is a pure function of the queued lengths and
@@ -15,6 +18,7 @@ the policy.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import OrderedDict
@@ -24,18 +28,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..runtime import testhold
 from .engine import Engine
-from .planner import Batch, CostModel, plan
+from .item import Item
+from .planner import Batch, CostModel, plan, unsort
 
 
 @dataclass(frozen=True)
 class BatchPolicy:
-    """How queued items are cut into batches and scored: resolved once (see api/spec.py)."""
+    """How queued items are cut into batches and scored: part of the run's settings, resolved
+    once (api/settings.py)."""
 
     planner: str  # "cost" | "greedy" | "naive" | "sequential" (planner.plan)
     scorer: str  # "fast" | "gold"
-    batch_tokens: int | None  # None: the device's preferred budget, raised to fit the longest
+    batch_tokens: int  # the budget: declared, or the device's preferred within memory
     max_batch: int
     cost: CostModel | None = None  # the cost planner's model
 
@@ -60,29 +65,22 @@ class QueueFull(Exception):
         self.retry_after = retry_after
 
 
-@dataclass
-class _Item:
-    prompt: list[int]
-    fed: int  # tokens it feeds beyond the shared prefix
-    arrived: float
-
-
 class Scheduler:
-    """Items queued by key; `plan` cuts them, `run` scores planned batches, `step` one round."""
+    """Items queued by key; `plan` cuts them, `step` scores them (schedule, run, postprocess)."""
 
-    def __init__(self, engine: Engine, policy: BatchPolicy,
-                 items: Iterable[tuple[Hashable, list[int]]] = ()):  # fmt: skip
-        """`items`: (key, prompt) pairs to `add` at once."""
+    def __init__(self, engine: Engine, policy: BatchPolicy, items: Iterable[Item] = ()):
+        """`items`: prepared items to `add` at once."""
         self.engine, self.policy = engine, policy
-        self._queue: OrderedDict[Hashable, _Item] = OrderedDict()  # in arrival order
-        for key, prompt in items:
-            self.add(key, prompt)
+        self._queue: OrderedDict[Hashable, Item] = OrderedDict()  # in arrival order
+        self._arrived: dict[Hashable, float] = {}
+        for item in items:
+            self.add(item)
 
-    def add(self, key: Hashable, prompt: list[int], arrived: float | None = None) -> None:
-        if key in self._queue:
-            raise KeyError(f"item {key!r} is already queued")
-        fed = len(self.engine.fed(prompt))
-        self._queue[key] = _Item(prompt, fed, time.monotonic() if arrived is None else arrived)
+    def add(self, item: Item, arrived: float | None = None) -> None:
+        if item.key in self._queue:
+            raise KeyError(f"item {item.key!r} is already queued")
+        self._queue[item.key] = item
+        self._arrived[item.key] = time.monotonic() if arrived is None else arrived
 
     @property
     def queued(self) -> int:
@@ -91,12 +89,24 @@ class Scheduler:
     def queued_tokens(self) -> int:
         return sum(item.fed for item in self._queue.values())
 
+    def oldest(self) -> float | None:
+        """When the longest-waiting queued item arrived (None: nothing is queued)."""
+        return next(iter(self._arrived.values()), None)
+
+    def longest(self) -> int:
+        """The most tokens a queued item feeds."""
+        return max((item.fed for item in self._queue.values()), default=0)
+
+    def clear(self) -> None:
+        """Drop everything queued (a failed round, a closed service)."""
+        self._queue.clear()
+        self._arrived.clear()
+
     def budget(self, longest: int) -> int:
-        """The batch budget for a plan whose longest item feeds `longest` tokens (an item over
-        a set budget gets a batch of its own: the caller's limit on items is its own)."""
-        if self.policy.batch_tokens is not None:
-            return max(self.policy.batch_tokens, longest)
-        return self.engine.default_budget(self.policy.max_batch, longest)
+        """The batch budget for a plan whose longest item feeds `longest` tokens: the policy's,
+        raised to fit that item (an item over the budget gets a batch of its own; the item
+        limit, resolved with the budget, keeps it within memory)."""
+        return max(self.policy.batch_tokens, longest)
 
     def plan(self, keys: list[Hashable] | None = None) -> list[Batch]:
         """Batches of `keys` (default: everything queued) under the policy; indices are keys."""
@@ -109,12 +119,18 @@ class Scheduler:
                    *self.engine.cost_terms())  # fmt: skip
         return [Batch(tuple(keys[i] for i in b.indices), b.width) for b in cut]
 
-    def run(
-        self, batches: list[Batch] | None = None, progress: Callable[[int], None] | None = None
-    ) -> Iterator[tuple[Batch, np.ndarray, BatchRecord]]:
-        """Score `batches` of queued keys (default: `plan()`), pipelined over the lanes, in
+    def step(
+        self, batches: list[Batch] | None = None, lanes: int | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> Iterator[tuple[Batch, np.ndarray, BatchRecord]]:  # fmt: skip
+        """Schedule, run, postprocess: score `batches` of queued keys (default: `plan()` of
+        everything queued; with `lanes`, only that many, those holding the longest-waiting
+        items first), pipelined over the lanes, yielding (batch, probabilities, record) in
         order; each batch's items leave the queue when its result is handed back."""
         batches = self.plan() if batches is None else batches
+        if lanes is not None:
+            rank = {k: n for n, k in enumerate(self._queue)}  # arrival order
+            batches = sorted(batches, key=lambda b: min(rank[k] for k in b.indices))[:lanes]
         prompts = {k: self._queue[k].prompt for b in batches for k in b.indices}
         started = last = time.monotonic()
         done = self.engine.run(prompts, batches, self.policy.scorer, progress)
@@ -124,53 +140,55 @@ class Scheduler:
                 record = self._record(batch, now - last, started)
                 last = now
                 for k in batch.indices:
-                    del self._queue[k]
+                    del self._queue[k], self._arrived[k]
                 yield batch, probs, record
         finally:
             done.close()
 
-    def step(self) -> list[tuple[Batch, np.ndarray, BatchRecord]]:
-        """One round: plan what is queued and score up to one batch per lane, the batches
-        holding the longest-waiting items first; the rest stay queued for the next round."""
-        batches = self.plan()
-        if not batches:
-            return []
-        rank = {k: n for n, k in enumerate(self._queue)}  # arrival order
-        batches.sort(key=lambda b: min(rank[k] for k in b.indices))
-        return list(self.run(batches[: self.engine.lanes]))
-
     def _record(self, batch: Batch, seconds: float, started: float) -> BatchRecord:
         items = [self._queue[k] for k in batch.indices]
         rows, useful = len(items), sum(item.fed for item in items)
-        shared = sum(len(item.prompt) - item.fed for item in items)
         predicted = None
         if self.policy.cost is not None:
             terms = self.engine.cost_terms()
             predicted = float(self.policy.cost.seconds(rows, batch.width, *terms))
+        waited = tuple(max(0.0, started - self._arrived[k]) for k in batch.indices)
+        shared = sum(item.shared for item in items) if self.policy.scorer == "fast" else 0
         return BatchRecord(rows, batch.width, rows * batch.width, useful, seconds, predicted,
-                           tuple(max(0.0, started - item.arrived) for item in items),
-                           shared if self.policy.scorer == "fast" else 0)  # fmt: skip
+                           waited, shared)  # fmt: skip
+
+
+def score_all(engine: Engine, prompts: list[list[int]], batches: list[Batch],
+              scorer: str = "fast") -> np.ndarray:  # fmt: skip
+    """Probabilities (N, J) of every prompt, back in input order, scored through a scheduler
+    in the given `batches` (indices are positions: bench times each planner's batches, and
+    tests set batches of their own). The policy's cut is not used."""
+    items = [Item(i, p, len(engine.fed(p))) for i, p in enumerate(prompts)]
+    policy = BatchPolicy("sequential", scorer, 1, 1)
+    done = [(b, list(p)) for b, p, _ in Scheduler(engine, policy, items).step(batches)]
+    return np.stack(unsort(done, len(prompts)))
 
 
 class LiveScheduler:
     """Arriving work: `submit` from any thread; one thread of its own batches and scores.
 
     It waits until the oldest queued item has waited `max_wait` seconds or a full budget per
-    lane is queued, then scores one round (one batch per lane). The MLX work runs on this
-    thread and the engine's lanes, never on the caller's.
+    lane is queued, then steps one round (one batch per lane). The MLX work runs on this
+    thread and the engine's lanes, never on the caller's. `held`: a test's hook, asked before
+    each round (True: keep what is queued queued).
     """
 
     def __init__(
         self, engine: Engine, policy: BatchPolicy, max_wait: float = 0.005,
         max_queue: int = 1024, on_batch: Callable[[BatchRecord], None] | None = None,
-        on_idle: Callable[[], None] | None = None,
+        on_idle: Callable[[], None] | None = None, held: Callable[[], bool] = lambda: False,
     ):  # fmt: skip
         self.scheduler = Scheduler(engine, policy)
         self.max_wait, self.max_queue = max_wait, max_queue
-        self.on_batch, self.on_idle = on_batch, on_idle
+        self.on_batch, self.on_idle, self.held = on_batch, on_idle, held
         self._cond = threading.Condition()
         self._waiting: dict[Hashable, tuple[Future, np.ndarray, int]] = {}  # request -> result
-        self._pending: list[tuple[Hashable, list[int], float]] = []  # submitted, not yet queued
+        self._pending: list[tuple[Item, float]] = []  # submitted, not yet queued
         self._accepting, self._stopped = True, False
         self._requests = 0
         self._thread = threading.Thread(target=self._loop, name="mlxbatch-scheduler", daemon=True)
@@ -184,27 +202,25 @@ class LiveScheduler:
         with self._cond:
             return len(self._pending) + self.scheduler.queued
 
-    @property
-    def accepting(self) -> bool:
-        return self._accepting
-
-    def submit(self, prompts: list[list[int]]) -> Future:
-        """A future of the (n, J) raw probabilities of `prompts`, in their order."""
+    def submit(self, items: list[Item]) -> Future:
+        """A future of the (n, J) raw probabilities of `items`, in their order (each is queued
+        under the key (request, its position))."""
         future: Future = Future()
-        if not prompts:
+        if not items:
             future.set_result(np.zeros((0, len(self.scheduler.engine.labels.names)), np.float32))
             return future
         with self._cond:
             if not self._accepting:
                 raise RuntimeError("draining")
             queued = len(self._pending) + self.scheduler.queued
-            if queued + len(prompts) > self.max_queue:
+            if queued + len(items) > self.max_queue:
                 raise QueueFull(queued, self.max_queue, self._retry_after(queued))
             self._requests += 1
             request, now = self._requests, time.monotonic()
             J = len(self.scheduler.engine.labels.names)
-            self._waiting[request] = (future, np.empty((len(prompts), J), np.float32), len(prompts))
-            self._pending.extend(((request, i), p, now) for i, p in enumerate(prompts))
+            self._waiting[request] = (future, np.empty((len(items), J), np.float32), len(items))
+            self._pending.extend((dataclasses.replace(item, key=(request, i)), now)
+                                 for i, item in enumerate(items))  # fmt: skip
             self._cond.notify()
         return future
 
@@ -229,56 +245,59 @@ class LiveScheduler:
                 future.set_exception(error)
         self._waiting.clear()
         self._pending.clear()
-        self.scheduler._queue.clear()
+        self.scheduler.clear()
 
     def _ready(self) -> bool:
-        """Whether to score a round now: the oldest item has waited long enough, a full budget
+        """Whether to step a round now: the oldest item has waited long enough, a full budget
         per lane is queued, or the scheduler is draining (never while a test holds it)."""
-        if testhold.held():
+        if self.held():
             return False
         if self._stopped:
             return True
         s = self.scheduler
-        oldest = next(iter(s._queue.values())).arrived
-        if time.monotonic() - oldest >= self.max_wait:
+        if time.monotonic() - s.oldest() >= self.max_wait:
             return True
-        full = s.budget(max(item.fed for item in s._queue.values())) * s.engine.lanes
+        full = s.budget(s.longest()) * s.engine.lanes
         return s.queued_tokens() >= full or s.queued >= s.policy.max_batch * s.engine.lanes
 
     def _loop(self) -> None:
         while True:
             with self._cond:
-                self._take_pending()
-                while not self.scheduler.queued and not self._stopped:
-                    if self.on_idle is not None:
-                        self._cond.release()
-                        try:
-                            self.on_idle()
-                        finally:
-                            self._cond.acquire()
-                        self._take_pending()
-                        if self.scheduler.queued or self._stopped:
-                            break
-                    self._cond.wait(0.05 if self.on_idle else None)
-                    self._take_pending()
-                if not self.scheduler.queued and self._stopped:
+                if not self._wait_for_work():
                     return
                 while not self._ready():
-                    oldest = next(iter(self.scheduler._queue.values())).arrived
-                    wait = max(0.0, oldest + self.max_wait - time.monotonic())
-                    self._cond.wait(min(wait, 0.02) if testhold.held() else wait)
+                    wait = max(0.0, self.scheduler.oldest() + self.max_wait - time.monotonic())
+                    self._cond.wait(min(wait, 0.02) if self.held() else wait)
                     self._take_pending()
             self._round()
 
+    def _wait_for_work(self) -> bool:
+        """(Holding the lock) until something is queued, verifying while idle; False once the
+        scheduler is stopped with nothing left to score."""
+        self._take_pending()
+        while not self.scheduler.queued and not self._stopped:
+            if self.on_idle is not None:
+                self._cond.release()
+                try:
+                    self.on_idle()
+                finally:
+                    self._cond.acquire()
+                self._take_pending()
+                if self.scheduler.queued or self._stopped:
+                    break
+            self._cond.wait(0.05 if self.on_idle else None)
+            self._take_pending()
+        return bool(self.scheduler.queued) or not self._stopped
+
     def _take_pending(self) -> None:
-        for key, prompt, arrived in self._pending:
-            self.scheduler.add(key, prompt, arrived)
+        for item, arrived in self._pending:
+            self.scheduler.add(item, arrived)
         self._pending.clear()
 
     def _round(self) -> None:
         t = time.perf_counter()
         try:
-            done = self.scheduler.step()
+            done = list(self.scheduler.step(lanes=self.scheduler.engine.lanes))
         except Exception as e:  # the engine failed: fail the requests of this round, go on
             with self._cond:
                 self._fail_all(e)

@@ -16,6 +16,7 @@ import numpy as np
 from ..model import hostops
 from ..model.cache import KVCache
 from ..model.decoder import Decoder
+from ..runtime import sgemm
 from ..runtime.executor import Executor
 from .labels import LabelSet, normalise, score_labels
 from .layout import RowLayout
@@ -76,6 +77,14 @@ class PrefixScorer:
         chunks, each attending to the cache so far and causally to itself: attention memory
         grows with chunk x prefix, not prefix squared (20,000 tokens at once: ~22 GB of
         scores at the 0.5B's 14 heads)."""
+        # OpenBLAS on one thread, as in the lanes: its threads split a product's rows at points
+        # that depend on the thread count, so a prefix made on the caller's thread carried the
+        # bits of whatever count the process had then (an interrupted job's lanes leave 1, a
+        # fresh process has one a core) into every row (the service against the API: 1e-7)
+        with sgemm.single_threaded():
+            return self._prefill_chunks(tokens)
+
+    def _prefill_chunks(self, tokens: list[int]) -> KVCache:
         cache = new_cache(self.model, 1, len(tokens), self.dtype)
         if len(tokens) <= PREFILL_CHUNK:
             self.model(mx.array([tokens]), cache, 0, "causal", host_kernels=self.host_kernels)

@@ -1,5 +1,7 @@
-"""The prompt a run uses, from its options: labels (a comma list or a labels file), the system
-prompt (text, file or the default naming the labels) and few-shot examples."""
+"""The prompt a run uses, from its options: labels (a comma list or a labels file, whose
+descriptions feed the default system prompt), the system prompt (text or file; None: the
+default, which `Classifier.load` builds from the labels and descriptions) and few-shot
+examples."""
 
 from __future__ import annotations
 
@@ -18,9 +20,8 @@ def parse_labels(labels: str | None) -> tuple[str, ...]:
     return tuple(x.strip() for x in labels.split(","))
 
 
-def system_prompt_from(text: str | None, file: Path | None, labels) -> str:
-    from ..engine.prompt import default_system_prompt
-
+def system_prompt_from(text: str | None, file: Path | None) -> str | None:
+    """The system prompt given as text or in a file; None when neither is (the default)."""
     if text is not None and file is not None:
         raise UsageError("give --system-prompt or --system-prompt-file, not both")
     if file is not None:
@@ -31,21 +32,21 @@ def system_prompt_from(text: str | None, file: Path | None, labels) -> str:
             raise UsageError(f"{file}: cannot read the system prompt ({e})") from None
     if text is not None and (problem := unicode_problem(text)):
         raise UsageError(f"--system-prompt holds {problem}")
-    return text if text is not None else default_system_prompt(labels)
+    return text
 
 
 @dataclass(frozen=True)
 class PromptSpec:
     labels: tuple[str, ...]
-    system: str
+    system: str | None  # None: the default, built by `Classifier.load` from the labels
     examples: tuple[tuple[str, str], ...]
+    descriptions: dict[str, str] | None = None  # label -> one line, for the default prompt
 
 
 def prompt_spec(
     labels, labels_file, system_prompt, system_prompt_file, examples, text_field="text"
 ):
     """Labels, system prompt and examples from the command-line options."""
-    from ..engine.prompt import default_system_prompt
     from .prompts import read_examples, read_labels_file
 
     descriptions = read_labels_file(labels_file) if labels_file else None
@@ -54,9 +55,6 @@ def prompt_spec(
         raise LabelError(
             f"{labels_file}: its labels {sorted(descriptions)} differ from --labels {sorted(names)}"
         )
-    if system_prompt is None and system_prompt_file is None:
-        system = default_system_prompt(names, descriptions)
-    else:
-        system = system_prompt_from(system_prompt, system_prompt_file, names)
+    system = system_prompt_from(system_prompt, system_prompt_file)
     shots = read_examples(str(examples), names, text_field) if examples else ()
-    return PromptSpec(names, system, shots)
+    return PromptSpec(names, system, shots, descriptions)

@@ -50,14 +50,14 @@ def dumps(obj: Any) -> str:
 
 
 def result_row(
-    rid: Any, labels: tuple[str, ...], probs, extra: dict | None = None, abstained: bool = False
-) -> dict:
-    """A scored row; an abstaining one keeps its scores with `"label": null, "abstained": true`."""
-    scores = {name: float(p) for name, p in zip(labels, probs)}
+    rid: Any, label: str | None, scores: dict[str, float], extra: dict | None = None,
+    abstained: bool = False,
+) -> dict:  # fmt: skip
+    """A scored row (`label` and `scores` as `Classifier.predictions` gives them); an abstaining
+    one keeps its scores with `"label": null, "abstained": true`."""
     if abstained:
         return {"id": rid, "label": None, "abstained": True, "scores": scores, **(extra or {})}
-    best = max(range(len(labels)), key=lambda j: probs[j])
-    return {"id": rid, "label": labels[best], "scores": scores, **(extra or {})}
+    return {"id": rid, "label": label, "scores": scores, **(extra or {})}
 
 
 def error_row(rid: Any, message: str, line: int | None = None) -> dict:

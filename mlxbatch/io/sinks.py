@@ -293,14 +293,15 @@ def _scored(row: int, result: dict, labels: tuple[str, ...] | None) -> tuple[int
     return row, result
 
 
-def _checked_head(path: Path, first_line: bytes, header: dict) -> dict:
+def _checked_head(path: Path, first_line: bytes, header: dict | None) -> dict:
+    """The journal's header, checked to be one (and, given this run's `header`, this run's)."""
     try:
         head = json.loads(first_line) if first_line else None
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError):
         head = None
     if not isinstance(head, dict) or head.get("mlxbatch_journal") != JOURNAL_VERSION:
         raise ResumeError(f"{path}: not an mlxbatch journal; delete it to start over")
-    if head.get("fingerprint") != header.get("fingerprint"):
+    if header is not None and head.get("fingerprint") != header.get("fingerprint"):
         differ = _differing_parts(head.get("fingerprint"), header.get("fingerprint"))
         differ = differ.replace(PARTS["compute"], _compute_change(head, header))
         raise ResumeError(f"{path} was written for a different {differ}; run with what the "
@@ -347,8 +348,10 @@ def _differing_parts(recorded, current) -> str:
     return ", ".join(PARTS.get(k, k) for k in new if old[k] != new[k])
 
 
-def recorded_header(output: Path, header: dict) -> dict | None:
-    """The header of OUTPUT's journal (checked against `header`), or None when there is none."""
+def recorded_header(output: Path, header: dict | None) -> dict | None:
+    """The header of OUTPUT's journal (checked against this run's `header`, when given: a
+    resume reads the recorded settings before it can make its own header), or None when there
+    is none."""
     path = journal_path(output)
     if not path.is_file():
         return None

@@ -1,6 +1,6 @@
 """`classify` as one library call: check every path, read the input, load the model, run the
-job (in one process or over ranks), report. The CLI only parses options into a
-`ClassifyRequest` and a `RunSpec`."""
+job (in one process or over ranks), report. The CLI only turns its options, by name, into a
+`JobRequest` and a `RunSpec`."""
 
 from __future__ import annotations
 
@@ -18,16 +18,15 @@ from ..io.outputs import check_model_untouched, check_output, check_reports
 from ..io.promptspec import prompt_spec
 from ..io.rows import output_format
 from ..io.sinks import journal_path
-from ..model.defaults import default_model_dir
-from ..model.hub import resolve
+from ..model.defaults import model_dir
 from .distributed import Cluster, RankGroup
-from .job import run_job
+from .job import Hooks, run_job
 from .result import JobResult
 from .source import JobInput
 
 
 @dataclass(frozen=True)
-class ClassifyRequest:
+class JobRequest:
     """Everything `classify` was told besides the run spec: what to read, load and write."""
 
     input: str
@@ -65,12 +64,8 @@ class Interrupted(Exception):
     """Ctrl-C or SIGTERM stopped the job; the message says how to continue."""
 
 
-def resolve_model(model: str | Path | None, say: Callable[[str], None]) -> Path:
-    """A directory or hub id, else the built-in default (announced)."""
-    return resolve(model) if model else default_model_dir(announce=say)
-
-
-def run_classify(request: ClassifyRequest, spec: RunSpec, say: Callable[[str], None]) -> int:
+def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None],
+                 hooks: Hooks | None = None) -> int:  # fmt: skip
     """The whole classify command; returns its exit code (1 when --verify disagrees)."""
     req, reads = request, request.reads()
     cluster = None
@@ -100,19 +95,19 @@ def run_classify(request: ClassifyRequest, spec: RunSpec, say: Callable[[str], N
         rows = JobInput.of_file(req.input, req.text_field, req.id_field, req.input_format, (),
                                 writes_as)  # fmt: skip
         fmt = rows.fmt
-    model_dir = resolve_model(req.model, say)
+    path = model_dir(req.model, say)
     if rank == 0:
         check_model_untouched([("-o", req.output), ("-o's journal", req.output and journal_path(req.output)),
-                               ("--json", req.json_path), ("--plot", req.plot_path)], model_dir)  # fmt: skip
+                               ("--json", req.json_path), ("--plot", req.plot_path)], path)  # fmt: skip
     clf = Classifier.load(
-        model_dir, prompt.labels, prompt.system, req.dtype, req.prefix_cache, req.check_weights,
+        path, prompt.labels, prompt.system, req.dtype, req.prefix_cache, req.check_weights,
         examples=prompt.examples, calibrate=req.calibrate, prior=req.prior,
-        min_confidence=req.min_confidence,
+        min_confidence=req.min_confidence, descriptions=prompt.descriptions,
     )  # fmt: skip
     try:
         result = run_job(clf, rows, spec, req.output if rank == 0 else None, req.resume,
                          req.verify, req.input, fmt, keep_results=bool(req.gold_field),
-                         group=RankGroup(cluster) if cluster else None)  # fmt: skip
+                         group=RankGroup(cluster) if cluster else None, hooks=hooks)  # fmt: skip
         if result is None:  # ranks other than 0 write nothing
             return 0
     except KeyboardInterrupt:
@@ -123,7 +118,7 @@ def run_classify(request: ClassifyRequest, spec: RunSpec, say: Callable[[str], N
     return report(clf, rows, result, req, say)
 
 
-def report(clf: Classifier, rows, result: JobResult, req: ClassifyRequest, say) -> int:
+def report(clf: Classifier, rows, result: JobResult, req: JobRequest, say) -> int:
     """The summary, the adjustment, the evaluation and the verification; the exit code."""
     say(f"model: {clf.lm.describe()}")
     say(result.summary())

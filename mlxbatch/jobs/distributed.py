@@ -1,9 +1,9 @@
 """Data-parallel classification over MLX's distributed layer (`mlx.launch`: ring, MPI, NCCL).
 
-`job.run_job` drives the job on every rank with a `RankGroup`: rank 0's batch shape, item limit
-and cost model are broadcast (again after the ranks have checked that they hold the same
-input, model and settings: on --resume the journal's shape), and every rank reads the input in the same windows and plans each alike, holding one
-window at a time. A window's batches are dealt whole to ranks, balanced by padded tokens; each
+`job.run_job` drives the job on every rank with a `RankGroup`: rank 0's settings (on --resume
+the journal's) are sent to every rank once, the ranks check that they hold the same input,
+model and settings, and every rank reads the input in the same windows and plans each alike,
+holding one window at a time. A window's batches are dealt whole to ranks, balanced by padded tokens; each
 batch is computed exactly as a single process would, so the scores are bit-identical. After
 every round (one batch a lane) the probabilities are all-gathered, padded to the round's largest
 batch (every rank knows the plan, so only the numbers travel), and rank 0 appends them to its
@@ -29,14 +29,12 @@ import mlx.core as mx
 import numpy as np
 
 from ..api.classifier import Classifier
-from ..api.limits import Limit
-from ..api.spec import RunSpec
-from ..engine.planner import Batch, CostModel
+from ..api.spec import RunSpec, Settings
+from ..engine.planner import Batch
 from ..errors import JobError
 from ..io.sinks import Journal, Sink
-from ..runtime import testhold
-from .job import append_batch, batch_rows, scheduler_for, todo_batches
-from .plan import JobPlan, JobShape
+from .job import append_batch, batch_rows, todo_batches
+from .plan import JobPlan
 from .verify import merge_reports, verify_window
 
 HOST_BYTES = 64
@@ -123,10 +121,6 @@ class Cluster:
         return [json.loads(bytes(got[k, : sizes[k]])) for k in range(self.size)]
 
 
-def _f64_to_i32(values: list[float]) -> np.ndarray:
-    return np.array(values, np.float64).view(np.int32)
-
-
 def deal(batches: list[Batch], ranks: int) -> list[list[Batch]]:
     """Whole batches to ranks, largest first to the least loaded (by padded tokens)."""
     loads, out = [0] * ranks, [[] for _ in range(ranks)]
@@ -152,21 +146,13 @@ class RankGroup:
         self.stats = RankStats()
         self.lanes: list[int] | None = None
 
-    def share_shape(self, shape: JobShape | None) -> JobShape:
-        """Rank 0's shape on every rank, exactly (float64 bits travel as int32 pairs): a rank
-        with less free memory must not cut items at another limit."""
-        if self.rank == 0:
-            c = shape.cost
-            vals = [shape.batch_tokens, shape.max_batch, shape.limit.tokens, shape.window,
-                    *((c.per_batch, c.per_token, c.per_key, c.lanes) if c else (np.nan,) * 4)]  # fmt: skip
-        else:
-            vals = [0.0] * 8
-        got = self.cluster.broadcast(_f64_to_i32(vals), "settings").view(np.float64)
-        if self.rank == 0:
-            return shape
-        cost = None if np.isnan(got[4]) else CostModel(*map(float, got[4:7]), int(got[7]), "rank 0")
-        return JobShape(int(got[0]), int(got[1]), cost, Limit(int(got[2]), "rank 0's item limit"),
-                        int(got[3]))  # fmt: skip
+    def share(self, settings: Settings | None, clf: Classifier, spec: RunSpec) -> Settings:
+        """Rank 0's settings on every rank, once, exactly as it resolved them (its record, as
+        JSON: floats round-trip): a rank with less free memory must not cut items at another
+        limit."""
+        record = self.cluster.gather_json(settings.record() if self.rank == 0 else None,
+                                          "settings")[0]  # fmt: skip
+        return settings if self.rank == 0 else clf.settings(spec, record)
 
     def agree(self, fingerprint: str) -> None:
         digest = np.frombuffer(hashlib.sha256(fingerprint.encode()).digest(), np.int32)
@@ -180,8 +166,9 @@ class RankGroup:
     def opened(self, sink: Sink, output: Path | None) -> None:
         _on_sigterm(sink, output)
 
-    def score(self, clf: Classifier, window, plan: JobPlan, sink: Sink | None, spec: RunSpec,
-              verify: bool, bar) -> tuple[list[tuple[int, dict]], dict | None]:  # fmt: skip
+    def score(self, clf: Classifier, window, plan: JobPlan, sink: Sink | None,
+              settings: Settings, verify: bool, bar,
+              hooks) -> tuple[list[tuple[int, dict]], dict | None]:  # fmt: skip
         """The window's batches not in rank 0's journal, dealt to the ranks and scored in
         rounds; rank 0's rows written, and the verification of every rank's items (rank 0)."""
         c = self.cluster
@@ -196,20 +183,22 @@ class RankGroup:
         if len(done):
             done = c.broadcast(done, "journal state")
         shares = deal([b for b, d in zip(plan.batches, done) if not d], c.size)
-        checking = verify or bool(spec.verify_sample)
-        written, mine = self._rounds(clf, window, plan, shares, sink, spec.on_error, bar, checking)
+        checking = verify or settings.checking
+        written, mine = self._rounds(clf, window, plan, shares, sink, settings.spec.on_error,
+                                     bar, checking, hooks)  # fmt: skip
         if not checking:
             return written, None
-        prompts = {i: plan.prompts[i] for i in mine}
+        prompts = {i: plan.items[i].prompt for i in mine}
         reports = c.gather_json(
-            verify_window(clf, window, prompts, mine, spec, verify), "verification"
+            verify_window(clf, window.ids(prompts), prompts, mine, settings, verify),
+            "verification",
         )
         merged = merge_reports([r for r in reports if r is not None])
         if merged is not None:  # the ranks verified at once: the window waited for the slowest
             merged["seconds"] = max(r["seconds"] for r in reports if r is not None)
         return written, merged
 
-    def _rounds(self, clf, window, plan, shares, sink, on_error, bar, keep_own: bool):
+    def _rounds(self, clf, window, plan, shares, sink, on_error, bar, keep_own: bool, hooks):
         """Rounds of one batch per CPU lane on every rank (each batch whole on one lane, as in a
         single process); rank 0 journals every round's results. Returns rank 0's rows written
         and, with `keep_own`, this rank's scored rows (input row -> output row, to verify)."""
@@ -217,14 +206,13 @@ class RankGroup:
         rounds = [[share[start : start + n] for start in range(0, len(share), n)]
                   for share, n in zip(shares, self.lanes)]  # fmt: skip
         mine = rounds[self.rank]
-        scheduler = scheduler_for(clf, plan, [b for batches in mine for b in batches])
         written, own = [], {}
         for r in range(max((len(x) for x in rounds), default=0)):
             rows_at_most = max(len(b.indices) for x in rounds if r < len(x) for b in x[r])
             probs = np.full((max(self.lanes), rows_at_most, n_labels), np.nan, np.float32)
             if r < len(mine):
                 started = time.perf_counter()
-                for lane, (batch, got, _) in enumerate(scheduler.run(mine[r])):
+                for lane, (batch, got, _) in enumerate(plan.scheduler.step(mine[r])):
                     probs[lane, : len(got)] = got
                     if keep_own:
                         own.update(batch_rows(clf, window, plan, batch, got, "skip"))
@@ -240,8 +228,8 @@ class RankGroup:
                     out = append_batch(clf, window, plan, sink, batch, got, on_error)
                     written += out
                     bar.update(len(out))
-            testhold.after_batch(r + 1)
-        return written, {i: row for i, row in own.items() if i in plan.prompts}
+            hooks.after_batch(r + 1)
+        return written, {i: row for i, row in own.items() if i in plan.items}
 
     def ranks(self) -> list[dict]:
         """Every rank's items, padded tokens and computing seconds (a collective)."""

@@ -15,7 +15,7 @@ from pathlib import Path
 import mlx.core as mx
 
 from ..api.classifier import Classifier
-from ..api.spec import RunSpec
+from ..api.spec import Settings
 from ..io.inputs import Row
 from ..model import hostops
 from ..runtime.sgemm import sgemm_provider
@@ -53,14 +53,6 @@ def hash_row(h, row: Row) -> None:
     h.update(json.dumps([row.id, row.text, row.error]).encode())
 
 
-def input_digest(rows) -> str:
-    """The input part of the fingerprint, over an iterable of rows."""
-    h = hashlib.sha256()
-    for r in rows:
-        hash_row(h, r)
-    return h.hexdigest()[:16]
-
-
 def compute_path(clf: Classifier) -> dict:
     """What decides the bits of a score besides the model and its inputs: the BLAS serving
     MLX's fp32 matmuls (its version and kernel family; the library's name is informative only,
@@ -90,22 +82,20 @@ def compute_path(clf: Classifier) -> dict:
 DECIDING = ("blas", "kernels", "host_kernels", "device", "mlx")
 
 
-def fingerprint(
-    rows: list[Row] | str, clf: Classifier, s: RunSpec, compute: dict | None = None
-) -> str:
+def fingerprint(input_digest: str, clf: Classifier, s: Settings, compute: dict) -> str:
     """`model=… dtype=… input=… labels=… prompt=… settings=… adjustment=… compute=…` (16 hex
-    digits a part): the journal records it and `--resume` names the parts that differ. `rows`:
-    the input's rows, or their `input_digest` (a streamed job hashes them in its scan);
-    `compute`: the `compute_path` (found when not given)."""
-    compute = compute or compute_path(clf)
+    digits a part): the journal records it and `--resume` names the parts that differ.
+    `input_digest`: the input's rows hashed (`hash_row`, by the job's scan); `compute`: the
+    `compute_path`."""
+    o = s.spec
     parts = {
         "model": digest([weights_digest(clf.lm.path), str(Path(clf.lm.path).resolve())]),
         "dtype": digest(str(clf.lm.dtype)),
-        "input": rows if isinstance(rows, str) else input_digest(rows),
-        "labels": digest([list(clf.labels.names), [list(t) for t in clf.labels.tokens]]),
-        "prompt": digest([clf.system_prompt, [list(e) for e in clf.examples]]),
+        "input": input_digest,
+        "labels": digest([list(s.labels), [list(t) for t in clf.labels.tokens]]),
+        "prompt": digest([s.system_prompt, [list(e) for e in s.examples]]),
         "settings": digest(
-            [s.mode, clf.engine.prefix_cache, s.too_long, s.max_tokens, s.on_error, s.planner]
+            [o.mode, clf.engine.prefix_cache, o.too_long, o.max_tokens, o.on_error, o.planner]
         ),  # fmt: skip
         "adjustment": digest([clf.adjust.p_cf, clf.adjust.prior, clf.adjust.min_confidence]),
         "compute": digest([compute.get(k) for k in DECIDING]),

@@ -1,7 +1,10 @@
-"""A classification job over a file: plan (`plan.py`), open the sink, execute, verify, report.
+"""A classification job over a file: settings, scan, journal, then window by window: plan,
+score, write; then verify and report.
 
-`run_job` is the handful of steps; the scheduler scores the planned batches through the
-lanes, and a journal-backed sink makes every finished batch durable.
+`run_job` is the handful of steps. The settings are resolved once (a resume reads the
+journal's instead) and shared with the ranks once; each window's rows are tokenized once into
+items, one scheduler per window cuts and scores them through the lanes, and a journal-backed
+sink makes every finished batch durable.
 """
 
 from __future__ import annotations
@@ -9,7 +12,9 @@ from __future__ import annotations
 import gc
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import mlx.core as mx
@@ -17,21 +22,20 @@ import numpy as np
 from tqdm import tqdm
 
 from ..api.classifier import Classifier
-from ..api.limits import fit
-from ..api.spec import RunSpec
+from ..api.limits import prepare
+from ..api.spec import RunSpec, Settings
 from ..engine.planner import Batch, PaddingStats
-from ..engine.scheduler import Scheduler
 from ..errors import InputError, JobError, ResumeError
 from ..io.inputs import Row, describe_errors
 from ..io.outputs import open_stream, output_kind
 from ..io.rows import error_row, result_row
 from ..io.sinks import Journal, Sink, journal_path, recorded_header
-from ..runtime import memory, progress, testhold
+from ..runtime import memory, progress
 from .fingerprint import compute_path, fingerprint
-from .plan import JobPlan, JobShape, check_declared, job_shape, plan_window, planner_label
+from .plan import JobPlan, plan_window
 from .result import JobResult, Totals
 from .source import JobInput, Scan, scan
-from .verify import merge_reports, verify_window
+from .verify import merge_reports, to_verify, verify_window
 
 
 def open_sink(
@@ -50,17 +54,19 @@ def non_finite_error(clf: Classifier) -> str:
 
 
 def batch_rows(
-    clf: Classifier, rows: list[Row], plan: JobPlan, batch: Batch, probs: np.ndarray, on_error: str
+    clf: Classifier, rows, plan: JobPlan, batch: Batch, probs: np.ndarray, on_error: str
 ) -> list[tuple[int, dict]]:
-    """Output rows of one scored batch (input index, row); non-finite scores fail their row,
-    or the job under --on-error fail (after the batch's good rows are kept)."""
+    """Output rows of one scored batch (input index, row), from `Classifier.predictions` (the
+    one way scores become answers); non-finite scores fail their row, or the job under
+    --on-error fail (after the batch's good rows are kept)."""
     out, bad = [], None
-    for scored, p in zip(batch.indices, clf.adjust.apply(probs)):
+    for scored, said in zip(batch.indices, clf.predictions(probs)):
+        finite = bool(np.isfinite(list(said.scores.values())).all())
         for index in (scored, *plan.copies.get(scored, ())):  # duplicates share the result
             row = rows[index]
-            if np.isfinite(p).all():
-                out.append((index, result_row(row.id, clf.labels.names, p,
-                                              plan.extras.get(index), clf.adjust.abstains(p))))  # fmt: skip
+            if finite:
+                out.append((index, result_row(row.id, said.label, said.scores,
+                                              plan.extras.get(index), said.abstained)))  # fmt: skip
             else:
                 bad = bad or row
                 out.append((index, error_row(row.id, non_finite_error(clf), row.line)))
@@ -79,24 +85,7 @@ class NonFinite(JobError):
 def todo_batches(plan: JobPlan, done) -> list[Batch]:
     """The batches with a row (scored, or a copy of a scored row) that `done` lacks: a batch's
     lines are one write, but a write cut short can keep a scored row and lose its copy."""
-    return [b for b in plan.batches if not all(j in done for j in batch_rows_of(plan, b))]
-
-
-def batch_rows_of(plan: JobPlan, batch: Batch):
-    """The input rows a batch writes: each scored row, then its copies."""
-    for i in batch.indices:
-        yield i
-        yield from plan.copies.get(i, ())
-
-
-def progress_bar(total: int, done: int = 0, lines_every: float | None = None) -> tqdm:
-    return progress.bar(total, "classify", done, lines_every)
-
-
-def scheduler_for(clf: Classifier, plan: JobPlan, batches: list[Batch]) -> Scheduler:
-    """A scheduler holding the items of `batches`, under the plan's policy."""
-    return Scheduler(clf.engine, plan.policy,
-                     ((i, plan.prompts[i]) for b in batches for i in b.indices))  # fmt: skip
+    return [b for b in plan.batches if not all(j in done for j in plan.rows_of(b))]
 
 
 def append_batch(clf: Classifier, rows, plan: JobPlan, sink: Sink, batch: Batch,
@@ -121,6 +110,9 @@ class Window:
     def __getitem__(self, index: int) -> Row:
         return self.rows[index - self.start]
 
+    def ids(self, indices) -> dict:
+        return {i: self[i].id for i in indices}
+
 
 def refuse_bad_rows(scanned: Scan, spec: RunSpec, source: str, fmt: str) -> None:
     """Under --on-error fail, any bad row (unreadable, or too long) stops the job before
@@ -144,14 +136,22 @@ def error_rows(rows, plan: JobPlan, indices) -> list[tuple[int, dict]]:
     return out
 
 
+@dataclass
+class Hooks:
+    """What a caller (a test) may pass into a job's loop: `after_batch(n)` once n batches are
+    durable (tests stop a job there, at a known point)."""
+
+    after_batch: Callable[[int], None] = lambda n: None
+
+
 class LocalGroup:
     """A job computed by this process alone. `distributed.RankGroup` has the same methods and
     computes it over the ranks of an `mlx.launch` job: `run_job` is the one driver of both."""
 
     rank = 0
 
-    def share_shape(self, shape: JobShape | None) -> JobShape:
-        return shape
+    def share(self, settings: Settings | None, clf: Classifier, spec: RunSpec) -> Settings:
+        return settings
 
     def agree(self, fingerprint: str) -> None:
         return None
@@ -159,25 +159,47 @@ class LocalGroup:
     def opened(self, sink: Sink, output: Path | None) -> None:
         return None
 
-    def score(self, clf: Classifier, window: Window, plan: JobPlan, sink: Sink, spec: RunSpec,
-              verify: bool, bar: tqdm) -> tuple[list[tuple[int, dict]], dict | None]:  # fmt: skip
+    def score(self, clf: Classifier, window: Window, plan: JobPlan, sink: Sink,
+              settings: Settings, verify: bool, bar: tqdm,
+              hooks: Hooks) -> tuple[list[tuple[int, dict]], dict | None]:  # fmt: skip
         """The window's batches not yet in the sink, scored and appended; the rows written and
         the verification of the items scored."""
-        written = execute(clf, window, plan, sink, spec.on_error, bar)
-        if not verify and not spec.verify_sample:
+        written = execute(clf, window, plan, sink, settings.spec.on_error, bar, hooks)
+        if not verify and not settings.checking:
             return written, None
         results = dict(written)
         mine = {i: p for i, p in plan.prompts.items() if i in results}
-        return written, verify_window(clf, window, mine, results, spec, verify)
+        return written, verify_window(clf, window.ids(mine), mine, results, settings, verify)
 
     def ranks(self) -> list[dict]:
         return []
 
 
+@dataclass
+class Held:
+    """The rows an earlier run journaled (a resume), and the prompts of those to verify once
+    every window is done (kept as they are tokenized: nothing is tokenized twice)."""
+
+    mask: np.ndarray
+    ids: dict = field(default_factory=dict)
+    prompts: dict = field(default_factory=dict)
+
+    def keep(self, window: Window, plan: JobPlan, settings: Settings, every: bool) -> None:
+        """The items of `plan`'s batches held whole (a batch partly held is scored again by
+        this run, and verified then) that are to be verified."""
+        held = self.mask
+        whole = [b for b in plan.batches
+                 if all(j < len(held) and held[j] for j in plan.rows_of(b))]  # fmt: skip
+        mine = {i: plan.items[i].prompt for b in whole for i in b.indices}
+        chosen = to_verify(mine, settings, every) or {}
+        self.prompts.update((i, np.array(p, np.int32)) for i, p in chosen.items())
+        self.ids.update(window.ids(chosen))
+
+
 def run_job(
     clf: Classifier, rows: list[Row] | JobInput, spec: RunSpec, output: Path | None,
     resume: bool = False, verify: bool = False, source: str = "input", fmt: str = "jsonl",
-    keep_results: bool = True, group: LocalGroup | None = None,
+    keep_results: bool = True, group: LocalGroup | None = None, hooks: Hooks | None = None,
 ) -> JobResult | None:  # fmt: skip
     """Classify `rows` (a list, or a `JobInput` read in windows of `spec.window` rows) into
     `output` (None: standard output). With `keep_results`, the result rows come back in the
@@ -185,110 +207,206 @@ def run_job(
     share the work (`distributed.RankGroup`); every rank reads the same windows and plans them
     alike, rank 0 writes; the others return None."""
     clf.check_process()
-    t0 = time.perf_counter()
-    group = group or LocalGroup()
-    lead = group.rank == 0
-    gc.collect()  # garbage freed mid-job would be counted as "others" and not be (peak < 0)
-    mx.reset_peak_memory()
-    # memory held by anything else in this process (not the weights) stays live throughout
-    others = max(0, mx.get_active_memory() - clf.footprint.weight_bytes)
+    job = Job(clf, spec, output, resume, verify, group or LocalGroup(), hooks or Hooks())
     job_input = rows if isinstance(rows, JobInput) else JobInput.of_rows(rows, source, fmt)
-    fresh = group.share_shape(job_shape(clf, spec, None) if lead else None)
-    scanned = scan(job_input, _too_long(clf, spec, fresh))
-    if not scanned.rows:
-        raise InputError(f"{job_input.source}: empty input (no rows)")
-    compute = compute_path(clf)
-    header = {"fingerprint": fingerprint(scanned.digest, clf, spec, compute), "compute": compute}
-    group.agree(header["fingerprint"])
-    recorded = recorded_header(output, header) if lead and output and resume else None
-    if lead and output and resume and recorded is None and output_kind(output) == "file":
-        print(f"note: --resume: no journal of an interrupted run at {journal_path(output)}; "
-              "starting afresh", file=sys.stderr)  # fmt: skip
-    shape = fresh
-    if lead:
-        shape = job_shape(clf, spec, recorded["settings"]) if recorded else fresh
-        if not recorded:
-            check_declared(clf, spec, shape)
-    shape = group.share_shape(shape if lead else None)
-    refuse_bad_rows(scanned, spec, job_input.source, job_input.fmt)
-    sink, bar, held = None, None, None
-    if lead:
-        sink = open_sink(clf, scanned.rows, output, header | {"settings": shape.settings(spec)},
-                         resume)  # fmt: skip
-        group.opened(sink, output)
-        held = _held_rows(sink)
-        bar = progress_bar(scanned.rows, len(sink.done), spec.progress_every)
-    totals, verified = Totals(), []
-    try:
-        for start, window_rows, prompts in tokenized(clf, job_input, shape.window, scanned):
-            window = Window(start, window_rows)
-            job_input.check_unchanged()  # the rows just read are the scanned file's
-            if held is not None:
-                check_held_ids(sink, window, held)
-            plan = plan_window(clf, window_rows, start, spec, shape, lead and not recorded, prompts)
-            done = error_rows(window, plan, range(start, start + len(window_rows)))
-            if sink is not None:
-                sink.append(done)
-            written, report = group.score(clf, window, plan, sink, spec, verify, bar)
-            totals.add(clf, plan, done + written, keep_results and lead)
-            verified.append(report)
-            del window, plan, done, written
-            memory.return_freed_memory()
-        per_rank = group.ranks()  # every rank, the last collective
-        checking = verify or bool(spec.verify_sample)
-        if lead and checking and held is not None and held.any():
-            verified += verify_held(clf, job_input, scanned, spec, shape, sink, held, verify)
-    except BaseException:  # Ctrl-C included: what is in the journal stays there
-        if sink is not None:
-            sink.close()
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
-    if not lead:
+    job.prepare(job_input)
+    totals, verified = job.windows(job_input, keep_results)
+    if not job.lead:
         return None
-    report = merge_reports([v for v in verified if v is not None])
-    seconds = time.perf_counter() - t0 - (report["seconds"] if report else 0.0)
-    try:
-        if keep_results and held is not None:  # the rows an earlier run journaled, read back
-            totals.results.update((int(i), sink.done[int(i)]) for i in np.flatnonzero(held))
-        sink.finish(scanned.rows, clf.labels.names)
-    except BaseException:
-        sink.close()
-        raise
-    return JobResult(
-        rows=scanned.rows, scored=totals.scored, errors=scanned.rows - totals.scored,
-        seconds=seconds, padding_overhead=PaddingStats(totals.useful, totals.padded).overhead,
-        batch_tokens=shape.batch_tokens, peak_memory=max(0, mx.get_peak_memory() - others),
-        memory_bound=totals.memory_bound, verify=report,
-        planner=planner_label(spec.mode, spec.step.planner, shape.cost),
-        predicted_seconds=totals.predicted,
-        results=[totals.results[i] for i in sorted(totals.results)] if keep_results else [],
-        abstained=totals.abstained, duplicates=totals.duplicates, windows=totals.windows,
-        resumed=int(held.sum()) if held is not None else 0, ranks=per_rank,
-    )  # fmt: skip
+    return job.finish(totals, verified, keep_results)
 
 
-def _too_long(clf: Classifier, spec: RunSpec, shape: JobShape):
+class Job:
+    """One run of `run_job`: its steps, in order (see the module docstring)."""
+
+    def __init__(self, clf: Classifier, spec: RunSpec, output: Path | None, resume: bool,
+                 verify: bool, group: LocalGroup, hooks: Hooks):  # fmt: skip
+        self.clf, self.spec, self.output, self.resume = clf, spec, output, resume
+        self.verify, self.group, self.hooks = verify, group, hooks
+        self.lead = group.rank == 0
+        self.t0 = time.perf_counter()
+        gc.collect()  # garbage freed mid-job would be counted as "others" and not be (peak < 0)
+        mx.reset_peak_memory()
+        # memory held by anything else in this process (not the weights) stays live throughout
+        self.others = max(0, mx.get_active_memory() - clf.footprint.weight_bytes)
+        self.sink = self.bar = self.held = None
+        self.recorded = False  # settings read back from a journal (a resume)
+
+    def prepare(self, job_input: JobInput) -> None:
+        """Settings (resolved once, or the journal's), the scan, the header, the sink."""
+        clf, spec, output = self.clf, self.spec, self.output
+        journaled = self.lead and self.resume and output is not None
+        mine, unreadable = (
+            self._settings(output if journaled else None) if self.lead else (None, None)
+        )
+        self.settings = self.group.share(mine, clf, spec)
+        self.tokens = Tokens(self.settings.window)
+        self.scanned = scan(job_input, _too_long(clf, self.settings, self.tokens))
+        if not self.scanned.rows:
+            raise InputError(f"{job_input.source}: empty input (no rows)")
+        compute = compute_path(clf)
+        header = {"fingerprint": fingerprint(self.scanned.digest, clf, self.settings, compute),
+                  "compute": compute}  # fmt: skip
+        self.group.agree(header["fingerprint"])
+        if journaled and recorded_header(output, header) is None and output_kind(output) == "file":
+            print(f"note: --resume: no journal of an interrupted run at {journal_path(output)}; "
+                  "starting afresh", file=sys.stderr)  # fmt: skip
+        if unreadable is not None:  # this run's journal, with settings it cannot read
+            raise unreadable
+        refuse_bad_rows(self.scanned, spec, job_input.source, job_input.fmt)
+        if self.lead:
+            self._open(header | {"settings": self.settings.record()})
+
+    def _settings(self, output: Path | None) -> tuple[Settings, ResumeError | None]:
+        """This run's settings: the journal's on a resume (read before the header that says
+        whether the journal is this run's can be made: a foreign one is refused by it, so a
+        journal whose settings cannot be read is refused only once that check has passed),
+        else resolved from the options."""
+        try:
+            recorded = recorded_header(output, None) if output is not None else None
+            if recorded:
+                settings = self.clf.settings(self.spec, recorded["settings"])
+                self.recorded = True
+                return settings, None
+        except ResumeError as e:
+            return self.clf.settings(self.spec), e
+        return self.clf.settings(self.spec), None
+
+    def _open(self, header: dict) -> None:
+        self.sink = open_sink(self.clf, self.scanned.rows, self.output, header, self.resume)
+        self.group.opened(self.sink, self.output)
+        offsets = getattr(self.sink.done, "offsets", None)
+        self.held = None if offsets is None else Held(offsets >= 0)
+        self.bar = progress.bar(self.scanned.rows, "classify", len(self.sink.done),
+                                self.spec.progress_every)  # fmt: skip
+
+    def windows(self, job_input: JobInput, keep: bool) -> tuple[Totals, list]:
+        """Every window planned, scored and written; the totals and the verifications."""
+        totals, verified = Totals(), []
+        try:
+            for start, rows, prompts in self.tokens.windows(self.clf, job_input, self.scanned):
+                window = Window(start, rows)
+                job_input.check_unchanged()  # the rows just read are the scanned file's
+                verified.append(self._window(window, prompts, totals, keep))
+                del window
+                memory.return_freed_memory()
+            self.per_rank = self.group.ranks()  # every rank, the last collective
+            if self.held is not None and self.held.prompts:
+                prompts = {i: p.tolist() for i, p in self.held.prompts.items()}
+                verified.append(verify_window(self.clf, self.held.ids, prompts, self.sink.done,
+                                              self.settings, True))  # fmt: skip
+        except BaseException:  # Ctrl-C included: what is in the journal stays there
+            if self.sink is not None:
+                self.sink.close()
+            raise
+        finally:
+            if self.bar is not None:
+                self.bar.close()
+        return totals, verified
+
+    def _window(self, window: Window, prompts, totals: Totals, keep: bool) -> dict | None:
+        """One window: plan, error rows, scored rows; its verification."""
+        clf, start, rows = self.clf, window.start, window.rows
+        if self.held is not None:
+            check_held_ids(self.sink, window, self.held.mask)
+        fresh = self.lead and not self.recorded  # a resumed plan is the first run's, checked then
+        plan = plan_window(clf, rows, start, self.settings, fresh, prompts)
+        done = error_rows(window, plan, range(start, start + len(rows)))
+        if self.sink is not None:
+            self.sink.append(done)
+        if self.held is not None and (self.verify or self.settings.checking):
+            self.held.keep(window, plan, self.settings, self.verify)
+        written, report = self.group.score(clf, window, plan, self.sink, self.settings,
+                                           self.verify, self.bar, self.hooks)  # fmt: skip
+        totals.add(clf, plan, done + written, keep and self.lead)
+        return report
+
+    def finish(self, totals: Totals, verified: list, keep: bool) -> JobResult:
+        """The journal made the output; the job's summary."""
+        report = merge_reports([v for v in verified if v is not None])
+        seconds = time.perf_counter() - self.t0 - (report["seconds"] if report else 0.0)
+        sink, held, n = self.sink, self.held, self.scanned.rows
+        try:
+            if keep and held is not None:  # the rows an earlier run journaled, read back
+                totals.results.update(
+                    (int(i), sink.done[int(i)]) for i in np.flatnonzero(held.mask)
+                )
+            sink.finish(n, self.clf.labels.names)
+        except BaseException:
+            sink.close()
+            raise
+        policy = self.settings.policy
+        return JobResult(
+            rows=n, scored=totals.scored, errors=n - totals.scored, seconds=seconds,
+            padding_overhead=PaddingStats(totals.useful, totals.padded).overhead,
+            batch_tokens=policy.batch_tokens,
+            peak_memory=max(0, mx.get_peak_memory() - self.others),
+            memory_bound=totals.memory_bound, verify=report,
+            planner=self.settings.planner_label(), predicted_seconds=totals.predicted,
+            results=[totals.results[i] for i in sorted(totals.results)] if keep else [],
+            abstained=totals.abstained, duplicates=totals.duplicates, windows=totals.windows,
+            resumed=int(held.mask.sum()) if held is not None else 0, ranks=self.per_rank,
+        )  # fmt: skip
+
+
+class Tokens:
+    """A job's tokenizing: each row once. The scan (under --on-error fail with --too-long
+    error) tokenizes every row to refuse the too-long ones before anything is computed; when
+    the whole input is one window, its prompts are kept and the window pass uses them."""
+
+    def __init__(self, window: int):
+        self.window = window
+        self.kept: list | None = []  # the scan's (text, prompt) pairs while within one window
+
+    def scanned(self, texts: list[str], prompts: list[list[int]]) -> None:
+        if self.kept is not None:
+            self.kept += zip(texts, prompts)
+            if len(self.kept) > self.window:
+                self.kept = None  # several windows: each is tokenized as it is read
+
+    def windows(self, clf: Classifier, job_input: JobInput, scanned: Scan):
+        """(start, rows, prompts of the good rows) window by window; the next window is read
+        and tokenized in a thread while the caller scores this one (the tokenizer's Rust
+        threads release the GIL: off the lanes' critical path)."""
+        kept, self.kept = self.kept, None
+
+        def read(windows):
+            item = next(windows, None)
+            if item is None:
+                return None
+            start, rows = item
+            good = [r.text for r in rows if not r.error]
+            if kept and start == 0 and [text for text, _ in kept] == good:
+                return start, rows, [prompt for _, prompt in kept]
+            return start, rows, clf.engine.prompts(good)
+
+        windows = job_input.windows(self.window, scanned)
+        with ThreadPoolExecutor(1, thread_name_prefix="mlxbatch-read") as pool:
+            ahead = pool.submit(read, windows)
+            while (item := ahead.result()) is not None:
+                ahead = pool.submit(read, windows)
+                yield item
+
+
+def _too_long(clf: Classifier, settings: Settings, tokens: Tokens):
     """Under --on-error fail with --too-long error, the scan's check of each row against the
     item limit (too long: refused before computing); else None."""
+    spec = settings.spec
     if spec.on_error != "fail" or spec.too_long != "error":
+        tokens.kept = None
         return None
 
     def refused(block: list[Row]) -> list[str | None]:
         good = [r for r in block if not r.error]
-        prompts = iter(clf.engine.prompts([r.text for r in good]))
-        fits = [None if r.error else fit(clf.engine, r.text, shape.limit, False, next(prompts))
-                for r in block]  # fmt: skip
+        texts = [r.text for r in good]
+        prompts = clf.engine.prompts(texts)
+        tokens.scanned(texts, prompts)
+        made = iter(prepare(clf.engine, r.text, settings.limit, False, prompt=p)
+                    for r, p in zip(good, prompts))  # fmt: skip
+        fits = [None if r.error else next(made) for r in block]
         return [f if isinstance(f, str) else None for f in fits]
 
     return refused
-
-
-def _held_rows(sink: Sink) -> np.ndarray | None:
-    """Which rows the journal held when the job opened it (resumed rows), as a mask."""
-    offsets = getattr(sink.done, "offsets", None)
-    return None if offsets is None else offsets >= 0
 
 
 def check_held_ids(sink: Sink, window: Window, held: np.ndarray) -> None:
@@ -304,58 +422,15 @@ def check_held_ids(sink: Sink, window: Window, held: np.ndarray) -> None:
                               "to start over")  # fmt: skip
 
 
-def verify_held(clf: Classifier, job_input: JobInput, scanned: Scan, spec: RunSpec,
-                shape: JobShape, sink: Sink, held: np.ndarray, every: bool) -> list[dict | None]:  # fmt: skip
-    """The verification of the rows an earlier run journaled (`held`), read back from the
-    journal, after every window is done: a second pass over the input re-plans each window
-    that has such rows (tokenizing again, nothing scored), so no rank waits on it."""
-    reports = []
-    for start, window_rows in job_input.windows(shape.window, scanned):
-        if not held[start : start + len(window_rows)].any():
-            continue
-        plan = plan_window(clf, window_rows, start, spec, shape, False)
-        # a batch partly held was scored again by this run, and verified then
-        whole = [
-            b
-            for b in plan.batches
-            if all(j < len(held) and held[j] for j in batch_rows_of(plan, b))
-        ]
-        prompts = {i: plan.prompts[i] for b in whole for i in b.indices}
-        reports.append(verify_window(clf, Window(start, window_rows), prompts, sink.done, spec,
-                                     every))  # fmt: skip
-    return reports
-
-
-def tokenized(clf: Classifier, job_input: JobInput, size: int, scanned: Scan | None = None):
-    """(start, rows, prompts of the good rows) window by window; the next window is read and
-    tokenized in a thread while the caller scores this one (the tokenizer's Rust threads
-    release the GIL: off the lanes' critical path)."""
-
-    def read(windows):
-        item = next(windows, None)
-        if item is None:
-            return None
-        start, rows = item
-        return start, rows, clf.engine.prompts([r.text for r in rows if not r.error])
-
-    windows = job_input.windows(size, scanned)
-    with ThreadPoolExecutor(1, thread_name_prefix="mlxbatch-read") as pool:
-        ahead = pool.submit(read, windows)
-        while (item := ahead.result()) is not None:
-            ahead = pool.submit(read, windows)
-            yield item
-
-
 def execute(clf: Classifier, rows, plan: JobPlan, sink: Sink, on_error: str,
-            bar: tqdm) -> list[tuple[int, dict]]:  # fmt: skip
-    """Score every batch of `plan` not yet in the sink, appending each as it completes; the
-    rows appended."""
-    todo = todo_batches(plan, sink.done)
+            bar: tqdm, hooks: Hooks) -> list[tuple[int, dict]]:  # fmt: skip
+    """Score every batch of `plan` not yet in the sink (one step of its scheduler), appending
+    each as it completes; the rows appended."""
     written = []
-    scored = scheduler_for(clf, plan, todo).run(todo)
+    scored = plan.scheduler.step(todo_batches(plan, sink.done))
     for n, (batch, probs, _) in enumerate(scored, 1):
         rows_out = append_batch(clf, rows, plan, sink, batch, probs, on_error)
         bar.update(len(rows_out))
         written += rows_out
-        testhold.after_batch(n)
+        hooks.after_batch(n)
     return written

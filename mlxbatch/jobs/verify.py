@@ -4,24 +4,36 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from ..api.classifier import Classifier
-from ..api.spec import RunSpec
+from ..api.spec import Settings
+from ..api.verify import check
 from ..runtime import progress
 
 
-def verify_window(clf: Classifier, rows, prompts: dict[int, list[int]], results, spec: RunSpec,
-                  every: bool) -> dict | None:  # fmt: skip
-    """The report of the items `prompts` (input row -> prompt) against `results` (input row ->
-    output row; None when nothing is verified): all of them under `every`, else the sample."""
-    if every:
-        return run_verify(clf, rows, prompts, results, spec.progress_every)
-    if not spec.verify_sample or not prompts:
+def verify_window(clf: Classifier, ids: Mapping[int, Any], prompts: dict[int, list[int]],
+                  results, settings: Settings, every: bool) -> dict | None:  # fmt: skip
+    """The report of the items `prompts` (input row -> prompt; `ids`: input row -> its id)
+    against `results` (input row -> output row; None when nothing is verified): all of them
+    under `every`, else the sample."""
+    chosen = to_verify(prompts, settings, every)
+    if chosen is None:
         return None
-    sample = [i for i in sorted(prompts) if sampled(i, spec.verify_sample)]
-    return run_verify(clf, rows, {i: prompts[i] for i in sample}, results, spec.progress_every)
+    return run_verify(clf, ids, chosen, results, settings.spec.progress_every)
+
+
+def to_verify(prompts: dict[int, Any], settings: Settings, every: bool) -> dict | None:
+    """The items of `prompts` to verify: all under `every`, else the sample (None: none are)."""
+    if every:
+        return prompts
+    share = settings.spec.verify_sample
+    if not share or not prompts:
+        return None
+    return {i: prompts[i] for i in sorted(prompts) if sampled(i, share)}
 
 
 def sampled(row: int, share: float) -> bool:
@@ -46,28 +58,20 @@ def merge_reports(reports: list[dict]) -> dict | None:
     }
 
 
-def run_verify(clf: Classifier, rows, prompts: dict, results,
+def run_verify(clf: Classifier, ids: Mapping[int, Any], prompts: dict, results,
                lines_every: float | None = None) -> dict:  # fmt: skip
-    """Score items again on the gold path and compare labels and scores."""
+    """Score items again on the gold loop and compare labels and scores (`api.verify.check`)."""
     names = clf.labels.names
     disagree, max_diff, t0 = [], 0.0, time.perf_counter()
     bar = progress.bar(len(prompts), "verify", 0, lines_every)
     for i, prompt in prompts.items():
         bar.update(1)
-        gold = clf.adjust.apply(clf.engine.score_gold(prompt)[None])[0]
         scores = results[i].get("scores") or {}
-        fast = np.array([scores.get(n, np.nan) for n in names], np.float64)
-        finite = bool(np.isfinite(gold).all() and np.isfinite(fast).all())
-        if finite:
-            max_diff = max(max_diff, float(np.abs(gold - fast).max()))
-        g = int(np.argmax(np.nan_to_num(gold, nan=-1.0)))
-        if not finite:
-            disagree.append({"id": rows[i].id, "gold": names[g] if np.isfinite(gold).all() else None,
-                             "fast": results[i].get("label"), "error": "non-finite scores"})  # fmt: skip
-        elif g != int(np.argmax(fast)):
-            top2 = np.sort(gold)[-2:]
-            disagree.append({"id": rows[i].id, "gold": names[g], "fast": names[int(np.argmax(fast))],
-                             "gold_margin": float(top2[1] - top2[0])})  # fmt: skip
+        got = check(clf, prompt, np.array([scores.get(n, np.nan) for n in names], np.float64))
+        if not np.isnan(got.diff):
+            max_diff = max(max_diff, got.diff)
+        if not got.agrees:
+            disagree.append(got.disagreement(ids[i]))
     bar.close()
     n = len(prompts)
     return {

@@ -60,3 +60,11 @@ def default_model_dir(announce: Callable[[str], None] = print) -> Path:
     announce(f"model: {synthetic}: SYNTHETIC random weights at Qwen2.5-0.5B shapes, "
              "not a real model: its labels carry no meaning")  # fmt: skip
     return synthetic
+
+
+def model_dir(model: str | Path | None, announce: Callable[[str], None] = print) -> Path:
+    """What `--model` names: a directory or a hub id (see hub.resolve), else the built-in
+    default (announced); every command resolves its model here."""
+    from .hub import resolve
+
+    return resolve(model) if model else default_model_dir(announce=announce)

@@ -22,12 +22,16 @@ import anyio
 import numpy as np
 
 from ..api.classifier import Classifier
-from ..api.limits import fit, item_limit
+from ..api.limits import prepare
+from ..api.spec import RunSpec
+from ..api.verify import check
 from ..engine.adjust import parse_prior
+from ..engine.item import Item
 from ..engine.labels import LabelSet
 from ..engine.scheduler import LiveScheduler, QueueFull
 from ..errors import LabelError
 from ..model.tokenizer import PromptTokenizer
+from ..runtime import testhold
 from .errors import ApiError
 from .limits import ClassifyRequest, Limits
 from .metrics import Metrics
@@ -71,7 +75,7 @@ class Service:
         self.spec, self.limits = spec, spec.limits
         self.metrics = metrics or Metrics()
         self.state, self.failure, self.degraded = "starting", None, False
-        self.clf = self.scheduler = self.verifier = self.item_limit = None
+        self.clf = self.scheduler = self.verifier = self.settings = None
         self.on_drain: list[Callable[[], None]] = []  # the app's: end stalled body reads
         self.startup: dict[str, float] = {}
         self.created = int(time.time())
@@ -95,15 +99,14 @@ class Service:
                 s.model, labels=s.labels, system_prompt=s.system_prompt, examples=s.examples,
                 calibrate=s.calibrate, prior=s.prior, min_confidence=s.min_confidence,
             )  # fmt: skip
-            self.item_limit = item_limit(clf.engine, self.limits.max_tokens)
             t1 = time.perf_counter()
-            policy = clf.policy("sorted", batch_tokens=s.batch_tokens, max_batch=s.max_batch)
-            self.verifier = Verifier(s.verify_sample, clf.engine.score_gold, self._label_of,
-                                     self._verified)  # fmt: skip
+            self.settings = clf.settings(RunSpec(batch_tokens=s.batch_tokens, max_batch=s.max_batch,
+                                                 max_tokens=self.limits.max_tokens))  # fmt: skip
+            self.verifier = Verifier(s.verify_sample, self._check, self._verified)
             self.scheduler = LiveScheduler(
-                clf.engine, policy, max_wait=self.limits.max_wait_s,
+                clf.engine, self.settings.policy, max_wait=self.limits.max_wait_s,
                 max_queue=self.limits.max_queue, on_batch=self.metrics.batch,
-                on_idle=self.verifier.step,
+                on_idle=self.verifier.step, held=testhold.held,
             )  # fmt: skip
             self.scheduler.start()
             self.metrics.track_queue(lambda: self.scheduler.queued)
@@ -143,10 +146,9 @@ class Service:
     async def classify(self, req: ClassifyRequest) -> dict:
         """The reply to one request; ApiError for 422, 429 and 503."""
         # off the event loop however short: a few 1 MB texts held it for seconds
-        prepared = await anyio.to_thread.run_sync(self._prepare, req)
-        prompts = [p.prompt for p in prepared]
+        items = await anyio.to_thread.run_sync(self._prepare, req)
         try:
-            future = self.scheduler.submit(prompts)
+            future = self.scheduler.submit(items)
         except QueueFull as e:
             wait = max(1, math.ceil(e.retry_after))
             raise ApiError(429, f"the queue is full ({self.limits.max_queue:,} items); retry "
@@ -156,38 +158,39 @@ class Service:
         # shielded: a cancelled request must not cancel the scheduler's future under it
         probs = await asyncio.shield(asyncio.wrap_future(future))
         rid = f"classify-{uuid.uuid4().hex}"
-        self.verifier.offer(rid, prompts, probs)
-        self.metrics.items.inc(len(prompts))
-        return self._reply(rid, prepared, probs)
+        self.verifier.offer(rid, [item.prompt for item in items], probs)
+        self.metrics.items.inc(len(items))
+        return self._reply(rid, items, probs)
 
-    def _prepare(self, req: ClassifyRequest) -> list:
+    def _prepare(self, req: ClassifyRequest) -> list[Item]:
         out = []
         for i, text in enumerate(req.texts):
-            fitted = fit(self.clf.engine, text, self.item_limit, req.truncate, hint="")
-            if isinstance(fitted, str):  # named as a request sets it, not as classify does
-                raise ApiError(422, f'input[{i}]: {fitted}; send "truncate": true to cut it')
-            out.append(fitted)
+            item = prepare(self.clf.engine, text, self.settings.limit, req.truncate, i, hint="")
+            if isinstance(item, str):  # named as a request sets it, not as classify does
+                raise ApiError(422, f'input[{i}]: {item}; send "truncate": true to cut it')
+            out.append(item)
         return out
 
-    def _reply(self, rid: str, prepared: list, probs: np.ndarray) -> dict:
+    def _reply(self, rid: str, items: list[Item], probs: np.ndarray) -> dict:
         names = self.clf.labels.names
         data = []
-        for i, (p, pred) in enumerate(zip(prepared, self.clf.predictions(probs))):
-            item = {"index": i, "label": pred.label, "probs": [pred.scores[n] for n in names],
-                    "num_classes": len(names), "scores": pred.scores,
-                    "abstained": pred.abstained}  # fmt: skip
-            if p.truncated:
-                item["truncated"] = p.truncated
-            data.append(item)
-        tokens = sum(len(p.prompt) for p in prepared)
-        cached = tokens - sum(p.tokens for p in prepared)
+        for i, (item, said) in enumerate(zip(items, self.clf.predictions(probs))):
+            row = {"index": i, "label": said.label, "probs": [said.scores[n] for n in names],
+                   "num_classes": len(names), "scores": said.scores,
+                   "abstained": said.abstained}  # fmt: skip
+            if item.truncated:
+                row["truncated"] = item.truncated
+            data.append(row)
+        tokens = sum(len(item.prompt) for item in items)
+        cached = tokens - sum(item.fed for item in items)
         usage = {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0,
                  "prompt_tokens_details": {"cached_tokens": cached}}  # fmt: skip
         return {"id": rid, "object": "list", "created": int(time.time()), "model": self.spec.name,
                 "data": data, "usage": usage}  # fmt: skip
 
-    def _label_of(self, probs: np.ndarray) -> str | None:
-        return self.clf.predictions(np.asarray(probs)[None])[0].label
+    def _check(self, prompt: list[int], probs: np.ndarray):
+        """An item served with raw `probs`, against the gold loop (api/verify.py)."""
+        return check(self.clf, prompt, self.clf.adjust.apply(np.asarray(probs)[None])[0])
 
     def _verified(self, mismatch: bool, diff: float) -> None:
         self.metrics.verification(mismatch, diff)

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..api.verify import Check
+
 log = logging.getLogger("mlxbatch.serve")
 
 
@@ -24,17 +26,18 @@ class Sample:
     request_id: str
     index: int
     prompt: list[int]
-    probs: np.ndarray  # (J,) what was served, before calibration, prior and abstention
+    probs: np.ndarray  # (J,) what was scored, before calibration, prior and abstention
 
 
 class Verifier:
+    """`check(prompt, probs) -> api.verify.Check`: the one verifier (the service passes its
+    classifier's, over the served scores as answered: calibration and prior applied)."""
+
     def __init__(
-        self, fraction: float, score_gold: Callable[[list[int]], np.ndarray],
-        label_of: Callable[[np.ndarray], str | None],
+        self, fraction: float, check: Callable[[list[int], np.ndarray], Check],
         on_result: Callable[[bool, float], None], seed: int = 0, backlog: int = 1024,
     ):  # fmt: skip
-        self.fraction, self.score_gold, self.label_of = fraction, score_gold, label_of
-        self.on_result = on_result
+        self.fraction, self.check, self.on_result = fraction, check, on_result
         self.rng = random.Random(seed)
         self.pending: deque[Sample] = deque(maxlen=backlog)  # the oldest drop under overload
         self.mismatches = 0
@@ -53,14 +56,11 @@ class Verifier:
             s = self.pending.popleft()
         except IndexError:
             return False
-        gold = self.score_gold(s.prompt)
-        served, expected = self.label_of(s.probs), self.label_of(gold)
-        diff = float(np.max(np.abs(np.asarray(gold, np.float64) - s.probs)))
-        mismatch = served != expected
-        if mismatch:
+        got = self.check(s.prompt, s.probs)
+        if not got.agrees:
             self.mismatches += 1
             log.warning("verification failed: request %s item %d was served %r, the gold loop "
-                        "says %r (largest probability difference %.3g)", s.request_id, s.index,
-                        served, expected, diff)  # fmt: skip
-        self.on_result(mismatch, diff)
+                        "says %r (largest score difference %.3g)", s.request_id, s.index,
+                        got.served, got.gold, got.diff)  # fmt: skip
+        self.on_result(not got.agrees, got.diff)
         return True

@@ -1,0 +1,47 @@
+"""The one verifier: an item scored again on the gold loop and compared with what was served.
+
+A file job checks every item (`--verify`) or a sample (`--verify-sample`) window by window
+(jobs/verify.py); the service checks a sample of live traffic while idle (serve/verify.py).
+Both compare here, on the scores as served (calibration and prior applied): the top label,
+and the largest score difference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .classifier import Classifier
+
+
+@dataclass(frozen=True)
+class Check:
+    gold: str | None  # the gold loop's top label (None: its scores are not finite)
+    served: str | None  # the served scores' top label (None: not finite)
+    diff: float  # the largest |gold - served| score difference (nan when either is not finite)
+    margin: float  # the gold loop's top two scores apart (how close the call was)
+
+    @property
+    def agrees(self) -> bool:
+        return self.gold is not None and self.gold == self.served
+
+    def disagreement(self, item_id) -> dict:
+        """The report line of a check that does not agree."""
+        if self.gold is None or self.served is None:
+            return {"id": item_id, "gold": self.gold, "fast": self.served,
+                    "error": "non-finite scores"}  # fmt: skip
+        return {"id": item_id, "gold": self.gold, "fast": self.served, "gold_margin": self.margin}
+
+
+def check(clf: Classifier, prompt: list[int], served: np.ndarray) -> Check:
+    """`prompt` on the gold loop against `served`, the (J,) scores served for it (adjusted)."""
+    names = clf.labels.names
+    gold = clf.adjust.apply(clf.engine.score_gold(prompt)[None])[0]
+    served = np.asarray(served, np.float64)
+    gold_ok, served_ok = bool(np.isfinite(gold).all()), bool(np.isfinite(served).all())
+    diff = float(np.abs(gold - served).max()) if gold_ok and served_ok else float("nan")
+    top2 = np.sort(gold)[-2:] if gold_ok else np.zeros(2)
+    return Check(names[int(np.argmax(gold))] if gold_ok else None,
+                 names[int(np.argmax(served))] if served_ok else None, diff,
+                 float(top2[-1] - top2[0]) if len(top2) == 2 else 0.0)  # fmt: skip
