@@ -29,7 +29,7 @@ from ..engine.scheduler import LiveScheduler, QueueFull
 from ..errors import LabelError
 from ..model.tokenizer import PromptTokenizer
 from .errors import ApiError
-from .limits import ClassifyRequest, Limits
+from .limits import ClassifyBody, Limits
 from .metrics import Metrics
 from .verify import Verifier
 
@@ -140,7 +140,7 @@ class Service:
                     "shutting down"}.get(self.state, "the model failed to load")  # fmt: skip
             raise ApiError(503, what, {"Retry-After": "1"} if self.state == "starting" else None)
 
-    async def classify(self, req: ClassifyRequest) -> dict:
+    async def classify(self, req: ClassifyBody) -> dict:
         """The reply to one request; ApiError for 422, 429 and 503."""
         # off the event loop however short: a few 1 MB texts held it for seconds
         prepared = await anyio.to_thread.run_sync(self._prepare, req)
@@ -160,7 +160,7 @@ class Service:
         self.metrics.items.inc(len(prompts))
         return self._reply(rid, prepared, probs)
 
-    def _prepare(self, req: ClassifyRequest) -> list:
+    def _prepare(self, req: ClassifyBody) -> list:
         out = []
         for i, text in enumerate(req.texts):
             fitted = fit(self.clf.engine, text, self.item_limit, req.truncate, hint="")
