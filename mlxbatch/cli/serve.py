@@ -3,6 +3,7 @@ in bench/serve_load.py."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
@@ -39,6 +40,24 @@ def read_api_key(path: Path) -> bytes:
     return key  # compared as bytes: a non-ASCII key matches the UTF-8 a client sends
 
 
+def server_units(options: dict) -> dict:
+    """The options typed in human units (MB, ms), in the units the server counts in."""
+    from ..serve.limits import MB
+
+    return {"max_body_bytes": int(options["max_body_mb"] * MB),
+            "max_wait_s": options["max_wait_ms"] / 1000}  # fmt: skip
+
+
+def by_name(kind: type, options: dict, **resolved):
+    """A `kind` dataclass from the options named as its fields, `resolved` replacing those the
+    command worked out; a field neither gives is a renamed option, not a silent default."""
+    names = {f.name for f in dataclasses.fields(kind)}
+    given = {k: v for k, v in options.items() if k in names} | resolved
+    if missing := sorted(names - given.keys()):
+        raise TypeError(f"{kind.__name__}: no option gives {', '.join(missing)}")
+    return kind(**given)
+
+
 @click.command()
 @model_option
 @click.option("--labels", help=LABELS_HELP)
@@ -55,23 +74,24 @@ def read_api_key(path: Path) -> bytes:
 @max_batch_option
 @click.option("--max-queue", type=click.IntRange(1), default=1024, show_default=True,
               help="Items waiting at most; past it requests get 429 with Retry-After.")  # fmt: skip
-@click.option("--max-inputs-per-request", type=click.IntRange(1), default=256,
+@click.option("--max-inputs-per-request", "max_inputs", type=click.IntRange(1), default=256,
               show_default=True, help="Texts in one request; past it 413.")  # fmt: skip
 @click.option("--max-tokens", type=click.IntRange(1), default=2048, show_default=True,
               help='Tokens an item may feed (within the model\'s context); past it 422, or '
               'cut with "truncate": true in the request.')  # fmt: skip
 @click.option("--max-body-mb", type=FiniteRange(0, min_open=True), default=2.0,
               show_default=True, help="Request body cap; past it 413.")  # fmt: skip
-@click.option("--timeout-header", type=FiniteRange(0, min_open=True), default=10.0,
+@click.option("--timeout-header", "header_s", type=FiniteRange(0, min_open=True), default=10.0,
               show_default=True, help="Seconds for a request's head (from connect, or from "
               "the previous reply); then 408 and the connection closes.")  # fmt: skip
-@click.option("--timeout-body", type=FiniteRange(0, min_open=True), default=30.0,
+@click.option("--timeout-body", "body_s", type=FiniteRange(0, min_open=True), default=30.0,
               show_default=True, help="Seconds for a request's whole body; then 408.")  # fmt: skip
-@click.option("--timeout-keep-alive", type=FiniteRange(0, min_open=True), default=5.0,
-              show_default=True, help="Seconds an idle connection stays open between requests.")  # fmt: skip
+@click.option("--timeout-keep-alive", "keep_alive_s", type=FiniteRange(0, min_open=True),
+              default=5.0, show_default=True,
+              help="Seconds an idle connection stays open between requests.")  # fmt: skip
 @click.option("--max-connections", type=click.IntRange(1), default=512, show_default=True,
               help="Connections open at once; past it a new one gets 503 and is closed.")  # fmt: skip
-@click.option("--drain-timeout", type=FiniteRange(0), default=30.0, show_default=True,
+@click.option("--drain-timeout", "drain_s", type=FiniteRange(0), default=30.0, show_default=True,
               help="Seconds after SIGTERM/Ctrl-C to finish in-flight requests; then the rest are "
               "dropped and the server exits.")  # fmt: skip
 @click.option("--api-key-file", type=click.Path(path_type=Path),
@@ -80,51 +100,43 @@ def read_api_key(path: Path) -> bytes:
               help="Fraction of items re-scored on the gold loop while idle.")  # fmt: skip
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)  # fmt: skip
-def serve(model, labels, system_prompt, system_prompt_file, labels_file, examples, calibrate,
-          prior, min_confidence, host, port, max_wait_ms, batch_tokens, max_batch, max_queue,
-          max_inputs_per_request, max_tokens, max_body_mb, timeout_header, timeout_body,
-          timeout_keep_alive, max_connections, drain_timeout, api_key_file, verify_sample,
-          log_level):  # fmt: skip
+def serve(**options):
     """Serve classification over HTTP (POST /v1/classify), batching what arrives."""
     from ..errors import UsageError
     from ..serve.connections import ConnectionLimits, reserve_descriptors
-    from ..serve.limits import MB, Limits
+    from ..serve.limits import Limits
     from ..serve.server import LOOPBACK, listen
     from ..serve.server import serve as run
     from ..serve.service import ServeSpec, Service, preflight
 
-    if max_inputs_per_request > max_queue:
-        fail(f"--max-inputs-per-request {max_inputs_per_request} is over --max-queue "
-             f"{max_queue}: such a request could never be queued")  # fmt: skip
-    key = read_api_key(api_key_file) if api_key_file else None
+    host, model = options["host"], options["model"]
+    if options["max_inputs"] > options["max_queue"]:
+        fail(f"--max-inputs-per-request {options['max_inputs']} is over --max-queue "
+             f"{options['max_queue']}: such a request could never be queued")  # fmt: skip
+    key = read_api_key(options["api_key_file"]) if options["api_key_file"] else None
     if host not in LOOPBACK:
         echo(
             f"warning: --host {host} serves beyond this machine"
             + ("" if key else "; anyone who can reach it may classify (see --api-key-file)")
         )
-    spec = prompt_spec(labels, labels_file, system_prompt, system_prompt_file, examples)
+    spec = prompt_spec(options["labels"], options["labels_file"], options["system_prompt"],
+                       options["system_prompt_file"], options["examples"])  # fmt: skip
     path = resolve_model(model)
-    limits = Limits(max_body_bytes=int(max_body_mb * MB), max_inputs=max_inputs_per_request,
-                    max_tokens=max_tokens, max_queue=max_queue,
-                    max_wait_s=max_wait_ms / 1000)  # fmt: skip
-    connections = ConnectionLimits(timeout_header, timeout_body, timeout_keep_alive,
-                                   max_connections, drain_timeout)  # fmt: skip
-    serve_spec = ServeSpec(
-        model=path, name=model or path.name, labels=spec.labels, system_prompt=spec.system,
-        examples=spec.examples, calibrate=calibrate, prior=prior, min_confidence=min_confidence,
-        batch_tokens=batch_tokens, max_batch=max_batch, limits=limits,
-        verify_sample=verify_sample,
-    )  # fmt: skip
+    limits = by_name(Limits, options, **server_units(options))
+    connections = by_name(ConnectionLimits, options)
+    serve_spec = by_name(ServeSpec, options, model=path, name=model or path.name,
+                         labels=spec.labels, system_prompt=spec.system,
+                         examples=spec.examples, limits=limits)  # fmt: skip
     # everything that can be refused is refused here, before the port or a thread
-    if problem := reserve_descriptors(max_connections):
+    if problem := reserve_descriptors(connections.max_connections):
         fail(problem)
     try:
         preflight(serve_spec)
-        sock = listen(host, port)
+        sock = listen(host, options["port"])
     except UsageError as e:
         fail(str(e))
     service = Service(serve_spec)
-    code = run(service, sock, key, connections, log_level)
+    code = run(service, sock, key, connections, options["log_level"])
     if code == 130:
         fail("interrupted", 130)
     if code:
@@ -173,8 +185,9 @@ def bench_serve(model, n, mix, loads, seconds, sequential, soak_seconds, max_que
         init_random(model, preset="tiny", seed=0, dtype="float32")
         n, seconds, sequential = min(n, 60), min(seconds, 2.0), min(sequential, 10)
     texts = tuple(r["text"] for r in generate(n, seed=0, mix=mix))
-    options = LoadOptions(resolve_model(model), texts, rates, seconds, sequential, soak_seconds,
-                          max_queue)  # fmt: skip
+    options = LoadOptions(model=resolve_model(model), texts=texts, loads=rates, seconds=seconds,
+                          sequential=sequential, soak_seconds=soak_seconds,
+                          max_queue=max_queue)  # fmt: skip
     result = run(options, progress=echo)
     tmp.cleanup()
     click.echo(format_report(result))

@@ -40,18 +40,26 @@ def check_key(request: Request, key: bytes | None) -> None:
                        {"WWW-Authenticate": "Bearer"})  # fmt: skip
 
 
-def build_app(service: Service, api_key: bytes | None,
-              connections: ConnectionLimits) -> Starlette:  # fmt: skip
-    metrics, limits = service.metrics, service.limits
-    clocks: set[asyncio.Timeout] = set()  # the deadlines of the bodies being read
+class Routes:
+    """The routes over what they share: the service, the API key, the connection deadlines
+    and the deadlines of the bodies being read (which the drain cuts short)."""
 
-    async def classify(request: Request) -> Response:
+    def __init__(self, service: Service, api_key: bytes | None,
+                 connections: ConnectionLimits):  # fmt: skip
+        self.service, self.api_key, self.connections = service, api_key, connections
+        self.metrics, self.limits = service.metrics, service.limits
+        self.clocks: set[asyncio.Timeout] = set()  # the deadlines of the bodies being read
+        self.loop: asyncio.AbstractEventLoop | None = None  # the server's, set by the lifespan
+
+    async def classify(self, request: Request) -> Response:
+        service, metrics = self.service, self.metrics
         start = time.perf_counter()
         try:
-            check_key(request, api_key)
+            check_key(request, self.api_key)
             service.check_accepting()
-            body = await read_body(request, limits.max_body_bytes, connections.body_s, clocks)
-            reply = await service.classify(parse_classify(body, limits, service.names))
+            body = await read_body(request, self.limits.max_body_bytes,
+                                   self.connections.body_s, self.clocks)  # fmt: skip
+            reply = await service.classify(parse_classify(body, self.limits, service.names))
         except ApiError as e:
             if e.status == 408 and service.state == "draining":  # cut short by the drain
                 e = ApiError(503, "the server is shutting down")
@@ -82,59 +90,67 @@ def build_app(service: Service, api_key: bytes | None,
         log.debug("classify: 200, %d item(s) in %.1f ms", len(reply["data"]), seconds * 1e3)
         return JSONResponse(reply)
 
-    async def models(request: Request) -> Response:
+    async def models(self, request: Request) -> Response:
+        service = self.service
         try:
-            check_key(request, api_key)
+            check_key(request, self.api_key)
             if service.state not in ("ready", "draining") or service.clf is None:
                 service.check_accepting()
         except ApiError as e:
-            metrics.request(e.type, e.status)
+            self.metrics.request(e.type, e.status)
             return e.response()
-        metrics.request("ok", 200)
+        self.metrics.request("ok", 200)
         return JSONResponse(service.describe())
 
-    async def health(request: Request) -> Response:
-        status, body = service.health()
+    async def health(self, request: Request) -> Response:
+        status, body = self.service.health()
         return JSONResponse(body, status_code=status)
 
-    async def prometheus(request: Request) -> Response:
-        return Response(metrics.render(), media_type=metrics.content_type)
+    async def prometheus(self, request: Request) -> Response:
+        return Response(self.metrics.render(), media_type=self.metrics.content_type)
 
-    async def http_error(request: Request, exc: HTTPException) -> Response:
+    async def http_error(self, request: Request, exc: HTTPException) -> Response:
         status = exc.status_code if exc.status_code in TYPES else 400
         message = {404: f"no route {request.url.path}",
                    405: f"{request.method} is not allowed on {request.url.path}"}  # fmt: skip
         error = ApiError(status, message.get(status, str(exc.detail)))
-        metrics.request(error.type, status)
+        self.metrics.request(error.type, status)
         return error.response()
 
-    def cut_bodies() -> None:
+    def cut_bodies(self) -> None:
         """On the loop: bodies still arriving when the drain starts end now (503)."""
         now = asyncio.get_running_loop().time()
-        for clock in list(clocks):
+        for clock in list(self.clocks):
             clock.reschedule(now)
 
+    def cut_soon(self) -> None:
+        """The drain hook: the drain starts in a signal handler, off the loop the clocks run on."""
+        self.loop.call_soon_threadsafe(self.cut_bodies)
+
     @asynccontextmanager
-    async def lifespan(app):
-        loop = asyncio.get_running_loop()  # the drain starts in a signal handler
-
-        def cut_soon() -> None:
-            loop.call_soon_threadsafe(cut_bodies)
-
-        service.on_drain.append(cut_soon)
-        service.start()
+    async def lifespan(self, app):
+        self.loop = asyncio.get_running_loop()
+        self.service.on_drain.append(self.cut_soon)
+        self.service.start()
         yield
-        service.on_drain.remove(cut_soon)
+        self.service.on_drain.remove(self.cut_soon)
         # after uvicorn's in-flight requests, answered or cut at the drain deadline: what is
         # still queued has nobody waiting for it, and scoring it would pass the deadline
-        await anyio.to_thread.run_sync(lambda: service.close(drain=False))
+        await anyio.to_thread.run_sync(lambda: self.service.close(drain=False))
 
-    routes = [
-        Route("/v1/classify", classify, methods=["POST"]),
-        Route("/classify", classify, methods=["POST"]),  # vLLM's path too
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
-        Route("/metrics", prometheus, methods=["GET"]),
-    ]
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException:
-                                                                          http_error})  # fmt: skip
+
+def build_app(service: Service, api_key: bytes | None,
+              connections: ConnectionLimits) -> Starlette:  # fmt: skip
+    """The app: `Routes` on their paths, its lifespan, and HTTP errors in our error shape."""
+    routes = Routes(service, api_key, connections)
+    return Starlette(
+        routes=[
+            Route("/v1/classify", routes.classify, methods=["POST"]),
+            Route("/classify", routes.classify, methods=["POST"]),  # vLLM's path too
+            Route("/v1/models", routes.models, methods=["GET"]),
+            Route("/health", routes.health, methods=["GET"]),
+            Route("/metrics", routes.prometheus, methods=["GET"]),
+        ],
+        lifespan=routes.lifespan,
+        exception_handlers={HTTPException: routes.http_error},
+    )

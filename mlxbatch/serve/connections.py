@@ -79,96 +79,103 @@ class LingeringTransport:
         return getattr(self.raw, name)
 
 
-def guarded_protocol(limits: ConnectionLimits, metrics: Metrics) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with the head deadline, the connection cap and a lingering close."""
+class GuardedProtocol(H11Protocol):
+    """uvicorn's h11 protocol with the head deadline, the connection cap and a lingering close.
+    A server uses the subclass `guarded_protocol` makes: its limits, metrics and counters."""
 
-    class GuardedProtocol(H11Protocol):
-        refused_logged = 0.0  # when the cap was last logged: one line a minute, not a flood
-        refused_lingering = 0  # refused sockets still open: a flood must not pile them up
+    limits: ConnectionLimits
+    metrics: Metrics
+    refused_logged = 0.0  # when the cap was last logged: one line a minute, not a flood
+    refused_lingering = 0  # refused sockets still open: a flood must not pile them up
 
-        def connection_made(self, transport) -> None:
-            self.head_timer = self.linger_timer = None
-            self.lingering = self.refused = self.heard = False
-            self.raw = transport  # the socket's own transport (closes at once)
-            if len(self.connections) >= limits.max_connections:
-                self.refuse(transport)
-                return
-            super().connection_made(LingeringTransport(transport, self))
-            self.await_head()
+    def connection_made(self, transport) -> None:
+        self.head_timer = self.linger_timer = None
+        self.lingering = self.refused = self.heard = False
+        self.raw = transport  # the socket's own transport (closes at once)
+        if len(self.connections) >= self.limits.max_connections:
+            self.refuse(transport)
+            return
+        super().connection_made(LingeringTransport(transport, self))
+        self.await_head()
 
-        def refuse(self, transport) -> None:
-            # not in uvicorn's connections: never shut down, waited for or counted
-            self.refused = True
-            metrics.connections_refused.inc()
-            now = time.monotonic()
-            if now - GuardedProtocol.refused_logged > 60:
-                GuardedProtocol.refused_logged = now
-                log.warning("%d connections open (--max-connections): refusing new ones",
-                            len(self.connections))  # fmt: skip
-            transport.write(REFUSED)
-            if GuardedProtocol.refused_lingering < SPARE_FDS // 2:
-                GuardedProtocol.refused_lingering += 1
-                self.linger()
-            else:  # the client may see a reset instead of the 503; no descriptor is held
-                transport.close()
+    def refuse(self, transport) -> None:
+        # not in uvicorn's connections: never shut down, waited for or counted
+        self.refused = True
+        self.metrics.connections_refused.inc()
+        now, guarded = time.monotonic(), type(self)
+        if now - guarded.refused_logged > 60:
+            guarded.refused_logged = now
+            log.warning("%d connections open (--max-connections): refusing new ones",
+                        len(self.connections))  # fmt: skip
+        transport.write(REFUSED)
+        if guarded.refused_lingering < SPARE_FDS // 2:
+            guarded.refused_lingering += 1
+            self.linger()
+        else:  # the client may see a reset instead of the 503; no descriptor is held
+            transport.close()
 
-        def connection_lost(self, exc) -> None:
-            if not self.refused:
-                super().connection_lost(exc)
-            elif self.lingering:
-                GuardedProtocol.refused_lingering -= 1
-            for timer in (self.head_timer, self.linger_timer):
-                if timer is not None:
-                    timer.cancel()
+    def connection_lost(self, exc) -> None:
+        if not self.refused:
+            super().connection_lost(exc)
+        elif self.lingering:
+            type(self).refused_lingering -= 1
+        for timer in (self.head_timer, self.linger_timer):
+            if timer is not None:
+                timer.cancel()
 
-        def data_received(self, data: bytes) -> None:
-            if self.lingering:  # the reply is sent: what still arrives is read and dropped
-                return
-            self.heard = True
-            super().data_received(data)
-            if self.cycle is not self.head_of and self.head_timer is not None:
-                self.head_timer.cancel()  # a request head arrived: the body has its own deadline
-                self.head_timer = None
-
-        def on_response_complete(self) -> None:
-            if self.conn.their_state is h11.SEND_BODY:  # answered before the body was in
-                self.server_state.total_requests += 1
-                self.linger()
-                return
-            super().on_response_complete()
-            if not self.transport.is_closing() and (self.cycle is None or
-                                                    self.cycle.response_complete):  # fmt: skip
-                self.await_head()  # (a pipelined request may be running already)
-
-        def await_head(self) -> None:
-            self.head_of, self.heard = self.cycle, False
-            if self.head_timer is not None:
-                self.head_timer.cancel()
-            self.head_timer = self.loop.call_later(limits.header_s, self.head_late)
-
-        def head_late(self) -> None:
+    def data_received(self, data: bytes) -> None:
+        if self.lingering:  # the reply is sent: what still arrives is read and dropped
+            return
+        self.heard = True
+        super().data_received(data)
+        if self.cycle is not self.head_of and self.head_timer is not None:
+            self.head_timer.cancel()  # a request head arrived: the body has its own deadline
             self.head_timer = None
-            if self.cycle is not self.head_of or self.transport.is_closing():
-                return
-            if self.heard:  # part of a head: say why (an idle socket just closes)
-                metrics.request("timeout", 408)
-                self.transport.write(HEAD_TIMEOUT)
-            self.transport.close()
 
-        def linger(self) -> None:
-            """Half-close (our reply is complete), read and drop what the client still sends
-            until it finishes (EOF closes the socket) or LINGER_S pass, then close."""
-            if self.lingering:
-                return
-            self.lingering = True
-            if not self.refused:
-                self.flow.resume_reading()
-            if self.raw.can_write_eof():
-                self.raw.write_eof()
-            self.linger_timer = self.loop.call_later(LINGER_S, self.raw.close)
+    def on_response_complete(self) -> None:
+        if self.conn.their_state is h11.SEND_BODY:  # answered before the body was in
+            self.server_state.total_requests += 1
+            self.linger()
+            return
+        super().on_response_complete()
+        if not self.transport.is_closing() and (self.cycle is None or
+                                                self.cycle.response_complete):  # fmt: skip
+            self.await_head()  # (a pipelined request may be running already)
 
-        def shutdown(self) -> None:
-            if not self.lingering:
-                super().shutdown()
+    def await_head(self) -> None:
+        self.head_of, self.heard = self.cycle, False
+        if self.head_timer is not None:
+            self.head_timer.cancel()
+        self.head_timer = self.loop.call_later(self.limits.header_s, self.head_late)
 
-    return GuardedProtocol
+    def head_late(self) -> None:
+        self.head_timer = None
+        if self.cycle is not self.head_of or self.transport.is_closing():
+            return
+        if self.heard:  # part of a head: say why (an idle socket just closes)
+            self.metrics.request("timeout", 408)
+            self.transport.write(HEAD_TIMEOUT)
+        self.transport.close()
+
+    def linger(self) -> None:
+        """Half-close (our reply is complete), read and drop what the client still sends
+        until it finishes (EOF closes the socket) or LINGER_S pass, then close."""
+        if self.lingering:
+            return
+        self.lingering = True
+        if not self.refused:
+            self.flow.resume_reading()
+        if self.raw.can_write_eof():
+            self.raw.write_eof()
+        self.linger_timer = self.loop.call_later(LINGER_S, self.raw.close)
+
+    def shutdown(self) -> None:
+        if not self.lingering:
+            super().shutdown()
+
+
+def guarded_protocol(limits: ConnectionLimits, metrics: Metrics) -> type[GuardedProtocol]:
+    """The protocol class one server runs: its own limits, metrics and refusal counters."""
+    return type("GuardedProtocol", (GuardedProtocol,),
+                {"limits": limits, "metrics": metrics, "refused_logged": 0.0,
+                 "refused_lingering": 0})  # fmt: skip

@@ -40,7 +40,9 @@ class Limits:
 
 
 @dataclass(frozen=True)
-class ClassifyRequest:
+class ClassifyBody:
+    """A /v1/classify body once parsed: its texts, and whether a long one is cut to fit."""
+
     texts: list[str]
     truncate: bool
 
@@ -75,7 +77,7 @@ async def read_body(request: Request, cap: int, deadline: float,
     return b"".join(chunks)
 
 
-def parse_classify(body: bytes, limits: Limits, models: tuple[str, ...]) -> ClassifyRequest:
+def parse_classify(body: bytes, limits: Limits, models: tuple[str, ...]) -> ClassifyBody:
     """The request's texts, or the ApiError (400, 404, 413) naming the field or the item."""
     try:
         doc = json.loads(body, object_pairs_hook=_unique, parse_int=_int)
@@ -106,7 +108,7 @@ def parse_classify(body: bytes, limits: Limits, models: tuple[str, ...]) -> Clas
     truncate = doc.get("truncate", False)
     if not isinstance(truncate, bool):
         raise ApiError(400, f'"truncate" must be true or false, not a {_kind(truncate)}')
-    return ClassifyRequest(_texts(doc, limits.max_inputs), truncate)
+    return ClassifyBody(_texts(doc, limits.max_inputs), truncate)
 
 
 def _texts(doc: dict, max_inputs: int) -> list[str]:
@@ -164,4 +166,4 @@ def _kind(x) -> str:
     )
 
 
-__all__ = ["ClassifyRequest", "ClientDisconnect", "Limits", "parse_classify", "read_body"]
+__all__ = ["ClassifyBody", "ClientDisconnect", "Limits", "parse_classify", "read_body"]

@@ -33,7 +33,7 @@ from ..errors import LabelError
 from ..model.tokenizer import PromptTokenizer
 from ..runtime import testhold
 from .errors import ApiError
-from .limits import ClassifyRequest, Limits
+from .limits import ClassifyBody, Limits
 from .metrics import Metrics
 from .verify import Verifier
 
@@ -143,7 +143,7 @@ class Service:
                     "shutting down"}.get(self.state, "the model failed to load")  # fmt: skip
             raise ApiError(503, what, {"Retry-After": "1"} if self.state == "starting" else None)
 
-    async def classify(self, req: ClassifyRequest) -> dict:
+    async def classify(self, req: ClassifyBody) -> dict:
         """The reply to one request; ApiError for 422, 429 and 503."""
         # off the event loop however short: a few 1 MB texts held it for seconds
         items = await anyio.to_thread.run_sync(self._prepare, req)
@@ -162,7 +162,7 @@ class Service:
         self.metrics.items.inc(len(items))
         return self._reply(rid, items, probs)
 
-    def _prepare(self, req: ClassifyRequest) -> list[Item]:
+    def _prepare(self, req: ClassifyBody) -> list[Item]:
         out = []
         for i, text in enumerate(req.texts):
             item = prepare(self.clf.engine, text, self.settings.limit, req.truncate, i, hint="")
