@@ -25,6 +25,7 @@ LAYERS = [
     "bench",
     "cli",
 ]  # bottom to top
+MAX_FUNCTION_LINES = 60  # def line to last line: what reads in one screen
 
 
 def test_row_layout_builds_tokens_positions_and_masks_without_a_model():
@@ -167,3 +168,16 @@ def test_imports_point_down_the_layers():
         for dep in _imports(path):
             if dep in LAYERS:
                 assert LAYERS.index(dep) <= layer, f"{'/'.join(rel)} imports {dep}"
+
+
+def test_no_function_is_longer_than_a_screen():
+    """A longer function hides its steps and their order: split it into named ones."""
+    long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    where = path.relative_to(PACKAGE.parent).as_posix()
+                    long.append(f"{where}:{node.lineno} {node.name} ({lines} lines)")
+    assert not long, f"over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)

@@ -49,22 +49,8 @@ def evaluate(
     n = len(gl)
     answered = [i for i, p in enumerate(pred) if p is not None]
     correct = np.array([pred[i] == gl[i] for i in range(n)], bool)
-    # a prediction outside the label set is wrong, never dropped: it gets its own column
-    outside = sorted({str(p) for p in pred if p is not None and p not in labels})
-    cols = (*labels, *outside, None) if len(answered) < n else (*labels, *outside)
-    matrix = [
-        [sum(1 for p, g in zip(pred, gl) if g == gt and p == pt) for pt in cols] for gt in labels
-    ]
-    per_class = {}
-    for j, lab in enumerate(labels):
-        tp = matrix[j][j]
-        predicted_as = sum(matrix[k][j] for k in range(len(labels)))
-        support = sum(matrix[j])
-        p = tp / predicted_as if predicted_as else 0.0
-        r = tp / support if support else 0.0
-        f1 = 2 * p * r / (p + r) if p + r else 0.0
-        per_class[lab] = {"precision": p, "recall": r, "f1": f1, "support": support,
-                          "predicted": predicted_as}  # fmt: skip
+    cols, outside, matrix = _confusion(pred, gl, labels, abstained=len(answered) < n)
+    per_class = _per_class(labels, matrix)
     present = [lab for lab in labels if per_class[lab]["support"] > 0]
     out = {
         "items": len(gold),
@@ -86,11 +72,46 @@ def evaluate(
     }
     if confidence is not None and n:
         out["ece"] = expected_calibration_error(conf, correct)
-        out["above_threshold"] = {
-            str(t): {"coverage": float((conf >= t).mean()),
-                     "accuracy": float(correct[conf >= t].mean()) if (conf >= t).any() else None}
-            for t in THRESHOLDS
-        }  # fmt: skip
+        out["above_threshold"] = _above_thresholds(conf, correct)
+    return out
+
+
+def _confusion(
+    pred: list, gold: list, labels: tuple[str, ...], abstained: bool
+) -> tuple[tuple, list[str], list[list[int]]]:
+    """The columns (the labels, predictions outside them, then abstentions when there are any),
+    those outside, and the matrix: a row a gold label, a column a prediction."""
+    # a prediction outside the label set is wrong, never dropped: it gets its own column
+    outside = sorted({str(p) for p in pred if p is not None and p not in labels})
+    cols = (*labels, *outside, None) if abstained else (*labels, *outside)
+    matrix = [
+        [sum(1 for p, g in zip(pred, gold) if g == gt and p == pt) for pt in cols] for gt in labels
+    ]
+    return cols, outside, matrix
+
+
+def _per_class(labels: tuple[str, ...], matrix: list[list[int]]) -> dict:
+    """Precision, recall and F1 of each label, read off the confusion matrix."""
+    per_class = {}
+    for j, lab in enumerate(labels):
+        tp = matrix[j][j]
+        predicted_as = sum(matrix[k][j] for k in range(len(labels)))
+        support = sum(matrix[j])
+        p = tp / predicted_as if predicted_as else 0.0
+        r = tp / support if support else 0.0
+        f1 = 2 * p * r / (p + r) if p + r else 0.0
+        per_class[lab] = {"precision": p, "recall": r, "f1": f1, "support": support,
+                          "predicted": predicted_as}  # fmt: skip
+    return per_class
+
+
+def _above_thresholds(confidence: np.ndarray, correct: np.ndarray) -> dict:
+    """At each threshold: the share of rows at least that confident, and their accuracy."""
+    out = {}
+    for t in THRESHOLDS:
+        above = confidence >= t
+        out[str(t)] = {"coverage": float(above.mean()),
+                       "accuracy": float(correct[above].mean()) if above.any() else None}  # fmt: skip
     return out
 
 

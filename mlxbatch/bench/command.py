@@ -10,7 +10,7 @@ from pathlib import Path
 from ..engine.prompt import built_in_prompt
 from ..errors import UsageError
 from ..io.outputs import check_reports, write_json_report
-from ..io.promptspec import prompt_spec
+from ..io.promptspec import PromptSpec, prompt_spec
 from ..model.defaults import default_model_dir
 from ..model.hub import resolve
 from .llamacpp import LlamaCppOptions
@@ -58,24 +58,27 @@ def run_bench_command(req: BenchRequest, say: Callable[[str], None]) -> int:
         return _ranks(req, tickets_file, say)
     read = [Path(p) for p in (req.system_prompt_file, req.labels_file, req.examples) if p]
     check_reports(req.json_path, req.plot_path, read + tickets_file)
+    result, report = bench_job(bench_options(req, say), lambda m: _model(m, say), progress=say)
+    print(report)
+    if any(m["agreement"] is not None and m["agreement"] < 1.0 for m in result["modes"]):
+        say("error: a batched mode disagrees with the gold loop")
+        return 1
+    return 0
+
+
+def bench_options(req: BenchRequest, say: Callable[[str], None]) -> BenchOptions:
+    """The options checked and resolved, before anything runs: modes, the reference model,
+    peers, then the prompt."""
     wanted = _names(req.modes, MODE_NAMES, "--modes")
     if not wanted:
         raise UsageError(f"--modes: choose at least one of {', '.join(MODE_NAMES)}")
-    against = _model(str(req.against), say) if req.against is not None else None  # before the runs
+    against = _model(str(req.against), say) if req.against is not None else None
     peers = () if req.no_peers else _names(req.peer_names, PEERS, "--peers")
     spec = prompt_spec(
         req.labels, req.labels_file, req.system_prompt, req.system_prompt_file, req.examples
     )
-    system, shots = spec.system, spec.examples
-    if req.prompt_name != "default":
-        if req.system_prompt or req.system_prompt_file or req.examples:
-            raise UsageError(f"--prompt {req.prompt_name} is a built-in prompt: do not combine it "
-                             "with your own")  # fmt: skip
-        try:
-            system, shots = built_in_prompt(req.prompt_name, spec.labels)
-        except ValueError as e:
-            raise UsageError(f"--prompt {req.prompt_name}: {e}") from None
-    options = BenchOptions(
+    system, shots = _prompt(req, spec)
+    return BenchOptions(
         model=req.model, tickets=req.tickets_spec, mix=req.mix, labels=spec.labels,
         system_prompt=system, examples=shots,
         prompt_name=req.prompt_name if not req.examples else f"examples from {req.examples}",
@@ -85,12 +88,20 @@ def run_bench_command(req: BenchRequest, say: Callable[[str], None]) -> int:
         llama_cpp=LlamaCppOptions(req.llama_cpp_src, req.llama_threads),
         quick=req.quick, calibrate=not req.no_calibrate, against=against, json_path=req.json_path, plot_path=req.plot_path,
     )  # fmt: skip
-    result, report = bench_job(options, lambda m: _model(m, say), progress=say)
-    print(report)
-    if any(m["agreement"] is not None and m["agreement"] < 1.0 for m in result["modes"]):
-        say("error: a batched mode disagrees with the gold loop")
-        return 1
-    return 0
+
+
+def _prompt(req: BenchRequest, spec: PromptSpec) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The system prompt and examples: the options' own, or the built-in prompt named by
+    --prompt over their labels (never both)."""
+    if req.prompt_name == "default":
+        return spec.system, spec.examples
+    if req.system_prompt or req.system_prompt_file or req.examples:
+        raise UsageError(f"--prompt {req.prompt_name} is a built-in prompt: do not combine it "
+                         "with your own")  # fmt: skip
+    try:
+        return built_in_prompt(req.prompt_name, spec.labels)
+    except ValueError as e:
+        raise UsageError(f"--prompt {req.prompt_name}: {e}") from None
 
 
 def _model(model: str | Path | None, say) -> Path:

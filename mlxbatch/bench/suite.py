@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import mlx.core as mx
 import numpy as np
 
 from ..api.classifier import Classifier
+from ..api.spec import RunSpec
 from ..engine.engine import Engine
 from ..engine.planner import (
     DEFAULT_MAX_BATCH,
@@ -98,6 +100,107 @@ def length_stats(lengths: list[int]) -> dict:
 MODE_NAMES = ("gold", "prefix", "naive", "sorted", "greedy", "sweep")
 
 
+@dataclass(frozen=True)
+class ModePlans:
+    """The batches of each batched mode, cut from the same fed lengths when a mode asks (a
+    greedy budget below the longest item raises then, not before)."""
+
+    fed: list[int]
+    cap: int  # the sorted mode's budget: what the free memory allows
+    max_batch: int
+    naive_batch: int
+    cost: CostModel
+    terms: tuple[int, int, int]  # prefix, label rows, label tokens
+
+    def sequential(self) -> list[Batch]:
+        return plan_batches(self.fed, "sequential", 1 << 30, 1)
+
+    def naive(self) -> list[Batch]:
+        return plan_batches(self.fed, "naive", 1 << 30, self.naive_batch)
+
+    def by_cost(self) -> list[Batch]:
+        return plan(self.fed, "cost", self.cap, self.max_batch, self.cost, *self.terms)
+
+    def greedy(self, budget: int) -> list[Batch]:
+        return plan_batches(self.fed, "greedy", budget, self.max_batch)
+
+    def predicted_seconds(self, batches: list[Batch]) -> float:
+        return self.cost.plan_seconds(batches, *self.terms)
+
+
+@dataclass
+class ModeRuns:
+    """The modes run so far on one set of prompts, each compared with the reference: the gold
+    loop's probabilities, else the prefix-cache loop's, else none (no agreement claimed)."""
+
+    engine: Engine
+    prompts: list[list[int]]
+    useful_tokens: int
+    useful_flops: float
+    predict: Callable[[list[Batch]], float]
+    progress: Callable[[str], None]
+    reference: np.ndarray | None = None
+    results: list[ModeResult] = field(default_factory=list)
+
+    def run(self, name: str, batches: list[Batch], scorer: str = "fast", **settings) -> np.ndarray:
+        """Time one mode and say how it went; its probabilities."""
+        self.progress(f"running {name} ({len(batches)} batches) ...")
+        res, probs = run_mode(name, self.engine, self.prompts, batches, scorer, self.reference,
+                              self.useful_tokens, self.useful_flops, settings, self.predict)  # fmt: skip
+        self.results.append(res)
+        extra = f", predicted {res.predicted_seconds:.1f} s" if res.predicted_seconds else ""
+        agree = "n/a (no reference run)" if res.agreement is None else f"{res.agreement:.1%}"
+        self.progress(
+            f"  {res.seconds:.1f} s{extra}, {res.items_per_s:.2f} items/s, agreement {agree}"
+        )
+        return probs
+
+
+def run_sequential_modes(runs: ModeRuns, plans: ModePlans, modes) -> None:
+    """The gold loop (whole prompts), then one row a batch through the prefix cache; the first
+    of them to run is the reference of every later mode."""
+    if "gold" in modes:
+        whole = plan_batches([len(p) for p in runs.prompts], "sequential", 1 << 30, 1)
+        runs.reference = runs.run("sequential (gold)", whole, scorer="gold")
+    if "prefix" in modes:
+        probs = runs.run("sequential + prefix cache", plans.sequential())
+        runs.reference = probs if runs.reference is None else runs.reference
+
+
+def run_batched_modes(
+    runs: ModeRuns, plans: ModePlans, modes, batch_tokens: int, sweep: list[int]
+) -> None:
+    """Naive batches, the cost planner's (the default), greedy at `batch_tokens`, then greedy
+    at each budget of `sweep` that fits the longest item."""
+    if "naive" in modes:
+        runs.run(f"naive (batch {plans.naive_batch})", plans.naive(), max_batch=plans.naive_batch)
+    if "sorted" in modes:
+        runs.run("sorted (default)", plans.by_cost(), batch_tokens=plans.cap,
+                 max_batch=plans.max_batch, planner="cost")  # fmt: skip
+    greedy = [batch_tokens] if "greedy" in modes else []
+    if "sweep" in modes:
+        greedy += [b for b in sweep if b != batch_tokens and b >= max(plans.fed)]
+    for b in greedy:
+        runs.run(f"sorted, greedy {b}", plans.greedy(b), batch_tokens=b,
+                 max_batch=plans.max_batch, planner="greedy")  # fmt: skip
+
+
+def padding_tax(plans: ModePlans, batch_tokens: int, sweep: list[int]) -> dict:
+    """Processed over useful tokens under each planner; the padding share at each budget."""
+    fed, by_cost = plans.fed, plans.by_cost()
+    return {
+        "global_max_factor": global_max_stats(fed).factor,
+        "naive_factor": padding_stats(fed, plans.naive()).factor,
+        "greedy_factor": padding_stats(fed, plans.greedy(batch_tokens)).factor,
+        "sorted_factor": padding_stats(fed, by_cost).factor,
+        "sweep": {
+            b: padding_stats(fed, plans.greedy(b)).overhead
+            for b in sorted({*sweep, batch_tokens})
+            if b >= max(fed)
+        },
+    }
+
+
 def run_bench(
     clf: Classifier, texts: list[str], batch_tokens: int, max_batch: int, naive_batch: int,
     sweep: list[int], progress=print, modes=MODE_NAMES, cost: CostModel | None = None,
@@ -112,65 +215,23 @@ def run_bench(
     tok_lengths = [len(clf.lm.tokenizer.encode(t)) for t in texts]
     fed = clf.engine.fed_lengths(prompts)
     u_tokens, u_flops = useful(clf, prompts)
-    runs: list[ModeResult] = []
     cost = cost or clf.cost_model()
     terms = clf.engine.cost_terms()  # prefix, label rows, label tokens
-    cap = clf.engine.default_budget(max_batch, max(fed))
-
-    def go(name, batches, scorer="fast", **settings):
-        progress(f"running {name} ({len(batches)} batches) ...")
-        res, probs = run_mode(name, clf.engine, prompts, batches, scorer, ref, u_tokens, u_flops,
-                              settings, lambda b: cost.plan_seconds(b, *terms))  # fmt: skip
-        runs.append(res)
-        extra = f", predicted {res.predicted_seconds:.1f} s" if res.predicted_seconds else ""
-        agree = "n/a (no reference run)" if res.agreement is None else f"{res.agreement:.1%}"
-        progress(f"  {res.seconds:.1f} s{extra}, {res.items_per_s:.2f} items/s, agreement {agree}")
-        return probs
-
-    ref = None
-    if "gold" in modes:
-        ref = go("sequential (gold)", plan_batches([len(p) for p in prompts], "sequential", 1 << 30, 1),
-                 scorer="gold")  # fmt: skip
-    if "prefix" in modes:
-        probs = go("sequential + prefix cache", plan_batches(fed, "sequential", 1 << 30, 1))
-        ref = probs if ref is None else ref  # the reference when the gold loop did not run
-    if "naive" in modes:
-        go(f"naive (batch {naive_batch})", plan_batches(fed, "naive", 1 << 30, naive_batch),
-           max_batch=naive_batch)  # fmt: skip
-    if "sorted" in modes:
-        go("sorted (default)", plan(fed, "cost", cap, max_batch, cost, *terms), batch_tokens=cap,
-           max_batch=max_batch, planner="cost")  # fmt: skip
-    if "greedy" in modes:
-        go(f"sorted, greedy {batch_tokens}", plan_batches(fed, "greedy", batch_tokens, max_batch),
-           batch_tokens=batch_tokens, max_batch=max_batch, planner="greedy")  # fmt: skip
-    if "sweep" in modes:
-        for b in sweep:
-            if b != batch_tokens and b >= max(fed):
-                go(f"sorted, greedy {b}", plan_batches(fed, "greedy", b, max_batch),
-                   batch_tokens=b, max_batch=max_batch, planner="greedy")  # fmt: skip
-    cost_plan = plan(fed, "cost", cap, max_batch, cost, *terms)
+    # the sorted mode's budget as classify resolves it (one rule), raised to fit the longest
+    cap = max(clf.settings(RunSpec(max_batch=max_batch)).policy.batch_tokens, max(fed))
+    plans = ModePlans(fed, cap, max_batch, naive_batch, cost, terms)
+    runs = ModeRuns(clf.engine, prompts, u_tokens, u_flops, plans.predicted_seconds, progress)
+    run_sequential_modes(runs, plans, modes)
+    run_batched_modes(runs, plans, modes, batch_tokens, sweep)
+    ref = runs.reference
     return {
         "items": len(prompts),
         "prefix_tokens": len(clf.engine.tokenizer.shared_prefix(clf.system_prompt, clf.examples)),
         "ticket_tokens": length_stats(tok_lengths),
         "fed_tokens": length_stats(fed),
         "cost_model": cost.to_dict(),
-        "padding_tax": {
-            "global_max_factor": global_max_stats(fed).factor,
-            "naive_factor": padding_stats(
-                fed, plan_batches(fed, "naive", 1 << 30, naive_batch)
-            ).factor,
-            "greedy_factor": padding_stats(
-                fed, plan_batches(fed, "greedy", batch_tokens, max_batch)
-            ).factor,
-            "sorted_factor": padding_stats(fed, cost_plan).factor,
-            "sweep": {
-                b: padding_stats(fed, plan_batches(fed, "greedy", b, max_batch)).overhead
-                for b in sorted({*sweep, batch_tokens})
-                if b >= max(fed)
-            },
-        },  # fmt: skip
-        "modes": [asdict(r) | {"items_per_s": r.items_per_s} for r in runs],
+        "padding_tax": padding_tax(plans, batch_tokens, sweep),
+        "modes": [asdict(r) | {"items_per_s": r.items_per_s} for r in runs.results],
         "gold_labels": [clf.labels.names[i] for i in ref.argmax(1)] if ref is not None else [],
     }
 
@@ -222,55 +283,24 @@ def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
     """The whole `bench` command: model, tickets, calibration, modes, peers, report, files."""
     import tempfile
 
-    from ..engine.calibration import cached, calibrate, default_model, describe
-    from ..errors import UsageError
     from ..io.outputs import write_json_report
-    from ..model.convert import init_random
     from .against import against
     from .doctor import report as doctor_report
-    from .peers import run_peers
     from .report import format_report, plot
 
     with tempfile.TemporaryDirectory() as tmp:
-        model, tickets, llama = o.model, o.tickets, o.llama_cpp
-        if o.quick:
-            model = Path(tmp) / "tiny"
-            init_random(model, preset="tiny", seed=0, dtype="float32")
-            tickets = "60" if tickets == "600" else tickets
-            llama = replace(llama, cache=llama.cache or Path(tmp) / "gguf")  # a model of this run
+        model, tickets, llama = bench_inputs(o, Path(tmp))
         texts, source = load_tickets(tickets, o.mix)
         clf = Classifier.load(resolve(model), o.labels, o.system_prompt, examples=o.examples)
         prompts = [clf.engine.prompt(t) for t in texts]
-        fed = clf.engine.fed_lengths(prompts)
-        greedy = o.batch_tokens or clf.engine.default_budget(o.max_batch, max(fed))
-        if greedy < max(fed):  # the free memory's budget: a traceback from the planner before
-            raise UsageError(f"the free memory allows batches of {greedy} tokens, fewer than the "
-                             f"longest ticket's {max(fed)}: free some memory or set "
-                             f"--batch-tokens")  # fmt: skip
+        greedy = greedy_budget(clf, clf.engine.fed_lengths(prompts), o.batch_tokens, o.max_batch)
         info = doctor_report(2048 if not o.quick else 512)
-        if o.calibrate:
-            cost, calib = calibrate(clf.engine, progress)
-        else:  # the cached model or the defaults, never a first job's calibration
-            cost, calib = cached(clf.engine) or default_model(clf.engine), None
-        if not o.calibrate:
-            progress(f"planner: {describe(cost)}")
+        cost, calib = planner_cost(clf, o.calibrate, progress)
         result = run_bench(clf, texts, greedy, o.max_batch, o.naive_batch, list(o.sweep),
                            progress, o.modes, cost)  # fmt: skip
         result["calibration"] = calib
-        result["meta"] = {
-            "model": clf.lm.describe(), "tickets": source, "prompt": o.prompt_name,
-            "device": info["device"], "device_name": info["device_name"], "dtype": info["dtype"],
-            "blas": info["blas_kernels"] or info["blas"],
-            "peak_matmul_gflops": info[f"matmul_gflops_{info['dtype']}"], "doctor": info,
-        }  # fmt: skip
-        if o.peers and clf.labels.max_len > 1:
-            result["peers"] = [{"name": "peers", "error": "peers score single-token labels only"}]
-        elif o.peers and result["gold_labels"]:
-            names = list(clf.labels.names)
-            gold = [names.index(x) for x in result["gold_labels"]]
-            result["peers"] = run_peers(clf.lm.path, prompts, clf.labels.first_ids, gold,
-                                        o.peer_batch_tokens, o.max_batch, o.naive_batch, o.peers,
-                                        progress, llama)  # fmt: skip
+        result["meta"] = bench_meta(clf, source, o.prompt_name, info)
+        result.update(peers_entry(o, clf, prompts, result["gold_labels"], llama, progress))
         if o.against:
             result["against"] = against(clf, texts, o.max_batch, resolve(o.against), progress)
     text = format_report(result)
@@ -279,3 +309,71 @@ def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
     if o.plot_path:
         plot(result, o.plot_path, [len(clf.lm.tokenizer.encode(t)) for t in texts])
     return result, text
+
+
+def bench_inputs(o: BenchOptions, tmp: Path) -> tuple[Path | None, str, LlamaCppOptions]:
+    """The model, tickets and llama.cpp options of a run; with --quick, a tiny random model in
+    `tmp`, 60 tickets unless others were asked for, and the GGUFs of that model in `tmp`."""
+    if not o.quick:
+        return o.model, o.tickets, o.llama_cpp
+    from ..model.convert import init_random
+
+    model = tmp / "tiny"
+    init_random(model, preset="tiny", seed=0, dtype="float32")
+    tickets = "60" if o.tickets == "600" else o.tickets
+    llama = replace(o.llama_cpp, cache=o.llama_cpp.cache or tmp / "gguf")  # a model of this run
+    return model, tickets, llama
+
+
+def greedy_budget(clf: Classifier, fed: list[int], batch_tokens: int | None, max_batch: int) -> int:
+    """The greedy budget compared against: the one given, else the free memory's; refused
+    when the longest ticket does not fit it (a traceback from the planner before)."""
+    from ..errors import UsageError
+
+    greedy = batch_tokens or clf.engine.default_budget(max_batch, max(fed))
+    if greedy < max(fed):
+        raise UsageError(f"the free memory allows batches of {greedy} tokens, fewer than the "
+                         f"longest ticket's {max(fed)}: free some memory or set "
+                         f"--batch-tokens")  # fmt: skip
+    return greedy
+
+
+def planner_cost(clf: Classifier, calibrate_now: bool, progress) -> tuple[CostModel, dict | None]:
+    """The planner's cost model and the calibration run for it (None: none ran): without
+    calibrating, the cached model or the defaults, never a first job's calibration."""
+    from ..engine.calibration import cached, calibrate, default_model, describe
+
+    if calibrate_now:
+        return calibrate(clf.engine, progress)
+    cost = cached(clf.engine) or default_model(clf.engine)
+    progress(f"planner: {describe(cost)}")
+    return cost, None
+
+
+def bench_meta(clf: Classifier, source: str, prompt_name: str, info: dict) -> dict:
+    """What ran: the model, tickets and prompt, on the machine `doctor` describes."""
+    return {
+        "model": clf.lm.describe(), "tickets": source, "prompt": prompt_name,
+        "device": info["device"], "device_name": info["device_name"], "dtype": info["dtype"],
+        "blas": info["blas_kernels"] or info["blas"],
+        "peak_matmul_gflops": info[f"matmul_gflops_{info['dtype']}"], "doctor": info,
+    }  # fmt: skip
+
+
+def peers_entry(
+    o: BenchOptions, clf: Classifier, prompts: list[list[int]], gold_labels: list[str],
+    llama: LlamaCppOptions, progress,
+) -> dict:  # fmt: skip
+    """The report's `peers` entry: their runs against the reference's labels, or why they
+    cannot run; none when no peer was asked for or no reference ran."""
+    from .peers import run_peers
+
+    if o.peers and clf.labels.max_len > 1:
+        return {"peers": [{"name": "peers", "error": "peers score single-token labels only"}]}
+    if not (o.peers and gold_labels):
+        return {}
+    names = list(clf.labels.names)
+    gold = [names.index(x) for x in gold_labels]
+    return {"peers": run_peers(clf.lm.path, prompts, clf.labels.first_ids, gold,
+                               o.peer_batch_tokens, o.max_batch, o.naive_batch, o.peers,
+                               progress, llama)}  # fmt: skip

@@ -107,29 +107,10 @@ def prompt_options(f):
     return f
 
 
-from ..io.promptspec import PromptSpec, parse_labels, prompt_spec, system_prompt_from  # noqa: E402,F401
-
-
 def check_gold_field(rows, gold_field: str, source) -> None:
     """A gold field that no row has is a typo, not an evaluation of nothing: refuse it."""
     if not any(gold_field in r.fields for r in rows):
         fail(f"{source}: no row has the gold field {gold_field!r} (--gold-field)")
-
-
-def report_evaluation(clf, rows, results, gold_field, json_path=None, plot_path=None) -> dict:
-    """Print (and write) the evaluation of a job's rows against their gold labels."""
-    from ..api.evaluate import evaluate_rows, format_evaluation, plot_confusion
-    from ..io.outputs import write_json_report
-
-    gold = [r.fields.get(gold_field) for r in rows]
-    m = evaluate_rows(results, gold, clf.labels.names)
-    note = " (SYNTHETIC weights: chance level is expected)" if clf.lm.synthetic else ""
-    click.echo(format_evaluation(m) + ("\n" + note.strip() if note else ""), err=True)
-    if json_path:
-        write_json_report(json_path, m)
-    if plot_path:
-        plot_confusion(m, plot_path)
-    return m
 
 
 def by_name(options: dict, *kinds) -> tuple:

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ..io.caps import API_KEY_BYTES, read_capped
+from ..io.promptspec import prompt_spec
 from .common import (
     LABELS_HELP,
     FiniteRange,
@@ -18,7 +19,6 @@ from .common import (
     model_option,
     plot_target,
     prompt_options,
-    prompt_spec,
     report_options,
     resolve_model,
 )
