@@ -11,8 +11,7 @@ from ..engine.prompt import built_in_prompt
 from ..errors import UsageError
 from ..io.outputs import check_reports, write_json_report
 from ..io.promptspec import PromptSpec, prompt_spec
-from ..model.defaults import default_model_dir
-from ..model.hub import resolve
+from ..model.defaults import model_dir
 from .llamacpp import LlamaCppOptions
 from .peers import PEERS
 from .suite import MODE_NAMES, BenchOptions, bench_job, load_tickets
@@ -58,7 +57,7 @@ def run_bench_command(req: BenchRequest, say: Callable[[str], None]) -> int:
         return _ranks(req, tickets_file, say)
     read = [Path(p) for p in (req.system_prompt_file, req.labels_file, req.examples) if p]
     check_reports(req.json_path, req.plot_path, read + tickets_file)
-    result, report = bench_job(bench_options(req, say), lambda m: _model(m, say), progress=say)
+    result, report = bench_job(bench_options(req, say), lambda m: model_dir(m, say), progress=say)
     print(report)
     if any(m["agreement"] is not None and m["agreement"] < 1.0 for m in result["modes"]):
         say("error: a batched mode disagrees with the gold loop")
@@ -72,7 +71,7 @@ def bench_options(req: BenchRequest, say: Callable[[str], None]) -> BenchOptions
     wanted = _names(req.modes, MODE_NAMES, "--modes")
     if not wanted:
         raise UsageError(f"--modes: choose at least one of {', '.join(MODE_NAMES)}")
-    against = _model(str(req.against), say) if req.against is not None else None
+    against = model_dir(str(req.against), say) if req.against is not None else None
     peers = () if req.no_peers else _names(req.peer_names, PEERS, "--peers")
     spec = prompt_spec(
         req.labels, req.labels_file, req.system_prompt, req.system_prompt_file, req.examples
@@ -80,7 +79,7 @@ def bench_options(req: BenchRequest, say: Callable[[str], None]) -> BenchOptions
     system, shots = _prompt(req, spec)
     return BenchOptions(
         model=req.model, tickets=req.tickets_spec, mix=req.mix, labels=spec.labels,
-        system_prompt=system, examples=shots,
+        system_prompt=system, examples=shots, descriptions=spec.descriptions,
         prompt_name=req.prompt_name if not req.examples else f"examples from {req.examples}",
         batch_tokens=req.batch_tokens, max_batch=req.max_batch, naive_batch=req.naive_batch,
         sweep=budgets(req.sweep), modes=wanted, peers=peers,
@@ -90,7 +89,7 @@ def bench_options(req: BenchRequest, say: Callable[[str], None]) -> BenchOptions
     )  # fmt: skip
 
 
-def _prompt(req: BenchRequest, spec: PromptSpec) -> tuple[str, tuple[tuple[str, str], ...]]:
+def _prompt(req: BenchRequest, spec: PromptSpec) -> tuple[str | None, tuple[tuple[str, str], ...]]:
     """The system prompt and examples: the options' own, or the built-in prompt named by
     --prompt over their labels (never both)."""
     if req.prompt_name == "default":
@@ -102,10 +101,6 @@ def _prompt(req: BenchRequest, spec: PromptSpec) -> tuple[str, tuple[tuple[str, 
         return built_in_prompt(req.prompt_name, spec.labels)
     except ValueError as e:
         raise UsageError(f"--prompt {req.prompt_name}: {e}") from None
-
-
-def _model(model: str | Path | None, say) -> Path:
-    return resolve(model) if model else default_model_dir(announce=say)
 
 
 def budgets(sweep: str) -> tuple[int, ...]:
@@ -142,7 +137,7 @@ def _ranks(req: BenchRequest, tickets_file: list[Path], say) -> int:
             init_random(model, preset="tiny", seed=0, dtype="float32")
             tickets_spec = "60" if tickets_spec == "600" else tickets_spec
         texts, source = load_tickets(tickets_spec, req.mix)
-        m = measure_ranks(req.ranks, _model(model, say), texts, ["--max-batch", str(req.max_batch)],
+        m = measure_ranks(req.ranks, model_dir(model, say), texts, ["--max-batch", str(req.max_batch)],
                           say)  # fmt: skip
     n = req.ranks
     say(f"{source}: 1 rank {m['seconds_1']:.1f} s, {n} ranks {m[f'seconds_{n}']:.1f} s: "

@@ -259,6 +259,7 @@ class BenchOptions:
     mix: str = "default"
     labels: tuple[str, ...] = DEFAULT_LABELS
     system_prompt: str | None = None  # None: the default prompt for `labels`
+    descriptions: dict[str, str] | None = None  # label -> one line, for the default prompt
     examples: tuple[tuple[str, str], ...] = ()
     prompt_name: str = "default"
     batch_tokens: int | None = None  # the greedy budget compared against (default: preferred)
@@ -291,7 +292,8 @@ def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
     with tempfile.TemporaryDirectory() as tmp:
         model, tickets, llama = bench_inputs(o, Path(tmp))
         texts, source = load_tickets(tickets, o.mix)
-        clf = Classifier.load(resolve(model), o.labels, o.system_prompt, examples=o.examples)
+        clf = Classifier.load(resolve(model), o.labels, o.system_prompt, examples=o.examples,
+                              descriptions=o.descriptions)  # fmt: skip
         prompts = [clf.engine.prompt(t) for t in texts]
         greedy = greedy_budget(clf, clf.engine.fed_lengths(prompts), o.batch_tokens, o.max_batch)
         info = doctor_report(2048 if not o.quick else 512)

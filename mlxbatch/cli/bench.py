@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ..engine.prompt import BUILT_IN_PROMPTS
+from ..model.defaults import model_dir
 from .common import (
     LABELS_HELP,
     FiniteRange,
@@ -17,7 +18,6 @@ from .common import (
     model_option,
     plot_target,
     report_options,
-    resolve_model,
 )
 
 
@@ -61,7 +61,7 @@ def doctor(as_json, size, calibrate, model):
         from ..engine.calibration import describe
 
         cost, _ = measure(
-            Classifier.load(resolve_model(model)).engine, lambda m: click.echo(m, err=True)
+            Classifier.load(model_dir(model, echo)).engine, lambda m: click.echo(m, err=True)
         )
         info["planner_calibrated"] = describe(cost)
     if as_json:
@@ -245,7 +245,7 @@ def demo(n, model, out_dir):
     from ..bench.demo import run_demo
 
     lines, passed = run_demo(
-        n, resolve_model(model), out_dir, progress=lambda m: click.echo(m, err=True)
+        n, model_dir(model, echo), out_dir, progress=lambda m: click.echo(m, err=True)
     )
     for line in lines:
         click.echo(line)

@@ -127,7 +127,8 @@ def classify(**options):
     opt["plot_path"] = plot_target(opt["plot_path"], opt["output"], "confusion")
     opt["prefix_cache"] = not opt.pop("no_prefix_cache")
     opt["input"], opt["window"] = opt.pop("input_path"), opt.pop("window_rows")
-    spec, request = by_name(opt, RunSpec, JobRequest)
+    spec = by_name(RunSpec, opt, progress_every=None)
+    request = by_name(JobRequest, opt)
     try:
         code = run_classify(request, spec, echo, Hooks(testhold.after_batch))
     except Interrupted as e:

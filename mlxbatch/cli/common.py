@@ -82,13 +82,6 @@ max_batch_option = click.option(
 )
 
 
-def resolve_model(model: str | Path | None) -> Path:
-    from ..model.defaults import default_model_dir
-    from ..model.hub import resolve
-
-    return resolve(model) if model else default_model_dir(announce=echo)
-
-
 def prompt_options(f):
     """The prompt and post-processing options shared by `classify` and `bench`."""
     options = [
@@ -113,13 +106,11 @@ def check_gold_field(rows, gold_field: str, source) -> None:
         fail(f"{source}: no row has the gold field {gold_field!r} (--gold-field)")
 
 
-def by_name(options: dict, *kinds) -> tuple:
-    """One instance of each dataclass in `kinds`, its fields taken from `options` by name (a
-    field no option names keeps its default); every option must go to one of them, so an option
-    added to a command without a field is an error here, not silently dropped."""
-    names = [{f.name for f in dataclasses.fields(kind)} for kind in kinds]
-    unused = set(options) - set().union(*names)
-    if unused:
-        raise TypeError(f"options with no field to go to: {sorted(unused)}")
-    return tuple(kind(**{k: v for k, v in options.items() if k in fields})
-                 for kind, fields in zip(kinds, names))  # fmt: skip
+def by_name(kind: type, options: dict, **resolved):
+    """A `kind` dataclass from the options named as its fields, `resolved` replacing those the
+    command worked out; a field neither gives is a renamed option, not a silent default."""
+    names = {f.name for f in dataclasses.fields(kind)}
+    given = {k: v for k, v in options.items() if k in names} | resolved
+    if missing := sorted(names - given.keys()):
+        raise TypeError(f"{kind.__name__}: no option gives {', '.join(missing)}")
+    return kind(**given)

@@ -3,16 +3,17 @@ in bench/serve_load.py."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import click
 
 from ..io.caps import API_KEY_BYTES, read_capped
 from ..io.promptspec import prompt_spec
+from ..model.defaults import model_dir
 from .common import (
     LABELS_HELP,
     FiniteRange,
+    by_name,
     echo,
     fail,
     max_batch_option,
@@ -20,7 +21,6 @@ from .common import (
     plot_target,
     prompt_options,
     report_options,
-    resolve_model,
 )
 
 BOM = b"\xef\xbb\xbf"
@@ -46,16 +46,6 @@ def server_units(options: dict) -> dict:
 
     return {"max_body_bytes": int(options["max_body_mb"] * MB),
             "max_wait_s": options["max_wait_ms"] / 1000}  # fmt: skip
-
-
-def by_name(kind: type, options: dict, **resolved):
-    """A `kind` dataclass from the options named as its fields, `resolved` replacing those the
-    command worked out; a field neither gives is a renamed option, not a silent default."""
-    names = {f.name for f in dataclasses.fields(kind)}
-    given = {k: v for k, v in options.items() if k in names} | resolved
-    if missing := sorted(names - given.keys()):
-        raise TypeError(f"{kind.__name__}: no option gives {', '.join(missing)}")
-    return kind(**given)
 
 
 @click.command()
@@ -121,12 +111,13 @@ def serve(**options):
         )
     spec = prompt_spec(options["labels"], options["labels_file"], options["system_prompt"],
                        options["system_prompt_file"], options["examples"])  # fmt: skip
-    path = resolve_model(model)
+    path = model_dir(model, echo)
     limits = by_name(Limits, options, **server_units(options))
     connections = by_name(ConnectionLimits, options)
     serve_spec = by_name(ServeSpec, options, model=path, name=model or path.name,
                          labels=spec.labels, system_prompt=spec.system,
-                         examples=spec.examples, limits=limits)  # fmt: skip
+                         descriptions=spec.descriptions, examples=spec.examples,
+                         limits=limits)  # fmt: skip
     # everything that can be refused is refused here, before the port or a thread
     if problem := reserve_descriptors(connections.max_connections):
         fail(problem)
@@ -185,7 +176,7 @@ def bench_serve(model, n, mix, loads, seconds, sequential, soak_seconds, max_que
         init_random(model, preset="tiny", seed=0, dtype="float32")
         n, seconds, sequential = min(n, 60), min(seconds, 2.0), min(sequential, 10)
     texts = tuple(r["text"] for r in generate(n, seed=0, mix=mix))
-    options = LoadOptions(model=resolve_model(model), texts=texts, loads=rates, seconds=seconds,
+    options = LoadOptions(model=model_dir(model, echo), texts=texts, loads=rates, seconds=seconds,
                           sequential=sequential, soak_seconds=soak_seconds,
                           max_queue=max_queue)  # fmt: skip
     result = run(options, progress=echo)

@@ -47,7 +47,8 @@ class ServeSpec:
     model: Path
     name: str  # the model name requests may give (the --model argument as typed)
     labels: tuple[str, ...]
-    system_prompt: str | None = None
+    system_prompt: str | None = None  # None: the default, naming the labels
+    descriptions: dict[str, str] | None = None  # label -> one line, for the default prompt
     examples: tuple[tuple[str, str], ...] = ()
     calibrate: bool = False
     prior: str | None = None
@@ -98,6 +99,7 @@ class Service:
             self.clf = clf = Classifier.load(
                 s.model, labels=s.labels, system_prompt=s.system_prompt, examples=s.examples,
                 calibrate=s.calibrate, prior=s.prior, min_confidence=s.min_confidence,
+                descriptions=s.descriptions,
             )  # fmt: skip
             t1 = time.perf_counter()
             self.settings = clf.settings(RunSpec(batch_tokens=s.batch_tokens, max_batch=s.max_batch,
