@@ -113,9 +113,9 @@ def test_a_second_fresh_pass_tickets_force_inputs_that_change_or_cannot_be_read_
     from mlxbatch.api.classifier import Classifier
     from mlxbatch.api.spec import RunSpec
     from mlxbatch.errors import InputError
+    from mlxbatch.io.windows import JobInput
     from mlxbatch.jobs import job as job_module
     from mlxbatch.jobs.job import run_job
-    from mlxbatch.jobs.source import JobInput
 
     journal = tmp_path / "k.jsonl.part"
     journal.write_bytes(b'{"mlxbatch_journal": 1, "fingerprint": "f"}\n')

@@ -34,8 +34,8 @@ def tickets(tmp_path_factory):
 
 def job(clf, source, out, resume=False, **settings):
     from mlxbatch.api.spec import RunSpec
+    from mlxbatch.io.windows import JobInput
     from mlxbatch.jobs.job import run_job
-    from mlxbatch.jobs.source import JobInput
 
     spec = RunSpec(on_error="skip", **settings)
     return run_job(clf, JobInput.of_file(str(source)), spec, out, resume=resume,
@@ -100,8 +100,8 @@ def test_a_resumed_job_verifies_the_rows_its_journal_held(clf, tickets, tmp_path
     """--verify after --resume checks every item: those this run scored, and those the
     interrupted run journaled (read back from the journal, re-planned in a second pass)."""
     from mlxbatch.api.spec import RunSpec
+    from mlxbatch.io.windows import JobInput
     from mlxbatch.jobs import job as job_module
-    from mlxbatch.jobs.source import JobInput
 
     out = tmp_path / "out.jsonl"
     interrupted_at_third_window(clf, tickets, out, monkeypatch)
@@ -116,8 +116,8 @@ def test_a_resumed_job_returns_every_row_for_the_evaluation(clf, tickets, tmp_pa
     """The result rows a job returns (classify's --gold-field evaluates them) include the rows
     the interrupted run journaled, in input order: not only the resumed run's own."""
     from mlxbatch.api.spec import RunSpec
+    from mlxbatch.io.windows import JobInput
     from mlxbatch.jobs.job import run_job
-    from mlxbatch.jobs.source import JobInput
 
     ref, out = tmp_path / "ref.jsonl", tmp_path / "out.jsonl"
     job(clf, tickets, ref, window=8)
@@ -133,8 +133,8 @@ def test_a_batch_whose_copy_was_cut_off_is_scored_again_and_verified_once(clf, t
     """A journal write cut short after a scored row but before its copy (row 5 repeats row 4):
     the resume scores that batch again, and --verify counts each item once."""
     from mlxbatch.api.spec import RunSpec
+    from mlxbatch.io.windows import JobInput
     from mlxbatch.jobs import job as job_module
-    from mlxbatch.jobs.source import JobInput
 
     ref, out = tmp_path / "ref.jsonl", tmp_path / "torn.jsonl"
     job(clf, tickets, ref, window=8)
@@ -236,8 +236,8 @@ def test_a_bad_file_is_refused_before_anything_is_computed(clf, tickets, tmp_pat
     """--on-error fail: the scan finds the bad row in window 3 before window 1 is scored."""
     from mlxbatch.api.spec import RunSpec
     from mlxbatch.errors import JobError
+    from mlxbatch.io.windows import JobInput
     from mlxbatch.jobs.job import run_job
-    from mlxbatch.jobs.source import JobInput
 
     out = tmp_path / "o.jsonl"
     with pytest.raises(JobError, match=r"1 of 40 rows are invalid \(first: line 17: empty"):

@@ -145,8 +145,8 @@ def plan_padding(model: Path, src: Path, windows: dict[str, int]) -> list[dict]:
     from ..api.classifier import Classifier
     from ..api.spec import RunSpec
     from ..engine.planner import PaddingStats
+    from ..io.windows import JobInput
     from ..jobs.plan import plan_window
-    from ..jobs.source import JobInput
 
     clf = Classifier.load(model)
     settings = clf.settings(RunSpec())

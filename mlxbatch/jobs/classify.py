@@ -18,11 +18,11 @@ from ..io.outputs import check_model_untouched, check_output, check_reports
 from ..io.promptspec import prompt_spec
 from ..io.rows import output_format
 from ..io.sinks import journal_path
+from ..io.windows import JobInput
 from ..model.defaults import model_dir
 from .distributed import Cluster, RankGroup
 from .job import Hooks, run_job
 from .result import JobResult
-from .source import JobInput
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ import mlx.core as mx
 
 from ..api.classifier import Classifier
 from ..api.spec import Settings
-from ..io.inputs import Row
 from ..model import hostops
 from ..runtime.sgemm import sgemm_provider
 
@@ -46,11 +45,6 @@ def weights_digest(model_dir: Path) -> list:
 
 def digest(value) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def hash_row(h, row: Row) -> None:
-    """Add one input row (id, text, error) to the input part's hash."""
-    h.update(json.dumps([row.id, row.text, row.error]).encode())
 
 
 def compute_path(clf: Classifier) -> dict:
@@ -85,7 +79,7 @@ DECIDING = ("blas", "kernels", "host_kernels", "device", "mlx")
 def fingerprint(input_digest: str, clf: Classifier, s: Settings, compute: dict) -> str:
     """`model=… dtype=… input=… labels=… prompt=… settings=… adjustment=… compute=…` (16 hex
     digits a part): the journal records it and `--resume` names the parts that differ.
-    `input_digest`: the input's rows hashed (`hash_row`, by the job's scan); `compute`: the
+    `input_digest`: the input's rows hashed (`io.windows.hash_row`, by the job's scan); `compute`: the
     `compute_path`."""
     o = s.spec
     parts = {

@@ -30,11 +30,11 @@ from ..io.inputs import Row, describe_errors
 from ..io.outputs import open_stream, output_kind
 from ..io.rows import error_row, result_row
 from ..io.sinks import Journal, Sink, journal_path, recorded_header
+from ..io.windows import JobInput, Scan, scan
 from ..runtime import memory, progress
 from .fingerprint import compute_path, fingerprint
 from .plan import JobPlan, plan_window
 from .result import JobResult, Totals
-from .source import JobInput, Scan, scan
 from .verify import merge_reports, to_verify, verify_window
 
 

@@ -7,15 +7,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import json
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from ..errors import InputError
-from ..io.ids import DuplicateIds
-from ..io.inputs import Row, open_rows, read_rows
-from .fingerprint import hash_row
+from .ids import DuplicateIds
+from .inputs import Row, open_rows, read_rows
 
 BAD_KEPT = 30  # bad rows a scan keeps for the refusal message (it counts all of them)
 
@@ -115,3 +115,8 @@ def scan(
                 if len(bad) < BAD_KEPT:
                     bad.append(dataclasses.replace(row, error=error))
     return Scan(count, h.hexdigest()[:16], bad, bad_count, getattr(stream, "duplicates", None))
+
+
+def hash_row(h, row: Row) -> None:
+    """Add one input row (id, text, error) to the input's hash (a job's fingerprint part)."""
+    h.update(json.dumps([row.id, row.text, row.error]).encode())
