@@ -25,7 +25,7 @@ from ..engine.item import Item
 from ..engine.labels import LabelSet
 from ..engine.planner import DEFAULT_MAX_BATCH, Batch, CostModel, unsort
 from ..engine.prompt import DEFAULT_LABELS, default_system_prompt
-from ..engine.scheduler import Scheduler
+from ..engine.scheduler import BatchPolicy, Scheduler
 from ..errors import ItemTooLong, LabelError, UsageError, unicode_problem
 from ..model.hub import resolve
 from ..model.load import LoadedModel, load_model
@@ -108,15 +108,24 @@ class Classifier:
                 self._cost = cost_model(self.engine)
             return self._cost
 
+    def policy(
+        self, mode: str = "sorted", batch_tokens: int | None = None,
+        max_batch: int = DEFAULT_MAX_BATCH, planner: str = "cost", cost: CostModel | None = None,
+    ) -> BatchPolicy:  # fmt: skip
+        """How this classifier's scheduler cuts and scores items in `mode`: its resolved
+        settings' policy (`cost`: another cost model for the cost planner)."""
+        policy = self.settings(RunSpec(mode, planner, batch_tokens, max_batch)).policy
+        if cost is not None and policy.cost is not None:
+            policy = dataclasses.replace(policy, cost=cost)
+        return policy
+
     def plan(
         self, prompts: list[list[int]], mode: str = "sorted", batch_tokens: int | None = None,
         max_batch: int = DEFAULT_MAX_BATCH, planner: str = "cost", cost: CostModel | None = None,
     ) -> list[Batch]:  # fmt: skip
         """Batches of `prompts` (indices are positions) for `mode`, as the scheduler cuts them
         (`cost`: another cost model for the cost planner)."""
-        policy = self.settings(RunSpec(mode, planner, batch_tokens, max_batch)).policy
-        if cost is not None and policy.cost is not None:
-            policy = dataclasses.replace(policy, cost=cost)
+        policy = self.policy(mode, batch_tokens, max_batch, planner, cost)
         items = [Item(i, p, len(self.engine.fed(p))) for i, p in enumerate(prompts)]
         return Scheduler(self.engine, policy, items).plan()
 
