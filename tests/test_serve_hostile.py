@@ -336,16 +336,16 @@ def reference_fit(engine, text: str, limit: int, truncating: bool):
 @pytest.mark.parametrize("name", sorted(LONG))
 @pytest.mark.parametrize("limit", [40, 4000])
 def test_bounded_fit_answers_as_the_full_tokenization_did(engine, name, limit):
-    from mlxbatch.api.limits import Limit, fit
+    from mlxbatch.api.limits import Limit, prepare
 
     text = LONG[name]
     for truncating in (False, True):
-        got = fit(engine, text, Limit(limit, "--max-tokens"), truncating)
+        got = prepare(engine, text, Limit(limit, "--max-tokens"), truncating)
         want = reference_fit(engine, text, limit, truncating)
         if want is None:
             assert isinstance(got, str) and "--max-tokens" in got
         else:
-            assert (got.prompt, got.tokens, got.truncated) == want
+            assert (got.prompt, got.fed, got.truncated) == want
 
 
 @pytest.mark.parametrize("name", sorted(LONG))

@@ -8,7 +8,6 @@ for p in clf.classify(["I was charged twice", "The app crashes"]):
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 from collections.abc import Mapping
@@ -96,9 +95,10 @@ class Classifier:
         )  # fmt: skip
         return clf
 
-    def settings(self, spec: RunSpec | None = None, recorded: dict | None = None) -> Settings:
+    def settings(self, spec: RunSpec | None = None, recorded: dict | None = None,
+                 cost: CostModel | None = None) -> Settings:  # fmt: skip
         """This classifier's settings for a run under `spec` (see `spec.resolve_settings`)."""
-        return resolve_settings(self, spec or RunSpec(), recorded)
+        return resolve_settings(self, spec or RunSpec(), recorded, cost)
 
     def cost_model(self) -> CostModel:
         """The planner's cost model: this machine's cached calibration, else the defaults;
@@ -114,10 +114,7 @@ class Classifier:
     ) -> BatchPolicy:  # fmt: skip
         """How this classifier's scheduler cuts and scores items in `mode`: its resolved
         settings' policy (`cost`: another cost model for the cost planner)."""
-        policy = self.settings(RunSpec(mode, planner, batch_tokens, max_batch)).policy
-        if cost is not None and policy.cost is not None:
-            policy = dataclasses.replace(policy, cost=cost)
-        return policy
+        return self.settings(RunSpec(mode, planner, batch_tokens, max_batch), cost=cost).policy
 
     def plan(
         self, prompts: list[list[int]], mode: str = "sorted", batch_tokens: int | None = None,

@@ -88,7 +88,7 @@ class Settings:
 
     def record(self) -> dict:
         """What a journal records (the options, with the budget, cost model, item limit and
-        window as resolved): `from_record` makes the same settings from it."""
+        window as resolved): `resolve_settings` makes the same settings from it."""
         p, cost = self.policy, self.policy.cost
         return asdict(self.spec) | {"batch_tokens": p.batch_tokens, "max_batch": p.max_batch,
                                     "cost_model": cost.to_dict() if cost else None,
@@ -104,20 +104,26 @@ class Settings:
         return self.policy.planner + (f" ({cost.source})" if cost else "")
 
 
-def resolve_settings(clf: Classifier, spec: RunSpec, recorded: dict | None = None) -> Settings:
+def resolve_settings(
+    clf: Classifier, spec: RunSpec, recorded: dict | None = None, cost: CostModel | None = None
+) -> Settings:
     """The settings of a run of `clf` under `spec`: a journal's (`recorded`, a resume: the batch
     shape, cost model, item limit and window exactly as the first run resolved them), else
     resolved here, independently of the input (every window gets the same): the budget is the
     declared one or the device's preferred within memory (a plan raises it to fit its longest
     item: scheduler.py), the limit the smallest of the model's context, --max-tokens, a declared
-    budget and what one item alone can use of the free memory."""
+    budget and what one item alone can use of the free memory. `cost`: the cost planner's
+    model when the caller has one (bench's, measured now), else the classifier's."""
     step = spec.step
     if recorded:
         budget, max_batch, cost, limit, window = _recorded(recorded, spec)
     else:
         limit, max_batch, window = item_limit(clf, spec), spec.max_batch, spec.window
         budget = spec.batch_tokens or clf.engine.default_budget(spec.max_batch, 1)
-        cost = clf.cost_model() if step.planner == "cost" else None
+        if step.planner != "cost":
+            cost = None
+        elif cost is None:
+            cost = clf.cost_model()
         if spec.batch_tokens:  # a declared budget must fit memory, whatever the input
             check_fits(clf.footprint, budget, max_batch, min(limit.tokens, budget), spec)
     policy = BatchPolicy(step.planner, step.scorer, budget, max_batch,

@@ -218,7 +218,7 @@ def run_bench(
     cost = cost or clf.cost_model()
     terms = clf.engine.cost_terms()  # prefix, label rows, label tokens
     # the sorted mode's budget as classify resolves it (one rule), raised to fit the longest
-    cap = max(clf.settings(RunSpec(max_batch=max_batch)).policy.batch_tokens, max(fed))
+    cap = max(clf.settings(RunSpec(max_batch=max_batch), cost=cost).policy.batch_tokens, max(fed))
     plans = ModePlans(fed, cap, max_batch, naive_batch, cost, terms)
     runs = ModeRuns(clf.engine, prompts, u_tokens, u_flops, plans.predicted_seconds, progress)
     run_sequential_modes(runs, plans, modes)

@@ -7,7 +7,7 @@ them. `run` is the whole loop: for each planned batch, score it and hand it back
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -154,18 +154,15 @@ class Engine:
         return len(self.prefix), rows, self.labels.max_len - 1
 
     def run(
-        self, prompts: Mapping | list[list[int]], batches: list[Batch], scorer: str = "fast",
-        progress: Callable[[int], None] | None = None,
-    ) -> Iterator[tuple[Batch, np.ndarray]]:  # fmt: skip
+        self, prompts: Mapping | list[list[int]], batches: list[Batch], scorer: str = "fast"
+    ) -> Iterator[tuple[Batch, np.ndarray]]:
         """Score `batches` of `prompts` (indexed by the batches' indices), yielding (batch,
-        probabilities) in order as each completes."""
+        probabilities) in order as each completes (the scheduler's `step` runs its batches
+        here)."""
         self._keep_buffers(batches)
         results = self.scorers[scorer].score_batches([prompts[i] for i in b.indices]
                                                      for b in batches)  # fmt: skip
         try:
-            for batch, probs in zip(batches, results):
-                if progress:
-                    progress(len(batch.indices))
-                yield batch, probs
+            yield from zip(batches, results)
         finally:
             results.close()  # stopped early: the lanes stop too

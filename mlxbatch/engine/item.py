@@ -17,11 +17,6 @@ class Item:
     duplicate_of: Hashable | None = None  # the key of an item with the same tokens (scored once)
 
     @property
-    def tokens(self) -> int:
-        """`fed`, by the name `Classifier.prepare`'s result had in 0.2.0's first drafts."""
-        return self.fed
-
-    @property
     def shared(self) -> int:
         """Prompt tokens it takes from the shared prefix instead of computing them."""
         return len(self.prompt) - self.fed

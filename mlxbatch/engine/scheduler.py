@@ -36,7 +36,7 @@ from .planner import Batch, CostModel, plan, unsort
 @dataclass(frozen=True)
 class BatchPolicy:
     """How queued items are cut into batches and scored: part of the run's settings, resolved
-    once (api/settings.py)."""
+    once (api/spec.py)."""
 
     planner: str  # "cost" | "greedy" | "naive" | "sequential" (planner.plan)
     scorer: str  # "fast" | "gold"
@@ -104,8 +104,8 @@ class Scheduler:
 
     def budget(self, longest: int) -> int:
         """The batch budget for a plan whose longest item feeds `longest` tokens: the policy's,
-        raised to fit that item (an item over the budget gets a batch of its own; the item
-        limit, resolved with the budget, keeps it within memory)."""
+        raised to fit that item (an item over the budget gets a batch of its own: one row, its
+        memory checked by the item limit, resolved with the budget)."""
         return max(self.policy.batch_tokens, longest)
 
     def plan(self, keys: list[Hashable] | None = None) -> list[Batch]:
@@ -120,9 +120,8 @@ class Scheduler:
         return [Batch(tuple(keys[i] for i in b.indices), b.width) for b in cut]
 
     def step(
-        self, batches: list[Batch] | None = None, lanes: int | None = None,
-        progress: Callable[[int], None] | None = None,
-    ) -> Iterator[tuple[Batch, np.ndarray, BatchRecord]]:  # fmt: skip
+        self, batches: list[Batch] | None = None, lanes: int | None = None
+    ) -> Iterator[tuple[Batch, np.ndarray, BatchRecord]]:
         """Schedule, run, postprocess: score `batches` of queued keys (default: `plan()` of
         everything queued; with `lanes`, only that many, those holding the longest-waiting
         items first), pipelined over the lanes, yielding (batch, probabilities, record) in
@@ -133,7 +132,7 @@ class Scheduler:
             batches = sorted(batches, key=lambda b: min(rank[k] for k in b.indices))[:lanes]
         prompts = {k: self._queue[k].prompt for b in batches for k in b.indices}
         started = last = time.monotonic()
-        done = self.engine.run(prompts, batches, self.policy.scorer, progress)
+        done = self.engine.run(prompts, batches, self.policy.scorer)
         try:
             for batch, probs in done:
                 now = time.monotonic()

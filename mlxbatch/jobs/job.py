@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -178,7 +179,9 @@ class LocalGroup:
 @dataclass
 class Held:
     """The rows an earlier run journaled (a resume), and the prompts of those to verify once
-    every window is done (kept as they are tokenized: nothing is tokenized twice)."""
+    every window is done, kept as they are tokenized (nothing is tokenized twice) and as
+    compactly: the tokens each feeds itself, as int32, and how many it takes from the shared
+    prefix (a few-shot prefix repeated per row would be most of it)."""
 
     mask: np.ndarray
     ids: dict = field(default_factory=dict)
@@ -190,10 +193,15 @@ class Held:
         held = self.mask
         whole = [b for b in plan.batches
                  if all(j < len(held) and held[j] for j in plan.rows_of(b))]  # fmt: skip
-        mine = {i: plan.items[i].prompt for b in whole for i in b.indices}
+        mine = {i: plan.items[i] for b in whole for i in b.indices}
         chosen = to_verify(mine, settings, every) or {}
-        self.prompts.update((i, np.array(p, np.int32)) for i, p in chosen.items())
+        self.prompts.update((i, (it.shared, np.array(it.prompt[it.shared :], np.int32)))
+                            for i, it in chosen.items())  # fmt: skip
         self.ids.update(window.ids(chosen))
+
+    def prompt_of(self, i: int, prefix: list[int]) -> list[int]:
+        shared, fed = self.prompts[i]
+        return prefix[:shared] + fed.tolist()
 
 
 def run_job(
@@ -292,7 +300,8 @@ class Job:
                 memory.return_freed_memory()
             self.per_rank = self.group.ranks()  # every rank, the last collective
             if self.held is not None and self.held.prompts:
-                prompts = {i: p.tolist() for i, p in self.held.prompts.items()}
+                prompts = {i: self.held.prompt_of(i, self.clf.engine.prefix)
+                           for i in self.held.prompts}  # fmt: skip
                 verified.append(verify_window(self.clf, self.held.ids, prompts, self.sink.done,
                                               self.settings, True))  # fmt: skip
         except BaseException:  # Ctrl-C included: what is in the journal stays there
@@ -350,9 +359,11 @@ class Job:
 
 
 class Tokens:
-    """A job's tokenizing: each row once. The scan (under --on-error fail with --too-long
-    error) tokenizes every row to refuse the too-long ones before anything is computed; when
-    the whole input is one window, its prompts are kept and the window pass uses them."""
+    """A job's tokenizing. The window pass tokenizes each window's rows once, ahead. The scan
+    under --on-error fail with --too-long error tokenizes every row first, to refuse the
+    too-long ones before anything is computed: when the whole input is one window (16,384 rows
+    by default) its prompts are kept and the window pass uses them; a longer input is
+    tokenized twice rather than held whole (memory stays flat in the input's length)."""
 
     def __init__(self, window: int):
         self.window = window
@@ -427,10 +438,12 @@ def execute(clf: Classifier, rows, plan: JobPlan, sink: Sink, on_error: str,
     """Score every batch of `plan` not yet in the sink (one step of its scheduler), appending
     each as it completes; the rows appended."""
     written = []
-    scored = plan.scheduler.step(todo_batches(plan, sink.done))
-    for n, (batch, probs, _) in enumerate(scored, 1):
-        rows_out = append_batch(clf, rows, plan, sink, batch, probs, on_error)
-        bar.update(len(rows_out))
-        written += rows_out
-        hooks.after_batch(n)
+    # closed here, not when collected: an interrupt's traceback keeps it alive, and the lanes
+    # with it, holding OpenBLAS at one thread for the rest of the process
+    with closing(plan.scheduler.step(todo_batches(plan, sink.done))) as scored:
+        for n, (batch, probs, _) in enumerate(scored, 1):
+            rows_out = append_batch(clf, rows, plan, sink, batch, probs, on_error)
+            bar.update(len(rows_out))
+            written += rows_out
+            hooks.after_batch(n)
     return written

@@ -93,7 +93,7 @@ class Totals:
 
     def add(self, clf: Classifier, plan: JobPlan, rows: list[tuple[int, dict]], keep: bool):
         self.windows += 1
-        self.scored += len(plan.prompts) + plan.duplicates
+        self.scored += len(plan.items) + plan.duplicates
         self.errors += sum(1 for _, r in rows if "error" in r)
         self.useful, self.padded = (
             self.useful + plan.useful_tokens,
