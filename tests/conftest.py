@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
+import platform
 import shutil
+import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +17,55 @@ from mlxbatch.runtime import blas
 blas.activate_in_process()  # before mlx is imported: in-process tests use the fast BLAS too
 
 from mlxbatch.model.convert import convert_hf, init_random, qwen_tokenizer_dir  # noqa: E402
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def pytest_sessionstart(session):
+    """Orphans of the tests' processes (a killed launcher's ranks, a forked child) become this
+    process's children, so `pytest_sessionfinish` can end them: one left running with an
+    inherited standard output keeps a CI runner waiting after the last test."""
+    if platform.system() == "Linux":
+        ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if entry.name.isdigit() and int(fields[1]) == pid:
+            kids.append(int(entry.name))
+    return kids
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Every process the tests left behind, named and ended."""
+    if platform.system() != "Linux":
+        return
+    for pid in _children(os.getpid()):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state != "Z":  # a zombie has already ended: only reaped below
+                sys.stderr.write(f"\nconftest: ending a process the tests left running: "
+                                 f"{pid} {cmd}\n")  # fmt: skip
+                os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (OSError, ChildProcessError):
+            pass
+
+
+def pytest_unconfigure(config):
+    """A process that has not exited 10 minutes after its last test (a thread that never
+    ends: the interpreter joins it at exit) prints every thread's stack and exits 1, so CI
+    shows where instead of waiting out its limit."""
+    import faulthandler
+
+    faulthandler.dump_traceback_later(600, exit=True)
+
 
 TINY_CONFIGS = {
     # name: (hidden, layers, heads, kv_heads, intermediate, tied)
