@@ -95,6 +95,28 @@ def test_resume_on_another_blas_kernel_family_is_refused(tiny_model_dir, interru
     refused(resume(tiny_model_dir, src, out), "compute path", "BLAS kernel family Zen, now")
 
 
+def test_a_journal_from_before_the_one_thread_prefix_is_refused(tiny_model_dir, interrupted):
+    """Journals written before the shared prefix was computed on one OpenBLAS thread (their
+    header has no such entry) held other bits: a resume would mix the two."""
+    from mlxbatch.jobs import fingerprint
+
+    src, out = interrupted
+    before = journal_path(out).read_text()
+    lines = before.splitlines(True)
+    head = json.loads(lines[0])
+    del head["compute"]["prefix_threads"]
+    fp = dict(w.split("=") for w in head["fingerprint"].split())
+    old = [k for k in fingerprint.DECIDING if k != "prefix_threads"]  # as 0.2.0's drafts hashed
+    fp["compute"] = fingerprint.digest([head["compute"].get(k) for k in old])
+    head["fingerprint"] = " ".join(f"{k}={v}" for k, v in fp.items())
+    journal_path(out).write_text(json.dumps(head) + "\n" + "".join(lines[1:]))
+    try:
+        refused(resume(tiny_model_dir, src, out), "compute path",
+                "shared-prefix BLAS threads none, now one")  # fmt: skip
+    finally:
+        journal_path(out).write_text(before)
+
+
 def test_an_uninterrupted_resume_matches(tiny_model_dir, interrupted, tmp_path):
     src, out = interrupted
     assert resume(tiny_model_dir, src, out).exit_code == 0

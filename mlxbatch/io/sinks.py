@@ -311,7 +311,7 @@ def _checked_head(path: Path, first_line: bytes, header: dict | None) -> dict:
 
 COMPUTE_WORDS = {"blas": "BLAS", "kernels": "BLAS kernel family", "library": "BLAS library",
                  "host_kernels": "host kernels (MLXBATCH_HOST_KERNELS)", "device": "device",
-                 "mlx": "MLX version"}  # fmt: skip
+                 "mlx": "MLX version", "prefix_threads": "shared-prefix BLAS threads"}  # fmt: skip
 
 
 def _compute_change(head: dict, header: dict) -> str:

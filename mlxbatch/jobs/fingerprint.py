@@ -69,11 +69,14 @@ def compute_path(clf: Classifier) -> dict:
         "host_kernels": hostops.available(clf.lm.dtype),
         "device": str(mx.default_device()),
         "mlx": mlx,
+        # the shared prefix's cache is computed with OpenBLAS on one thread (engine/scorers.py):
+        # a journal written before (no such entry) held the bits of the loading thread's count
+        "prefix_threads": "one",
     }
 
 
 # what the compute part hashes (the library's file name is recorded, not compared)
-DECIDING = ("blas", "kernels", "host_kernels", "device", "mlx")
+DECIDING = ("blas", "kernels", "host_kernels", "device", "mlx", "prefix_threads")
 
 
 def fingerprint(input_digest: str, clf: Classifier, s: Settings, compute: dict) -> str:
