@@ -97,8 +97,9 @@ class Classifier:
 
     def settings(self, spec: RunSpec | None = None, recorded: dict | None = None,
                  cost: CostModel | None = None) -> Settings:  # fmt: skip
-        """This classifier's settings for a run under `spec` (see `spec.resolve_settings`)."""
-        return resolve_settings(self, spec or RunSpec(), recorded, cost)
+        """This classifier's settings for a run under `spec` (see `spec.resolve_settings`; the
+        cost planner's model is `cost`, else this classifier's, looked up only when needed)."""
+        return resolve_settings(self.engine, spec or RunSpec(), recorded, cost or self.cost_model)
 
     def cost_model(self) -> CostModel:
         """The planner's cost model: this machine's cached calibration, else the defaults;
@@ -131,7 +132,7 @@ class Classifier:
         and what memory holds), cut to fit when `truncate`; else `ItemTooLong` naming the limit."""
         _flag("truncate", truncate)
         item = prepare(
-            self.engine, text, item_limit(self, RunSpec(max_tokens=max_tokens)), truncate
+            self.engine, text, item_limit(self.engine, RunSpec(max_tokens=max_tokens)), truncate
         )
         if isinstance(item, str):
             raise ItemTooLong(item)

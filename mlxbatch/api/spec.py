@@ -7,19 +7,16 @@ nothing re-resolves a setting. The mode comes from the one mode table (`engine.e
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
 
-from ..engine.engine import MODES, SORTED_PLANNERS, Mode, resolve_mode
+from ..engine.engine import MODES, SORTED_PLANNERS, Engine, Mode, resolve_mode
 from ..engine.footprint import Footprint
 from ..engine.planner import DEFAULT_MAX_BATCH, CostModel
 from ..engine.scheduler import BatchPolicy
 from ..errors import JobError, ResumeError, UsageError
 from ..runtime.memory import available_bytes
 from .limits import Limit, context_limit
-
-if TYPE_CHECKING:
-    from .classifier import Classifier
 
 TOO_LONG = ("error", "truncate")
 ON_ERROR = ("fail", "skip")
@@ -105,31 +102,32 @@ class Settings:
 
 
 def resolve_settings(
-    clf: Classifier, spec: RunSpec, recorded: dict | None = None, cost: CostModel | None = None
-) -> Settings:
-    """The settings of a run of `clf` under `spec`: a journal's (`recorded`, a resume: the batch
+    engine: Engine, spec: RunSpec, recorded: dict | None = None,
+    cost: CostModel | Callable[[], CostModel] | None = None,
+) -> Settings:  # fmt: skip
+    """The settings of a run on `engine` under `spec` (`Classifier.settings` calls it): a journal's (`recorded`, a resume: the batch
     shape, cost model, item limit and window exactly as the first run resolved them), else
     resolved here, independently of the input (every window gets the same): the budget is the
     declared one or the device's preferred within memory (a plan raises it to fit its longest
     item: scheduler.py), the limit the smallest of the model's context, --max-tokens, a declared
     budget and what one item alone can use of the free memory. `cost`: the cost planner's
-    model when the caller has one (bench's, measured now), else the classifier's."""
+    model, or how to look it up (only the cost planner asks: a lookup may time a batch)."""
     step = spec.step
     if recorded:
         budget, max_batch, cost, limit, window = _recorded(recorded, spec)
     else:
-        limit, max_batch, window = item_limit(clf, spec), spec.max_batch, spec.window
-        budget = spec.batch_tokens or clf.engine.default_budget(spec.max_batch, 1)
+        limit, max_batch, window = item_limit(engine, spec), spec.max_batch, spec.window
+        budget = spec.batch_tokens or engine.default_budget(spec.max_batch, 1)
         if step.planner != "cost":
             cost = None
-        elif cost is None:
-            cost = clf.cost_model()
+        elif callable(cost):
+            cost = cost()
         if spec.batch_tokens:  # a declared budget must fit memory, whatever the input
-            check_fits(clf.footprint, budget, max_batch, min(limit.tokens, budget), spec)
+            check_fits(engine.footprint, budget, max_batch, min(limit.tokens, budget), spec)
     policy = BatchPolicy(step.planner, step.scorer, budget, max_batch,
                          cost if step.planner == "cost" else None)  # fmt: skip
-    return Settings(spec, policy, limit, window, clf.labels.names, clf.system_prompt,
-                    clf.examples)  # fmt: skip
+    return Settings(spec, policy, limit, window, engine.labels.names, engine.system_prompt,
+                    engine.examples)  # fmt: skip
 
 
 def _recorded(recorded: dict, spec: RunSpec) -> tuple:
@@ -144,18 +142,18 @@ def _recorded(recorded: dict, spec: RunSpec) -> tuple:
                           "the journal to start over") from None  # fmt: skip
 
 
-def item_limit(clf: Classifier, spec: RunSpec) -> Limit:
+def item_limit(engine: Engine, spec: RunSpec) -> Limit:
     """The per-item limit: the model's context, --max-tokens, a declared --batch-tokens, and
     what one item alone can use of the free memory (so an item too long for memory is a row
     error that --too-long truncate or --on-error skip can handle, not a failed job)."""
-    options = [(context_limit(clf.engine), "the model's context (max_position_embeddings)")]
+    options = [(context_limit(engine), "the model's context (max_position_embeddings)")]
     if spec.max_tokens:
         options.append((spec.max_tokens, f"--max-tokens {spec.max_tokens}"))
     if spec.batch_tokens:
         options.append((spec.batch_tokens, f"--batch-tokens {spec.batch_tokens}"))
     tokens, source = min(options, key=lambda x: x[0])
     avail = available_bytes()
-    fits = clf.footprint.longest_item(avail, context_limit(clf.engine))
+    fits = engine.footprint.longest_item(avail, context_limit(engine))
     if fits < tokens:
         return Limit(max(fits, 1), f"the free memory ({avail / 2**30:.1f} GiB with the weights)")
     return Limit(tokens, source)

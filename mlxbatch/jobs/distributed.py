@@ -33,8 +33,8 @@ from ..api.spec import RunSpec, Settings
 from ..engine.planner import Batch
 from ..errors import JobError
 from ..io.sinks import Journal, Sink
-from .job import append_batch, batch_rows, todo_batches
 from .plan import JobPlan
+from .rows import append_batch, batch_rows, todo_batches
 from .verify import merge_reports, verify_window
 
 HOST_BYTES = 64

@@ -12,10 +12,6 @@ from __future__ import annotations
 import gc
 import sys
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import closing
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import mlx.core as mx
@@ -23,20 +19,21 @@ import numpy as np
 from tqdm import tqdm
 
 from ..api.classifier import Classifier
-from ..api.limits import prepare
 from ..api.spec import RunSpec, Settings
-from ..engine.planner import Batch, PaddingStats
+from ..engine.planner import PaddingStats
 from ..errors import InputError, JobError, ResumeError
 from ..io.inputs import Row, describe_errors
 from ..io.outputs import open_stream, output_kind
-from ..io.rows import error_row, result_row
 from ..io.sinks import Journal, Sink, journal_path, recorded_header
 from ..io.windows import JobInput, Scan, scan
 from ..runtime import memory, progress
 from .fingerprint import compute_path, fingerprint
 from .plan import JobPlan, plan_window
 from .result import JobResult, Totals
-from .verify import merge_reports, to_verify, verify_window
+from .resume import Held, check_held_ids
+from .rows import Hooks, Window, error_rows, execute
+from .tokens import Tokens, too_long
+from .verify import merge_reports, verify_window
 
 
 def open_sink(
@@ -45,74 +42,6 @@ def open_sink(
     if output is None or output_kind(output) != "file":
         return open_stream(output or Path("-"), n_rows, clf.labels.names, header)
     return Journal(output, header, resume, n_rows, clf.labels.names)
-
-
-def non_finite_error(clf: Classifier) -> str:
-    dtype = str(clf.lm.dtype).split(".")[-1]
-    hint = ("run with --dtype float32" if dtype != "float32"
-            else "check the weights with --check-weights")  # fmt: skip
-    return f"the model gave non-finite scores (NaN/inf) in {dtype}; {hint}"
-
-
-def batch_rows(
-    clf: Classifier, rows, plan: JobPlan, batch: Batch, probs: np.ndarray, on_error: str
-) -> list[tuple[int, dict]]:
-    """Output rows of one scored batch (input index, row), from `Classifier.predictions` (the
-    one way scores become answers); non-finite scores fail their row, or the job under
-    --on-error fail (after the batch's good rows are kept)."""
-    out, bad = [], None
-    for scored, said in zip(batch.indices, clf.predictions(probs)):
-        finite = bool(np.isfinite(list(said.scores.values())).all())
-        for index in (scored, *plan.copies.get(scored, ())):  # duplicates share the result
-            row = rows[index]
-            if finite:
-                out.append((index, result_row(row.id, said.label, said.scores,
-                                              plan.extras.get(index), said.abstained)))  # fmt: skip
-            else:
-                bad = bad or row
-                out.append((index, error_row(row.id, non_finite_error(clf), row.line)))
-    if bad is not None and on_error == "fail":
-        raise NonFinite(f"line {bad.line}: {non_finite_error(clf)} (finished rows are kept; "
-                        "--on-error skip writes an error row instead)", [x for x in out if "error" not in x[1]])  # fmt: skip
-    return out
-
-
-class NonFinite(JobError):
-    def __init__(self, message: str, good: list):
-        super().__init__(message)
-        self.good = good
-
-
-def todo_batches(plan: JobPlan, done) -> list[Batch]:
-    """The batches with a row (scored, or a copy of a scored row) that `done` lacks: a batch's
-    lines are one write, but a write cut short can keep a scored row and lose its copy."""
-    return [b for b in plan.batches if not all(j in done for j in plan.rows_of(b))]
-
-
-def append_batch(clf: Classifier, rows, plan: JobPlan, sink: Sink, batch: Batch,
-                 probs: np.ndarray, on_error: str) -> list[tuple[int, dict]]:  # fmt: skip
-    """One scored batch into the sink (its rows, returned); non-finite rows are kept as far
-    as they are good."""
-    try:
-        out = batch_rows(clf, rows, plan, batch, probs, on_error)
-    except NonFinite as e:
-        sink.append(e.good)
-        raise
-    sink.append(out)
-    return out
-
-
-class Window:
-    """Rows [start, start + len(rows)) of a job, indexed by input row."""
-
-    def __init__(self, start: int, rows: list[Row]):
-        self.start, self.rows = start, rows
-
-    def __getitem__(self, index: int) -> Row:
-        return self.rows[index - self.start]
-
-    def ids(self, indices) -> dict:
-        return {i: self[i].id for i in indices}
 
 
 def refuse_bad_rows(scanned: Scan, spec: RunSpec, source: str, fmt: str) -> None:
@@ -124,25 +53,6 @@ def refuse_bad_rows(scanned: Scan, spec: RunSpec, source: str, fmt: str) -> None
                                    bad_total=scanned.bad_count).split("\n")  # fmt: skip
     raise JobError("\n".join([first + "; nothing was computed (--on-error skip writes an "
                               "error row for each)", *rest]))  # fmt: skip
-
-
-def error_rows(rows, plan: JobPlan, indices) -> list[tuple[int, dict]]:
-    """Error rows for the bad rows among `indices` (unreadable, or refused by the plan)."""
-    out = []
-    for i in indices:
-        row = rows[i]
-        error = row.error or plan.errors.get(i)
-        if error:
-            out.append((i, error_row(row.id, error, row.line)))
-    return out
-
-
-@dataclass
-class Hooks:
-    """What a caller (a test) may pass into a job's loop: `after_batch(n)` once n batches are
-    durable (tests stop a job there, at a known point)."""
-
-    after_batch: Callable[[int], None] = lambda n: None
 
 
 class LocalGroup:
@@ -174,34 +84,6 @@ class LocalGroup:
 
     def ranks(self) -> list[dict]:
         return []
-
-
-@dataclass
-class Held:
-    """The rows an earlier run journaled (a resume), and the prompts of those to verify once
-    every window is done, kept as they are tokenized (nothing is tokenized twice) and as
-    compactly: the tokens each feeds itself, as int32, and how many it takes from the shared
-    prefix (a few-shot prefix repeated per row would be most of it)."""
-
-    mask: np.ndarray
-    ids: dict = field(default_factory=dict)
-    prompts: dict = field(default_factory=dict)
-
-    def keep(self, window: Window, plan: JobPlan, settings: Settings, every: bool) -> None:
-        """The items of `plan`'s batches held whole (a batch partly held is scored again by
-        this run, and verified then) that are to be verified."""
-        held = self.mask
-        whole = [b for b in plan.batches
-                 if all(j < len(held) and held[j] for j in plan.rows_of(b))]  # fmt: skip
-        mine = {i: plan.items[i] for b in whole for i in b.indices}
-        chosen = to_verify(mine, settings, every) or {}
-        self.prompts.update((i, (it.shared, np.array(it.prompt[it.shared :], np.int32)))
-                            for i, it in chosen.items())  # fmt: skip
-        self.ids.update(window.ids(chosen))
-
-    def prompt_of(self, i: int, prefix: list[int]) -> list[int]:
-        shared, fed = self.prompts[i]
-        return prefix[:shared] + fed.tolist()
 
 
 def run_job(
@@ -249,7 +131,7 @@ class Job:
         )
         self.settings = self.group.share(mine, clf, spec)
         self.tokens = Tokens(self.settings.window)
-        self.scanned = scan(job_input, _too_long(clf, self.settings, self.tokens))
+        self.scanned = scan(job_input, too_long(clf, self.settings, self.tokens))
         if not self.scanned.rows:
             raise InputError(f"{job_input.source}: empty input (no rows)")
         compute = compute_path(clf)
@@ -356,94 +238,3 @@ class Job:
             abstained=totals.abstained, duplicates=totals.duplicates, windows=totals.windows,
             resumed=int(held.mask.sum()) if held is not None else 0, ranks=self.per_rank,
         )  # fmt: skip
-
-
-class Tokens:
-    """A job's tokenizing. The window pass tokenizes each window's rows once, ahead. The scan
-    under --on-error fail with --too-long error tokenizes every row first, to refuse the
-    too-long ones before anything is computed: when the whole input is one window (16,384 rows
-    by default) its prompts are kept and the window pass uses them; a longer input is
-    tokenized twice rather than held whole (memory stays flat in the input's length)."""
-
-    def __init__(self, window: int):
-        self.window = window
-        self.kept: list | None = []  # the scan's (text, prompt) pairs while within one window
-
-    def scanned(self, texts: list[str], prompts: list[list[int]]) -> None:
-        if self.kept is not None:
-            self.kept += zip(texts, prompts)
-            if len(self.kept) > self.window:
-                self.kept = None  # several windows: each is tokenized as it is read
-
-    def windows(self, clf: Classifier, job_input: JobInput, scanned: Scan):
-        """(start, rows, prompts of the good rows) window by window; the next window is read
-        and tokenized in a thread while the caller scores this one (the tokenizer's Rust
-        threads release the GIL: off the lanes' critical path)."""
-        kept, self.kept = self.kept, None
-
-        def read(windows):
-            item = next(windows, None)
-            if item is None:
-                return None
-            start, rows = item
-            good = [r.text for r in rows if not r.error]
-            if kept and start == 0 and [text for text, _ in kept] == good:
-                return start, rows, [prompt for _, prompt in kept]
-            return start, rows, clf.engine.prompts(good)
-
-        windows = job_input.windows(self.window, scanned)
-        with ThreadPoolExecutor(1, thread_name_prefix="mlxbatch-read") as pool:
-            ahead = pool.submit(read, windows)
-            while (item := ahead.result()) is not None:
-                ahead = pool.submit(read, windows)
-                yield item
-
-
-def _too_long(clf: Classifier, settings: Settings, tokens: Tokens):
-    """Under --on-error fail with --too-long error, the scan's check of each row against the
-    item limit (too long: refused before computing); else None."""
-    spec = settings.spec
-    if spec.on_error != "fail" or spec.too_long != "error":
-        tokens.kept = None
-        return None
-
-    def refused(block: list[Row]) -> list[str | None]:
-        good = [r for r in block if not r.error]
-        texts = [r.text for r in good]
-        prompts = clf.engine.prompts(texts)
-        tokens.scanned(texts, prompts)
-        made = iter(prepare(clf.engine, r.text, settings.limit, False, prompt=p)
-                    for r, p in zip(good, prompts))  # fmt: skip
-        fits = [None if r.error else next(made) for r in block]
-        return [f if isinstance(f, str) else None for f in fits]
-
-    return refused
-
-
-def check_held_ids(sink: Sink, window: Window, held: np.ndarray) -> None:
-    """A resumed journal's rows in `window` each carry the id of the input row they stand for
-    (a journal edited, or written for rows since changed, would copy in another row's result)."""
-    end = min(window.start + len(window.rows), len(held))
-    for i in np.flatnonzero(held[window.start : end]) + window.start:
-        got, want = sink.done[int(i)].get("id"), window[int(i)].id
-        if type(got) is not type(want) or got != want:
-            line = sink.done.line_of(int(i))
-            raise ResumeError(f"{sink.path}: line {line} holds id {got!r} for input row "
-                              f"{int(i) + 1}, whose id is {want!r} (edited?); delete the journal "
-                              "to start over")  # fmt: skip
-
-
-def execute(clf: Classifier, rows, plan: JobPlan, sink: Sink, on_error: str,
-            bar: tqdm, hooks: Hooks) -> list[tuple[int, dict]]:  # fmt: skip
-    """Score every batch of `plan` not yet in the sink (one step of its scheduler), appending
-    each as it completes; the rows appended."""
-    written = []
-    # closed here, not when collected: an interrupt's traceback keeps it alive, and the lanes
-    # with it, holding OpenBLAS at one thread for the rest of the process
-    with closing(plan.scheduler.step(todo_batches(plan, sink.done))) as scored:
-        for n, (batch, probs, _) in enumerate(scored, 1):
-            rows_out = append_batch(clf, rows, plan, sink, batch, probs, on_error)
-            bar.update(len(rows_out))
-            written += rows_out
-            hooks.after_batch(n)
-    return written

@@ -8,10 +8,7 @@ gemma3.py, phi3.py) sets them and says in its docstring why, with the published 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .config import ModelArgs
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -28,7 +25,23 @@ class Family:
     sliding: str = "never"  # "never" | "all" (`sliding_window` on every layer) | "pattern"
 
 
-def expected_shapes(args: ModelArgs, family: Family) -> dict[str, tuple[int, ...]]:
+class Sizes(Protocol):
+    """What `expected_shapes` reads of a config (`config.ModelArgs` has it): named here, so the
+    family module does not import the config module that imports it."""
+
+    hidden_size: int
+    head_dim: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    num_hidden_layers: int
+    vocab_size: int
+    attention_bias: bool
+    mlp_bias: bool
+    tie_word_embeddings: bool
+
+
+def expected_shapes(args: Sizes, family: Family) -> dict[str, tuple[int, ...]]:
     """Every parameter the checkpoint must hold, by Hugging Face name."""
     d, hd, i = args.hidden_size, args.head_dim, args.intermediate_size
     q, kv = args.num_attention_heads * hd, args.num_key_value_heads * hd

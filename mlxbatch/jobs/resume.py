@@ -1,0 +1,56 @@
+"""What a resumed job holds from its journal: the rows an earlier run wrote, checked against
+the input's ids, and the prompts of those to verify once every window is done."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..api.spec import Settings
+from ..errors import ResumeError
+from ..io.sinks import Sink
+from .plan import JobPlan
+from .rows import Window
+from .verify import to_verify
+
+
+@dataclass
+class Held:
+    """The rows an earlier run journaled (a resume), and the prompts of those to verify once
+    every window is done, kept as they are tokenized (nothing is tokenized twice) and as
+    compactly: the tokens each feeds itself, as int32, and how many it takes from the shared
+    prefix (a few-shot prefix repeated per row would be most of it)."""
+
+    mask: np.ndarray
+    ids: dict = field(default_factory=dict)
+    prompts: dict = field(default_factory=dict)
+
+    def keep(self, window: Window, plan: JobPlan, settings: Settings, every: bool) -> None:
+        """The items of `plan`'s batches held whole (a batch partly held is scored again by
+        this run, and verified then) that are to be verified."""
+        held = self.mask
+        whole = [b for b in plan.batches
+                 if all(j < len(held) and held[j] for j in plan.rows_of(b))]  # fmt: skip
+        mine = {i: plan.items[i] for b in whole for i in b.indices}
+        chosen = to_verify(mine, settings, every) or {}
+        self.prompts.update((i, (it.shared, np.array(it.prompt[it.shared :], np.int32)))
+                            for i, it in chosen.items())  # fmt: skip
+        self.ids.update(window.ids(chosen))
+
+    def prompt_of(self, i: int, prefix: list[int]) -> list[int]:
+        shared, fed = self.prompts[i]
+        return prefix[:shared] + fed.tolist()
+
+
+def check_held_ids(sink: Sink, window: Window, held: np.ndarray) -> None:
+    """A resumed journal's rows in `window` each carry the id of the input row they stand for
+    (a journal edited, or written for rows since changed, would copy in another row's result)."""
+    end = min(window.start + len(window.rows), len(held))
+    for i in np.flatnonzero(held[window.start : end]) + window.start:
+        got, want = sink.done[int(i)].get("id"), window[int(i)].id
+        if type(got) is not type(want) or got != want:
+            line = sink.done.line_of(int(i))
+            raise ResumeError(f"{sink.path}: line {line} holds id {got!r} for input row "
+                              f"{int(i) + 1}, whose id is {want!r} (edited?); delete the journal "
+                              "to start over")  # fmt: skip

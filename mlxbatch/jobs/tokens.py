@@ -1,0 +1,74 @@
+"""A job's tokenizing: the scan's check of each row against the item limit, and the windows
+tokenized ahead of the scoring, each row once where the input is one window."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from ..api.classifier import Classifier
+from ..api.limits import prepare
+from ..api.spec import Settings
+from ..io.inputs import Row
+from ..io.windows import JobInput, Scan
+
+
+class Tokens:
+    """A job's tokenizing. The window pass tokenizes each window's rows once, ahead. The scan
+    under --on-error fail with --too-long error tokenizes every row first, to refuse the
+    too-long ones before anything is computed: when the whole input is one window (16,384 rows
+    by default) its prompts are kept and the window pass uses them; a longer input is
+    tokenized twice rather than held whole (memory stays flat in the input's length)."""
+
+    def __init__(self, window: int):
+        self.window = window
+        self.kept: list | None = []  # the scan's (text, prompt) pairs while within one window
+
+    def scanned(self, texts: list[str], prompts: list[list[int]]) -> None:
+        if self.kept is not None:
+            self.kept += zip(texts, prompts)
+            if len(self.kept) > self.window:
+                self.kept = None  # several windows: each is tokenized as it is read
+
+    def windows(self, clf: Classifier, job_input: JobInput, scanned: Scan):
+        """(start, rows, prompts of the good rows) window by window; the next window is read
+        and tokenized in a thread while the caller scores this one (the tokenizer's Rust
+        threads release the GIL: off the lanes' critical path)."""
+        kept, self.kept = self.kept, None
+
+        def read(windows):
+            item = next(windows, None)
+            if item is None:
+                return None
+            start, rows = item
+            good = [r.text for r in rows if not r.error]
+            if kept and start == 0 and [text for text, _ in kept] == good:
+                return start, rows, [prompt for _, prompt in kept]
+            return start, rows, clf.engine.prompts(good)
+
+        windows = job_input.windows(self.window, scanned)
+        with ThreadPoolExecutor(1, thread_name_prefix="mlxbatch-read") as pool:
+            ahead = pool.submit(read, windows)
+            while (item := ahead.result()) is not None:
+                ahead = pool.submit(read, windows)
+                yield item
+
+
+def too_long(clf: Classifier, settings: Settings, tokens: Tokens):
+    """Under --on-error fail with --too-long error, the scan's check of each row against the
+    item limit (too long: refused before computing); else None."""
+    spec = settings.spec
+    if spec.on_error != "fail" or spec.too_long != "error":
+        tokens.kept = None
+        return None
+
+    def refused(block: list[Row]) -> list[str | None]:
+        good = [r for r in block if not r.error]
+        texts = [r.text for r in good]
+        prompts = clf.engine.prompts(texts)
+        tokens.scanned(texts, prompts)
+        made = iter(prepare(clf.engine, r.text, settings.limit, False, prompt=p)
+                    for r, p in zip(good, prompts))  # fmt: skip
+        fits = [None if r.error else next(made) for r in block]
+        return [f if isinstance(f, str) else None for f in fits]
+
+    return refused
