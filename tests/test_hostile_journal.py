@@ -182,3 +182,44 @@ def test_resume_without_a_journal_says_so(tiny_model_dir, tmp_path):
     assert r.exit_code == 0, r.output
     assert "note: --resume: no journal" in r.stderr and "starting afresh" in r.stderr
     assert len(out.read_text().splitlines()) == 6
+
+
+def _edit_settings(out, edit) -> None:
+    lines = journal_path(out).read_text().splitlines(True)
+    head = json.loads(lines[0])
+    edit(head["settings"])
+    journal_path(out).write_text(json.dumps(head) + "\n" + "".join(lines[1:]))
+
+
+@pytest.mark.parametrize(
+    "edit, words",
+    [
+        (lambda s: s.update(batch_tokens=float("inf")), "batch_tokens inf"),
+        (lambda s: s.update(batch_tokens=-5), "batch_tokens -5"),
+        (lambda s: s.update(max_batch=0), "max_batch 0"),
+        (lambda s: s.update(window=-3), "window -3"),
+        (lambda s: s.update(window=10**30), "window 1000"),
+        (lambda s: s.update(item_limit="4096"), "item_limit '4096'"),
+        (lambda s: s.update(item_limit=[float("inf"), "x"]), "item_limit inf"),
+        (lambda s: s.update(cost_model={"per_batch": "x", "per_token": 1, "per_key": 0}),
+         "cost_model"),
+        (lambda s: s.update(cost_model={"per_batch": 1, "per_token": 1, "per_key": 0,
+                                        "lanes": "two"}), "cost_model lanes 'two'"),
+        (lambda s: s.clear(), "'item_limit'"),
+    ],
+)  # fmt: skip
+def test_recorded_settings_a_run_cannot_write_are_refused_by_name(tiny_model_dir, interrupted,
+                                                                  edit, words):  # fmt: skip
+    src, out = interrupted
+    _edit_settings(out, edit)
+    before = journal_path(out).read_bytes()
+    refused(resume(tiny_model_dir, src, out), "recorded settings are unreadable", words)
+    assert journal_path(out).read_bytes() == before and not out.exists()
+
+
+def test_an_edited_recorded_shape_is_refused_not_followed(tiny_model_dir, interrupted):
+    """A limit a run could have written, but this one did not: the fingerprint covers the
+    recorded shape (followed, it turned rows into error rows beside scored ones)."""
+    src, out = interrupted
+    _edit_settings(out, lambda s: s.update(item_limit=[3, "hand"]))
+    refused(resume(tiny_model_dir, src, out), "batch shape")

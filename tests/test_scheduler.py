@@ -156,3 +156,6 @@ def test_the_python_api_refuses_what_it_cannot_classify(clf):
         Classifier.load(clf.lm.path, labels=["a", 2])
     with pytest.raises(UsageError, match="mode"):
         clf.classify(["x"], mode="fastest")
+    for bad in (None, 5, "", "  "):  # prepare checks a text as classify does
+        with pytest.raises(UsageError, match=r"^text"):
+            clf.prepare(bad)

@@ -137,6 +137,11 @@ def test_startup_answers_503_then_serves_the_model(server):
     assert card["labels"] == ["billing", "technical", "account"]
     assert card["prefix"]["tokens"] > 0 and len(card["prefix"]["sha256"]) == 64
     assert card["limits"]["max_inputs_per_request"] == 256
+    # as resolved, not as typed: the item limit requests meet, and the budget (no --batch-tokens)
+    assert card["limits"]["item_limit"] == {"tokens": 2048, "set_by": "--max-tokens 2048"}
+    assert (
+        isinstance(card["batching"]["batch_tokens"], int) and card["batching"]["batch_tokens"] > 0
+    )
 
 
 def test_1000_requests_from_32_clients_match_the_gold_loop(server, texts, gold):

@@ -131,6 +131,10 @@ class Classifier:
         """`text` as an item within the limit (the smaller of `max_tokens`, the model's context
         and what memory holds), cut to fit when `truncate`; else `ItemTooLong` naming the limit."""
         _flag("truncate", truncate)
+        try:  # as classify checks a text: its type, its unicode, not empty
+            text = _texts([text])[0]
+        except UsageError as e:
+            raise UsageError(str(e).replace("texts[0]", "text", 1)) from None
         item = prepare(
             self.engine, text, item_limit(self.engine, RunSpec(max_tokens=max_tokens)), truncate
         )

@@ -7,6 +7,8 @@ nothing re-resolves a setting. The mode comes from the one mode table (`engine.e
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -83,6 +85,13 @@ class Settings:
         """Whether scored items are verified against the gold loop (all, or a sample)."""
         return bool(self.spec.verify_sample)
 
+    def shape(self) -> list:
+        """What a resume takes from the journal instead of resolving (the fingerprint covers
+        it: a journal whose recorded shape was edited is refused, not followed)."""
+        p = self.policy
+        return [p.batch_tokens, p.max_batch, p.cost.to_dict() if p.cost else None,
+                [self.limit.tokens, self.limit.source], self.window]  # fmt: skip
+
     def record(self) -> dict:
         """What a journal records (the options, with the budget, cost model, item limit and
         window as resolved): `resolve_settings` makes the same settings from it."""
@@ -113,7 +122,7 @@ def resolve_settings(
     budget and what one item alone can use of the free memory. `cost`: the cost planner's
     model, or how to look it up (only the cost planner asks: a lookup may time a batch)."""
     step = spec.step
-    if recorded:
+    if recorded is not None:
         budget, max_batch, cost, limit, window = _recorded(recorded, spec)
     else:
         limit, max_batch, window = item_limit(engine, spec), spec.max_batch, spec.window
@@ -131,15 +140,42 @@ def resolve_settings(
 
 
 def _recorded(recorded: dict, spec: RunSpec) -> tuple:
-    """(budget, max_batch, cost model, item limit, window) as a journal recorded them."""
+    """(budget, max_batch, cost model, item limit, window) as a journal recorded them, each
+    checked: a journal is a file a person can edit, and a value no run writes (0, -5, inf, a
+    string) would fail deep inside the planner or pass silently into the output."""
     try:
-        cost = CostModel.from_dict(recorded["cost_model"]) if recorded.get("cost_model") else None
-        limit = Limit(int(recorded["item_limit"][0]), str(recorded["item_limit"][1]))
-        window = int(recorded.get("window") or spec.window)
-        return int(recorded["batch_tokens"]), int(recorded["max_batch"]), cost, limit, window
-    except (KeyError, IndexError, TypeError, ValueError) as e:
-        raise ResumeError(f"the journal's recorded settings are unreadable ({e!r}); delete "
-                          "the journal to start over") from None  # fmt: skip
+        limit = recorded["item_limit"]
+        if not isinstance(limit, list) or len(limit) != 2 or not isinstance(limit[1], str):
+            raise ValueError(f"item_limit {limit!r}")
+        window = recorded.get("window") or spec.window
+        return (_count("batch_tokens", recorded["batch_tokens"]),
+                _count("max_batch", recorded["max_batch"]), _cost(recorded.get("cost_model")),
+                Limit(_count("item_limit", limit[0]), limit[1]), _count("window", window))  # fmt: skip
+    except (KeyError, TypeError, ValueError) as e:
+        raise ResumeError(f"the journal's recorded settings are unreadable ({e}); delete the "
+                          "journal to start over") from None  # fmt: skip
+
+
+def _count(name: str, value) -> int:
+    """A recorded whole number of at least 1 that a run could have written."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= sys.maxsize:
+        raise ValueError(f"{name} {value!r}")
+    return value
+
+
+def _cost(recorded) -> CostModel | None:
+    """A recorded cost model: finite, non-negative constants and whole lanes."""
+    if not recorded:
+        return None
+    if not isinstance(recorded, dict):
+        raise ValueError(f"cost_model {recorded!r}"[:200])
+    cost = CostModel.from_dict(recorded)  # KeyError/TypeError: a missing or unknown field
+    numbers = (cost.per_batch, cost.per_token, cost.per_key)
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+               and x >= 0 for x in numbers):  # fmt: skip
+        raise ValueError(f"cost_model {recorded!r}"[:200])
+    _count("cost_model lanes", cost.lanes)
+    return cost
 
 
 def item_limit(engine: Engine, spec: RunSpec) -> Limit:

@@ -332,6 +332,7 @@ PARTS = {"model": "model (its weights or path)", "dtype": "--dtype", "input": "i
          "settings": "settings (--mode, --planner, --max-tokens, --too-long, --on-error, "
                      "--no-prefix-cache)",
          "adjustment": "adjustment (--calibrate, --prior, --min-confidence)",
+         "shape": "batch shape (the journal's recorded settings were edited)",
          "compute": "compute path"}  # fmt: skip
 
 

@@ -80,7 +80,7 @@ DECIDING = ("blas", "kernels", "host_kernels", "device", "mlx", "prefix_threads"
 
 
 def fingerprint(input_digest: str, clf: Classifier, s: Settings, compute: dict) -> str:
-    """`model=… dtype=… input=… labels=… prompt=… settings=… adjustment=… compute=…` (16 hex
+    """`model=… dtype=… input=… labels=… prompt=… settings=… adjustment=… shape=… compute=…` (16 hex
     digits a part): the journal records it and `--resume` names the parts that differ.
     `input_digest`: the input's rows hashed (`io.windows.hash_row`, by the job's scan); `compute`: the
     `compute_path`."""
@@ -95,6 +95,7 @@ def fingerprint(input_digest: str, clf: Classifier, s: Settings, compute: dict) 
             [o.mode, clf.engine.prefix_cache, o.too_long, o.max_tokens, o.on_error, o.planner]
         ),  # fmt: skip
         "adjustment": digest([clf.adjust.p_cf, clf.adjust.prior, clf.adjust.min_confidence]),
+        "shape": digest(s.shape()),  # a resume's is the journal's: an edited one differs
         "compute": digest([compute.get(k) for k in DECIDING]),
     }
     return " ".join(f"{k}={v}" for k, v in parts.items())

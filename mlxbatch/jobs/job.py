@@ -126,8 +126,8 @@ class Job:
         """Settings (resolved once, or the journal's), the scan, the header, the sink."""
         clf, spec, output = self.clf, self.spec, self.output
         journaled = self.lead and self.resume and output is not None
-        mine, unreadable = (
-            self._settings(output if journaled else None) if self.lead else (None, None)
+        mine, unreadable, head = (
+            self._settings(output if journaled else None) if self.lead else (None, None, None)
         )
         self.settings = self.group.share(mine, clf, spec)
         self.tokens = Tokens(self.settings.window)
@@ -138,6 +138,8 @@ class Job:
         header = {"fingerprint": fingerprint(self.scanned.digest, clf, self.settings, compute),
                   "compute": compute}  # fmt: skip
         self.group.agree(header["fingerprint"])
+        if unreadable is not None and head and _but_shape(head) == _but_shape(header):
+            raise unreadable  # this run's journal (but for its shape), with settings unreadable
         if journaled and recorded_header(output, header) is None and output_kind(output) == "file":
             print(f"note: --resume: no journal of an interrupted run at {journal_path(output)}; "
                   "starting afresh", file=sys.stderr)  # fmt: skip
@@ -147,20 +149,24 @@ class Job:
         if self.lead:
             self._open(header | {"settings": self.settings.record()})
 
-    def _settings(self, output: Path | None) -> tuple[Settings, ResumeError | None]:
+    def _settings(self, output: Path | None) -> tuple[Settings, ResumeError | None, dict | None]:
         """This run's settings: the journal's on a resume (read before the header that says
         whether the journal is this run's can be made: a foreign one is refused by it, so a
         journal whose settings cannot be read is refused only once that check has passed),
-        else resolved from the options."""
+        else resolved from the options; with why the journal's could not be read, and its
+        header."""
         try:
-            recorded = recorded_header(output, None) if output is not None else None
-            if recorded:
-                settings = self.clf.settings(self.spec, recorded["settings"])
-                self.recorded = True
-                return settings, None
+            head = recorded_header(output, None) if output is not None else None
         except ResumeError as e:
-            return self.clf.settings(self.spec), e
-        return self.clf.settings(self.spec), None
+            return self.clf.settings(self.spec), e, None
+        if not head:
+            return self.clf.settings(self.spec), None, None
+        try:
+            settings = self.clf.settings(self.spec, head["settings"])
+        except ResumeError as e:
+            return self.clf.settings(self.spec), e, head
+        self.recorded = True
+        return settings, None, head
 
     def _open(self, header: dict) -> None:
         self.sink = open_sink(self.clf, self.scanned.rows, self.output, header, self.resume)
@@ -238,3 +244,9 @@ class Job:
             abstained=totals.abstained, duplicates=totals.duplicates, windows=totals.windows,
             resumed=int(held.mask.sum()) if held is not None else 0, ranks=self.per_rank,
         )  # fmt: skip
+
+
+def _but_shape(header: dict) -> dict:
+    """A header's fingerprint parts but the recorded batch shape's (jobs/fingerprint.py)."""
+    words = str(header.get("fingerprint")).split()
+    return {k: v for k, v in (w.split("=", 1) for w in words if "=" in w) if k != "shape"}

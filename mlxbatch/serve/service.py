@@ -222,8 +222,11 @@ class Service:
             "labels": list(clf.labels.names),
             "prefix": {"tokens": len(clf.engine.prefix),
                        "sha256": hashlib.sha256(prefix).hexdigest()},
-            "limits": self.limits.as_dict(),
-            "batching": {"max_batch": self.spec.max_batch, "batch_tokens": self.spec.batch_tokens,
+            # as resolved: the item limit the requests meet and the budget batches are cut by
+            "limits": self.limits.as_dict() | {"item_limit": {"tokens": self.settings.limit.tokens,
+                                                              "set_by": self.settings.limit.source}},
+            "batching": {"max_batch": self.spec.max_batch,
+                         "batch_tokens": self.settings.policy.batch_tokens,
                          "lanes": clf.engine.lanes},
             "calibrate": self.spec.calibrate, "min_confidence": self.spec.min_confidence,
             "verify_sample": self.spec.verify_sample, "device": str(mx.default_device()),
