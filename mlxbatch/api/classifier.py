@@ -24,7 +24,7 @@ from ..engine.item import Item
 from ..engine.labels import LabelSet
 from ..engine.planner import DEFAULT_MAX_BATCH, Batch, CostModel, unsort
 from ..engine.prompt import DEFAULT_LABELS, default_system_prompt
-from ..engine.scheduler import BatchPolicy, Scheduler
+from ..engine.scheduler import BatchPolicy, Scheduler, positional_items
 from ..errors import ItemTooLong, LabelError, UsageError, unicode_problem
 from ..model.hub import resolve
 from ..model.load import LoadedModel, load_model
@@ -124,8 +124,7 @@ class Classifier:
         """Batches of `prompts` (indices are positions) for `mode`, as the scheduler cuts them
         (`cost`: another cost model for the cost planner)."""
         policy = self.policy(mode, batch_tokens, max_batch, planner, cost)
-        items = [Item(i, p, len(self.engine.fed(p))) for i, p in enumerate(prompts)]
-        return Scheduler(self.engine, policy, items).plan()
+        return Scheduler(self.engine, policy, positional_items(self.engine, prompts)).plan()
 
     def prepare(self, text: str, max_tokens: int | None = None, truncate: bool = False) -> Item:
         """`text` as an item within the limit (the smaller of `max_tokens`, the model's context

@@ -157,12 +157,18 @@ class Scheduler:
                            waited, shared)  # fmt: skip
 
 
+def positional_items(engine: Engine, prompts: list[list[int]]) -> list[Item]:
+    """Items of prompts already tokenized, keyed by position (no limit applies: for plans and
+    measurements of given prompts; texts become items through `api.limits.prepare`)."""
+    return [Item(i, p, len(engine.fed(p))) for i, p in enumerate(prompts)]
+
+
 def score_all(engine: Engine, prompts: list[list[int]], batches: list[Batch],
               scorer: str = "fast") -> np.ndarray:  # fmt: skip
     """Probabilities (N, J) of every prompt, back in input order, scored through a scheduler
     in the given `batches` (indices are positions: bench times each planner's batches, and
     tests set batches of their own). The policy's cut is not used."""
-    items = [Item(i, p, len(engine.fed(p))) for i, p in enumerate(prompts)]
+    items = positional_items(engine, prompts)
     policy = BatchPolicy("sequential", scorer, 1, 1)
     done = [(b, list(p)) for b, p, _ in Scheduler(engine, policy, items).step(batches)]
     return np.stack(unsort(done, len(prompts)))

@@ -336,14 +336,15 @@ PARTS = {"model": "model (its weights or path)", "dtype": "--dtype", "input": "i
          "compute": "compute path"}  # fmt: skip
 
 
+def fingerprint_parts(fp) -> dict:
+    """A `part=digest` fingerprint (jobs/fingerprint.py) as {part: digest}; {} for anything else."""
+    words = fp.split() if isinstance(fp, str) else []
+    return dict(w.split("=", 1) for w in words if "=" in w)
+
+
 def _differing_parts(recorded, current) -> str:
     """Which parts of two `part=digest` fingerprints differ, in words (jobs/fingerprint.py)."""
-
-    def parts(fp) -> dict:
-        words = fp.split() if isinstance(fp, str) else []
-        return dict(w.split("=", 1) for w in words if "=" in w)
-
-    old, new = parts(recorded), parts(current)
+    old, new = fingerprint_parts(recorded), fingerprint_parts(current)
     if not old or set(old) != set(new):  # a journal from another version of mlxbatch
         return "input, model, labels, prompt or settings (or another version of mlxbatch)"
     return ", ".join(PARTS.get(k, k) for k in new if old[k] != new[k])

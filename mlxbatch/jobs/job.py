@@ -24,7 +24,7 @@ from ..engine.planner import PaddingStats
 from ..errors import InputError, JobError, ResumeError
 from ..io.inputs import Row, describe_errors
 from ..io.outputs import open_stream, output_kind
-from ..io.sinks import Journal, Sink, journal_path, recorded_header
+from ..io.sinks import Journal, Sink, fingerprint_parts, journal_path, recorded_header
 from ..io.windows import JobInput, Scan, scan
 from ..runtime import memory, progress
 from .fingerprint import compute_path, fingerprint
@@ -248,5 +248,6 @@ class Job:
 
 def _but_shape(header: dict) -> dict:
     """A header's fingerprint parts but the recorded batch shape's (jobs/fingerprint.py)."""
-    words = str(header.get("fingerprint")).split()
-    return {k: v for k, v in (w.split("=", 1) for w in words if "=" in w) if k != "shape"}
+    parts = fingerprint_parts(header.get("fingerprint"))
+    parts.pop("shape", None)
+    return parts
