@@ -75,7 +75,7 @@ def test_a_step_scores_one_batch_per_lane_oldest_first(clf):
 def test_arriving_work_is_batched_and_every_caller_gets_its_own_answers(clf):
     """Requests of one to five items from 16 threads: each future holds its items' scores in
     its order; the queue limit refuses at once; closing drains what is queued."""
-    from mlxbatch.engine.scheduler import LiveScheduler, QueueFull
+    from mlxbatch.engine.live import LiveScheduler, QueueFull
 
     engine = clf.engine
     prompts = [item(engine, None, t) for t in TEXTS]

@@ -28,7 +28,7 @@ from ..api.verify import check
 from ..engine.adjust import parse_prior
 from ..engine.item import Item
 from ..engine.labels import LabelSet
-from ..engine.scheduler import LiveScheduler, QueueFull
+from ..engine.live import LiveScheduler, QueueFull
 from ..errors import LabelError
 from ..model.tokenizer import PromptTokenizer
 from ..runtime import testhold
