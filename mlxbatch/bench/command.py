@@ -12,9 +12,10 @@ from ..errors import UsageError
 from ..io.outputs import check_reports, write_json_report
 from ..io.promptspec import PromptSpec, prompt_spec
 from ..model.defaults import model_dir
+from .job import BenchOptions, bench_job, load_tickets
 from .llamacpp import LlamaCppOptions
 from .peers import PEERS
-from .suite import MODE_NAMES, BenchOptions, bench_job, load_tickets
+from .suite import MODE_NAMES
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
+from dataclasses import asdict, dataclass, field
 
 import mlx.core as mx
 import numpy as np
@@ -14,7 +13,6 @@ from ..api.classifier import Classifier
 from ..api.spec import RunSpec
 from ..engine.engine import Engine
 from ..engine.planner import (
-    DEFAULT_MAX_BATCH,
     Batch,
     CostModel,
     global_max_stats,
@@ -22,9 +20,7 @@ from ..engine.planner import (
     plan,
     plan_batches,
 )
-from ..engine.prompt import DEFAULT_LABELS
 from ..engine.scheduler import score_all
-from .llamacpp import LlamaCppOptions
 
 
 @dataclass
@@ -234,148 +230,3 @@ def run_bench(
         "modes": [asdict(r) | {"items_per_s": r.items_per_s} for r in runs.results],
         "gold_labels": [clf.labels.names[i] for i in ref.argmax(1)] if ref is not None else [],
     }
-
-
-def load_tickets(spec: str, mix: str = "default") -> tuple[list[str], str]:
-    """A JSONL/CSV/text file, or a count of built-in synthetic tickets of a mix."""
-    from ..errors import InputError
-    from ..io.inputs import describe_errors, read_rows
-    from .workload import generate
-
-    if spec.isdigit():
-        return [
-            t["text"] for t in generate(int(spec), 0, mix)
-        ], f"{spec} synthetic tickets ({mix} mix, seed 0)"
-    rows, fmt = read_rows(spec)
-    if any(r.error for r in rows):
-        raise InputError(describe_errors(rows, spec, fmt))
-    return [r.text for r in rows], spec
-
-
-@dataclass
-class BenchOptions:
-    model: Path | None = None
-    tickets: str = "600"
-    mix: str = "default"
-    labels: tuple[str, ...] = DEFAULT_LABELS
-    system_prompt: str | None = None  # None: the default prompt for `labels`
-    descriptions: dict[str, str] | None = None  # label -> one line, for the default prompt
-    examples: tuple[tuple[str, str], ...] = ()
-    prompt_name: str = "default"
-    batch_tokens: int | None = None  # the greedy budget compared against (default: preferred)
-    max_batch: int = DEFAULT_MAX_BATCH
-    naive_batch: int = 16
-    sweep: tuple[int, ...] = ()
-    modes: tuple[str, ...] = MODE_NAMES
-    peers: tuple[str, ...] = ()
-    # transformers' sorted batches: its own budget, not mlxbatch's (whole prompts, one
-    # multi-threaded forward a batch); fp32 ran 57.0 s at 4096 and 68.6 s at 2048 on the
-    # default 120 (bench/default-120.txt, bench/default-120-peers-at-2048.txt)
-    peer_batch_tokens: int = 4096
-    llama_cpp: LlamaCppOptions = LlamaCppOptions()  # the llama.cpp peers' converter and threads
-    quick: bool = False
-    calibrate: bool = True
-    against: Path | None = None
-    json_path: Path | None = None
-    plot_path: Path | None = None
-
-
-def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
-    """The whole `bench` command: model, tickets, calibration, modes, peers, report, files."""
-    import tempfile
-
-    from ..io.outputs import write_json_report
-    from .against import against
-    from .doctor import report as doctor_report
-    from .report import format_report, plot
-
-    with tempfile.TemporaryDirectory() as tmp:
-        model, tickets, llama = bench_inputs(o, Path(tmp))
-        texts, source = load_tickets(tickets, o.mix)
-        clf = Classifier.load(resolve(model), o.labels, o.system_prompt, examples=o.examples,
-                              descriptions=o.descriptions)  # fmt: skip
-        prompts = [clf.engine.prompt(t) for t in texts]
-        greedy = greedy_budget(clf, clf.engine.fed_lengths(prompts), o.batch_tokens, o.max_batch)
-        info = doctor_report(2048 if not o.quick else 512)
-        cost, calib = planner_cost(clf, o.calibrate, progress)
-        result = run_bench(clf, texts, greedy, o.max_batch, o.naive_batch, list(o.sweep),
-                           progress, o.modes, cost)  # fmt: skip
-        result["calibration"] = calib
-        result["meta"] = bench_meta(clf, source, o.prompt_name, info)
-        result.update(peers_entry(o, clf, prompts, result["gold_labels"], llama, progress))
-        if o.against:
-            result["against"] = against(clf, texts, o.max_batch, resolve(o.against), progress)
-    text = format_report(result)
-    if o.json_path:
-        write_json_report(o.json_path, result)
-    if o.plot_path:
-        plot(result, o.plot_path, [len(clf.lm.tokenizer.encode(t)) for t in texts])
-    return result, text
-
-
-def bench_inputs(o: BenchOptions, tmp: Path) -> tuple[Path | None, str, LlamaCppOptions]:
-    """The model, tickets and llama.cpp options of a run; with --quick, a tiny random model in
-    `tmp`, 60 tickets unless others were asked for, and the GGUFs of that model in `tmp`."""
-    if not o.quick:
-        return o.model, o.tickets, o.llama_cpp
-    from ..model.convert import init_random
-
-    model = tmp / "tiny"
-    init_random(model, preset="tiny", seed=0, dtype="float32")
-    tickets = "60" if o.tickets == "600" else o.tickets
-    llama = replace(o.llama_cpp, cache=o.llama_cpp.cache or tmp / "gguf")  # a model of this run
-    return model, tickets, llama
-
-
-def greedy_budget(clf: Classifier, fed: list[int], batch_tokens: int | None, max_batch: int) -> int:
-    """The greedy budget compared against: the one given, else the free memory's; refused
-    when the longest ticket does not fit it (a traceback from the planner before)."""
-    from ..errors import UsageError
-
-    greedy = batch_tokens or clf.engine.default_budget(max_batch, max(fed))
-    if greedy < max(fed):
-        raise UsageError(f"the free memory allows batches of {greedy} tokens, fewer than the "
-                         f"longest ticket's {max(fed)}: free some memory or set "
-                         f"--batch-tokens")  # fmt: skip
-    return greedy
-
-
-def planner_cost(clf: Classifier, calibrate_now: bool, progress) -> tuple[CostModel, dict | None]:
-    """The planner's cost model and the calibration run for it (None: none ran): without
-    calibrating, the cached model or the defaults, never a first job's calibration."""
-    from ..engine.calibration import cached, calibrate, default_model, describe
-
-    if calibrate_now:
-        return calibrate(clf.engine, progress)
-    cost = cached(clf.engine) or default_model(clf.engine)
-    progress(f"planner: {describe(cost)}")
-    return cost, None
-
-
-def bench_meta(clf: Classifier, source: str, prompt_name: str, info: dict) -> dict:
-    """What ran: the model, tickets and prompt, on the machine `doctor` describes."""
-    return {
-        "model": clf.lm.describe(), "tickets": source, "prompt": prompt_name,
-        "device": info["device"], "device_name": info["device_name"], "dtype": info["dtype"],
-        "blas": info["blas_kernels"] or info["blas"],
-        "peak_matmul_gflops": info[f"matmul_gflops_{info['dtype']}"], "doctor": info,
-    }  # fmt: skip
-
-
-def peers_entry(
-    o: BenchOptions, clf: Classifier, prompts: list[list[int]], gold_labels: list[str],
-    llama: LlamaCppOptions, progress,
-) -> dict:  # fmt: skip
-    """The report's `peers` entry: their runs against the reference's labels, or why they
-    cannot run; none when no peer was asked for or no reference ran."""
-    from .peers import run_peers
-
-    if o.peers and clf.labels.max_len > 1:
-        return {"peers": [{"name": "peers", "error": "peers score single-token labels only"}]}
-    if not (o.peers and gold_labels):
-        return {}
-    names = list(clf.labels.names)
-    gold = [names.index(x) for x in gold_labels]
-    return {"peers": run_peers(clf.lm.path, prompts, clf.labels.first_ids, gold,
-                               o.peer_batch_tokens, o.max_batch, o.naive_batch, o.peers,
-                               progress, llama)}  # fmt: skip
