@@ -23,8 +23,9 @@ from ..api.spec import RunSpec, Settings
 from ..engine.planner import PaddingStats
 from ..errors import InputError, JobError, ResumeError
 from ..io.inputs import Row, describe_errors
+from ..io.journal_lines import fingerprint_parts
 from ..io.outputs import open_stream, output_kind
-from ..io.sinks import Journal, Sink, fingerprint_parts, journal_path, recorded_header
+from ..io.sinks import Journal, Sink, journal_path, recorded_header
 from ..io.windows import JobInput, Scan, scan
 from ..runtime import memory, progress
 from .fingerprint import compute_path, fingerprint

@@ -1,0 +1,107 @@
+"""A journal read back (io/sinks.py writes it): its header checked to be a journal's, and
+this run's (which part of the fingerprint differs, in words), and each line checked to be a
+row that this job's run writes (a row of the input, a result the final write can take)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import ResumeError
+
+JOURNAL_VERSION = 1
+
+
+def journal_entry(line: bytes, n_rows: int | None = None,
+           labels: tuple[str, ...] | None = None) -> tuple[int, dict] | str:  # fmt: skip
+    """A journal line's (row index, result row), or why it is not one this job's run writes:
+    a row index inside the input, and a result that the final write can take (an id; an error
+    message, or finite probabilities over the labels with the label their top score)."""
+    try:
+        entry = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError):
+        entry = None
+    if not isinstance(entry, dict) or set(entry) != {"row", "result"}:
+        return "is not a row that mlxbatch wrote"
+    row, result = entry["row"], entry["result"]
+    if type(row) is not int or row < 0 or (n_rows is not None and row >= n_rows):
+        return f"names row {row!r}, not a row of the input (0 to {(n_rows or 1) - 1})"[:200]
+    if not isinstance(result, dict) or "id" not in result:
+        return "is not a row that mlxbatch wrote"
+    if "error" in result:
+        return (
+            (row, result) if isinstance(result["error"], str) else "has an error that is not text"
+        )
+    return _scored(row, result, labels)
+
+
+def _scored(row: int, result: dict, labels: tuple[str, ...] | None) -> tuple[int, dict] | str:
+    scores, label = result.get("scores"), result.get("label")
+    if not isinstance(scores, dict) or len(scores) < 2 or (labels and list(scores) != list(labels)):
+        return "has scores that are not one per label"
+    values = list(scores.values())
+    if not all(type(v) in (int, float) and 0.0 <= v <= 1.0 for v in values):  # NaN fails too
+        return "has a score that is not a finite probability"
+    if label is None and result.get("abstained") is True:
+        return row, result
+    top = list(scores)[values.index(max(values))]  # the first best, as result_row chooses
+    if label != top:
+        return f"has the label {label!r} where its top score is {top!r}"[:200]
+    return row, result
+
+
+def checked_head(path: Path, first_line: bytes, header: dict | None) -> dict:
+    """The journal's header, checked to be one (and, given this run's `header`, this run's)."""
+    try:
+        head = json.loads(first_line) if first_line else None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError):
+        head = None
+    if not isinstance(head, dict) or head.get("mlxbatch_journal") != JOURNAL_VERSION:
+        raise ResumeError(f"{path}: not an mlxbatch journal; delete it to start over")
+    if header is not None and head.get("fingerprint") != header.get("fingerprint"):
+        differ = _differing_parts(head.get("fingerprint"), header.get("fingerprint"))
+        differ = differ.replace(PARTS["compute"], _compute_change(head, header))
+        raise ResumeError(f"{path} was written for a different {differ}; run with what the "
+                          "first run had, or delete it to start over")  # fmt: skip
+    return head
+
+
+COMPUTE_WORDS = {"blas": "BLAS", "kernels": "BLAS kernel family", "library": "BLAS library",
+                 "host_kernels": "host kernels (MLXBATCH_HOST_KERNELS)", "device": "device",
+                 "mlx": "MLX version", "prefix_threads": "shared-prefix BLAS threads"}  # fmt: skip
+
+
+def _compute_change(head: dict, header: dict) -> str:
+    """How the recorded compute path (jobs/fingerprint.py `compute_path`) and this run's differ,
+    in words: 'compute path (BLAS kernel family Haswell, now SkylakeX)'."""
+    old, new = head.get("compute"), header.get("compute")
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return PARTS["compute"]
+    words = {True: "on", False: "off", None: "none"}
+    said = [f"{COMPUTE_WORDS.get(k, k)} {words.get(old.get(k), old.get(k))}, now "
+            f"{words.get(new.get(k), new.get(k))}"
+            for k in new if k != "library" and old.get(k) != new.get(k)]  # fmt: skip
+    return f"{PARTS['compute']} ({'; '.join(said)})" if said else PARTS["compute"]
+
+
+PARTS = {"model": "model (its weights or path)", "dtype": "--dtype", "input": "input",
+         "labels": "labels", "prompt": "system prompt or examples",
+         "settings": "settings (--mode, --planner, --max-tokens, --too-long, --on-error, "
+                     "--no-prefix-cache)",
+         "adjustment": "adjustment (--calibrate, --prior, --min-confidence)",
+         "shape": "batch shape (the journal's recorded settings were edited)",
+         "compute": "compute path"}  # fmt: skip
+
+
+def fingerprint_parts(fp) -> dict:
+    """A `part=digest` fingerprint (jobs/fingerprint.py) as {part: digest}; {} for anything else."""
+    words = fp.split() if isinstance(fp, str) else []
+    return dict(w.split("=", 1) for w in words if "=" in w)
+
+
+def _differing_parts(recorded, current) -> str:
+    """Which parts of two `part=digest` fingerprints differ, in words (jobs/fingerprint.py)."""
+    old, new = fingerprint_parts(recorded), fingerprint_parts(current)
+    if not old or set(old) != set(new):  # a journal from another version of mlxbatch
+        return "input, model, labels, prompt or settings (or another version of mlxbatch)"
+    return ", ".join(PARTS.get(k, k) for k in new if old[k] != new[k])
