@@ -198,6 +198,7 @@ def _edit_settings(out, edit) -> None:
         (lambda s: s.update(batch_tokens=-5), "batch_tokens -5"),
         (lambda s: s.update(max_batch=0), "max_batch 0"),
         (lambda s: s.update(window=-3), "window -3"),
+        (lambda s: s.update(window=0), "window 0"),
         (lambda s: s.update(window=10**30), "window 1000"),
         (lambda s: s.update(item_limit="4096"), "item_limit '4096'"),
         (lambda s: s.update(item_limit=[float("inf"), "x"]), "item_limit inf"),

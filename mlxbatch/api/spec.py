@@ -147,7 +147,7 @@ def _recorded(recorded: dict, spec: RunSpec) -> tuple:
         limit = recorded["item_limit"]
         if not isinstance(limit, list) or len(limit) != 2 or not isinstance(limit[1], str):
             raise ValueError(f"item_limit {limit!r}")
-        window = recorded.get("window") or spec.window
+        window = recorded["window"] if "window" in recorded else spec.window  # 0 is refused
         return (_count("batch_tokens", recorded["batch_tokens"]),
                 _count("max_batch", recorded["max_batch"]), _cost(recorded.get("cost_model")),
                 Limit(_count("item_limit", limit[0]), limit[1]), _count("window", window))  # fmt: skip
