@@ -357,6 +357,7 @@ def test_demo_main_job_runs_and_verifies(tiny_model_dir, tmp_path):
     assert r.exit_code == 0, r.output
     assert "100.0% label agreement" in r.output and "SYNTHETIC" in r.output
     assert len(read_jsonl(tmp_path / "demo" / "predictions.jsonl")) == 20
+    assert re.search(r"demo: \d+ s in all \(\d+ s classifying, \d+ s the gold loop", r.output)
 
 
 def test_bench_built_in_prompts_grow_the_shared_prefix(tmp_path):
@@ -383,3 +384,37 @@ def test_bench_built_in_prompts_grow_the_shared_prefix(tmp_path):
                           "descriptions", "--system-prompt", "mine"],
                          capture_output=True, text=True, env=cli_env())  # fmt: skip
     assert bad.returncode == 2 and "built-in prompt" in bad.stderr
+
+
+@pytest.mark.parametrize("command", [["serve"], ["bench-serve", "--quick"], ["bench", "--serve"]])
+def test_the_service_without_its_extra_is_one_line_naming_it(monkeypatch, tiny_model_dir,
+                                                             command):  # fmt: skip
+    """Without the serve extra, `serve` was a ModuleNotFoundError traceback (exit 1)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "uvicorn" else real(name, *a))  # fmt: skip
+    r = CliRunner().invoke(cli, [*command, "--model", str(tiny_model_dir)])
+    assert r.exit_code == 2, r.output
+    assert "needs the serve extra (uvicorn missing): pip install 'mlxbatch[serve]'" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_doctor_lists_the_calibrations_of_models_on_disk_and_counts_the_rest(tmp_path,
+                                                                             monkeypatch):  # fmt: skip
+    """The shared cache held ~40 entries of tests' and deleted models, unsorted."""
+    from mlxbatch.bench import doctor
+    from mlxbatch.engine import calibration
+
+    cost = {"per_batch": 0.01, "per_token": 1e-4, "per_key": 1e-7, "lanes": 1}
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a").mkdir()
+    entries = [{"model_path": str(tmp_path / p), "dtype": "float32", "at": "t", "model": cost}
+               for p in ("b", "gone", "a", "gone2")]  # fmt: skip
+    monkeypatch.setattr(calibration, "cached_entries", lambda: entries)
+    lines = doctor.calibrations()
+    assert [x.split(" (")[0] for x in lines[:2]] == [str(tmp_path / "a"), str(tmp_path / "b")]
+    assert lines[2].startswith("2 more for models no longer on disk") and len(lines) == 3
+    monkeypatch.setattr(calibration, "cached_entries", lambda: [])
+    assert doctor.calibrations().startswith("none cached")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import time
+from pathlib import Path
 
 from ..runtime import blas, sgemm
 
@@ -62,15 +63,7 @@ def report(size: int = 1024) -> dict:
         "fast_blas": fast,
         f"matmul_gflops_{str(dtype).split('.')[-1]}": round(matmul_gflops(size, dtype), 1),
     }
-    from ..engine.calibration import cached_entries, describe
-    from ..engine.planner import CostModel
-
-    info["planner_calibrations"] = [
-        f"{e.get('model_path', '?')} ({e.get('dtype', '?')}, {e.get('at', '?')}): "
-        + describe(CostModel.from_dict(e["model"]))
-        for e in cached_entries()
-        if isinstance(e.get("model"), dict)
-    ] or "none cached (mlxbatch doctor --calibrate --model DIR, or any bench run)"
+    info["planner_calibrations"] = calibrations()
     if mx.default_device() == mx.cpu:  # interleaved, so a busy moment hits both alike
         rates = [(matmul_gflops(size, mx.float32), numpy_gflops(size)) for _ in range(2)]
         mine, numpy = max(r[0] for r in rates), max(r[1] for r in rates)
@@ -79,3 +72,20 @@ def report(size: int = 1024) -> dict:
     if mx.default_device() == mx.gpu:
         info["matmul_gflops_float32"] = round(matmul_gflops(size, mx.float32), 1)
     return info
+
+
+def calibrations() -> list[str] | str:
+    """The planner's cached calibrations of models still on disk, by path; the others (tests'
+    and deleted models') counted in one line with the cache's path."""
+    from ..engine.calibration import cached_entries, describe
+    from ..engine.planner import CostModel
+
+    entries = [e for e in cached_entries() if isinstance(e.get("model"), dict)]
+    here = sorted((e for e in entries if Path(str(e.get("model_path", ""))).is_dir()),
+                  key=lambda e: (str(e.get("model_path")), str(e.get("at", ""))))  # fmt: skip
+    lines = [f"{e['model_path']} ({e.get('dtype', '?')}, {e.get('at', '?')}): "
+             + describe(CostModel.from_dict(e["model"])) for e in here]  # fmt: skip
+    if len(here) < len(entries):
+        lines.append(f"{len(entries) - len(here)} more for models no longer on disk (all in "
+                     f"{blas.cache_dir() / 'planner.json'})")  # fmt: skip
+    return lines or "none cached (mlxbatch doctor --calibrate --model DIR, or any bench run)"

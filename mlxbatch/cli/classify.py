@@ -115,7 +115,7 @@ from .common import (
 @click.option("--collective-timeout", type=FiniteRange(1), default=600.0, show_default=True,
               help="Seconds a distributed round may wait for the other ranks.")  # fmt: skip
 def classify(**options):
-    """Classify every row of INPUT (JSONL, CSV, text, or - for stdin) into one label."""
+    """Classify every row of INPUT (JSONL, CSV, TSV, text, Parquet, or - for stdin) into one label."""
     from ..api.spec import RunSpec
     from ..jobs.classify import Interrupted, JobRequest, run_classify
     from ..jobs.job import Hooks

@@ -24,6 +24,18 @@ from .common import (
 )
 
 BOM = b"\xef\xbb\xbf"
+SERVE_EXTRA = ("starlette", "uvicorn", "prometheus_client", "httpx")
+
+
+def need_serve_extra() -> None:
+    """The service and its load test run on the `serve` extra: without it, one line naming
+    what to install (the import deep inside was a traceback)."""
+    import importlib.util
+
+    missing = [m for m in SERVE_EXTRA if importlib.util.find_spec(m) is None]
+    if missing:
+        fail(f"this command needs the serve extra ({', '.join(missing)} missing): "
+             "pip install 'mlxbatch[serve]'")  # fmt: skip
 
 
 def read_api_key(path: Path) -> bytes:
@@ -92,6 +104,7 @@ def server_units(options: dict) -> dict:
               default="info", show_default=True)  # fmt: skip
 def serve(**options):
     """Serve classification over HTTP (POST /v1/classify), batching what arrives."""
+    need_serve_extra()
     from ..errors import UsageError
     from ..serve.connections import ConnectionLimits, reserve_descriptors
     from ..serve.limits import Limits
@@ -154,6 +167,7 @@ def serve(**options):
 def bench_serve(model, n, mix, loads, seconds, sequential, soak_seconds, max_queue, json_path,
                 plot_path, quick):  # fmt: skip
     """Load-test `mlxbatch serve`: open-loop arrivals at several rates against classify."""
+    need_serve_extra()
     import tempfile
 
     from ..bench.serve_load import LoadOptions, format_report, plot, run
