@@ -135,14 +135,21 @@ def test_classify_from_eight_threads_at_once(clf):
 
 def test_the_python_api_refuses_what_it_cannot_classify(clf):
     from mlxbatch.api.classifier import Classifier
-    from mlxbatch.errors import ItemTooLong, UsageError
+    from mlxbatch.errors import ItemTooLong, JobError, UsageError
 
     with pytest.raises(UsageError, match="a list of strings"):
         clf.classify("hello")
     with pytest.raises(UsageError, match=r"texts\[1\]"):
         clf.classify(["fine", 3])
-    with pytest.raises(ItemTooLong, match=r"texts\[0\].*max-tokens 8"):
+    # named as the API takes them, not as the CLI's flags
+    with pytest.raises(
+        ItemTooLong, match=r"texts\[0\].*set by max_tokens=8 \(see max_tokens, truncate\)$"
+    ):
         clf.classify(["word " * 50], max_tokens=8)
+    with pytest.raises(ItemTooLong, match=r"set by max_tokens=8 \(see max_tokens, truncate\)$"):
+        clf.prepare("word " * 50, max_tokens=8)
+    with pytest.raises(JobError, match=r"batch_tokens=1000000000; lower it$"):
+        clf.classify(["x"], batch_tokens=10**9)
     cut = clf.classify(["word " * 50], max_tokens=8, truncate=True)
     assert len(cut) == 1 and cut[0].label in clf.labels.names
     # over the tiny model's context, and what memory holds (one rule for every entry: the

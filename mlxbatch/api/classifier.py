@@ -30,7 +30,9 @@ from ..model.hub import resolve
 from ..model.load import LoadedModel, load_model
 from ..model.tokenizer import Examples
 from .limits import prepare
-from .spec import RunSpec, Settings, item_limit, resolve_settings
+from .spec import Names, RunSpec, Settings, flag, item_limit, keyword, resolve_settings
+
+API_HINT = " (see max_tokens, truncate)"  # what to change, as the Python API names it
 
 
 @dataclass(frozen=True)
@@ -96,10 +98,12 @@ class Classifier:
         return clf
 
     def settings(self, spec: RunSpec | None = None, recorded: dict | None = None,
-                 cost: CostModel | None = None) -> Settings:  # fmt: skip
+                 cost: CostModel | None = None, names: Names = flag) -> Settings:  # fmt: skip
         """This classifier's settings for a run under `spec` (see `spec.resolve_settings`; the
-        cost planner's model is `cost`, else this classifier's, looked up only when needed)."""
-        return resolve_settings(self.engine, spec or RunSpec(), recorded, cost or self.cost_model)
+        cost planner's model is `cost`, else this classifier's, looked up only when needed;
+        `names`: how messages name a setting, the CLI's flags by default)."""
+        return resolve_settings(self.engine, spec or RunSpec(), recorded,
+                                cost or self.cost_model, names)  # fmt: skip
 
     def cost_model(self) -> CostModel:
         """The planner's cost model: this machine's cached calibration, else the defaults;
@@ -134,9 +138,8 @@ class Classifier:
             text = _texts([text])[0]
         except UsageError as e:
             raise UsageError(str(e).replace("texts[0]", "text", 1)) from None
-        item = prepare(
-            self.engine, text, item_limit(self.engine, RunSpec(max_tokens=max_tokens)), truncate
-        )
+        limit = item_limit(self.engine, RunSpec(max_tokens=max_tokens), keyword)
+        item = prepare(self.engine, text, limit, truncate, hint=API_HINT)
         if isinstance(item, str):
             raise ItemTooLong(item)
         return item
@@ -163,10 +166,10 @@ class Classifier:
         )  # fmt: skip (validates)
         if not texts:
             return []
-        settings = self.settings(spec)
+        settings = self.settings(spec, names=keyword)
         items = []
         for i, text in enumerate(texts):
-            item = prepare(self.engine, text, settings.limit, settings.truncating, i)
+            item = prepare(self.engine, text, settings.limit, settings.truncating, i, hint=API_HINT)
             if isinstance(item, str):
                 raise ItemTooLong(f"texts[{i}]: {item}")
             items.append(item)
@@ -209,7 +212,7 @@ def _check_load_args(model_dir, labels, system_prompt, examples, min_confidence,
                                        or not isinstance(min_confidence, (int, float))):  # fmt: skip
         raise UsageError(f"min_confidence: expected a number, got {type(min_confidence).__name__}")
     if min_confidence is not None and not 0 <= min_confidence <= 1:  # NaN included
-        raise LabelError(f"--min-confidence {min_confidence} is not between 0 and 1")
+        raise LabelError(f"min_confidence {min_confidence} is not between 0 and 1")
     if descriptions is not None and not isinstance(descriptions, dict):
         raise UsageError(f"descriptions: expected a dict, got {type(descriptions).__name__}")
 

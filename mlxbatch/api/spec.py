@@ -24,6 +24,23 @@ TOO_LONG = ("error", "truncate")
 ON_ERROR = ("fail", "skip")
 
 
+def flag(field: str, value=None) -> str:
+    """A setting named in a message as the CLI takes it: `--max-tokens 512`."""
+    name = "--" + field.replace("_", "-")
+    return name if value is None else f"{name} {value}"
+
+
+def keyword(field: str, value=None) -> str:
+    """A setting named in a message as the Python API takes it: `max_tokens=512` (the API's
+    `truncate=True` is the CLI's `--too-long truncate`)."""
+    if field == "too_long":
+        return "truncate" if value is None else f"truncate={value == 'truncate'}"
+    return field if value is None else f"{field}={value!r}"
+
+
+Names = Callable[..., str]  # flag or keyword: how an entry names its settings in messages
+
+
 @dataclass(frozen=True)
 class RunSpec:
     mode: str = "sorted"
@@ -112,7 +129,7 @@ class Settings:
 
 def resolve_settings(
     engine: Engine, spec: RunSpec, recorded: dict | None = None,
-    cost: CostModel | Callable[[], CostModel] | None = None,
+    cost: CostModel | Callable[[], CostModel] | None = None, names: Names = flag,
 ) -> Settings:  # fmt: skip
     """The settings of a run on `engine` under `spec` (`Classifier.settings` calls it): a journal's (`recorded`, a resume: the batch
     shape, cost model, item limit and window exactly as the first run resolved them), else
@@ -120,19 +137,20 @@ def resolve_settings(
     declared one or the device's preferred within memory (a plan raises it to fit its longest
     item: scheduler.py), the limit the smallest of the model's context, --max-tokens, a declared
     budget and what one item alone can use of the free memory. `cost`: the cost planner's
-    model, or how to look it up (only the cost planner asks: a lookup may time a batch)."""
+    model, or how to look it up (only the cost planner asks: a lookup may time a batch).
+    `names`: how messages name a setting (the CLI's flags, or the API's keywords)."""
     step = spec.step
     if recorded is not None:
         budget, max_batch, cost, limit, window = _recorded(recorded, spec)
     else:
-        limit, max_batch, window = item_limit(engine, spec), spec.max_batch, spec.window
+        limit, max_batch, window = item_limit(engine, spec, names), spec.max_batch, spec.window
         budget = spec.batch_tokens or engine.default_budget(spec.max_batch, 1)
         if step.planner != "cost":
             cost = None
         elif callable(cost):
             cost = cost()
         if spec.batch_tokens:  # a declared budget must fit memory, whatever the input
-            check_fits(engine.footprint, budget, max_batch, min(limit.tokens, budget), spec)
+            check_fits(engine.footprint, budget, max_batch, min(limit.tokens, budget), spec, names)
     policy = BatchPolicy(step.planner, step.scorer, budget, max_batch,
                          cost if step.planner == "cost" else None)  # fmt: skip
     return Settings(spec, policy, limit, window, engine.labels.names, engine.system_prompt,
@@ -178,15 +196,15 @@ def _cost(recorded) -> CostModel | None:
     return cost
 
 
-def item_limit(engine: Engine, spec: RunSpec) -> Limit:
-    """The per-item limit: the model's context, --max-tokens, a declared --batch-tokens, and
+def item_limit(engine: Engine, spec: RunSpec, names: Names = flag) -> Limit:
+    """The per-item limit: the model's context, max_tokens, a declared batch_tokens, and
     what one item alone can use of the free memory (so an item too long for memory is a row
     error that --too-long truncate or --on-error skip can handle, not a failed job)."""
     options = [(context_limit(engine), "the model's context (max_position_embeddings)")]
     if spec.max_tokens:
-        options.append((spec.max_tokens, f"--max-tokens {spec.max_tokens}"))
+        options.append((spec.max_tokens, names("max_tokens", spec.max_tokens)))
     if spec.batch_tokens:
-        options.append((spec.batch_tokens, f"--batch-tokens {spec.batch_tokens}"))
+        options.append((spec.batch_tokens, names("batch_tokens", spec.batch_tokens)))
     tokens, source = min(options, key=lambda x: x[0])
     avail = available_bytes()
     fits = engine.footprint.longest_item(avail, context_limit(engine))
@@ -195,20 +213,23 @@ def item_limit(engine: Engine, spec: RunSpec) -> Limit:
     return Limit(tokens, source)
 
 
-def check_fits(fp: Footprint, tokens: int, rows: int, width: int, spec: RunSpec) -> None:
+def check_fits(fp: Footprint, tokens: int, rows: int, width: int, spec: RunSpec,
+               names: Names = flag) -> None:  # fmt: skip
     """Refuse a batch shape whose memory exceeds what is available, naming the setting."""
     cost, avail = fp.batch_cost(tokens, rows, width), available_bytes()
     if fp.weight_bytes + cost.total <= avail:
         return
     if spec.batch_tokens:
-        culprit = f"--batch-tokens {spec.batch_tokens}; lower it"
+        culprit = f"{names('batch_tokens', spec.batch_tokens)}; lower it"
     elif spec.mode == "naive" or rows >= 256:
-        culprit = f"--max-batch {spec.max_batch} (rows per batch); lower it"
+        culprit = f"{names('max_batch', spec.max_batch)} (rows per batch); lower it"
     elif fp.label_len > 1 and cost.kv_cache > cost.activations:
         culprit = (f"{fp.n_labels} labels of up to {fp.label_len} tokens (each row's cache is "
-                   "repeated per label); use fewer or shorter labels, or lower --max-batch")  # fmt: skip
+                   f"repeated per label); use fewer or shorter labels, or lower "
+                   f"{names('max_batch')}")  # fmt: skip
     else:
-        culprit = f"items of {width} tokens; set --max-tokens with --too-long truncate"
+        culprit = (f"items of {width} tokens; set {names('max_tokens')} with "
+                   f"{names('too_long', 'truncate')}")  # fmt: skip
     raise JobError(
         f"one batch needs about {(fp.weight_bytes + cost.total) / 2**30:.1f} GiB with the "
         f"weights, more than the {avail / 2**30:.1f} GiB available: {culprit}"
