@@ -11,8 +11,11 @@ def __getattr__(name: str):
     if name in __all__:
         import importlib
 
+        from .errors import UsageError
         from .runtime import blas
 
+        if why := blas.unrunnable_coretype():  # else a SIGILL at the first product
+            raise UsageError(why)
         if not blas.activate_in_process() and blas.warning():
             import warnings
 

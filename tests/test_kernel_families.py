@@ -21,8 +21,7 @@ import pytest
 from mlxbatch.runtime import blas
 
 FLAGS = blas._cpu_flags()
-NEEDS = {"SkylakeX": blas.AVX512,
-         "Haswell": {"avx2", "fma"}, "Zen": {"avx2", "fma"}, "SandyBridge": {"avx"}}  # fmt: skip
+NEEDS = {f: blas.FAMILY_NEEDS[f.lower()] for f in ("SkylakeX", "Haswell", "Zen", "SandyBridge")}
 X86 = platform.system() == "Linux" and platform.machine() == "x86_64"
 
 JOB = """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import platform
 import re
 import signal
 import sys
@@ -78,8 +79,13 @@ def _warns_of_the_blas(command: click.Command) -> click.Command:
 
     def run(*args, **kwargs):
         root = click.get_current_context().find_root().obj
-        if isinstance(root, dict) and root.get("warn_blas") and (warning := blas.warning()):
-            click.echo(warning, err=True)
+        if isinstance(root, dict) and root.get("warn_blas"):
+            if warning := blas.warning():
+                click.echo(warning, err=True)
+            if (problem := blas.cache_problem()) and platform.system() == "Linux":
+                click.echo(f"note: {problem}: the BLAS probe and the planner's calibration are "
+                           "redone by every run; set XDG_CACHE_HOME to a writable directory",
+                           err=True)  # fmt: skip
         return callback(*args, **kwargs)
 
     command.callback = functools.update_wrapper(run, callback)
@@ -113,6 +119,8 @@ def main() -> None:
 
 
 def _main() -> None:
+    if why := blas.unrunnable_coretype():  # before OpenBLAS (ours or NumPy's) dies of SIGILL
+        fail(why)
     blas.activate_in_process()  # before mlx is imported; computing commands warn if it failed
     try:
         cli(standalone_mode=False, obj={"warn_blas": True})

@@ -162,7 +162,8 @@ def cost_model(engine: Engine, notice=None) -> CostModel:
         return model
     say = notice or (lambda m: print(m, file=sys.stderr, flush=True))
     say(f"planner: the default cost model predicted {predicted:.3f} s for a batch that took "
-        f"{seconds:.3f} s here ({off:.2f}x): calibrating it for this machine once (cached)")  # fmt: skip
+        f"{seconds:.3f} s here ({off:.2f}x): calibrating it for this machine "
+        + (f"(not cached: {why})" if (why := blas.cache_problem()) else "once (cached)"))  # fmt: skip
     return calibrate(engine, say)[0]
 
 

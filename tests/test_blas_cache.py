@@ -1,0 +1,93 @@
+"""The renamed OpenBLAS copy and the caches behind it, where they go wrong on a user's machine:
+a copy cut short, a cache that cannot be written, processes starting together on an empty
+cache, and an OPENBLAS_CORETYPE this CPU cannot run (a hostile pass found each)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlxbatch.runtime import blas
+
+pytestmark = pytest.mark.skipif(
+    platform.system() != "Linux" or blas._scipy_library() is None or blas._patchelf()[0] is None,
+    reason="the renamed scipy-openblas32 copy is made on Linux, with patchelf",
+)
+MADE = "from mlxbatch.runtime import blas; print(blas._renamed_scipy().library)"
+
+
+def python(code: str, cache: Path, **env) -> subprocess.CompletedProcess:
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache), **env}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=600)  # fmt: skip
+
+
+def test_a_copy_cut_short_is_made_again_not_loaded(tmp_path):
+    """A truncated copy killed every later command with SIGBUS at load (`--version` too)."""
+    made = python(MADE, tmp_path)
+    copy = Path(made.stdout.strip())
+    assert made.returncode == 0 and copy.is_file(), made.stderr
+    whole = copy.stat().st_size
+    os.truncate(copy, whole // 2)
+    run = python("import mlxbatch; from mlxbatch import Classifier; import mlx.core as mx;"
+                 "a = mx.ones((64, 64)); mx.eval(a @ a);"
+                 "from mlxbatch.runtime import blas; print(blas.ACTIVE['source'])", tmp_path)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["scipy-openblas32"]
+    assert copy.stat().st_size == whole
+    recorded = json.loads((copy.parent / "made.json").read_text())
+    assert recorded == {"size": whole, "mtime_ns": copy.stat().st_mtime_ns}
+
+
+def test_a_cache_that_cannot_be_made_leaves_the_fast_blas_and_says_so(tmp_path, tiny_model_dir):
+    """XDG_CACHE_HOME naming a file was a traceback from every command; now the copy is made in
+    a temporary directory (gone at exit) and the CLI notes that nothing is cached."""
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory\n")
+    run = python("from mlxbatch.runtime import blas; print(blas.activate_in_process(), "
+                 "blas.ACTIVE.get('source'))", afile)  # fmt: skip
+    assert run.returncode == 0 and run.stdout.split() == ["True", "scipy-openblas32"], run.stderr
+    env = {**os.environ, "XDG_CACHE_HOME": str(afile)}
+    cli = subprocess.run([sys.executable, "-m", "mlxbatch", "classify", "-", "--model",
+                          str(tiny_model_dir), "--labels", "a,b"], input="hello\n",
+                         capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    assert "Traceback" not in cli.stderr and "reference BLAS" not in cli.stderr
+    assert f"note: the cache {afile}/mlxbatch cannot be made" in cli.stderr
+    assert "set XDG_CACHE_HOME to a writable directory" in cli.stderr
+
+
+def test_processes_making_the_copy_together_all_get_it(tmp_path):
+    """Processes started together on an empty cache shared one symbol-map file: one's clean-up
+    removed it under another's patchelf (3 of 32 failed), which then ran on the reference."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", MADE], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(4)]  # fmt: skip
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert all(out.strip() not in ("", "None") for out, _ in outs), outs
+    left = sorted(p.name for p in next((tmp_path / "mlxbatch" / "blas-libs").iterdir()).iterdir())
+    assert left == ["libopenblas.so", "made.json"]
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64" or blas.AVX512 <= blas._cpu_flags(),
+                    reason="needs an x86_64 CPU without AVX-512")  # fmt: skip
+def test_a_coretype_this_cpu_cannot_run_is_one_line_not_a_sigill(tmp_path):
+    """OPENBLAS_CORETYPE=SkylakeX on an AVX2 CPU died of SIGILL (NumPy's OpenBLAS reads it too)."""
+    env = {**os.environ, "OPENBLAS_CORETYPE": "SkylakeX", "XDG_CACHE_HOME": str(tmp_path)}
+    cli = subprocess.run([sys.executable, "-m", "mlxbatch", "tickets", "3"], capture_output=True,
+                         text=True, env=env, timeout=600)  # fmt: skip
+    assert cli.returncode == 2, (cli.returncode, cli.stderr)
+    lines = cli.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: OPENBLAS_CORETYPE=SkylakeX names")
+    assert "avx512f" in lines[0] and "Haswell" in lines[0]
+    api = python("from mlxbatch import Classifier", tmp_path, OPENBLAS_CORETYPE="skylakex")
+    assert api.returncode == 1 and "UsageError: OPENBLAS_CORETYPE=skylakex" in api.stderr
+    fine = python("from mlxbatch import Classifier", tmp_path, OPENBLAS_CORETYPE="Haswell")
+    assert fine.returncode == 0, fine.stderr
