@@ -91,3 +91,15 @@ def test_a_coretype_this_cpu_cannot_run_is_one_line_not_a_sigill(tmp_path):
     assert api.returncode == 1 and "UsageError: OPENBLAS_CORETYPE=skylakex" in api.stderr
     fine = python("from mlxbatch import Classifier", tmp_path, OPENBLAS_CORETYPE="Haswell")
     assert fine.returncode == 0, fine.stderr
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64" or "avx" not in blas._cpu_flags(),
+                    reason="needs an x86_64 CPU with AVX")  # fmt: skip
+def test_a_coretype_older_than_the_cpu_is_noted(tmp_path, tiny_model_dir):
+    """OPENBLAS_CORETYPE=Prescott ran products at 13 GFLOP/s against 70, and nothing said so."""
+    env = {**os.environ, "OPENBLAS_CORETYPE": "Prescott", "XDG_CACHE_HOME": str(tmp_path)}
+    cli = subprocess.run([sys.executable, "-m", "mlxbatch", "classify", "-", "--model",
+                          str(tiny_model_dir), "--labels", "a,b"], input="hello\n",
+                         capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    assert "note: OPENBLAS_CORETYPE=Prescott picks OpenBLAS kernels older than" in cli.stderr

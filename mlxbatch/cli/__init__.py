@@ -80,7 +80,7 @@ def _warns_of_the_blas(command: click.Command) -> click.Command:
     def run(*args, **kwargs):
         root = click.get_current_context().find_root().obj
         if isinstance(root, dict) and root.get("warn_blas"):
-            if warning := blas.warning():
+            if warning := blas.warning() or blas.slow_coretype():
                 click.echo(warning, err=True)
             if (problem := blas.cache_problem()) and platform.system() == "Linux":
                 click.echo(f"note: {problem}: the BLAS probe and the planner's calibration are "

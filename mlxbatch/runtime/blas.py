@@ -306,6 +306,31 @@ def unrunnable_coretype() -> str | None:
             f"a family this CPU runs ({runs})")  # fmt: skip
 
 
+OLD_X86 = (
+    "katmai",
+    "coppermine",
+    "northwood",
+    "prescott",
+    "banias",
+    "core2",
+    "penryn",
+    "dunnington",
+    "nehalem",
+    "atom",
+)  # pre-AVX families OPENBLAS_CORETYPE can name
+
+
+def slow_coretype() -> str | None:
+    """A note when the user's OPENBLAS_CORETYPE picks pre-AVX kernels on a CPU that runs faster
+    ones (Prescott's ran 13 GFLOP/s where OpenBLAS's own choice ran 70 on a Zen 3), else None."""
+    family = os.environ.get(CORETYPE, "")
+    fast = [f for f in _families() if f != "Nehalem"]
+    if family.lower() not in OLD_X86 or not fast or platform.machine() != "x86_64":
+        return None
+    return (f"note: {CORETYPE}={family} picks OpenBLAS kernels older than this CPU runs (its "
+            f"fastest: {fast[0]}): fp32 products run several times slower; unset it")  # fmt: skip
+
+
 def _families() -> list[str]:
     """OpenBLAS kernel families (OPENBLAS_CORETYPE) this CPU can run, fastest kind first: the
     ones tried when the family OpenBLAS picks is not batch-invariant."""
