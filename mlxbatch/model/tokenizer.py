@@ -74,8 +74,8 @@ class PromptTokenizer:
         self._added_re = re.compile(
             "|".join(re.escape(c) for c in sorted(added, key=len, reverse=True) if c) or "(?!)"
         )
-        source, variables = read_template(path) if path.is_dir() else (None, {})
-        self.template = ChatTemplate(source, variables) if source else None
+        source, variables, where = read_template(path) if path.is_dir() else (None, {}, "")
+        self.template = ChatTemplate(source, variables, where) if source else None
         self._splits: dict[int, Split] = {}
         self.newline = self.encode("\n")
         if self.template is None:  # ChatML in code needs its control tokens
