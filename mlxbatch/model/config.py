@@ -5,6 +5,9 @@ Published configs spell rope settings two ways: `rope_theta` + `rope_scaling` (w
 (flat, or one entry per layer type for Gemma 3). Both become `rope_theta`, `rope_scaling`
 (sorted items, empty for plain rope) and `rope_local_base_freq`. Layer types come from
 `layer_types`, `sliding_window_pattern`, or the family (see family.py).
+
+A key config.json omits takes transformers' default for the model_type (`Family.defaults`, one
+table in each family module), so a config runs as transformers runs it.
 """
 
 from __future__ import annotations
@@ -108,26 +111,36 @@ class ModelArgs:
         for key in ("attn_logit_softcapping", "final_logit_softcapping"):
             if cfg.get(key) is not None:
                 raise ModelError(f"{source}: {key} {cfg[key]!r} is not supported")
-        act = cfg.get("hidden_activation") or cfg.get("hidden_act") or family.activations[0]
+        d = family.defaults
+        act_key = "hidden_activation" if "hidden_activation" in d else "hidden_act"
+        act = cfg.get(act_key) or d[act_key]
         if act not in family.activations:
             raise ModelError(f"{source}: hidden_act {act!r} is not supported for "
                              f"{family.name} ({', '.join(family.activations)})")  # fmt: skip
         fields = {f.name for f in dataclasses.fields(cls)} - _DERIVED
         known = {k: v for k, v in cfg.items() if k in fields}
-        known["hidden_act"] = act
-        if cfg.get("head_dim") is not None:
-            known["head_dim_override"] = cfg["head_dim"]
         missing = [
             f.name
             for f in dataclasses.fields(cls)
-            if f.default is dataclasses.MISSING and f.name not in known
+            if f.default is dataclasses.MISSING and f.name not in known and f.name not in d
         ]
         if missing:
             raise ModelError(f"{source}: missing required keys {missing}")
+        for key in ("attention_bias", "mlp_bias"):
+            if key not in d:  # a switch this family's transformers class never reads
+                known.pop(key, None)
+        known = {k: v for k, v in d.items() if k in fields} | known
+        if known["num_key_value_heads"] is None:  # null, or absent where transformers says so
+            known["num_key_value_heads"] = known["num_attention_heads"]
+        known["hidden_act"] = act
+        head_dim = cfg["head_dim"] if "head_dim" in cfg else d.get("head_dim")
+        if head_dim is not None:
+            known["head_dim_override"] = head_dim
         known |= _rope_fields(cfg, family, source)
         known |= _layer_fields(cfg, family, known["num_hidden_layers"], source)
-        if model_type == "gemma3_text":
-            known["query_pre_attn_scalar"] = cfg.get("query_pre_attn_scalar") or cfg.get("head_dim")
+        if "query_pre_attn_scalar" in d:  # Gemma 3
+            known["query_pre_attn_scalar"] = _first(cfg.get("query_pre_attn_scalar"),
+                                                    d["query_pre_attn_scalar"])  # fmt: skip
         scaling = dict(known.get("rope_scaling", ()))
         if scaling.get("rope_type") == "longrope":  # see phi3.py: the short factors' context
             known["max_position_embeddings"] = scaling["original_max_position_embeddings"]
@@ -194,16 +207,14 @@ def _rope_fields(cfg: dict, family: Family, source: str) -> dict:
         "rope_type": scaling.get("rope_type") or scaling.get("type") or "default"
     }
     kind = scaling["rope_type"]
+    kind = scaling["rope_type"] = family.rope_aliases.get(kind, kind)  # Phi-3's `su`, `yarn`
     if kind not in ROPE_TYPES or kind not in family.rope_types:
         raise ModelError(f"{source}: rope scaling {kind!r} is not supported for {family.name} "
                          f"({', '.join(family.rope_types)})")  # fmt: skip
-    out = {}
-    theta = _first(cfg.get("rope_theta"), params.get("rope_theta"))
-    if theta is not None:  # else the field's default: Qwen2's 1,000,000, as before
-        out["rope_theta"] = theta
-    elif not family.qkv_bias:
-        out["rope_theta"] = 10000.0  # transformers' default for the other families
-    local_theta = _first(cfg.get("rope_local_base_freq"), local.get("rope_theta"))
+    d = family.defaults
+    out = {"rope_theta": _first(cfg.get("rope_theta"), params.get("rope_theta"), d["rope_theta"])}
+    local_theta = _first(cfg.get("rope_local_base_freq"), local.get("rope_theta"),
+                         d.get("rope_local_base_freq"))  # fmt: skip
     if local_theta is not None:
         out["rope_local_base_freq"] = local_theta
     prf = _first(cfg.get("partial_rotary_factor"), params.get("partial_rotary_factor"), 1.0)
@@ -213,11 +224,16 @@ def _rope_fields(cfg: dict, family: Family, source: str) -> dict:
     if kind == "default":
         return out
     if kind == "longrope":
-        scaling.setdefault("original_max_position_embeddings",
-                           cfg.get("original_max_position_embeddings"))  # fmt: skip
+        top = cfg.get("original_max_position_embeddings")
+        if "original_max_position_embeddings" in d:  # Phi-3: the top-level key wins
+            top = _first(top, d["original_max_position_embeddings"])
+            scaling["original_max_position_embeddings"] = top
+        else:
+            scaling.setdefault("original_max_position_embeddings", top)
         orig = scaling["original_max_position_embeddings"]
         if isinstance(orig, int) and scaling.get("factor") is None:
-            scaling["factor"] = cfg.get("max_position_embeddings", orig) / orig
+            context = _first(cfg.get("max_position_embeddings"), d.get("max_position_embeddings"))
+            scaling["factor"] = _first(context, orig) / orig
     absent = [k for k in _ROPE_KEYS[kind] if scaling.get(k) is None]
     if absent:
         raise ModelError(f"{source}: rope scaling {kind!r} needs {', '.join(absent)}")
@@ -228,10 +244,11 @@ def _rope_fields(cfg: dict, family: Family, source: str) -> dict:
 
 def _layer_fields(cfg: dict, family: Family, n_layers, source: str) -> dict:
     """layer_types and sliding_window, only where a layer slides (see family.sliding)."""
-    window = cfg.get("sliding_window")
+    d = family.defaults
+    window = cfg["sliding_window"] if "sliding_window" in cfg else d.get("sliding_window")
     if family.sliding == "never" or window is None:
         return {}
-    context = cfg.get("max_position_embeddings")
+    context = _first(cfg.get("max_position_embeddings"), d.get("max_position_embeddings"))
     if (
         family.sliding == "all"
         and isinstance(window, int)
@@ -242,7 +259,8 @@ def _layer_fields(cfg: dict, family: Family, n_layers, source: str) -> dict:
     if family.sliding == "all":
         return {"sliding_window": window, "layer_types": (SLIDING,) * n_layers}
     types = cfg.get("layer_types")
-    pattern = cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern")
+    pattern = (cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern")
+               or d.get("sliding_window_pattern"))  # fmt: skip
     if types is None and isinstance(pattern, int) and pattern > 0 and isinstance(n_layers, int):
         types = [FULL if (i + 1) % pattern == 0 else SLIDING for i in range(n_layers)]
     if not isinstance(types, list) or len(types) != n_layers or not set(types) <= {SLIDING, FULL}:

@@ -23,7 +23,7 @@ from .config import ModelArgs
 from .load import DTYPES, read_manifest
 from .presets import PRESETS
 from .tokenizer import TOKENIZER_FILES
-from .weights import check_checkpoint, load_tensors
+from .weights import check_checkpoint, load_tensors, resolve_head
 
 EXTRA_FILES = (
     "special_tokens_map.json",
@@ -168,8 +168,9 @@ def convert_hf(hf_dir: str | Path, out_dir: str | Path, dtype: str | None = None
     if quantize.quantization(config):
         raise ModelError(f"{hf_dir}: already quantized; mlxbatch runs it as it is (--model)")
     tensors = load_tensors(check_checkpoint(hf_dir, args))
-    if args.tie_word_embeddings:
-        tensors.pop("lm_head.weight", None)
+    untied = resolve_head(args, tensors, hf_dir)
+    if untied != args:  # a distinct head under a tied config: kept, as transformers keeps it
+        args, config["tie_word_embeddings"] = untied, False
     if dtype is not None:
         if dtype not in DTYPES:
             raise ModelError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")

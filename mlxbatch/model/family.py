@@ -7,7 +7,7 @@ gemma3.py, phi3.py) sets them and says in its docstring why, with the published 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 
@@ -23,6 +23,13 @@ class Family:
     activations: tuple[str, ...] = ("silu",)
     rope_types: tuple[str, ...] = ("default",)
     sliding: str = "never"  # "never" | "all" (`sliding_window` on every layer) | "pattern"
+    # transformers' value of each config.json key mlxbatch reads, for a config that omits it
+    # (its configuration class's default for this model_type); None for num_key_value_heads /
+    # head_dim: num_attention_heads / hidden_size // num_attention_heads. A bias switch not
+    # listed is one the family's transformers class never reads (its layers have no bias).
+    defaults: dict = field(default_factory=dict, compare=False, hash=False)
+    # rope type aliases the configuration class renames (Phi-3: `su`, `yarn` -> `longrope`)
+    rope_aliases: dict = field(default_factory=dict, compare=False, hash=False)
 
 
 class Sizes(Protocol):

@@ -23,7 +23,16 @@ from __future__ import annotations
 
 from .family import Family
 
+# transformers' Gemma3TextConfig defaults (see family.Family.defaults): it reads
+# `hidden_activation`, not `hidden_act`
+DEFAULTS = {"num_key_value_heads": 4, "head_dim": 256, "rms_norm_eps": 1e-6,
+            "rope_theta": 1_000_000.0, "rope_local_base_freq": 10000.0,
+            "tie_word_embeddings": True, "max_position_embeddings": 131072,
+            "hidden_activation": "gelu_pytorch_tanh", "attention_bias": False,
+            "query_pre_attn_scalar": 256, "sliding_window": 4096,
+            "sliding_window_pattern": 6}  # fmt: skip
 FAMILY = Family(
     "Gemma 3", qk_norm=True, norm_offset=True, sandwich=True, embed_scale=True,
     activations=("gelu_pytorch_tanh",), rope_types=("default", "linear"), sliding="pattern",
+    defaults=DEFAULTS,
 )  # fmt: skip

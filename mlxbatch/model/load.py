@@ -13,7 +13,7 @@ from . import quantize
 from .config import ModelArgs
 from .decoder import Decoder
 from .tokenizer import PromptTokenizer
-from .weights import check_checkpoint, load_tensors
+from .weights import check_checkpoint, load_tensors, resolve_head
 
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 
@@ -90,8 +90,7 @@ def load_model(
     files = check_checkpoint(model_dir, args)
     dt = dtype if isinstance(dtype, mx.Dtype) else parse_dtype(dtype)
     tensors = load_tensors(files, check_finite=check_finite)
-    if args.tie_word_embeddings:
-        tensors.pop("lm_head.weight", None)
+    args = resolve_head(args, tensors, model_dir)
     model = Decoder(args)
     if q:
         quantize.apply(model, q, tensors)

@@ -6,6 +6,7 @@ ModelError naming the file and tensor, before MLX sees the bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 from pathlib import Path
@@ -144,9 +145,13 @@ def check_checkpoint(model_dir: Path, args: ModelArgs) -> list[Path]:
     missing = sorted(set(expected) - set(found))
     extra = sorted(set(found) - set(expected))
     if missing:
+        hint = ""
+        if "lm_head.weight" in missing:
+            hint = (f" (tie_word_embeddings is false: config.json's, or transformers' default "
+                    f"for {args.family.name} where it is absent)")  # fmt: skip
         raise ModelError(
             f"{model_dir}: {len(missing)} tensor(s) missing from the checkpoint, e.g. "
-            f"{', '.join(missing[:3])}"
+            f"{', '.join(missing[:3])}{hint}"
         )
     if extra:
         raise ModelError(
@@ -199,3 +204,20 @@ def load_tensors(files: list[Path], check_finite: bool = False) -> dict[str, mx.
             if not mx.all(mx.isfinite(t)).item():
                 raise ModelError(f"tensor {name} holds NaN or infinite values")
     return tensors
+
+
+def resolve_head(args: ModelArgs, tensors: dict[str, mx.array], source: Path) -> ModelArgs:
+    """The head as transformers loads it. Tied (the embedding) unless the checkpoint holds an
+    lm_head.weight with other values: transformers (5.x) then warns and does not tie, so
+    neither does mlxbatch (`args` untied). A tied head's lm_head.weight is dropped here."""
+    head, embed = tensors.get("lm_head.weight"), tensors.get("model.embed_tokens.weight")
+    if not args.tie_word_embeddings or head is None:
+        return args
+    if embed is not None and "model.embed_tokens.scales" not in tensors:
+        if head.shape != embed.shape:
+            raise ModelError(f"{source}: tensor lm_head.weight has shape {tuple(head.shape)}, "
+                             f"config.json implies {tuple(embed.shape)}")  # fmt: skip
+        if not mx.array_equal(head, embed).item():
+            return dataclasses.replace(args, tie_word_embeddings=False)
+    del tensors["lm_head.weight"]
+    return args

@@ -1,0 +1,177 @@
+"""A config.json that omits a key runs as transformers runs it: each family's defaults are
+transformers' (not Qwen2's), on tiny checkpoints saved by transformers with keys then deleted.
+
+Found by a hostile tester: a Llama config without `tie_word_embeddings` tied the head (and
+dropped the checkpoint's lm_head.weight), Gemma 3 without `rope_theta` rotated global layers
+at 10,000 and without `query_pre_attn_scalar` scaled by head_dim, Qwen2 without `rope_theta`
+used 1e6; configs without `num_key_value_heads`, and Phi-3's `su` rope, were refused.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from conftest import save_randomised
+
+from mlxbatch.engine.prompt import default_system_prompt
+from mlxbatch.model.config import ModelArgs
+from mlxbatch.model.load import load_model
+
+SMALL = dict(vocab_size=151936, hidden_size=64, intermediate_size=96, num_attention_heads=4,
+             num_key_value_heads=2, num_hidden_layers=2, max_position_embeddings=1024)  # fmt: skip
+_LONGROPE = {"rope_type": "longrope", "rope_theta": 10000.0, "original_max_position_embeddings": 256,
+             "short_factor": [1.0, 1.2, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0],
+             "long_factor": [2.0, 3.0, 4.0, 6.0, 8.0, 9.0, 10.0, 11.0]}  # fmt: skip
+_GEMMA = dict(num_hidden_layers=3, head_dim=16, sliding_window=8,
+              layer_types=["sliding_attention", "full_attention", "sliding_attention"])  # fmt: skip
+
+
+def _drop(*keys):
+    def edit(cfg):
+        for k in keys:
+            cfg.pop(k)
+
+    return edit
+
+
+def _rope_scaling(kind):
+    def edit(cfg):  # the pre-transformers-5 spelling, as Phi-3's checkpoints published it
+        params = cfg.pop("rope_parameters")
+        cfg["rope_scaling"] = {
+            k: v for k, v in params.items() if k not in ("rope_type", "rope_theta")
+        }
+        cfg["rope_scaling"]["type"] = kind
+        cfg["rope_theta"] = params["rope_theta"]
+
+    return edit
+
+
+def _only_inner_original(cfg):
+    """Phi-3: transformers takes the top-level original_max_position_embeddings (its own
+    default, 4,096, when absent) over the one inside the rope parameters."""
+    cfg.pop("original_max_position_embeddings")
+
+
+CASES = {
+    # name: (transformers config class, its arguments, the edit of the saved config.json)
+    "llama_no_tie_key": ("LlamaConfig", dict(tie_word_embeddings=False),
+                         _drop("tie_word_embeddings")),
+    "llama_no_kv_heads": ("LlamaConfig", dict(num_key_value_heads=4, tie_word_embeddings=False),
+                          _drop("num_key_value_heads")),
+    "qwen2_no_rope_theta": ("Qwen2Config", dict(tie_word_embeddings=True),
+                            _drop("rope_parameters")),
+    "qwen3_no_head_dim_no_kv_heads": ("Qwen3Config", dict(
+        num_attention_heads=32, num_key_value_heads=32, head_dim=128, tie_word_embeddings=False),
+        _drop("head_dim", "num_key_value_heads")),
+    "gemma3_no_rope_theta": ("Gemma3TextConfig", _GEMMA, _drop("rope_parameters")),
+    "gemma3_no_query_pre_attn_scalar": ("Gemma3TextConfig", _GEMMA | dict(query_pre_attn_scalar=256),
+                                        _drop("query_pre_attn_scalar")),
+    "gemma3_no_layer_types_no_window": ("Gemma3TextConfig", _GEMMA, _drop(
+        "layer_types", "sliding_window", "_sliding_window_pattern")),
+    "phi3_no_rms_norm_eps": ("Phi3Config", dict(rms_norm_eps=1e-5, tie_word_embeddings=False),
+                             _drop("rms_norm_eps")),
+    "phi3_su": ("Phi3Config", dict(rope_parameters=_LONGROPE, original_max_position_embeddings=256),
+                _rope_scaling("su")),
+    "phi3_yarn": ("Phi3Config", dict(rope_parameters=_LONGROPE, original_max_position_embeddings=256),
+                  _rope_scaling("yarn")),
+    "phi3_original_only_in_rope": ("Phi3Config", dict(rope_parameters=_LONGROPE,
+                                                      max_position_embeddings=4096,
+                                                      original_max_position_embeddings=256),
+                                   _only_inner_original),
+}  # fmt: skip
+TEXTS = ["I was charged twice this month", "the app crashes " * 6]
+
+
+def make_checkpoint(path: Path, case: str, seed: int = 0) -> Path:
+    import torch
+    import transformers
+
+    cls_name, kwargs, edit = CASES[case]
+    cfg = getattr(transformers, cls_name)(**(SMALL | kwargs))
+    torch.manual_seed(seed)
+    save_randomised(transformers.AutoModelForCausalLM.from_config(cfg).float(), path)
+    config = json.loads((path / "config.json").read_text())
+    edit(config)
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+def assert_logits_equal_transformers(path: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
+                                              attn_implementation="eager").eval()  # fmt: skip
+    lm = load_model(path, dtype="float32")
+    for text in TEXTS:
+        tokens = lm.tokenizer.prompt(default_system_prompt(("a", "b")), text)
+        ours = np.array(lm.model.head(lm.model(mx.array([tokens])))[0])
+        with torch.no_grad():
+            ref = hf(input_ids=torch.tensor([tokens])).logits[0].numpy()
+        np.testing.assert_allclose(ours, ref, atol=1e-4, err_msg=str(path))
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_an_omitted_key_runs_as_transformers_runs_it(case, tmp_path):
+    assert_logits_equal_transformers(make_checkpoint(tmp_path, case))
+
+
+def test_a_tied_config_with_a_distinct_head_uses_the_head_as_transformers_does(tmp_path):
+    """transformers (5.x) does not tie a head the checkpoint holds with other values than the
+    embedding: it warns and uses lm_head.weight."""
+    make_checkpoint(tmp_path, "llama_no_tie_key")
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(config | {"tie_word_embeddings": True}))
+    assert_logits_equal_transformers(tmp_path)
+    assert not load_model(tmp_path).model.args.tie_word_embeddings
+
+
+def test_a_tied_config_with_a_copy_of_the_embedding_stays_tied(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    make_checkpoint(tmp_path, "llama_no_tie_key")
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(config | {"tie_word_embeddings": True}))
+    tensors = load_file(tmp_path / "model.safetensors")
+    tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].copy()
+    save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    assert load_model(tmp_path).model.args.tie_word_embeddings
+    assert_logits_equal_transformers(tmp_path)
+
+
+_READ = ("num_key_value_heads", "head_dim", "rms_norm_eps", "tie_word_embeddings",
+         "max_position_embeddings", "query_pre_attn_scalar", "sliding_window")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "model_type", ["qwen2", "qwen3", "llama", "mistral", "gemma3_text", "phi3"]
+)
+def test_every_default_is_transformers(model_type):
+    """A config with only the sizes: every value mlxbatch reads equals transformers' config's."""
+    import transformers
+
+    sizes = dict(hidden_size=256, num_hidden_layers=12, intermediate_size=96,
+                 num_attention_heads=32, vocab_size=300, model_type=model_type)  # fmt: skip
+    ref = transformers.CONFIG_MAPPING[model_type].from_dict(dict(sizes))
+    args = ModelArgs.from_dict(sizes)
+    theirs = {k: getattr(ref, k, None) for k in _READ}
+    theirs["head_dim"] = getattr(ref, "head_dim", None) or 256 // 32
+    if model_type == "phi3":  # its window of None: plain causal
+        theirs["max_position_embeddings"] = ref.original_max_position_embeddings
+    ours = {k: getattr(args, k) for k in _READ} | {"head_dim": args.head_dim}
+    if model_type != "gemma3_text":
+        ours["query_pre_attn_scalar"] = None
+    assert ours == theirs
+    params = ref.rope_parameters
+    if model_type == "gemma3_text":
+        assert args.rope_theta == params["full_attention"]["rope_theta"]
+        assert args.rope_local_base_freq == params["sliding_attention"]["rope_theta"]
+        assert list(args.layer_types) == ref.layer_types
+    else:
+        assert args.rope_theta == params["rope_theta"]
+    act = ref.hidden_activation if model_type == "gemma3_text" else ref.hidden_act
+    assert args.hidden_act == act
