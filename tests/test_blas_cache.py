@@ -4,7 +4,6 @@ cache, and an OPENBLAS_CORETYPE this CPU cannot run (a hostile pass found each).
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import subprocess
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxbatch.runtime import blas
+from mlxbatch.runtime import blas, elf
 
 pytestmark = pytest.mark.skipif(
     platform.system() != "Linux" or blas._scipy_library() is None or blas._patchelf()[0] is None,
@@ -40,20 +39,24 @@ def test_a_copy_cut_short_is_made_again_not_loaded(tmp_path):
                  "from mlxbatch.runtime import blas; print(blas.ACTIVE['source'])", tmp_path)  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split() == ["scipy-openblas32"]
-    assert copy.stat().st_size == whole
-    recorded = json.loads((copy.parent / "made.json").read_text())
-    assert recorded == {"size": whole, "mtime_ns": copy.stat().st_mtime_ns}
+    assert copy.stat().st_size == whole and elf.whole(copy)
 
 
 def test_a_cache_that_cannot_be_made_leaves_the_fast_blas_and_says_so(tmp_path, tiny_model_dir):
     """XDG_CACHE_HOME naming a file was a traceback from every command; now the copy is made in
-    a temporary directory (gone at exit) and the CLI notes that nothing is cached."""
-    afile = tmp_path / "afile"
+    this user's own folder of the temporary directory (reused: `doctor` marks it chosen) and
+    the CLI notes that nothing is cached."""
+    afile, temp = tmp_path / "afile", tmp_path / "tmp"
     afile.write_text("not a directory\n")
+    temp.mkdir()
     run = python("from mlxbatch.runtime import blas; print(blas.activate_in_process(), "
-                 "blas.ACTIVE.get('source'))", afile)  # fmt: skip
-    assert run.returncode == 0 and run.stdout.split() == ["True", "scipy-openblas32"], run.stderr
-    env = {**os.environ, "XDG_CACHE_HOME": str(afile)}
+                 "blas.ACTIVE.get('source'), any(r.get('chosen') for r in blas.tried()))",
+                 afile, TMPDIR=str(temp))  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["True", "scipy-openblas32", "True"]
+    (private,) = (temp / f"mlxbatch-{os.getuid()}" / "blas-libs").iterdir()
+    assert (private / "libopenblas.so").is_file() and not (temp.stat().st_mode & 0o002)
+    env = {**os.environ, "XDG_CACHE_HOME": str(afile), "TMPDIR": str(temp)}
     cli = subprocess.run([sys.executable, "-m", "mlxbatch", "classify", "-", "--model",
                           str(tiny_model_dir), "--labels", "a,b"], input="hello\n",
                          capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
@@ -72,12 +75,14 @@ def test_processes_making_the_copy_together_all_get_it(tmp_path):
     outs = [p.communicate(timeout=600) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     assert all(out.strip() not in ("", "None") for out, _ in outs), outs
-    left = sorted(p.name for p in next((tmp_path / "mlxbatch" / "blas-libs").iterdir()).iterdir())
-    assert left == ["libopenblas.so", "made.json"]
+    (made,) = (tmp_path / "mlxbatch" / "blas-libs").iterdir()
+    assert [p.name for p in made.iterdir()] == ["libopenblas.so"]
+    assert elf.whole(made / "libopenblas.so")
 
 
-@pytest.mark.skipif(platform.machine() != "x86_64" or blas.AVX512 <= blas._cpu_flags(),
-                    reason="needs an x86_64 CPU without AVX-512")  # fmt: skip
+@pytest.mark.skipif(platform.machine() != "x86_64" or blas.AVX512 <= blas._cpu_flags()
+                    or not {"avx2", "fma"} <= blas._cpu_flags(),
+                    reason="needs an x86_64 CPU with AVX2 and without AVX-512")  # fmt: skip
 def test_a_coretype_this_cpu_cannot_run_is_one_line_not_a_sigill(tmp_path):
     """OPENBLAS_CORETYPE=SkylakeX on an AVX2 CPU died of SIGILL (NumPy's OpenBLAS reads it too)."""
     env = {**os.environ, "OPENBLAS_CORETYPE": "SkylakeX", "XDG_CACHE_HOME": str(tmp_path)}

@@ -81,7 +81,7 @@ def calibrations() -> list[str] | str:
     from ..engine.planner import CostModel
 
     entries = [e for e in cached_entries() if isinstance(e.get("model"), dict)]
-    here = sorted((e for e in entries if Path(str(e.get("model_path", ""))).is_dir()),
+    here = sorted((e for e in entries if e.get("model_path") and Path(e["model_path"]).is_dir()),
                   key=lambda e: (str(e.get("model_path")), str(e.get("at", ""))))  # fmt: skip
     lines = [f"{e['model_path']} ({e.get('dtype', '?')}, {e.get('at', '?')}): "
              + describe(CostModel.from_dict(e["model"])) for e in here]  # fmt: skip

@@ -24,15 +24,15 @@ from .common import (
 )
 
 BOM = b"\xef\xbb\xbf"
-SERVE_EXTRA = ("starlette", "uvicorn", "prometheus_client", "httpx")
+SERVES_ON = ("starlette", "uvicorn", "prometheus_client")  # the `serve` extra; its load test: httpx
 
 
-def need_serve_extra() -> None:
+def need_serve_extra(modules: tuple[str, ...] = SERVES_ON) -> None:
     """The service and its load test run on the `serve` extra: without it, one line naming
     what to install (the import deep inside was a traceback)."""
     import importlib.util
 
-    missing = [m for m in SERVE_EXTRA if importlib.util.find_spec(m) is None]
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
         fail(f"this command needs the serve extra ({', '.join(missing)} missing): "
              "pip install 'mlxbatch[serve]'")  # fmt: skip
@@ -167,7 +167,7 @@ def serve(**options):
 def bench_serve(model, n, mix, loads, seconds, sequential, soak_seconds, max_queue, json_path,
                 plot_path, quick):  # fmt: skip
     """Load-test `mlxbatch serve`: open-loop arrivals at several rates against classify."""
-    need_serve_extra()
+    need_serve_extra((*SERVES_ON, "httpx"))
     import tempfile
 
     from ..bench.serve_load import LoadOptions, format_report, plot, run

@@ -16,6 +16,7 @@ import random
 import sys
 import time
 from dataclasses import asdict
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -127,7 +128,7 @@ def calibrate(engine: Engine, progress=None, save: bool = True) -> tuple[CostMod
 def _save(engine: Engine, model: CostModel, meas: dict) -> None:
     data = _cache()
     data[cache_key(engine)] = {
-        "model": model.to_dict(), "measured": meas, "model_path": str(engine.lm.path),
+        "model": model.to_dict(), "measured": meas, "model_path": str(Path(engine.lm.path).resolve()),
         "dtype": str(engine.lm.dtype), "device": str(mx.default_device()),
         "machine": f"{platform.node()} {blas._cpu_model()}",
         "at": time.strftime("%Y-%m-%d %H:%M:%S"),

@@ -160,13 +160,13 @@ class ChatTemplate:
         for probe, what in PROBES:
             contents = [probe] * n
             try:
-                text = self.conversation(contents)
-            except ModelError:
-                text = None
+                text, failed = self.conversation(contents), ""
+            except ModelError as e:  # the template's own error, for the message
+                text, failed = None, f": {e}"
             if text != "".join(t for t, _ in split.fill(contents)):
                 raise ModelError(f"{self.where}: the chat template changes the text it is given "
-                                 f"({what} renders differently), so mlxbatch cannot put each "
-                                 "text into one prompt; edit the template to insert "
+                                 f"({what} renders differently{failed}), so mlxbatch cannot put "
+                                 "each text into one prompt; edit the template to insert "
                                  "message['content'] as it is (or with | trim)")  # fmt: skip
         return split
 

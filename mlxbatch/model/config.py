@@ -117,25 +117,7 @@ class ModelArgs:
         if act not in family.activations:
             raise ModelError(f"{source}: hidden_act {act!r} is not supported for "
                              f"{family.name} ({', '.join(family.activations)})")  # fmt: skip
-        fields = {f.name for f in dataclasses.fields(cls)} - _DERIVED
-        known = {k: v for k, v in cfg.items() if k in fields}
-        missing = [
-            f.name
-            for f in dataclasses.fields(cls)
-            if f.default is dataclasses.MISSING and f.name not in known and f.name not in d
-        ]
-        if missing:
-            raise ModelError(f"{source}: missing required keys {missing}")
-        for key in ("attention_bias", "mlp_bias"):
-            if key not in d:  # a switch this family's transformers class never reads
-                known.pop(key, None)
-        known = {k: v for k, v in d.items() if k in fields} | known
-        if known["num_key_value_heads"] is None:  # null, or absent where transformers says so
-            known["num_key_value_heads"] = known["num_attention_heads"]
-        known["hidden_act"] = act
-        head_dim = cfg["head_dim"] if "head_dim" in cfg else d.get("head_dim")
-        if head_dim is not None:
-            known["head_dim_override"] = head_dim
+        known = _with_defaults(cls, cfg, family, source) | {"hidden_act": act}
         known |= _rope_fields(cfg, family, source)
         known |= _layer_fields(cfg, family, known["num_hidden_layers"], source)
         if "query_pre_attn_scalar" in d:  # Gemma 3
@@ -206,8 +188,9 @@ def _rope_fields(cfg: dict, family: Family, source: str) -> dict:
     scaling = {k: v for k, v in scaling.items() if k not in ("rope_theta", "type")} | {
         "rope_type": scaling.get("rope_type") or scaling.get("type") or "default"
     }
-    kind = scaling["rope_type"]
-    kind = scaling["rope_type"] = family.rope_aliases.get(kind, kind)  # Phi-3's `su`, `yarn`
+    kind = scaling["rope_type"] = family.rope_aliases.get(
+        scaling["rope_type"], scaling["rope_type"]
+    )  # Phi-3's `su`, `yarn`
     if kind not in ROPE_TYPES or kind not in family.rope_types:
         raise ModelError(f"{source}: rope scaling {kind!r} is not supported for {family.name} "
                          f"({', '.join(family.rope_types)})")  # fmt: skip
@@ -240,6 +223,28 @@ def _rope_fields(cfg: dict, family: Family, source: str) -> dict:
     scaling.pop("partial_rotary_factor", None)
     out["rope_scaling"] = _items(scaling)
     return out
+
+
+def _with_defaults(cls, cfg: dict, family: Family, source: str) -> dict:
+    """The fields config.json gives, and transformers' default for this family of each it
+    omits (`Family.defaults`); refused when a key with no default is missing."""
+    d = family.defaults
+    fields = {f.name for f in dataclasses.fields(cls)} - _DERIVED
+    known = {k: v for k, v in cfg.items() if k in fields}
+    missing = [f.name for f in dataclasses.fields(cls)
+               if f.default is dataclasses.MISSING and f.name not in known and f.name not in d]  # fmt: skip
+    if missing:
+        raise ModelError(f"{source}: missing required keys {missing}")
+    for key in ("attention_bias", "mlp_bias"):
+        if key not in d:  # a switch this family's transformers class never reads
+            known.pop(key, None)
+    known = {k: v for k, v in d.items() if k in fields} | known
+    if known["num_key_value_heads"] is None:  # null, or absent where transformers says so
+        known["num_key_value_heads"] = known["num_attention_heads"]
+    head_dim = cfg["head_dim"] if "head_dim" in cfg else d.get("head_dim")
+    if head_dim is not None:
+        known["head_dim_override"] = head_dim
+    return known
 
 
 def _layer_fields(cfg: dict, family: Family, n_layers, source: str) -> dict:

