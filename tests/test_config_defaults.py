@@ -175,3 +175,22 @@ def test_every_default_is_transformers(model_type):
         assert args.rope_theta == params["rope_theta"]
     act = ref.hidden_activation if model_type == "gemma3_text" else ref.hidden_act
     assert args.hidden_act == act
+
+
+@pytest.mark.parametrize("model_type", ["qwen2", "llama", "phi3"])
+def test_rope_parameters_own_theta_wins_over_the_top_level_one(model_type):
+    """transformers fills rope_parameters' rope_theta (and partial_rotary_factor) from the
+    top-level keys only where it lacks them; mlxbatch preferred the top-level ones."""
+    import transformers
+
+    cfg = dict(hidden_size=256, num_hidden_layers=2, intermediate_size=96, num_attention_heads=8,
+               num_key_value_heads=8, vocab_size=300, model_type=model_type, rope_theta=10000.0,
+               rope_parameters={"rope_type": "default", "rope_theta": 500000.0})  # fmt: skip
+    if model_type == "phi3":
+        cfg |= {"partial_rotary_factor": 1.0,
+                "rope_parameters": cfg["rope_parameters"] | {"partial_rotary_factor": 0.5}}  # fmt: skip
+    ref = transformers.CONFIG_MAPPING[model_type].from_dict(json.loads(json.dumps(cfg)))
+    args = ModelArgs.from_dict(cfg)
+    assert args.rope_theta == ref.rope_parameters["rope_theta"] == 500000.0
+    if model_type == "phi3":
+        assert args.rope().dims == int(args.head_dim * ref.rope_parameters["partial_rotary_factor"])

@@ -195,12 +195,14 @@ def _rope_fields(cfg: dict, family: Family, source: str) -> dict:
         raise ModelError(f"{source}: rope scaling {kind!r} is not supported for {family.name} "
                          f"({', '.join(family.rope_types)})")  # fmt: skip
     d = family.defaults
-    out = {"rope_theta": _first(cfg.get("rope_theta"), params.get("rope_theta"), d["rope_theta"])}
+    # rope_parameters' own value first: transformers fills it from the top-level key only where
+    # it is absent (`standardize_rope_params`: setdefault)
+    out = {"rope_theta": _first(params.get("rope_theta"), cfg.get("rope_theta"), d["rope_theta"])}
     local_theta = _first(cfg.get("rope_local_base_freq"), local.get("rope_theta"),
                          d.get("rope_local_base_freq"))  # fmt: skip
     if local_theta is not None:
         out["rope_local_base_freq"] = local_theta
-    prf = _first(cfg.get("partial_rotary_factor"), params.get("partial_rotary_factor"), 1.0)
+    prf = _first(params.get("partial_rotary_factor"), cfg.get("partial_rotary_factor"), 1.0)
     if isinstance(prf, bool) or not isinstance(prf, (int, float)) or not 0 < prf <= 1:
         raise ModelError(f"{source}: partial_rotary_factor must be in (0, 1], got {prf!r}")
     out["partial_rotary_factor"] = float(prf)
