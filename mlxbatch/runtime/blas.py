@@ -41,7 +41,7 @@ from . import elf
 from .files import write_atomically
 
 _MARK = "MLXBATCH_BLAS_ACTIVE"  # legacy: set by the old re-exec; cleared for subprocesses
-_PROBED: dict[str, dict] = {}  # probes() by key, once per process
+_PROBED: dict[str, dict] = {}  # probes() by key where the cache cannot keep them
 ACTIVE: dict = {}  # the BLAS this process loaded: source, GFLOP/s, config, kernel family
 _OFF = "MLXBATCH_NO_FAST_BLAS"  # user escape hatch
 _PROBE = "MLXBATCH_BLAS_PROBE"  # set in the probe subprocess: never recurse
@@ -372,13 +372,13 @@ def probes() -> tuple[list[Candidate], dict[str, dict]]:
     key = json.dumps([_cpu_model(), flags, loadable, importlib.metadata.version("mlx"),
                       [os.environ.get(k, "") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS",
                                                        "OPENBLAS_L2_SIZE")], ENGINE_ROWS])  # fmt: skip
-    if key in _PROBED:  # this process asked already (an unwritable cache is not read back)
-        return options, _PROBED[key]
     path = cache_dir() / "blas.json"
     try:
         cached = json.loads(path.read_text())
     except (OSError, ValueError):
         cached = {}
+    if (not isinstance(cached, dict) or cached.get("key") != key) and key in _PROBED:
+        cached = {"key": key, "probes": _PROBED[key]}  # probed already: the cache kept nothing
     if not isinstance(cached, dict) or cached.get("key") != key:
         found = {"reference": _probe("", ())}
         for c in options:
@@ -394,9 +394,8 @@ def probes() -> tuple[list[Candidate], dict[str, dict]]:
         try:  # atomically: ranks starting together never read a half-written cache
             path.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(path, lambda f: json.dump(cached, f, indent=1))
-        except (OSError, OutputError):
-            pass  # an unwritable cache only means measuring again next time
-    _PROBED[key] = cached["probes"]
+        except (OSError, OutputError):  # measured again by the next run, not by this one
+            _PROBED[key] = found
     return options, cached["probes"]
 
 
