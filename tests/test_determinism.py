@@ -147,13 +147,13 @@ def test_resumed_anywhere_equals_an_uninterrupted_run(clf, tickets, tmp_path, mo
 
 def test_repeated_cli_runs_on_a_loaded_machine_after_a_recalibration(tiny_model_dir, tickets,
                                                                     tmp_path):  # fmt: skip
-    """The same command three times, both cores busy, a fresh calibration of the cost model
-    between runs (it measures a loaded machine, so its constants move): one output."""
+    """The same command twice, both cores busy, a fresh calibration of the cost model between
+    the runs (it measures a loaded machine, so its constants move): one output."""
     env_cache = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
         outs = []
-        for n in range(3):
+        for n in range(2):
             out = tmp_path / f"o{n}.jsonl"
             cmd = [sys.executable, "-m", "mlxbatch", "classify", str(tickets), "--model",
                    str(tiny_model_dir), "-o", str(out)]  # fmt: skip
@@ -161,6 +161,8 @@ def test_repeated_cli_runs_on_a_loaded_machine_after_a_recalibration(tiny_model_
                                   timeout=600)  # fmt: skip
             assert done.returncode == 0, done.stderr
             outs.append(out.read_bytes())
+            if n == 1:
+                break
             calib = subprocess.run(
                 [sys.executable, "-m", "mlxbatch", "doctor", "--calibrate", "--model",
                  str(tiny_model_dir), "--size", "64"],
@@ -171,7 +173,7 @@ def test_repeated_cli_runs_on_a_loaded_machine_after_a_recalibration(tiny_model_
         for p in busy:
             p.kill()
             p.wait()
-    assert outs[0] == outs[1] == outs[2]
+    assert outs[0] == outs[1]
     assert len({json.dumps(json.loads(line)) for line in outs[0].splitlines()}) == 90
 
 
