@@ -309,18 +309,9 @@ def unrunnable_coretype() -> str | None:
             f"a family this CPU runs ({runs})")  # fmt: skip
 
 
-OLD_X86 = (
-    "katmai",
-    "coppermine",
-    "northwood",
-    "prescott",
-    "banias",
-    "core2",
-    "penryn",
-    "dunnington",
-    "nehalem",
-    "atom",
-)  # pre-AVX families OPENBLAS_CORETYPE can name
+# pre-AVX families OPENBLAS_CORETYPE can name
+OLD_X86 = ("katmai", "coppermine", "northwood", "prescott", "banias", "core2", "penryn",
+           "dunnington", "nehalem", "atom")  # fmt: skip
 
 
 def slow_coretype() -> str | None:
