@@ -166,3 +166,41 @@ def test_the_python_api_refuses_what_it_cannot_classify(clf):
     for bad in (None, 5, "", "  "):  # prepare checks a text as classify does
         with pytest.raises(UsageError, match=r"^text"):
             clf.prepare(bad)
+
+
+def test_closing_without_a_drain_mid_round_fails_the_requests_and_ends_the_thread(clf):
+    """Found by CI: `close(drain=False)` from the server's thread between two batches of one
+    round emptied the requests under the round, whose next batch then met a request that was
+    gone (KeyError in the scheduler's thread, a traceback in the service's log)."""
+    from mlxbatch.engine.live import LiveScheduler
+
+    engine = clf.engine
+
+    class TwoLanes:  # the engine, stepped two batches a round whatever this machine's lanes
+        lanes = 2
+
+        def __getattr__(self, name):
+            return getattr(engine, name)
+
+    def close_from_another_thread(record):  # as the server does, after the round's 1st batch
+        closer = threading.Thread(target=live.close, kwargs={"drain": False, "timeout": 0.01})
+        closer.start()
+        closer.join()
+
+    failures = []
+    previous, threading.excepthook = threading.excepthook, failures.append
+    try:
+        live = LiveScheduler(TwoLanes(), policy(clf, batch_tokens=64, max_batch=2),
+                             max_wait=0.05, on_batch=close_from_another_thread)  # fmt: skip
+        futures = [live.submit([item(engine, None, t)]) for t in TEXTS[:8]]
+        live.start()
+        live._thread.join(60)
+    finally:
+        threading.excepthook = previous
+    assert not live._thread.is_alive()
+    assert not failures, [f.exc_value for f in failures]
+    closed = [f for f in futures if f.exception(timeout=1) is not None]
+    assert 0 < len(closed) < len(futures)  # the first batch's requests were answered
+    for future in closed:
+        with pytest.raises(RuntimeError, match="closed"):
+            future.result()

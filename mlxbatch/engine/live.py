@@ -43,7 +43,9 @@ class LiveScheduler:
         self._cond = threading.Condition()
         self._waiting: dict[Hashable, tuple[Future, np.ndarray, int]] = {}  # request -> result
         self._pending: list[tuple[Item, float]] = []  # submitted, not yet queued
-        self._accepting, self._stopped = True, False
+        # _dropped: closed without a drain; the thread drops what the scheduler holds (only
+        # the thread touches the scheduler: a clear from the closing thread mid-round lost keys)
+        self._accepting, self._stopped, self._dropped = True, False, False
         self._requests = 0
         self._thread = threading.Thread(target=self._loop, name="mlxbatch-scheduler", daemon=True)
         self._round_seconds = 0.05  # a running estimate, for Retry-After
@@ -87,19 +89,20 @@ class LiveScheduler:
         with self._cond:
             self._accepting = False
             if not drain:
-                self._fail_all(RuntimeError("the scheduler was closed"))
+                self._fail_requests(RuntimeError("the scheduler was closed"))
+                self._dropped = True
             self._stopped = True
             self._cond.notify()
         if self._thread.is_alive():
             self._thread.join(timeout)
 
-    def _fail_all(self, error: BaseException) -> None:
+    def _fail_requests(self, error: BaseException) -> None:
+        """(Holding the lock) fail every request still waiting; any thread may call it."""
         for future, _, _ in self._waiting.values():
             if not future.done():
                 future.set_exception(error)
         self._waiting.clear()
         self._pending.clear()
-        self.scheduler.clear()
 
     def _ready(self) -> bool:
         """Whether to step a round now: the oldest item has waited long enough, a full budget
@@ -123,6 +126,9 @@ class LiveScheduler:
                     wait = max(0.0, self.scheduler.oldest() + self.max_wait - time.monotonic())
                     self._cond.wait(min(wait, 0.02) if self.held() else wait)
                     self._take_pending()
+                if self._dropped:
+                    self.scheduler.clear()
+                    return
             self._round()
 
     def _wait_for_work(self) -> bool:
@@ -152,20 +158,28 @@ class LiveScheduler:
         t = time.perf_counter()
         try:
             done = list(self.scheduler.step(lanes=self.scheduler.engine.lanes))
-        except Exception as e:  # the engine failed: fail the requests of this round, go on
+        except Exception as e:  # the engine failed: fail every request queued, go on
             with self._cond:
-                self._fail_all(e)
+                self._fail_requests(e)
+                self.scheduler.clear()
             return
         self._round_seconds = 0.8 * self._round_seconds + 0.2 * (time.perf_counter() - t)
         for batch, probs, record in done:
             with self._cond:
                 for (request, i), p in zip(batch.indices, probs):
-                    future, out, left = self._waiting[request]
-                    out[i] = p
-                    self._waiting[request] = (future, out, left - 1)
-                    if left == 1:
-                        del self._waiting[request]
-                        if future.set_running_or_notify_cancel():
-                            future.set_result(out)
+                    self._deliver(request, i, p)
             if self.on_batch is not None:
                 self.on_batch(record)
+
+    def _deliver(self, request: int, i: int, p: np.ndarray) -> None:
+        """(Holding the lock) item `i` of `request` is scored; the last one sets its future.
+        A request failed meanwhile (closed without a drain) is no longer waiting."""
+        if request not in self._waiting:
+            return
+        future, out, left = self._waiting[request]
+        out[i] = p
+        self._waiting[request] = (future, out, left - 1)
+        if left == 1:
+            del self._waiting[request]
+            if future.set_running_or_notify_cancel():
+                future.set_result(out)

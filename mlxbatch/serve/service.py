@@ -157,8 +157,11 @@ class Service:
                            f"in {wait} s", {"Retry-After": str(wait)}) from None  # fmt: skip
         except RuntimeError as e:  # the scheduler began draining
             raise ApiError(503, f"the server is shutting down ({e})") from None
-        # shielded: a cancelled request must not cancel the scheduler's future under it
-        probs = await asyncio.shield(asyncio.wrap_future(future))
+        # shielded: a cancelled request must not cancel the scheduler's future under it; its
+        # error, once nobody awaits it (cut at the drain deadline), is read, not logged
+        scored = asyncio.wrap_future(future)
+        scored.add_done_callback(lambda f: f.cancelled() or f.exception())
+        probs = await asyncio.shield(scored)
         rid = f"classify-{uuid.uuid4().hex}"
         self.verifier.offer(rid, [item.prompt for item in items], probs)
         self.metrics.items.inc(len(items))
