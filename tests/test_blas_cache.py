@@ -8,6 +8,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,9 @@ def test_a_cache_that_cannot_be_made_leaves_the_fast_blas_and_says_so(tmp_path, 
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["True", "scipy-openblas32", "True"]
     (private,) = (temp / f"mlxbatch-{os.getuid()}" / "blas-libs").iterdir()
-    assert (private / "libopenblas.so").is_file() and not (temp.stat().st_mode & 0o002)
+    assert (private / "libopenblas.so").is_file()
+    for level in (private.parent.parent, private.parent):  # mlxbatch-<uid>, blas-libs
+        assert level.stat().st_mode & 0o777 == 0o700 and level.stat().st_uid == os.getuid()
     env = {**os.environ, "XDG_CACHE_HOME": str(afile), "TMPDIR": str(temp)}
     cli = subprocess.run([sys.executable, "-m", "mlxbatch", "classify", "-", "--model",
                           str(tiny_model_dir), "--labels", "a,b"], input="hello\n",
@@ -64,6 +67,40 @@ def test_a_cache_that_cannot_be_made_leaves_the_fast_blas_and_says_so(tmp_path, 
     assert "Traceback" not in cli.stderr and "reference BLAS" not in cli.stderr
     assert f"note: the cache {afile}/mlxbatch cannot be made" in cli.stderr
     assert "set XDG_CACHE_HOME to a writable directory" in cli.stderr
+
+
+def test_the_private_folder_is_private_under_a_group_umask(tmp_path):
+    """A review found: under umask 002 (Ubuntu's for users with their own group) the folder
+    above `blas-libs` was made 0775 and then refused as not private, on every run: MLX stayed
+    on the reference BLAS. Each level is made 0700, and one an older mlxbatch left open to
+    the group is closed again."""
+    afile, temp = tmp_path / "afile", tmp_path / "tmp"
+    afile.write_text("not a directory\n")
+    temp.mkdir()
+    code = ("import os; os.umask(0o002); from mlxbatch.runtime import blas; "
+            "print(blas.activate_in_process(), blas.ACTIVE.get('source'))")  # fmt: skip
+    run = python(code, afile, TMPDIR=str(temp))
+    assert run.returncode == 0 and run.stdout.split() == ["True", "scipy-openblas32"], run.stderr
+    root = temp / f"mlxbatch-{os.getuid()}"
+    assert [oct(d.stat().st_mode & 0o777) for d in (root, root / "blas-libs")] == ["0o700"] * 2
+    os.chmod(root, 0o775)  # as an older mlxbatch made it
+    again = python(code, afile, TMPDIR=str(temp))
+    assert again.stdout.split() == ["True", "scipy-openblas32"], again.stderr
+    assert root.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_copy_in_a_cache_read_only_since_is_used_without_patchelf(tmp_path, monkeypatch):
+    """A review found: where the cache could not be written, a whole copy already in it was
+    never looked at: without patchelf the fast BLAS was lost, with it a second copy was made."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # gettempdir() is read once
+    made = Path(blas._renamed_scipy().library)
+    assert made.is_relative_to(tmp_path / "cache")
+    monkeypatch.setattr(blas, "cache_problem", lambda: "the cache is not writable")
+    monkeypatch.setattr(blas, "_patchelf", lambda: (None, "patchelf is not installed"))
+    again = blas._renamed_scipy()
+    assert again.library == str(made) and again.problem is None
+    assert not (tmp_path / f"mlxbatch-{os.getuid()}").exists()  # no second copy
 
 
 def test_processes_making_the_copy_together_all_get_it(tmp_path):

@@ -132,5 +132,7 @@ def test_a_template_changing_only_labels_is_refused_when_examples_are_used(tmp_p
     system = default_system_prompt(LABELS)
     for text in TEXTS:  # no example, no assistant turn: every prompt is transformers'
         assert ours.prompt(system, text) == transformers_prompt(ref, system, text, ())
-    with pytest.raises(ModelError, match="chat template changes the text it is given"):
+    with pytest.raises(ModelError, match="chat template changes the text it is given") as e:
         ours.prompt(system, TEXTS[0], EXAMPLES)
+    # where, not only which probe (a review: "a text starting with a newline" misled)
+    assert "(it renders an example's label otherwise than given)" in str(e.value)

@@ -412,9 +412,17 @@ def test_doctor_lists_the_calibrations_of_models_on_disk_and_counts_the_rest(tmp
     (tmp_path / "a").mkdir()
     entries = [{"model_path": str(tmp_path / p), "dtype": "float32", "at": "t", "model": cost}
                for p in ("b", "gone", "a", "gone2")]  # fmt: skip
+    # a cache edited by hand (a review found a traceback): a path that is no string, a NUL,
+    # constants that are no numbers
+    entries += [
+        {"model_path": 5, "model": cost},
+        {"model_path": "a\0b", "model": cost},
+        {"model_path": str(tmp_path / "a"), "at": "u", "model": {"per_batch": "x"}},
+    ]
     monkeypatch.setattr(calibration, "cached_entries", lambda: entries)
     lines = doctor.calibrations()
-    assert [x.split(" (")[0] for x in lines[:2]] == [str(tmp_path / "a"), str(tmp_path / "b")]
-    assert lines[2].startswith("2 more for models no longer on disk") and len(lines) == 3
+    assert [x.split(" (")[0] for x in lines[:3]] == [str(tmp_path / p) for p in "aab"]
+    assert lines[1].endswith("unreadable (edited?)")
+    assert lines[3].startswith("4 more for models no longer on disk") and len(lines) == 4
     monkeypatch.setattr(calibration, "cached_entries", lambda: [])
     assert doctor.calibrations().startswith("none cached")

@@ -194,3 +194,21 @@ def test_rope_parameters_own_theta_wins_over_the_top_level_one(model_type):
     assert args.rope_theta == ref.rope_parameters["rope_theta"] == 500000.0
     if model_type == "phi3":
         assert args.rope().dims == int(args.head_dim * ref.rope_parameters["partial_rotary_factor"])
+
+
+def test_gemma_sliding_layers_own_theta_wins_over_rope_local_base_freq():
+    """A review found: the top-level `rope_local_base_freq` beat rope_parameters'
+    `sliding_attention.rope_theta`, which transformers reads first (a mixed config's sliding
+    layers ran another rope, silently)."""
+    import transformers
+
+    cfg = dict(hidden_size=256, num_hidden_layers=2, intermediate_size=96, num_attention_heads=8,
+               num_key_value_heads=8, vocab_size=300, model_type="gemma3_text",
+               rope_local_base_freq=20000.0,
+               rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                "sliding_attention": {"rope_type": "default",
+                                                      "rope_theta": 5000.0}})  # fmt: skip
+    ref = transformers.CONFIG_MAPPING["gemma3_text"].from_dict(json.loads(json.dumps(cfg)))
+    args = ModelArgs.from_dict(cfg)
+    assert args.rope_local_base_freq == ref.rope_parameters["sliding_attention"]["rope_theta"]
+    assert args.rope_local_base_freq == 5000.0 and args.rope_theta == 1e6

@@ -77,15 +77,32 @@ def report(size: int = 1024) -> dict:
 def calibrations() -> list[str] | str:
     """The planner's cached calibrations of models still on disk, by path; the others (tests'
     and deleted models') counted in one line with the cache's path."""
-    from ..engine.calibration import cached_entries, describe
-    from ..engine.planner import CostModel
+    from ..engine.calibration import cached_entries
 
     entries = [e for e in cached_entries() if isinstance(e.get("model"), dict)]
-    here = sorted((e for e in entries if e.get("model_path") and Path(e["model_path"]).is_dir()),
-                  key=lambda e: (str(e.get("model_path")), str(e.get("at", ""))))  # fmt: skip
-    lines = [f"{e['model_path']} ({e.get('dtype', '?')}, {e.get('at', '?')}): "
-             + describe(CostModel.from_dict(e["model"])) for e in here]  # fmt: skip
+    here = sorted(filter(_on_disk, entries), key=lambda e: (e["model_path"], str(e.get("at", ""))))
+    lines = [f"{e['model_path']} ({e.get('dtype', '?')}, {e.get('at', '?')}): " + _described(e)
+             for e in here]  # fmt: skip
     if len(here) < len(entries):
         lines.append(f"{len(entries) - len(here)} more for models no longer on disk (all in "
                      f"{blas.cache_dir() / 'planner.json'})")  # fmt: skip
     return lines or "none cached (mlxbatch doctor --calibrate --model DIR, or any bench run)"
+
+
+def _on_disk(entry: dict) -> bool:
+    path = entry.get("model_path")
+    try:
+        return isinstance(path, str) and Path(path).is_dir()
+    except (OSError, ValueError):  # a path with a NUL byte: an edited cache
+        return False
+
+
+def _described(entry: dict) -> str:
+    """A cached calibration in words; one edited by hand into nonsense says so."""
+    from ..engine.calibration import describe
+    from ..engine.planner import CostModel
+
+    try:
+        return describe(CostModel.from_dict(entry["model"]))
+    except (TypeError, ValueError):
+        return "unreadable (edited?)"

@@ -39,6 +39,7 @@ examples, 6 ms with two, on this 2-core host), nothing per item.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from dataclasses import dataclass
@@ -144,6 +145,34 @@ class Split:
         return text.rstrip() if right else text
 
 
+def _difference(split: Split, contents: list[str], text: str) -> str:
+    """Where a rendering first departs from the split's, in which message, and how (a template
+    that upper-cases labels fails every probe: the first probe's name alone misled)."""
+    pieces = [(p if isinstance(p, str) else split.content(p, contents[p]), p) for p in split.parts]
+    expected = "".join(piece for piece, _ in pieces)
+    at = next((i for i, (a, b) in enumerate(zip(text, expected)) if a != b),
+              min(len(text), len(expected)))  # fmt: skip
+    ends = itertools.accumulate(len(piece) for piece, _ in pieces)
+    hole = next((p for (_, p), end in zip(pieces, ends) if end > at), "")
+    role = "the template's own text" if isinstance(hole, str) else _role(hole, split.item)
+    return f": in {role}, {text[at : at + 24]!r} where {expected[at : at + 24]!r} was expected"
+
+
+def _role(i: int, item: int) -> str:
+    """Content i of a conversation (see `Split`), in words."""
+    if i == item:
+        return "the item"
+    return "the system prompt" if i == 0 else "an example's text" if i % 2 else "an example's label"
+
+
+def _altered(split: Split) -> str | None:
+    """The content whose marker the template rendered changed (upper-cased, say), or None."""
+    for p in split.parts:
+        if isinstance(p, str) and (m := re.search("\ue000mlxbatch(\\d+)", p, re.IGNORECASE)):
+            return _role(int(m.group(1)), split.item)
+    return None
+
+
 class ChatTemplate:
     def __init__(self, source: str, variables: dict[str, str], where: str = "the chat template"):
         self.template, self.variables, self.where = compile_template(source), variables, where
@@ -157,6 +186,11 @@ class ChatTemplate:
         refuse a template that renders a probe text otherwise than the split would put it in."""
         n = 2 + 2 * n_examples  # system, example texts and labels, the item
         split = _find(self.conversation([PAD + marker(i) + PAD for i in range(n)]), n)
+        if altered := _altered(split):
+            raise ModelError(f"{self.where}: the chat template changes the text it is given "
+                             f"(it renders {altered} otherwise than given), so mlxbatch cannot "
+                             "put each text into one prompt; edit the template to insert "
+                             "message['content'] as it is (or with | trim)")  # fmt: skip
         for probe, what in PROBES:
             contents = [probe] * n
             try:
@@ -164,8 +198,9 @@ class ChatTemplate:
             except ModelError as e:  # the template's own error, for the message
                 text, failed = None, f": {e}"
             if text != "".join(t for t, _ in split.fill(contents)):
+                found = failed or _difference(split, contents, text)
                 raise ModelError(f"{self.where}: the chat template changes the text it is given "
-                                 f"({what} renders differently{failed}), so mlxbatch cannot put "
+                                 f"({what} renders differently{found}), so mlxbatch cannot put "
                                  "each text into one prompt; edit the template to insert "
                                  "message['content'] as it is (or with | trim)")  # fmt: skip
         return split

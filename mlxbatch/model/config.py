@@ -198,7 +198,7 @@ def _rope_fields(cfg: dict, family: Family, source: str) -> dict:
     # rope_parameters' own value first: transformers fills it from the top-level key only where
     # it is absent (`standardize_rope_params`: setdefault)
     out = {"rope_theta": _first(params.get("rope_theta"), cfg.get("rope_theta"), d["rope_theta"])}
-    local_theta = _first(cfg.get("rope_local_base_freq"), local.get("rope_theta"),
+    local_theta = _first(local.get("rope_theta"), cfg.get("rope_local_base_freq"),
                          d.get("rope_local_base_freq"))  # fmt: skip
     if local_theta is not None:
         out["rope_local_base_freq"] = local_theta

@@ -167,38 +167,42 @@ def _renamed_scipy() -> Candidate:
         return Candidate(SCIPY, None, problem=f"{SCIPY} is not installed")
     stat = lib.stat()
     key = hashlib.sha256(f"{lib}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    places = [cache_dir() / "blas-libs"]
-    if cache_problem() is not None and (private := _private_temp()) is not None:
-        places.insert(0, private)
-    problem = None
-    for place in places:
-        out = place / key / "libopenblas.so"
-        if out.is_file() and elf.whole(out):  # made once (a copy cut short: made again)
-            return Candidate(SCIPY, str(out))
-        tool, why = _patchelf()
-        if tool is None:
-            return Candidate(SCIPY, None, problem=why)
-        problem = _rename(lib, out, tool)
-        if problem is None:
-            return Candidate(SCIPY, str(out))
+    name = Path(key) / "libopenblas.so"
+    cached, private = cache_dir() / "blas-libs" / name, _private_temp(make=False)
+    for out in (cached, private / name if private else None):
+        if out is not None and out.is_file() and elf.whole(out):  # a copy cut short: made again
+            return Candidate(SCIPY, str(out))  # made once (a cache read-only since: still used)
+    tool, why = _patchelf()
+    if tool is None:
+        return Candidate(SCIPY, None, problem=why)
+    problem = cache_problem() or _rename(lib, cached, tool)
+    if problem is None:
+        return Candidate(SCIPY, str(cached))
+    private = _private_temp()  # where the cache cannot be written
+    if private is not None and _rename(lib, private / name, tool) is None:
+        return Candidate(SCIPY, str(private / name))
     return Candidate(SCIPY, None, problem=f"renaming its symbols failed: {problem}")
 
 
-def _private_temp() -> Path | None:
-    """This user's own folder in the temporary directory (mode 0700, owned by this user: a
-    library another user could have put there is never loaded), or None."""
+def _private_temp(make: bool = True) -> Path | None:
+    """This user's own folder in the temporary directory, each level owned by this user and
+    mode 0700 (a library another user could have put there is never loaded), or None. `make`:
+    create it where it is missing."""
     import tempfile
 
-    where = Path(tempfile.gettempdir()) / f"mlxbatch-{os.getuid()}" / "blas-libs"
+    root = Path(tempfile.gettempdir()) / f"mlxbatch-{os.getuid()}"
     try:
-        where.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for d in (where.parent, where):
+        for d in (root, root / "blas-libs"):
+            if make and not os.path.lexists(d):
+                d.mkdir(mode=0o700)  # each level: mkdir(parents=True) gives parents the umask's
             st = os.lstat(d)
-            if not stat_mod.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+            if not stat_mod.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
                 return None
+            if st.st_mode & 0o077:  # ours, but made by an older mlxbatch under the umask
+                os.chmod(d, 0o700)
     except OSError:
         return None
-    return where
+    return root / "blas-libs"
 
 
 def _rename(lib: Path, out: Path, tool: str) -> str | None:
