@@ -17,6 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -386,3 +387,101 @@ def test_requests_cut_at_the_drain_deadline_get_503_and_the_exit_keeps_it(tiny_m
             assert took < 1 + 30, took
     finally:
         s.stop()
+
+
+# -- found by a hostile pass of the service (slow, odd and misbehaving clients) -------------
+
+
+@pytest.mark.parametrize("raw", [
+    HEAD + b"Content-Length: abc\r\n\r\n{}",  # not a length
+    b"POST /v1/classify HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",  # HTTP/1.1 without Host
+    HEAD + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",  # a bad chunk size
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 64,  # a TLS ClientHello
+], ids=["length", "no-host", "chunk-size", "tls"])  # fmt: skip
+def test_bytes_that_are_not_http_get_the_json_error_and_are_counted(server, raw):
+    """They got uvicorn's text/plain "Invalid HTTP request received." and no metric."""
+    before = server.metric('mlxbatch_requests_total{outcome="invalid_request"')
+    with connect(server.port) as s:
+        s.sendall(raw)
+        reply = read_until_closed(s)
+    head, body = reply.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 400") and b"content-type: application/json" in head
+    assert int(head.split(b"content-length: ")[1].split(b"\r\n")[0]) == len(body)
+    assert json.loads(body)["error"] == {"message": "the request is not valid HTTP/1.1",
+                                         "type": "invalid_request", "code": 400}  # fmt: skip
+    assert server.metric('mlxbatch_requests_total{outcome="invalid_request"') == before + 1
+
+
+def test_the_replies_written_below_the_app_say_their_own_length():
+    """The 503 of a refused connection said 96 bytes of a 100-byte body (a client read cut-off
+    JSON), the head's 408 91 of 90."""
+    from mlxbatch.serve import connections
+
+    for reply in (connections.REFUSED, connections.HEAD_TIMEOUT, connections.INVALID_HTTP):
+        head, body = reply.split(b"\r\n\r\n", 1)
+        assert int(head.split(b"content-length: ")[1].split(b"\r\n")[0]) == len(body)
+        assert json.loads(body)["error"]["code"] == int(head.split(b" ")[1])
+
+
+@pytest.mark.parametrize("close", [b"Connection: close\r\n", b""])
+def test_a_client_that_half_closes_after_its_request_gets_its_reply(server, close):
+    """`nc -N`, socat and Go's CloseWrite send the request, then shut their side: the request
+    was scored and the reply dropped (a 499)."""
+    body = json.dumps({"input": ["I was charged twice", "the app crashes"]}).encode()
+    with connect(server.port) as s:
+        s.sendall(HEAD + close + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        s.shutdown(socket.SHUT_WR)
+        reply = read_until_closed(s)
+    assert reply.startswith(b"HTTP/1.1 200"), reply[:300]
+    assert [row["index"] for row in body_of(reply)["data"]] == [0, 1]
+
+
+def test_ctrl_c_twice_exits_130_with_a_clean_log(tiny_model_dir, tmp_path):
+    """The second Ctrl-C skipped uvicorn's lifespan shutdown, and the cancelled lifespan left
+    a CancelledError traceback in the log."""
+    s = Server(tiny_model_dir, *SLOW, tmp=tmp_path)
+    try:
+        s.proc.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        s.proc.send_signal(signal.SIGINT)
+        assert s.proc.wait(120) == 130
+        log = s.log.read_text()
+        assert "Traceback" not in log and "error: interrupted" in log
+    finally:
+        s.stop()
+
+
+def test_long_requests_are_prepared_one_at_a_time(monkeypatch):
+    """Sixteen 2 MB texts under "truncate" were tokenized at once: ~170 MB each (3.2 GB), and
+    a SIGTERM waited for every worker thread (8.9 s past a 2 s --drain-timeout). Requests over
+    LONG_CHARS now wait their turn on the event loop, where a drain's cancel reaches them."""
+    import asyncio
+
+    from mlxbatch.serve import service as service_module
+    from mlxbatch.serve.errors import ApiError
+    from mlxbatch.serve.limits import ClassifyBody
+    from mlxbatch.serve.service import ServeSpec, Service
+
+    svc = Service(ServeSpec(model=Path("/nonexistent-model"), name="m", labels=("a", "b")))
+    running, most = [0], [0]
+
+    def prepare(req):  # what the worker thread does, observed: how many at once
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        time.sleep(0.1)
+        running[0] -= 1
+        raise ApiError(422, "stop here")
+
+    monkeypatch.setattr(svc, "_prepare", prepare)
+
+    async def burst(chars: int) -> int:
+        most[0] = 0
+        body = ClassifyBody(["x" * chars], True)
+        calls = [svc.classify(body) for _ in range(6)]
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        assert all(isinstance(r, ApiError) for r in results)
+        return most[0]
+
+    long = service_module.LONG_CHARS + 1
+    assert asyncio.run(burst(long)) == 1
+    assert asyncio.run(burst(100)) > 1  # short ones still run side by side

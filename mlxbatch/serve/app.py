@@ -70,9 +70,10 @@ class Routes:
             if service.state != "draining":
                 raise
             metrics.request("unavailable", 503)
-            log.info("classify: 503 unavailable (not scored within --drain-timeout)")
+            log.info("classify: 503 unavailable (not scored before the drain ended)")
             return ApiError(503, "the server is shutting down: this request was not scored "
-                            "within its drain deadline (--drain-timeout)").response()  # fmt: skip
+                            "before the drain ended (--drain-timeout, or a second Ctrl-C)"
+                            ).response()  # fmt: skip
         except ClientDisconnect:  # gone mid-body: nobody to answer
             metrics.request("disconnected", 499)
             log.info("classify: the client disconnected before sending its whole body")
@@ -132,7 +133,10 @@ class Routes:
         self.loop = asyncio.get_running_loop()
         self.service.on_drain.append(self.cut_soon)
         self.service.start()
-        yield
+        try:
+            yield
+        except asyncio.CancelledError:  # a second Ctrl-C: uvicorn skips the shutdown and the
+            return  # loop's end cancels this wait (a traceback in the log); serve() closes
         self.service.on_drain.remove(self.cut_soon)
         # after uvicorn's in-flight requests, answered or cut at the drain deadline: what is
         # still queued has nobody waiting for it, and scoring it would pass the deadline

@@ -10,6 +10,7 @@ and the cap to uvicorn's h11 protocol; the body deadline is applied where the bo
 
 from __future__ import annotations
 
+import json
 import logging
 import resource
 import time
@@ -18,19 +19,27 @@ from dataclasses import dataclass
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from .errors import TYPES
 from .metrics import Metrics
 
 log = logging.getLogger("mlxbatch.serve")
 LINGER_S = 2.0  # how long a refused client may go on sending before the socket closes
 SPARE_FDS = 128  # descriptors beyond the connections: the model's files, logs, pipes
-REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
-           b"connection: close\r\ncontent-length: 96\r\n\r\n"
-           b'{"error": {"message": "too many open connections; retry later", '
-           b'"type": "unavailable", "code": 503}}')  # fmt: skip
-HEAD_TIMEOUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
-                b"connection: close\r\ncontent-length: 91\r\n\r\n"
-                b'{"error": {"message": "the request head came too slowly", '
-                b'"type": "timeout", "code": 408}}')  # fmt: skip
+
+
+def closing_reply(status: int, reason: str, message: str) -> bytes:
+    """A whole error reply, in the service's shape, for a connection about to close (written
+    below the app: refused, timed out, unparsable); its length counted, never typed."""
+    body = json.dumps({"error": {"message": message, "type": TYPES[status], "code": status}})
+    head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+            f"connection: close\r\ncontent-length: {len(body.encode())}\r\n\r\n")  # fmt: skip
+    return (head + body).encode()
+
+
+# typed by hand, the first two said 96 and 91 bytes of bodies of 100 and 90: a cut-off JSON
+REFUSED = closing_reply(503, "Service Unavailable", "too many open connections; retry later")
+HEAD_TIMEOUT = closing_reply(408, "Request Timeout", "the request head came too slowly")
+INVALID_HTTP = closing_reply(400, "Bad Request", "the request is not valid HTTP/1.1")
 
 
 @dataclass(frozen=True)
@@ -156,6 +165,25 @@ class GuardedProtocol(H11Protocol):
             self.metrics.request("timeout", 408)
             self.transport.write(HEAD_TIMEOUT)
         self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's reply to bytes h11 cannot parse (a bad Content-Length, no Host, a bad
+        chunk size, not HTTP at all), in the service's error shape and counted (it was
+        text/plain and in no metric)."""
+        self.metrics.request("invalid_request", 400)
+        self.transport.write(INVALID_HTTP)
+        self.transport.close()
+
+    def eof_received(self) -> bool | None:
+        """A client that half-closes once its whole request is sent (`nc -N`, Go's
+        CloseWrite) still gets its reply, and the connection then closes (asyncio closed the
+        socket at the EOF: the request was scored for nobody, a 499)."""
+        cycle = self.cycle
+        whole = self.conn.their_state in (h11.DONE, h11.MUST_CLOSE)  # its request all read
+        if cycle is None or cycle.response_complete or not whole:
+            return None  # idle, or half a request: closed as before
+        cycle.keep_alive = False
+        return True
 
     def linger(self) -> None:
         """Half-close (our reply is complete), read and drop what the client still sends
