@@ -423,19 +423,6 @@ def test_the_replies_written_below_the_app_say_their_own_length():
         assert json.loads(body)["error"]["code"] == int(head.split(b" ")[1])
 
 
-@pytest.mark.parametrize("close", [b"Connection: close\r\n", b""])
-def test_a_client_that_half_closes_after_its_request_gets_its_reply(server, close):
-    """`nc -N`, socat and Go's CloseWrite send the request, then shut their side: the request
-    was scored and the reply dropped (a 499)."""
-    body = json.dumps({"input": ["I was charged twice", "the app crashes"]}).encode()
-    with connect(server.port) as s:
-        s.sendall(HEAD + close + b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        s.shutdown(socket.SHUT_WR)
-        reply = read_until_closed(s)
-    assert reply.startswith(b"HTTP/1.1 200"), reply[:300]
-    assert [row["index"] for row in body_of(reply)["data"]] == [0, 1]
-
-
 def test_ctrl_c_twice_exits_130_with_a_clean_log(tiny_model_dir, tmp_path):
     """The second Ctrl-C skipped uvicorn's lifespan shutdown, and the cancelled lifespan left
     a CancelledError traceback in the log."""

@@ -174,17 +174,6 @@ class GuardedProtocol(H11Protocol):
         self.transport.write(INVALID_HTTP)
         self.transport.close()
 
-    def eof_received(self) -> bool | None:
-        """A client that half-closes once its whole request is sent (`nc -N`, Go's
-        CloseWrite) still gets its reply, and the connection then closes (asyncio closed the
-        socket at the EOF: the request was scored for nobody, a 499)."""
-        cycle = self.cycle
-        whole = self.conn.their_state in (h11.DONE, h11.MUST_CLOSE)  # its request all read
-        if cycle is None or cycle.response_complete or not whole:
-            return None  # idle, or half a request: closed as before
-        cycle.keep_alive = False
-        return True
-
     def linger(self) -> None:
         """Half-close (our reply is complete), read and drop what the client still sends
         until it finishes (EOF closes the socket) or LINGER_S pass, then close."""
