@@ -426,3 +426,22 @@ def test_doctor_lists_the_calibrations_of_models_on_disk_and_counts_the_rest(tmp
     assert lines[3].startswith("4 more for models no longer on disk") and len(lines) == 4
     monkeypatch.setattr(calibration, "cached_entries", lambda: [])
     assert doctor.calibrations().startswith("none cached")
+
+
+def test_doctor_prints_the_matmul_rates_its_ratio_is_of(monkeypatch):
+    """A newcomer read `matmul 57.9`, `numpy 67.9` and then `mlx_vs_numpy 1.61`: the ratio came
+    from a second, interleaved measurement, the printed MLX rate from a first, lone one."""
+    import mlx.core as mx
+
+    from mlxbatch.bench import doctor
+
+    if mx.default_device() != mx.cpu:
+        pytest.skip("the NumPy comparison is made on the CPU")
+    mlx_rates, numpy_rates = iter([10.0, 90.0, 80.0]), iter([60.0, 50.0])
+    monkeypatch.setattr(doctor, "matmul_gflops", lambda size, dtype: next(mlx_rates))
+    monkeypatch.setattr(doctor, "numpy_gflops", lambda size: next(numpy_rates))
+    monkeypatch.setattr(doctor, "calibrations", lambda: [])
+    info = doctor.report(64)
+    mine, numpy = info["matmul_gflops_float32"], info["numpy_matmul_gflops_float32"]
+    assert (mine, numpy) == (90.0, 60.0)
+    assert info["mlx_vs_numpy_matmul"] == round(mine / numpy, 2)

@@ -133,6 +133,8 @@ def error_of(r: httpx.Response, status: int, kind: str) -> str:
 
 def test_startup_answers_503_then_serves_the_model(server):
     assert all(s == (503, "starting") for s in server.seen)
+    # where it listens (a newcomer found no address in the log: uvicorn's line is not printed)
+    assert f"listening on http://127.0.0.1:{server.port}\n" in server.log.read_text()
     card = httpx.get(server.url + "/v1/models").json()["data"][0]
     assert card["labels"] == ["billing", "technical", "account"]
     assert card["prefix"]["tokens"] > 0 and len(card["prefix"]["sha256"]) == 64

@@ -40,6 +40,7 @@ def run_demo(n: int, model: Path, out_dir: Path, progress=print) -> tuple[list[s
         "labels: " + ", ".join(f"{k} {counts[k]}" for k in clf.labels.names),
         f"accuracy against the generator's intents: {acc:.1%}{note}",
         f"demo: {time.perf_counter() - t0:.0f} s in all ({res.seconds:.0f} s classifying, "
-        f"{v['seconds']:.0f} s the gold loop's verification, the rest loading)",
+        f"{v['seconds']:.0f} s the gold loop's verification, the rest loading; on a "
+        "machine's first job also calibrating the planner, once)",
     ]
     return lines, v["passed"]

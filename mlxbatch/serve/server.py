@@ -79,6 +79,10 @@ def serve(service: Service, sock: socket.socket, api_key: bytes | None,
         timeout_graceful_shutdown=limits.drain_s,
     )  # fmt: skip
     logging.getLogger("uvicorn.access").addFilter(PathOnly())
+    host, port = sock.getsockname()[:2]  # uvicorn's own line is not printed for a given socket
+    logging.getLogger("mlxbatch.serve").info(
+        "listening on http://%s:%d", f"[{host}]" if ":" in host else host, port
+    )
     server = DrainingServer(config, service)
 
     def stop() -> None:
