@@ -128,6 +128,10 @@ def test_our_quantized_output_loads_in_mlx_lm_and_verifies_in_every_mode(
     out = tmp_path / f"q{bits}"
     r = run("convert", hf_dirs["tied_gqa"], out, "-q", "--q-bits", bits, "--q-group-size", 32)
     assert r.exit_code == 0, r.output
+    # one line of ours (a newcomer saw mlx-lm's "[INFO] Quantized ...", packed uint32 counted
+    # as parameters, and a Python list of dtypes)
+    (line,) = r.stdout.splitlines()
+    assert f"stored values ({bits}-bit weights packed into uint32)" in line and "[" not in line
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["quantization"] == {"group_size": 32, "bits": bits, "mode": "affine"}
     toks = tokens_of(out)

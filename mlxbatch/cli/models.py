@@ -30,9 +30,10 @@ def convert(hf_dir, out_dir, dtype, force, quantize, q_bits, q_group_size):
 
     bits = int(q_bits) if quantize else None
     m = convert_hf(hf_dir, out_dir, dtype, force, bits, int(q_group_size))
-    click.echo(
-        f"wrote {out_dir}: {m['tensors']} tensors, {m['parameters']:,} parameters, {m['dtype']}"
-    )
+    dtypes = m["dtype"] if isinstance(m["dtype"], str) else " and ".join(m["dtype"])
+    stored = (f"{m['parameters']:,} stored values ({bits}-bit weights packed into uint32)"
+              if bits else f"{m['parameters']:,} parameters")  # fmt: skip
+    click.echo(f"wrote {out_dir}: {m['tensors']} tensors, {stored}, {dtypes}")
 
 
 @click.command("init-random")

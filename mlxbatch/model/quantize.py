@@ -11,6 +11,9 @@ so the CPU path dequantizes once at load: the same values a quantized matmul wou
 
 from __future__ import annotations
 
+import contextlib
+import io
+
 import mlx.core as mx
 import mlx.nn as nn
 
@@ -63,7 +66,8 @@ def quantize_for_saving(model: nn.Module, config: dict, bits: int, group_size: i
     """Quantize `model` in place as mlx-lm does; returns the config to write beside it."""
     from mlx_lm.utils import quantize_model
 
-    _, config = quantize_model(model, config, group_size, bits)
+    with contextlib.redirect_stdout(io.StringIO()):  # its "[INFO] Quantized model with ..."
+        _, config = quantize_model(model, config, group_size, bits)
     config["quantization_config"] = config["quantization"]
     return config
 
