@@ -678,3 +678,12 @@ def test_tickets_refuses_a_count_no_disk_could_hold(tmp_path):
     assert r.exit_code == 2 and r.stderr.startswith("error: ") and "1000000000" in r.stderr, (
         r.output
     )
+
+
+def test_eval_of_predictions_that_do_not_exist_says_so(tmp_path):
+    """A newcomer's pass: a missing predictions file was "not a JSONL output of mlxbatch
+    classify (...: no such file)"."""
+    src = write(tmp_path / "in.jsonl", GOOD.replace("}", ', "gold": "billing"}'))
+    missing = tmp_path / "nope.jsonl"
+    r = invoke(["eval", src, missing, "--gold-field", "gold"], None, tmp_path)
+    assert r.exit_code == 2 and r.stderr.strip() == f"error: {missing}: no such file", r.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import click
@@ -59,6 +60,8 @@ def evaluate_cmd(input_path, predictions, gold_field, text_field, id_field, inpu
     try:
         results = read_results(predictions)  # .jsonl or .jsonl.gz
     except (OSError, UnicodeDecodeError, ValueError) as e:
+        if not os.path.lexists(predictions):  # the reader's own line names it
+            fail(str(e))
         fail(f"{predictions}: not a JSONL output of mlxbatch classify ({str(e)[:100]})")
     if len(results) != len(rows):
         fail(f"{predictions}: {len(results)} rows for the {len(rows)} rows of {input_path}; "
