@@ -3,8 +3,8 @@ tree against another checkout (a `git worktree` of an older commit), in fresh pr
 in turn (A B A B ...): what a change of the host kernels' layout costs (BENCHMARKS.md,
 SkylakeX). The child is `family_cost.py`'s.
 
-    git worktree add /tmp/old b0074cc
-    python scripts/layout_cost.py weights/qwen2.5-0.5b-synthetic SkylakeX 3 /tmp/old
+    git worktree add ../old b0074cc
+    python scripts/layout_cost.py weights/qwen2.5-0.5b-synthetic SkylakeX 3 ../old
 """
 
 from __future__ import annotations

@@ -187,10 +187,7 @@ class ChatTemplate:
         n = 2 + 2 * n_examples  # system, example texts and labels, the item
         split = _find(self.conversation([PAD + marker(i) + PAD for i in range(n)]), n)
         if altered := _altered(split):
-            raise ModelError(f"{self.where}: the chat template changes the text it is given "
-                             f"(it renders {altered} otherwise than given), so mlxbatch cannot "
-                             "put each text into one prompt; edit the template to insert "
-                             "message['content'] as it is (or with | trim)")  # fmt: skip
+            raise self._changes(f"it renders {altered} otherwise than given")
         for probe, what in PROBES:
             contents = [probe] * n
             try:
@@ -199,11 +196,13 @@ class ChatTemplate:
                 text, failed = None, f": {e}"
             if text != "".join(t for t, _ in split.fill(contents)):
                 found = failed or _difference(split, contents, text)
-                raise ModelError(f"{self.where}: the chat template changes the text it is given "
-                                 f"({what} renders differently{found}), so mlxbatch cannot put "
-                                 "each text into one prompt; edit the template to insert "
-                                 "message['content'] as it is (or with | trim)")  # fmt: skip
+                raise self._changes(f"{what} renders differently{found}")
         return split
+
+    def _changes(self, how: str) -> ModelError:
+        return ModelError(f"{self.where}: the chat template changes the text it is given "
+                          f"({how}), so mlxbatch cannot put each text into one prompt; edit "
+                          "the template to insert message['content'] as it is (or with | trim)")  # fmt: skip
 
     def conversation(self, contents: list[str]) -> str:
         """The rendering of contents[0] as the system prompt, then pairs of example text and

@@ -8,6 +8,7 @@ new requests get 503, queued ones finish). A failed load is "failed" and stops t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import math
@@ -153,11 +154,10 @@ class Service:
     async def classify(self, req: ClassifyBody) -> dict:
         """The reply to one request; ApiError for 422, 429 and 503."""
         # off the event loop however short: a few 1 MB texts held it for seconds
-        if sum(len(t) for t in req.texts) <= LONG_CHARS:
+        long = sum(len(t) for t in req.texts) > LONG_CHARS
+        # a long one waits its turn here, not in a thread: a drain's cancel stops it at once
+        async with self.long_requests if long else contextlib.nullcontext():
             items = await anyio.to_thread.run_sync(self._prepare, req)
-        else:  # waiting here (not in a thread) a drain's cancel stops it at once
-            async with self.long_requests:
-                items = await anyio.to_thread.run_sync(self._prepare, req)
         try:
             future = self.scheduler.submit(items)
         except QueueFull as e:
