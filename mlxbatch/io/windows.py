@@ -13,9 +13,9 @@ import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from ..errors import InputError
+from ..errors import InputError, JobError
 from .ids import DuplicateIds
-from .inputs import Row, open_rows, read_rows
+from .inputs import Row, describe_errors, open_rows, read_rows
 
 BAD_KEPT = 30  # bad rows a scan keeps for the refusal message (it counts all of them)
 
@@ -92,6 +92,16 @@ class Scan:
     bad: list[Row]  # the first BAD_KEPT bad rows, each with its reason
     bad_count: int
     duplicates: DuplicateIds | None = None  # the rows with a duplicate id (a file's scan)
+
+    def refuse_bad_rows(self, on_error: str, source: str, fmt: str) -> None:
+        """Under --on-error fail, any bad row (unreadable, or too long) stops the job before
+        anything is computed."""
+        if on_error != "fail" or not self.bad_count:
+            return
+        first, *rest = describe_errors(self.bad, source, fmt, total=self.rows,
+                                       bad_total=self.bad_count).split("\n")  # fmt: skip
+        raise JobError("\n".join([first + "; nothing was computed (--on-error skip writes an "
+                                  "error row for each)", *rest]))  # fmt: skip
 
 
 def scan(

@@ -21,12 +21,12 @@ from tqdm import tqdm
 from ..api.classifier import Classifier
 from ..api.spec import RunSpec, Settings
 from ..engine.planner import PaddingStats
-from ..errors import InputError, JobError, ResumeError
-from ..io.inputs import Row, describe_errors
+from ..errors import InputError, ResumeError
+from ..io.inputs import Row
 from ..io.journal_lines import fingerprint_parts
 from ..io.outputs import open_stream, output_kind
 from ..io.sinks import Journal, Sink, journal_path, recorded_header
-from ..io.windows import JobInput, Scan, scan
+from ..io.windows import JobInput, scan
 from ..runtime import memory, progress
 from .fingerprint import compute_path, fingerprint
 from .plan import JobPlan, plan_window
@@ -43,17 +43,6 @@ def open_sink(
     if output is None or output_kind(output) != "file":
         return open_stream(output or Path("-"), n_rows, clf.labels.names, header)
     return Journal(output, header, resume, n_rows, clf.labels.names)
-
-
-def refuse_bad_rows(scanned: Scan, spec: RunSpec, source: str, fmt: str) -> None:
-    """Under --on-error fail, any bad row (unreadable, or too long) stops the job before
-    anything is computed."""
-    if spec.on_error != "fail" or not scanned.bad_count:
-        return
-    first, *rest = describe_errors(scanned.bad, source, fmt, total=scanned.rows,
-                                   bad_total=scanned.bad_count).split("\n")  # fmt: skip
-    raise JobError("\n".join([first + "; nothing was computed (--on-error skip writes an "
-                              "error row for each)", *rest]))  # fmt: skip
 
 
 class LocalGroup:
@@ -135,7 +124,8 @@ class Job:
         # classifying (1.38x the gold loop for 2.5x)
         self.t0 = time.perf_counter()
         self.tokens = Tokens(self.settings.window)
-        self.scanned = scan(job_input, too_long(clf, self.settings, self.tokens))
+        refused = too_long(clf, self.settings, self.tokens)
+        self.scanned = scan(job_input, refused)
         if not self.scanned.rows:
             raise InputError(f"{job_input.source}: empty input (no rows)")
         compute = compute_path(clf)
@@ -149,9 +139,10 @@ class Job:
                   "starting afresh", file=sys.stderr)  # fmt: skip
         if unreadable is not None:  # this run's journal, with settings it cannot read
             raise unreadable
-        refuse_bad_rows(self.scanned, spec, job_input.source, job_input.fmt)
+        self.scanned.refuse_bad_rows(spec.on_error, job_input.source, job_input.fmt)
         if self.lead:
-            self._open(header | {"settings": self.settings.record()})
+            header["settings"] = self.settings.record()
+            self._open(header)
 
     def _settings(self, output: Path | None) -> tuple[Settings, ResumeError | None, dict | None]:
         """This run's settings: the journal's on a resume (read before the header that says
