@@ -12,9 +12,9 @@ def __getattr__(name: str):
         import importlib
 
         from .errors import UsageError
-        from .runtime import blas
+        from .runtime import blas, cpu
 
-        if why := blas.unrunnable_coretype():  # else a SIGILL at the first product
+        if why := cpu.unrunnable_coretype():  # else a SIGILL at the first product
             raise UsageError(why)
         if not blas.activate_in_process() and blas.warning():
             import warnings

@@ -17,8 +17,8 @@ import sys
 
 CHILD = """
 import json, sys, time
-from mlxbatch.runtime import blas
-blas._families = lambda: []  # OpenBLAS's own kernels under the OPENBLAS_CORETYPE given
+from mlxbatch.runtime import blas, cpu
+cpu.families = lambda: []  # OpenBLAS's own kernels under the OPENBLAS_CORETYPE given
 assert blas.activate_in_process(), blas.warning()
 from mlxbatch.api.classifier import Classifier
 from mlxbatch.bench.workload import generate

@@ -13,13 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from mlxbatch.runtime import blas, elf
+from mlxbatch.runtime import cpu, elf, scipy_openblas
 
 pytestmark = pytest.mark.skipif(
-    platform.system() != "Linux" or blas._scipy_library() is None or blas._patchelf()[0] is None,
+    platform.system() != "Linux"
+    or scipy_openblas.library() is None
+    or scipy_openblas.patchelf()[0] is None,
     reason="the renamed scipy-openblas32 copy is made on Linux, with patchelf",
 )
-MADE = "from mlxbatch.runtime import blas; print(blas._renamed_scipy().library)"
+MADE = "from mlxbatch.runtime import scipy_openblas; print(scipy_openblas.renamed()[0])"
 
 
 def python(code: str, cache: Path, **env) -> subprocess.CompletedProcess:
@@ -94,12 +96,11 @@ def test_a_copy_in_a_cache_read_only_since_is_used_without_patchelf(tmp_path, mo
     never looked at: without patchelf the fast BLAS was lost, with it a second copy was made."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # gettempdir() is read once
-    made = Path(blas._renamed_scipy().library)
+    made = Path(scipy_openblas.renamed()[0])
     assert made.is_relative_to(tmp_path / "cache")
-    monkeypatch.setattr(blas, "cache_problem", lambda: "the cache is not writable")
-    monkeypatch.setattr(blas, "_patchelf", lambda: (None, "patchelf is not installed"))
-    again = blas._renamed_scipy()
-    assert again.library == str(made) and again.problem is None
+    monkeypatch.setattr(scipy_openblas, "cache_problem", lambda: "the cache is not writable")
+    monkeypatch.setattr(scipy_openblas, "patchelf", lambda: (None, "patchelf is not installed"))
+    assert scipy_openblas.renamed() == (str(made), None)
     assert not (tmp_path / f"mlxbatch-{os.getuid()}").exists()  # no second copy
 
 
@@ -117,8 +118,8 @@ def test_processes_making_the_copy_together_all_get_it(tmp_path):
     assert elf.whole(made / "libopenblas.so")
 
 
-@pytest.mark.skipif(platform.machine() != "x86_64" or blas.AVX512 <= blas._cpu_flags()
-                    or not {"avx2", "fma"} <= blas._cpu_flags(),
+@pytest.mark.skipif(platform.machine() != "x86_64" or cpu.AVX512 <= cpu.flags()
+                    or not {"avx2", "fma"} <= cpu.flags(),
                     reason="needs an x86_64 CPU with AVX2 and without AVX-512")  # fmt: skip
 def test_a_coretype_this_cpu_cannot_run_is_one_line_not_a_sigill(tmp_path):
     """OPENBLAS_CORETYPE=SkylakeX on an AVX2 CPU died of SIGILL (NumPy's OpenBLAS reads it too)."""
@@ -135,7 +136,7 @@ def test_a_coretype_this_cpu_cannot_run_is_one_line_not_a_sigill(tmp_path):
     assert fine.returncode == 0, fine.stderr
 
 
-@pytest.mark.skipif(platform.machine() != "x86_64" or "avx" not in blas._cpu_flags(),
+@pytest.mark.skipif(platform.machine() != "x86_64" or "avx" not in cpu.flags(),
                     reason="needs an x86_64 CPU with AVX")  # fmt: skip
 def test_a_coretype_older_than_the_cpu_is_noted(tmp_path, tiny_model_dir):
     """OPENBLAS_CORETYPE=Prescott ran products at 13 GFLOP/s against 70, and nothing said so."""

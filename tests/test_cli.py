@@ -268,9 +268,9 @@ def test_blas_choice_is_measured_and_a_crashing_build_is_named(monkeypatch, tmp_
 
 @pytest.mark.skipif(not FAST_BLAS_PLATFORM, reason="scipy-openblas32 ships for x86_64/aarch64")
 def test_the_symbol_table_reader_finds_the_prefixed_exports():
-    from mlxbatch.runtime import elf
+    from mlxbatch.runtime import elf, scipy_openblas
 
-    exported = elf.exported_symbols(blas._scipy_library())
+    exported = elf.exported_symbols(scipy_openblas.library())
     assert "scipy_cblas_sgemm" in exported and "scipy_openblas_get_config" in exported
     assert "cblas_sgemm" in elf.exported_symbols(blas.plan().library)  # the renamed copy
     with pytest.raises(ValueError):

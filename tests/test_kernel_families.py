@@ -18,10 +18,10 @@ import sys
 
 import pytest
 
-from mlxbatch.runtime import blas
+from mlxbatch.runtime import cpu, scipy_openblas
 
-FLAGS = blas._cpu_flags()
-NEEDS = {"SkylakeX": blas.AVX512,
+FLAGS = cpu.flags()
+NEEDS = {"SkylakeX": cpu.AVX512,
          "Haswell": {"avx2", "fma"}, "Zen": {"avx2", "fma"}, "SandyBridge": {"avx"}}  # fmt: skip
 X86 = platform.system() == "Linux" and platform.machine() == "x86_64"
 
@@ -66,14 +66,14 @@ def test_the_same_bytes_under_each_kernel_family(family, tiny_model_dir, heavy_t
                                                  tmp_path):  # fmt: skip
     if not NEEDS[family] <= FLAGS:
         pytest.skip(f"this CPU cannot run OpenBLAS's {family} kernels")
-    env = {**os.environ, blas.CORETYPE: family}
+    env = {**os.environ, cpu.CORETYPE: family}
     out = subprocess.run([sys.executable, "-c", JOB, str(tiny_model_dir), str(heavy_tail_tickets),
                           str(tmp_path)], capture_output=True, text=True, env=env, timeout=900)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["active"]["invariant"] is True and got["kernels"] == got["active"]["corename"]
     assert len(set(got["digests"].values())) == 1, got["digests"]  # 0 rows differ
-    asked = [r for r in got["tried"] if r["source"] == blas.SCIPY]
+    asked = [r for r in got["tried"] if r["source"] == scipy_openblas.SCIPY]
     assert asked and asked[0].get("chosen") and asked[0]["invariant"] is True, got["tried"]
     # Zen runs Haswell's kernels in this library
     assert got["kernels"].lower() == {"Zen": "haswell"}.get(family, family.lower())
@@ -81,8 +81,8 @@ def test_the_same_bytes_under_each_kernel_family(family, tiny_model_dir, heavy_t
 
 PLAIN = """
 import json
-from mlxbatch.runtime import blas
-blas._families = lambda: []  # the family asked for, invariant or not
+from mlxbatch.runtime import blas, cpu
+cpu.families = lambda: []  # the family asked for, invariant or not
 assert blas.activate_in_process(), blas.warning()
 from mlxbatch.model import hostops
 from mlxbatch.runtime import sgemm
@@ -95,7 +95,7 @@ print(json.dumps([ours, hostops.row_invariance()]))
 
 @pytest.mark.skipif(not X86 or not NEEDS["Haswell"] <= FLAGS, reason="needs Haswell kernels")
 def test_the_probe_sees_a_layout_that_is_not_invariant():
-    env = {**os.environ, blas.CORETYPE: "Haswell"}
+    env = {**os.environ, cpu.CORETYPE: "Haswell"}
     out = subprocess.run([sys.executable, "-c", PLAIN], capture_output=True, text=True, env=env,
                          timeout=300)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]

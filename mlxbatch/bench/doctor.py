@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from ..runtime import blas, sgemm
+from ..runtime.files import cache_dir
 
 
 def matmul_gflops(n: int, dtype, reps: int = 3) -> float:
@@ -89,7 +90,7 @@ def calibrations() -> list[str] | str:
              for e in here]  # fmt: skip
     if len(here) < len(entries):
         lines.append(f"{len(entries) - len(here)} more for models no longer on disk (all in "
-                     f"{blas.cache_dir() / 'planner.json'})")  # fmt: skip
+                     f"{cache_dir() / 'planner.json'})")  # fmt: skip
     return lines or "none cached (mlxbatch doctor --calibrate --model DIR, or any bench run)"
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..runtime import blas
 from ..runtime.executor import usable_cores
+from ..runtime.files import cache_dir
 
 CONVERTER = "convert_hf_to_gguf.py"
 SRC_ENV = "MLXBATCH_LLAMA_CPP_SRC"
@@ -132,7 +132,7 @@ def llamacpp_peer(
     converter, why = find_converter(o.src)
     if converter is None:
         return {"name": name, "error": why}
-    cache = o.cache or blas.cache_dir() / "gguf"
+    cache = o.cache or cache_dir() / "gguf"
     try:
         gguf = gguf_for(Path(model_dir), outtype, converter, cache, progress)
     except RuntimeError as e:

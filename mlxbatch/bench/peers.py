@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..engine.planner import plan_batches
-from ..runtime import blas
+from ..runtime import cpu
 from .llamacpp import OUTTYPES, LlamaCppOptions, llamacpp_peer
 
 
@@ -29,7 +29,7 @@ def _agreement(labels: list[int], gold: list[int]) -> float:
 
 def native_bf16() -> str | None:
     """The CPU's native bf16 matmul instructions, if any (what makes PyTorch bf16 fast)."""
-    flags = blas._cpu_flags()
+    flags = cpu.flags()
     found = [f for f in ("amx_bf16", "avx512_bf16") if f in flags]
     return ", ".join(found) or None
 

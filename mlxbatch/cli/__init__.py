@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from ..errors import UsageError
-from ..runtime import blas
+from ..runtime import blas, cpu, files
 from .bench import bench, demo, doctor, tickets
 from .classify import classify
 from .common import fail
@@ -80,9 +80,9 @@ def _warns_of_the_blas(command: click.Command) -> click.Command:
     def run(*args, **kwargs):
         root = click.get_current_context().find_root().obj
         if isinstance(root, dict) and root.get("warn_blas"):
-            if warning := blas.warning() or blas.slow_coretype():
+            if warning := blas.warning() or cpu.slow_coretype():
                 click.echo(warning, err=True)
-            if (problem := blas.cache_problem()) and platform.system() == "Linux":
+            if (problem := files.cache_problem()) and platform.system() == "Linux":
                 click.echo(f"note: {problem}: the BLAS probe and the planner's calibration are "
                            "redone by every run; set XDG_CACHE_HOME to a writable directory",
                            err=True)  # fmt: skip
@@ -119,7 +119,7 @@ def main() -> None:
 
 
 def _main() -> None:
-    if why := blas.unrunnable_coretype():  # before OpenBLAS (ours or NumPy's) dies of SIGILL
+    if why := cpu.unrunnable_coretype():  # before OpenBLAS (ours or NumPy's) dies of SIGILL
         fail(why)
     blas.activate_in_process()  # before mlx is imported; computing commands warn if it failed
     try:

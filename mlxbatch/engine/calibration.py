@@ -22,8 +22,8 @@ import mlx.core as mx
 import numpy as np
 
 from ..errors import OutputError
-from ..runtime import blas
-from ..runtime.files import write_atomically
+from ..runtime import blas, cpu
+from ..runtime.files import cache_dir, cache_problem, write_atomically
 from .engine import Engine
 from .planner import CostModel
 
@@ -41,7 +41,7 @@ def cache_key(engine: Engine) -> str:
     fast = engine.scorers["fast"]
     lanes, host_kernels = fast.executor.lanes, fast.host_kernels
     parts = [asdict(a), str(engine.lm.dtype), lanes, host_kernels, str(mx.default_device()),
-             mx.device_info().get("device_name", "?"), blas._cpu_model(), mx.__version__,
+             mx.device_info().get("device_name", "?"), cpu.model_name(), mx.__version__,
              blas.ACTIVE.get("source", "none"), blas.ACTIVE.get("corename"),
              engine.lm.quantization, ENGINE_REVISION]  # fmt: skip
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
@@ -49,7 +49,7 @@ def cache_key(engine: Engine) -> str:
 
 def _cache() -> dict:
     try:
-        data = json.loads((blas.cache_dir() / "planner.json").read_text())
+        data = json.loads((cache_dir() / "planner.json").read_text())
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
@@ -130,10 +130,10 @@ def _save(engine: Engine, model: CostModel, meas: dict) -> None:
     data[cache_key(engine)] = {
         "model": model.to_dict(), "measured": meas, "model_path": str(Path(engine.lm.path).resolve()),
         "dtype": str(engine.lm.dtype), "device": str(mx.default_device()),
-        "machine": f"{platform.node()} {blas._cpu_model()}",
+        "machine": f"{platform.node()} {cpu.model_name()}",
         "at": time.strftime("%Y-%m-%d %H:%M:%S"),
     }  # fmt: skip
-    path = blas.cache_dir() / "planner.json"
+    path = cache_dir() / "planner.json"
     try:  # a cache: a directory that cannot be written only costs a later re-calibration
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(path, lambda f: json.dump(data, f, indent=1))
@@ -164,7 +164,7 @@ def cost_model(engine: Engine, notice=None) -> CostModel:
     say = notice or (lambda m: print(m, file=sys.stderr, flush=True))
     say(f"planner: the default cost model predicted {predicted:.3f} s for a batch that took "
         f"{seconds:.3f} s here ({off:.2f}x): calibrating it for this machine "
-        + (f"(not cached: {why})" if (why := blas.cache_problem()) else "once (cached)"))  # fmt: skip
+        + (f"(not cached: {why})" if (why := cache_problem()) else "once (cached)"))  # fmt: skip
     return calibrate(engine, say)[0]
 
 

