@@ -174,3 +174,34 @@ def test_a_resume_with_less_free_memory_keeps_the_first_runs_item_limit(tiny_mod
     assert clf.settings(spec).limit.tokens < longest  # a fresh run would refuse the longest
     run_job(clf, rows, spec, out, resume=True, keep_results=False)
     assert out.read_bytes() == ref.read_bytes()
+
+
+def test_a_resumes_rate_counts_only_the_rows_it_scored(tiny_model_dir, tmp_path):
+    """A newcomer found: after --resume the summary's items/s divided every row of the job, the
+    journal's too, by the time of the rows the resume scored."""
+    from mlxbatch.api.classifier import Classifier
+    from mlxbatch.api.spec import RunSpec
+    from mlxbatch.io.inputs import read_rows
+    from mlxbatch.jobs.job import Hooks, run_job
+
+    src, out = tmp_path / "t.jsonl", tmp_path / "out.jsonl"
+    write_jsonl(generate(40, seed=6), src)
+    clf = Classifier.load(tiny_model_dir)
+    rows, _ = read_rows(str(src))
+    spec = RunSpec(max_batch=2, batch_tokens=1024)
+
+    def stop(n: int) -> None:
+        if n == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_job(clf, rows, spec, out, keep_results=False, hooks=Hooks(stop))
+    journaled = journal_rows(out)
+    assert 0 < journaled < 40
+    result = run_job(clf, rows, spec, out, resume=True, keep_results=False)
+    assert result.resumed == journaled and result.scored == 40
+    assert result.computed == 40 - journaled
+    rate = f"{(40 - journaled) / result.seconds:.2f} items/s"
+    assert rate in result.summary(), result.summary()
+    fresh = run_job(clf, rows, spec, tmp_path / "fresh.jsonl", keep_results=False)
+    assert fresh.computed == fresh.scored == 40 and fresh.resumed == 0

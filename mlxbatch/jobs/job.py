@@ -210,7 +210,7 @@ class Job:
             self.held.keep(window, plan, self.settings, self.verify)
         written, report = self.group.score(clf, window, plan, self.sink, self.settings,
                                            self.verify, self.bar, self.hooks)  # fmt: skip
-        totals.add(clf, plan, done + written, keep and self.lead)
+        totals.add(clf, plan, done + written, keep and self.lead, len(written))
         return report
 
     def finish(self, totals: Totals, verified: list, keep: bool) -> JobResult:
@@ -238,6 +238,7 @@ class Job:
             results=[totals.results[i] for i in sorted(totals.results)] if keep else [],
             abstained=totals.abstained, duplicates=totals.duplicates, windows=totals.windows,
             resumed=int(held.mask.sum()) if held is not None else 0, ranks=self.per_rank,
+            computed=totals.computed,
         )  # fmt: skip
 
 
