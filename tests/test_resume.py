@@ -185,7 +185,10 @@ def test_a_resumes_rate_counts_only_the_rows_it_scored(tiny_model_dir, tmp_path)
     from mlxbatch.jobs.job import Hooks, run_job
 
     src, out = tmp_path / "t.jsonl", tmp_path / "out.jsonl"
-    write_jsonl(generate(40, seed=6), src)
+    tickets = generate(40, seed=6)
+    for copy, first in zip(tickets[-4:], tickets):  # 4 duplicates, scored once
+        copy["text"] = first["text"]
+    write_jsonl(tickets, src)
     clf = Classifier.load(tiny_model_dir)
     rows, _ = read_rows(str(src))
     spec = RunSpec(max_batch=2, batch_tokens=1024)
@@ -203,5 +206,23 @@ def test_a_resumes_rate_counts_only_the_rows_it_scored(tiny_model_dir, tmp_path)
     assert result.computed == 40 - journaled
     rate = f"{(40 - journaled) / result.seconds:.2f} items/s"
     assert rate in result.summary(), result.summary()
+    assert result.duplicates == 4 and 0 <= result.computed_duplicates <= 4
     fresh = run_job(clf, rows, spec, tmp_path / "fresh.jsonl", keep_results=False)
     assert fresh.computed == fresh.scored == 40 and fresh.resumed == 0
+    assert fresh.computed_duplicates == fresh.duplicates == 4
+
+
+def test_a_resumes_summary_figures_are_this_runs():
+    """The rate and the time the duplicates saved are this run's: 290 of 300 rows read back
+    from the journal, 10 scored in 1 s, none of them a duplicate (the 30 were journaled)."""
+    from mlxbatch.jobs.result import JobResult
+
+    result = JobResult(rows=300, scored=300, errors=0, seconds=1.0, padding_overhead=0.0,
+                       batch_tokens=1024, peak_memory=0, memory_bound=0, duplicates=30,
+                       resumed=290, computed=10, computed_duplicates=0)  # fmt: skip
+    line = result.summary()
+    assert (
+        "10.00 items/s" in line and "30 duplicates scored once (10.0% of the rows, ~0.0 s" in line
+    )
+    again = JobResult(**{**result.__dict__, "computed_duplicates": 5})
+    assert "~1.0 s saved" in again.summary()  # 5 copies at the pace of the 5 items computed

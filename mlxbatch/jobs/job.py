@@ -210,7 +210,7 @@ class Job:
             self.held.keep(window, plan, self.settings, self.verify)
         written, report = self.group.score(clf, window, plan, self.sink, self.settings,
                                            self.verify, self.bar, self.hooks)  # fmt: skip
-        totals.add(clf, plan, done + written, keep and self.lead, len(written))
+        totals.add(clf, plan, done, written, keep and self.lead)
         return report
 
     def finish(self, totals: Totals, verified: list, keep: bool) -> JobResult:
@@ -238,7 +238,7 @@ class Job:
             results=[totals.results[i] for i in sorted(totals.results)] if keep else [],
             abstained=totals.abstained, duplicates=totals.duplicates, windows=totals.windows,
             resumed=int(held.mask.sum()) if held is not None else 0, ranks=self.per_rank,
-            computed=totals.computed,
+            computed=totals.computed, computed_duplicates=totals.computed_duplicates,
         )  # fmt: skip
 
 

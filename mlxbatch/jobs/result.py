@@ -28,14 +28,21 @@ class JobResult:
     duplicates: int = 0  # rows that copied the result of an identical prompt in their window
     windows: int = 1
     resumed: int = 0  # rows the journal already held
-    computed: int | None = None  # rows scored by this run (a resume's lack the journal's)
+    # rows this run scored, and the duplicates among them (None: all of `scored`, `duplicates`)
+    computed: int | None = None
+    computed_duplicates: int | None = None
+
+    def _this_run(self) -> tuple[int, int]:
+        """(rows, duplicates) this run scored: rows a resume reads back from the journal cost it
+        no time (counted, a resume that found 290 of 300 rows journaled said 30x its rate)."""
+        if self.computed is None:
+            return self.scored, self.duplicates
+        return self.computed, self.computed_duplicates or 0
 
     @property
     def rate(self) -> float:
-        """Items scored a second by this run: rows a resume reads back from the journal cost it
-        no time (counted, a resume that found 290 of 300 rows journaled said 30x its rate)."""
-        scored = self.scored if self.computed is None else self.computed
-        return scored / self.seconds if self.seconds else 0.0
+        """Items scored a second by this run (duplicates included: each is a row answered)."""
+        return self._this_run()[0] / self.seconds if self.seconds else 0.0
 
     def summary(self) -> str:
         rate = self.rate
@@ -63,9 +70,11 @@ class JobResult:
 
     def _saved(self) -> str:
         """The duplicates' share of the rows, and the time they would have taken at the pace
-        of the items this job did score (an estimate: a repeat costs what an average item does)."""
-        computed = self.scored - self.duplicates
-        saved = self.seconds * self.duplicates / computed if computed else 0.0
+        of the items this run did score (an estimate: a repeat costs what an average item does);
+        after a resume, of the duplicates this run met."""
+        rows, duplicates = self._this_run()
+        distinct = rows - duplicates
+        saved = self.seconds * duplicates / distinct if distinct else 0.0
         return f"{self.duplicates / self.rows:.1%} of the rows, ~{saved:.1f} s saved at this job's pace"
 
     def _rank_lines(self):
@@ -78,8 +87,9 @@ class JobResult:
             rate = r["items"] / r["seconds"] if r["seconds"] else 0.0
             yield (f"\n  rank {r['rank']} ({r['host']}): {r['items']} items, {rate:.2f} items/s "
                    f"while computing, {r['padded_tokens'] / total:.0%} of the padded tokens")  # fmt: skip
-        if slowest:
-            overall = self.rate
+        if slowest:  # the ranks count the items they computed: duplicates are no rank's
+            rows, duplicates = self._this_run()
+            overall = (rows - duplicates) / self.seconds if self.seconds else 0.0
             yield (f"\n  {len(self.ranks)} ranks: {overall:.2f} items/s overall, "
                    f"{overall / slowest:.2f}x the slowest rank alone")  # fmt: skip
 
@@ -98,12 +108,17 @@ class Totals:
     duplicates: int = 0
     windows: int = 0
     computed: int = 0  # rows whose batches this run scored
+    computed_duplicates: int = 0  # of them, the copies of another row's result
     results: dict[int, dict] = field(default_factory=dict)  # kept only when asked for
 
-    def add(self, clf: Classifier, plan: JobPlan, rows: list[tuple[int, dict]], keep: bool,
-            computed: int = 0):  # fmt: skip
+    def add(self, clf: Classifier, plan: JobPlan, errors: list[tuple[int, dict]],
+            written: list[tuple[int, dict]], keep: bool):  # fmt: skip
+        """One window: its error rows, and the rows its batches wrote in this run."""
+        rows = errors + written
+        copies = {j for c in plan.copies.values() for j in c}
         self.windows += 1
-        self.computed += computed
+        self.computed += len(written)
+        self.computed_duplicates += sum(1 for i, _ in written if i in copies)
         self.scored += len(plan.items) + plan.duplicates
         self.errors += sum(1 for _, r in rows if "error" in r)
         self.useful, self.padded = (

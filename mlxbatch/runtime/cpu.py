@@ -34,6 +34,7 @@ def flags() -> set[str]:
 
 
 def model_name() -> str:
+    """The CPU's model name (for the caches' keys and `doctor`), else what platform says."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

@@ -1,6 +1,6 @@
 """The names a shared library exports, read from its ELF dynamic symbol table (no binutils).
 
-Only what `blas.py` needs to rename a library's symbols: 64-bit little-endian ELF (x86_64 and
+Only what `scipy_openblas.py` needs to rename a library's symbols: 64-bit little-endian ELF (x86_64 and
 aarch64 Linux), the defined global and weak symbols of `.dynsym`.
 """
 

@@ -56,6 +56,7 @@ def _dist_binary(name: str) -> str | None:
 
 
 def library() -> Path | None:
+    """The installed scipy-openblas32's library file, or None."""
     try:
         dist = importlib.metadata.distribution(SCIPY)
     except importlib.metadata.PackageNotFoundError:
