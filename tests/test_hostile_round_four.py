@@ -212,3 +212,21 @@ def test_the_demo_asks_for_progress_lines(tiny_model_dir, tmp_path, monkeypatch)
     except SystemExit:
         pass
     assert seen and 0 < seen[0] <= 10
+
+
+def test_a_jobs_input_stays_locked_until_the_job_ends(tiny_model_dir, tmp_path, monkeypatch):
+    """A hostile pass found: a one-window job read its input in its first seconds and then
+    released it, so another run's -o could replace it while the job scored (its journal was
+    then for an input that no longer existed). The input is held for the whole job."""
+    from mlxbatch.io.sources import read_by_a_run
+    from mlxbatch.runtime import testhold
+
+    src, out = tmp_path / "in.jsonl", tmp_path / "o.jsonl"
+    src.write_text("".join(f'{{"text": "ticket number {i}"}}\n' for i in range(8)))
+    seen = []
+    monkeypatch.setattr(testhold, "after_batch", lambda n: seen.append(read_by_a_run(src)))
+    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out, "--max-batch", "1"],
+               tmp_path)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert seen and all(seen), seen  # every batch: another run's -o would be refused
+    assert not read_by_a_run(src)  # released once the job is done

@@ -132,6 +132,17 @@ def _open_file(path: str) -> BinaryIO:
     return f
 
 
+def hold_for_reading(path: str | Path) -> BinaryIO | None:
+    """`path` open with the shared lock an input holds (see `_open_file`), for as long as the
+    caller keeps it: a job holds its input so for its whole run, not only while it reads (a
+    one-window job read its file in seconds and scored for minutes, and another run's -o could
+    replace the input meanwhile, leaving its journal for an input that no longer existed)."""
+    try:
+        return _open_file(str(path))
+    except InputError:
+        return None  # the reading names the problem
+
+
 def read_by_a_run(path: str | Path) -> bool:
     """Whether another open stream (an mlxbatch run reading `path` as an input) holds the
     shared lock `_open_file` takes: an output written over it would stop that run."""

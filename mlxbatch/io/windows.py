@@ -12,10 +12,12 @@ import os
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from ..errors import InputError, JobError
 from .ids import DuplicateIds
 from .inputs import Row, describe_errors, open_rows, read_rows
+from .sources import hold_for_reading
 
 BAD_KEPT = 30  # bad rows a scan keeps for the refusal message (it counts all of them)
 
@@ -28,6 +30,12 @@ class JobInput:
     source: str  # the input's name, for messages
     fmt: str
     identity: tuple | None = None  # a file's (device, inode, size, mtime) when first opened
+    held: BinaryIO | None = None  # the file open under the shared lock for the whole job
+
+    def close(self) -> None:
+        """The job is over: its input may be written again (see `sources.hold_for_reading`)."""
+        if self.held is not None:
+            self.held.close()
 
     def check_unchanged(self) -> None:
         """Refuse a file that changed since the job first read it (edited in place, appended
@@ -51,6 +59,7 @@ class JobInput:
         if path == "-" or not _regular(path):
             rows, found = read_rows(path, text_field, id_field, fmt, fields, output_format)
             return cls.of_rows(rows, path, found)
+        held = hold_for_reading(path)  # before the first reading: the one that is checked
         first = open_rows(path, text_field, id_field, fmt, fields, output_format)  # names it
         found = first.format
         first.close()
@@ -62,7 +71,7 @@ class JobInput:
                                  "change was written")  # fmt: skip
             return open_rows(path, text_field, id_field, fmt, fields, output_format, duplicates)
 
-        return cls(reopen, path, found, identity)
+        return cls(reopen, path, found, identity, held)
 
     def windows(self, size: int, scanned: Scan | None = None) -> Iterator[tuple[int, list[Row]]]:
         """(first row's index, rows) of `size` rows at a time, read as each is asked for;

@@ -115,6 +115,9 @@ def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None],
             raise Interrupted(f"interrupted; finished batches are saved in {req.output}.part. Run "
                               "the same command with --resume to continue.") from None  # fmt: skip
         raise Interrupted("interrupted") from None
+    finally:
+        if isinstance(rows, JobInput):
+            rows.close()  # the job's input may be written again
     return report(clf, rows, result, req, say)
 
 
