@@ -230,3 +230,67 @@ def test_a_jobs_input_stays_locked_until_the_job_ends(tiny_model_dir, tmp_path, 
     assert r.exit_code == 0, r.output
     assert seen and all(seen), seen  # every batch: another run's -o would be refused
     assert not read_by_a_run(src)  # released once the job is done
+
+
+def test_the_python_api_refuses_odd_priors_flags_and_counts(tiny_model_dir):
+    """A hostile pass found: a list as `prior` was an AttributeError, "0.5" or True as a
+    weight passed as 0.5 and 1, `calibrate="no"` calibrated, `max_batch=None` was a TypeError
+    deep in the planner, and NumPy's integers were refused as not whole numbers."""
+    import numpy as np
+    import pytest
+
+    from mlxbatch import Classifier
+    from mlxbatch.errors import UsageError
+
+    for prior, words in (([0.5, 0.5], "prior: expected {label: weight}"),
+                         ({"a": "0.5", "b": 0.5}, "prior['a']: expected a number, got str"),
+                         ({"a": True, "b": 0.5}, "prior['a']: expected a number, got bool")):  # fmt: skip
+        with pytest.raises(UsageError, match=words.replace("[", r"\[").replace("{", r"\{")):
+            Classifier.load(tiny_model_dir, labels=["a", "b"], prior=prior)
+    with pytest.raises(UsageError, match="calibrate: expected True or False"):
+        Classifier.load(tiny_model_dir, labels=["a", "b"], calibrate="no")
+    clf = Classifier.load(tiny_model_dir, labels=["a", "b"], prior={"a": 1, "b": 3.0})
+    with pytest.raises(UsageError, match="max_batch must be a positive whole number, not None"):
+        clf.classify(["hi"], max_batch=None)
+    for probs in (np.ones(2), np.ones((1, 3)), np.ones((1, 1, 2))):
+        with pytest.raises(UsageError, match=r"probs: expected an \(N, 2\) array"):
+            clf.predictions(probs)
+    same = clf.classify(["hi there"], batch_tokens=np.int64(512), max_batch=np.int32(4))
+    assert same == clf.classify(["hi there"], batch_tokens=512, max_batch=4)
+
+
+def test_a_relative_xdg_cache_home_is_ignored(monkeypatch, tmp_path):
+    """A hostile pass found: XDG_CACHE_HOME=relative/dir made a cache under the folder the
+    run started from; the XDG spec says a relative path is to be ignored."""
+    from mlxbatch.runtime.files import cache_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/dir")
+    assert cache_dir() == tmp_path / ".cache" / "mlxbatch"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "abs"))
+    assert cache_dir() == tmp_path / "abs" / "mlxbatch"
+
+
+def test_eval_reads_every_output_format_classify_writes(tiny_model_dir, tmp_path):
+    """A hostile pass found: `eval` read only JSONL, so the CSV and TSV outputs `classify`
+    writes were "not a JSONL output of mlxbatch classify". Each format evaluates alike, numeric
+    ids included (a table writes them as text)."""
+    import json
+
+    src = tmp_path / "gold.jsonl"
+    src.write_text("".join(json.dumps({"n": i, "text": f"ticket {i} about {w}", "g": g}) + "\n"
+                           for i, (w, g) in enumerate([("money", "a"), ("crash", "b"),
+                                                       ("login", "a"), ("refund", "b")] * 3)))  # fmt: skip
+    reports = {}
+    for name in ("o.jsonl", "o.csv", "o.tsv", "o.csv.gz"):
+        r = invoke(["classify", src, "--model", tiny_model_dir, "--labels", "a,b", "--id-field",
+                    "n", "-o", tmp_path / name], tmp_path)  # fmt: skip
+        assert r.exit_code == 0, r.output
+        r = invoke(["eval", src, tmp_path / name, "--gold-field", "g", "--id-field", "n",
+                    "--json", tmp_path / f"{name}.json"], tmp_path)  # fmt: skip
+        assert r.exit_code == 0, r.output
+        reports[name] = json.loads((tmp_path / f"{name}.json").read_text())
+    assert all(m == reports["o.jsonl"] for m in reports.values()), reports
+    (tmp_path / "bad.csv").write_text("id,text\n1,hello\n")
+    r = invoke(["eval", src, tmp_path / "bad.csv", "--gold-field", "g"], tmp_path)
+    one_line_error(r, "bad.csv: not an output of mlxbatch classify")

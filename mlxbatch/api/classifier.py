@@ -13,6 +13,7 @@ import threading
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from numbers import Real
 from pathlib import Path
 
 import numpy as np
@@ -82,6 +83,8 @@ class Classifier:
             raise UsageError(f"examples: expected (text, label) pairs, got "
                              f"{type(examples).__name__}") from None  # fmt: skip
         _check_load_args(model_dir, labels, system_prompt, examples, min_confidence, descriptions)
+        _flag("calibrate", calibrate)
+        _check_prior(prior)
         lm = load_model(resolve(model_dir), dtype=dtype, check_finite=check_finite)
         labels = tuple(labels)
         label_set = LabelSet.build(labels, lm.tokenizer.label, lm.model.args.vocab_size)
@@ -147,6 +150,10 @@ class Classifier:
     def predictions(self, probs: np.ndarray) -> list[Prediction]:
         """The one way scores become answers, for every entry: raw (N, J) probabilities with
         calibration, prior and abstention applied."""
+        shape, labels = np.shape(probs), len(self.labels.names)
+        if len(shape) != 2 or shape[1] != labels:  # was a TypeError or an IndexError inside
+            raise UsageError(f"probs: expected an (N, {labels}) array, one score per label, "
+                             f"got shape {shape}")  # fmt: skip
         return [self._prediction(p) for p in self.adjust.apply(probs)]
 
     def classify(
@@ -215,6 +222,19 @@ def _check_load_args(model_dir, labels, system_prompt, examples, min_confidence,
         raise LabelError(f"min_confidence {min_confidence} is not between 0 and 1")
     if descriptions is not None and not isinstance(descriptions, dict):
         raise UsageError(f"descriptions: expected a dict, got {type(descriptions).__name__}")
+
+
+def _check_prior(prior) -> None:
+    """`prior`: None, "a=0.5,b=0.5" or {label: weight} with numbers for weights (a list gave an
+    AttributeError; "0.5" or True as a weight passed as 0.5 and 1)."""
+    if prior is None or isinstance(prior, str):
+        return
+    if not isinstance(prior, dict):
+        raise UsageError(f"prior: expected {{label: weight}} or 'a=0.5,b=0.5', got "
+                         f"{type(prior).__name__}")  # fmt: skip
+    for label, weight in prior.items():
+        if isinstance(weight, bool) or not isinstance(weight, Real):
+            raise UsageError(f"prior[{label!r}]: expected a number, got {type(weight).__name__}")
 
 
 def _texts(texts) -> list[str]:

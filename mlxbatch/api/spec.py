@@ -11,6 +11,7 @@ import math
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from numbers import Integral
 
 from ..engine.engine import MODES, SORTED_PLANNERS, Engine, Mode, resolve_mode
 from ..engine.footprint import Footprint
@@ -65,9 +66,13 @@ class RunSpec:
         choice("on_error", self.on_error, ON_ERROR)
         for name in ("batch_tokens", "max_batch", "max_tokens", "window"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+            if value is None and name in ("max_batch", "window"):  # no default to fall back on
+                raise UsageError(f"{name} must be a positive whole number, not None")
+            if value is not None and (isinstance(value, bool) or not isinstance(value, Integral)
                                       or value < 1):  # fmt: skip
                 raise UsageError(f"{name} must be a positive whole number, not {value!r}")
+            if value is not None:  # NumPy's integers too, kept as int (the journal records it)
+                object.__setattr__(self, name, int(value))
         if isinstance(self.verify_sample, bool) or not 0 <= self.verify_sample <= 1:
             raise UsageError(f"verify_sample {self.verify_sample!r} is not between 0 and 1")
 

@@ -9,10 +9,11 @@ from pathlib import Path
 import click
 
 from ..io.inputs import FORMATS
+from ..io.rows import text_id
 from .common import check_gold_field, fail, plot_target, report_options
 
 
-def _not_a_prediction(res, row) -> str | None:
+def _not_a_prediction(res, row, tabular: bool = False) -> str | None:
     """Why an output row cannot be evaluated against its input row, or None."""
     if not isinstance(res, dict):
         return "not a JSON object"
@@ -25,7 +26,12 @@ def _not_a_prediction(res, row) -> str | None:
     for label, v in res.get("scores", {}).items() if "error" not in res else ():
         if isinstance(v, bool) or not math.isfinite(v) or not 0 <= v <= 1:  # NaN, 5.0, inf
             return f"the score of {label!r} is {v!r}, not a probability in [0, 1]"[:200]
-    if row.id is not None and "id" in res and res["id"] != row.id:
+    if (
+        row.id is not None
+        and "id" in res
+        and res["id"] != row.id
+        and not (isinstance(res["id"], str) and tabular and res["id"] == text_id(row.id))
+    ):  # a CSV/TSV output's ids are text
         return (f"id {res['id']!r} where the input's row {row.number} has id {row.id!r}; "
                 "give the input the predictions were made from, in the same order")  # fmt: skip
     return None
@@ -52,22 +58,23 @@ def evaluate_cmd(input_path, predictions, gold_field, text_field, id_field, inpu
     from ..api.evaluate import evaluate_rows, format_evaluation, plot_confusion
     from ..io.inputs import read_rows
     from ..io.outputs import check_reports, write_json_report
-    from ..io.rows import read_results
+    from ..io.rows import read_results, results_format
 
     plot_path = plot_target(plot_path, predictions, "confusion")
     check_reports(json_path, plot_path, [Path(input_path), predictions])
     rows, _ = read_rows(input_path, text_field, id_field, input_format, (gold_field,))
     try:
-        results = read_results(predictions)  # .jsonl or .jsonl.gz
+        results = read_results(predictions)  # JSONL, CSV or TSV, gzip-compressed or not
+        tabular = results_format(predictions) != "jsonl"
     except (OSError, UnicodeDecodeError, ValueError) as e:
         if not os.path.lexists(predictions):  # the reader's own line names it
             fail(str(e))
-        fail(f"{predictions}: not a JSONL output of mlxbatch classify ({str(e)[:100]})")
+        fail(f"{predictions}: not an output of mlxbatch classify ({str(e)[:100]})")
     if len(results) != len(rows):
         fail(f"{predictions}: {len(results)} rows for the {len(rows)} rows of {input_path}; "
              "give the input the predictions were made from")  # fmt: skip
     for n, (row, res) in enumerate(zip(rows, results), start=1):
-        if problem := _not_a_prediction(res, row):
+        if problem := _not_a_prediction(res, row, tabular):
             fail(f"{predictions}: row {n}: {problem}")
     check_gold_field(rows, gold_field, input_path)
     scored = [r for r in results if isinstance(r.get("scores"), dict)]

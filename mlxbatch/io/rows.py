@@ -66,17 +66,59 @@ def error_row(rid: Any, message: str, line: int | None = None) -> dict:
 
 
 def read_results(path: Path) -> list[dict]:
-    """The rows of a JSONL output, gzip-compressed or not (by content); raises OSError,
-    UnicodeDecodeError or ValueError on a file that is not one."""
+    """The rows of an output of `classify`: JSONL, CSV or TSV (by the name's suffix, as written),
+    gzip-compressed or not (by content); raises OSError, UnicodeDecodeError or ValueError on a
+    file that is not one. A table's ids come back as its text (`text_id` compares them)."""
     from .sources import open_source
 
+    kind = results_format(path)
     source = open_source(str(path))
     try:
-        return [json.loads(line) for line in source.stream if line.strip()]
+        if kind == "jsonl":
+            return [json.loads(line) for line in source.stream if line.strip()]
+        return _table_results(io.TextIOWrapper(source.stream, encoding="utf-8", newline=""), kind)
     except (EOFError, zlib.error) as e:
         raise ValueError(f"cut short or corrupt ({e})") from None
     finally:
         source.close()
+
+
+def results_format(path: Path) -> str:
+    """The format an output named `path` was written in: "jsonl", "csv" or "tsv"."""
+    try:
+        return output_format(str(path))[0]
+    except OutputError:
+        return "jsonl"  # a name of another format: read as JSONL, refused by its content
+
+
+def _table_results(text: TextIO, kind: str) -> list[dict]:
+    """A CSV/TSV output's rows as the JSONL rows they were written from (`_result_table`)."""
+    lines = csv.reader(text) if kind == "csv" else (x.rstrip("\r\n").split("\t") for x in text)
+    header = next(lines, None)
+    if not header or header[:2] != ["id", "label"] or "error" not in header:
+        raise ValueError(f"the header is not that of a {kind.upper()} output ({header!r:.80})")
+    at = header.index("error")
+    labels = [h.removeprefix("score_") for h in header[2:at]]
+    out = []
+    for cells in lines:
+        if len(cells) != len(header):
+            raise ValueError(f"row {len(out) + 1}: {len(cells)} cells for {len(header)} columns")
+        row: dict = {"id": cells[0] or None}
+        if cells[at]:
+            row["error"] = cells[at]
+        else:
+            row["label"] = cells[1] or None
+            row["scores"] = {x: float(v) for x, v in zip(labels, cells[2:at])}
+        row |= {k: json.loads(v) for k, v in zip(header[at + 1 :], cells[at + 1 :]) if v}
+        out.append(row)
+    return out
+
+
+def text_id(value) -> str:
+    """An id as a CSV/TSV output writes it."""
+    return (
+        value if isinstance(value, str) else repr(value) if isinstance(value, float) else str(value)
+    )
 
 
 def write_rows(f: TextIO, rows: Iterable[dict], labels: tuple[str, ...], name: str) -> None:
@@ -153,8 +195,7 @@ def _write_table(out: TextIO, header: list[str], table, kind: str, name: str) ->
         w.writerows(table)
         return
     for n, values in enumerate([header, *table]):
-        cells = [v if isinstance(v, str) else repr(v) if isinstance(v, float) else str(v)
-                 for v in values]  # fmt: skip
+        cells = [text_id(v) for v in values]
         for column, cell in zip(header, cells):
             if "\t" in cell or "\n" in cell or "\r" in cell:
                 where = "the header" if n == 0 else f"row {n}"

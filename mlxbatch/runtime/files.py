@@ -16,8 +16,12 @@ from ..errors import OutputError
 
 
 def cache_dir() -> Path:
-    """mlxbatch's cache: $XDG_CACHE_HOME/mlxbatch, default ~/.cache/mlxbatch."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    """mlxbatch's cache: $XDG_CACHE_HOME/mlxbatch, default ~/.cache/mlxbatch (a relative
+    XDG_CACHE_HOME is ignored, as the XDG spec says: it made a cache in whatever folder a run
+    started from)."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):
+        base = str(Path.home() / ".cache")
     return Path(base) / "mlxbatch"
 
 
