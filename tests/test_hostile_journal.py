@@ -149,6 +149,10 @@ def _set_score(value):
     return edit
 
 
+def _scale_scores(e):
+    e["result"]["scores"] = {k: v / 2 for k, v in e["result"]["scores"].items()}
+
+
 BAD_ROWS = {
     "row index 1e15": (lambda e: e.update(row=10**15), "names row 1000000000000000"),
     "row index as a float": (lambda e: e.update(row=1e15), "names row 1000000000000000.0"),
@@ -160,6 +164,10 @@ BAD_ROWS = {
     "scores of other labels": (lambda e: e["result"].update(scores={"x": 0.5, "y": 0.5}), "not one per label"),
     "id not its input row's": (lambda e: e["result"].update(id="r5"), "holds id 'r5' for input row 1, whose id is 'r0'"),
     "id of another type": (lambda e: e["result"].update(id=0), "holds id 0 for input row 1"),
+    "scores that do not sum to 1": (_scale_scores, "has scores that sum to 0.5, not 1"),
+    "an error for a row this run scores": (
+        lambda e: e.update(result={"id": "r0", "line": 1, "error": "made up"}),
+        "holds the error 'made up' for input row 1, which this run scores"),
 }  # fmt: skip
 
 
@@ -175,6 +183,34 @@ def test_a_bad_journal_row_is_refused_naming_the_line(name, tiny_model_dir, inte
     path.write_text(lines[0] + text + lines[2])
     for extra in ((), ("--verify",)):
         refused(resume(tiny_model_dir, src, out, *extra), str(path), "line 2", message)
+    assert not out.exists()
+
+
+def test_a_result_journaled_for_a_row_this_run_refuses_is_refused(tiny_model_dir, tmp_path,
+                                                                   monkeypatch):  # fmt: skip
+    """An error row edited into a result would have gone into the output as the row's answer."""
+    from mlxbatch.runtime import testhold
+
+    src, out = tmp_path / "in.jsonl", tmp_path / "o.jsonl"
+    src.write_text('{"id": "r0", "text": ""}\n' + GOOD.split("\n", 1)[1])
+
+    def stop(done):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(testhold, "after_batch", stop)
+    skip = ("--on-error", "skip")
+    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out, "--max-batch", "2", *skip],
+               tmp_path)  # fmt: skip
+    assert r.exit_code == 130, r.output
+    monkeypatch.undo()
+    path = journal_path(out)
+    lines = path.read_text().splitlines(True)
+    at = next(n for n, x in enumerate(lines) if n and "error" in json.loads(x)["result"])
+    good = next(json.loads(x)["result"] for x in lines[1:] if '"scores"' in x)
+    lines[at] = _edit_row(lines[at], lambda e: e.update(result={**good, "id": "r0"}))
+    path.write_text("".join(lines))
+    refused(resume(tiny_model_dir, src, out, *skip), str(path), f"line {at + 1}",
+            "holds a result for input row 1, which this run refuses")  # fmt: skip
     assert not out.exists()
 
 

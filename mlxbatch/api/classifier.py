@@ -215,6 +215,10 @@ def _check_load_args(model_dir, labels, system_prompt, examples, min_confidence,
         if not (isinstance(pair, (list, tuple)) and len(pair) == 2
                 and all(isinstance(x, str) for x in pair)):  # fmt: skip
             raise UsageError(f"examples[{i}]: expected a (text, label) pair of strings")
+        if not pair[0].strip():  # as --examples refuses an example row without text
+            raise UsageError(f"examples[{i}]: the text is empty")
+        if problem := unicode_problem(pair[0]):
+            raise UsageError(f"examples[{i}]: the text holds {problem}")
     if min_confidence is not None and (isinstance(min_confidence, bool)
                                        or not isinstance(min_confidence, (int, float))):  # fmt: skip
         raise UsageError(f"min_confidence: expected a number, got {type(min_confidence).__name__}")
@@ -222,6 +226,18 @@ def _check_load_args(model_dir, labels, system_prompt, examples, min_confidence,
         raise LabelError(f"min_confidence {min_confidence} is not between 0 and 1")
     if descriptions is not None and not isinstance(descriptions, dict):
         raise UsageError(f"descriptions: expected a dict, got {type(descriptions).__name__}")
+    for label, line in (descriptions or {}).items():  # as --labels-file checks its entries
+        if label not in labels:  # a typo would drop the description without a word
+            raise LabelError(
+                f"descriptions[{label!r}]: not one of the labels ({', '.join(labels)})"
+            )
+        if line is not None and not isinstance(line, str):
+            raise UsageError(f"descriptions[{label!r}]: expected a str, got {type(line).__name__}")
+        if line and "\n" in line.strip():
+            raise UsageError(f"descriptions[{label!r}] spans several lines (the prompt lists "
+                             "one line a label)")  # fmt: skip
+        if line and (problem := unicode_problem(line)):
+            raise UsageError(f"descriptions[{label!r}] holds {problem}")
 
 
 def _check_prior(prior) -> None:

@@ -18,7 +18,7 @@ from ..engine.footprint import Footprint
 from ..engine.planner import DEFAULT_MAX_BATCH, CostModel
 from ..engine.scheduler import BatchPolicy
 from ..errors import JobError, ResumeError, UsageError
-from ..runtime.memory import available_bytes
+from ..runtime.memory import amount, available_bytes, available_source
 from .limits import Limit, context_limit
 
 TOO_LONG = ("error", "truncate")
@@ -211,11 +211,26 @@ def item_limit(engine: Engine, spec: RunSpec, names: Names = flag) -> Limit:
     if spec.batch_tokens:
         options.append((spec.batch_tokens, names("batch_tokens", spec.batch_tokens)))
     tokens, source = min(options, key=lambda x: x[0])
-    avail = available_bytes()
-    fits = engine.footprint.longest_item(avail, context_limit(engine))
+    avail, fp = available_bytes(), engine.footprint
+    fits = fp.longest_item(avail, context_limit(engine))
+    if fits < 1:  # no row can run: one error for the job, not one "over the limit of 1" a row
+        raise JobError(f"{available_source()} ({amount(avail)}) holds not even one item of one "
+                       f"token: {_what_needs(fp, fp.batch_cost(1, 1, 1), avail)}")  # fmt: skip
     if fits < tokens:
-        return Limit(max(fits, 1), f"the free memory ({avail / 2**30:.1f} GiB with the weights)")
+        return Limit(fits, f"{available_source()} ({amount(avail)} with the weights)")
     return Limit(tokens, source)
+
+
+def _what_needs(fp: Footprint, cost, avail: int) -> str:
+    """What takes the memory of a batch costing `cost`, and what to change, in words."""
+    if fp.weight_bytes >= avail:
+        return f"the weights alone need {amount(fp.weight_bytes)}"
+    if fp.label_len > 1:
+        return (f"it needs about {amount(cost.total)} beside the weights ({amount(fp.weight_bytes)}) "
+                f"for {fp.n_labels} labels of up to {fp.label_len} tokens (each row's cache and "
+                "scores are repeated per label); use fewer or shorter labels")  # fmt: skip
+    return (f"it needs about {amount(cost.total)} beside the weights ({amount(fp.weight_bytes)}); "
+            "free memory, or shorten the prompt before each item (system prompt, examples)")  # fmt: skip
 
 
 def check_fits(fp: Footprint, tokens: int, rows: int, width: int, spec: RunSpec,
@@ -236,6 +251,6 @@ def check_fits(fp: Footprint, tokens: int, rows: int, width: int, spec: RunSpec,
         culprit = (f"items of {width} tokens; set {names('max_tokens')} with "
                    f"{names('too_long', 'truncate')}")  # fmt: skip
     raise JobError(
-        f"one batch needs about {(fp.weight_bytes + cost.total) / 2**30:.1f} GiB with the "
-        f"weights, more than the {avail / 2**30:.1f} GiB available: {culprit}"
+        f"one batch needs about {amount(fp.weight_bytes + cost.total)} with the weights, more "
+        f"than the {amount(avail)} of {available_source()}: {culprit}"
     )

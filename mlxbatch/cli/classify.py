@@ -77,7 +77,7 @@ from .common import (
 )
 @click.option(
     "--max-tokens",
-    type=click.IntRange(8),
+    type=click.IntRange(1),  # as the Python API and serve take it
     help="Per-item token limit (default: context and budget).",
 )
 @click.option(

@@ -11,6 +11,7 @@ is computed there, and only there.
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -38,6 +39,12 @@ class LabelSet:
         for n in names:
             if problem := unicode_problem(n):
                 raise LabelError(f"label {n!r} holds {problem}")
+            if n != n.strip():  # --labels strips them: the API's " billing" must not differ
+                raise LabelError(f"label {n!r} begins or ends with whitespace, which classify's "
+                                 f"--labels strips: write {n.strip()!r}")  # fmt: skip
+            if control := next((c for c in n if unicodedata.category(c) == "Cc"), None):
+                raise LabelError(f"label {n!r} holds the control character {control!r}: a label "
+                                 "is one line, written into prompts and output tables")  # fmt: skip
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise LabelError(f"duplicate label(s): {', '.join(map(repr, dupes))}")

@@ -38,7 +38,8 @@ def default_system_prompt(
             f"exactly one of these categories: {names}. Answer with the category name only."
         )
     lines = "\n".join(
-        f"- {x}: {descriptions[x]}" if descriptions.get(x) else f"- {x}" for x in labels
+        f"- {x}: {descriptions[x].strip()}" if (descriptions.get(x) or "").strip() else f"- {x}"
+        for x in labels  # stripped as --labels-file strips them: one description, one prompt
     )
     return (
         "You are a support-ticket triage assistant. Classify the customer's message into "

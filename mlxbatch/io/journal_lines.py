@@ -42,6 +42,8 @@ def _scored(row: int, result: dict, labels: tuple[str, ...] | None) -> tuple[int
     values = list(scores.values())
     if not all(type(v) in (int, float) and 0.0 <= v <= 1.0 for v in values):  # NaN fails too
         return "has a score that is not a finite probability"
+    if abs(sum(values) - 1.0) > 1e-3:  # MLX fp32 softmax over 5,000 labels: off by 1.2e-5
+        return f"has scores that sum to {sum(values):.6g}, not 1"
     if label is None and result.get("abstained") is True:
         return row, result
     top = list(scores)[values.index(max(values))]  # the first best, as result_row chooses

@@ -15,14 +15,14 @@ def read_labels_file(path: str | Path) -> dict[str, str]:
     """A JSON or YAML mapping of label -> one-line description, in file order."""
     path = Path(path)
     try:
-        text = read_capped(path, LABELS_FILE_BYTES, "--labels-file").decode("utf-8")
+        text = read_capped(path, LABELS_FILE_BYTES, "--labels-file").decode(
+            "utf-8-sig"
+        )  # a BOM too
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{path}: cannot read the labels file ({e})") from None
     try:
         if path.suffix.lower() in (".yaml", ".yml"):
-            import yaml  # PyYAML comes with mlx-lm
-
-            data = yaml.safe_load(text)
+            data = _yaml(text)
         else:
             data = json.loads(text, object_pairs_hook=_pairs)
     except Exception as e:  # json and yaml raise several types; all mean "not parseable"
@@ -47,6 +47,23 @@ def read_labels_file(path: str | Path) -> dict[str, str]:
                              "without surrounding whitespace)")  # fmt: skip
         out[label.strip()] = (desc or "").strip()
     return out
+
+
+def _yaml(text: str):
+    """A YAML document, refusing a repeated key as `_pairs` does (safe_load keeps the last)."""
+    import yaml  # PyYAML comes with mlx-lm
+
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if isinstance(key, str) and key in seen:
+                    raise LabelError(f"label {key!r} is given twice")
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return yaml.load(text, Loader=Loader)  # noqa: S506 (a SafeLoader)
 
 
 def _pairs(pairs: list[tuple]) -> dict:

@@ -31,8 +31,8 @@ from ..runtime import memory, progress
 from .fingerprint import compute_path, fingerprint
 from .plan import JobPlan, plan_window
 from .result import JobResult, Totals
-from .resume import Held, check_held_ids
-from .rows import Hooks, Window, error_rows, execute
+from .resume import Held, check_held
+from .rows import Hooks, Window, error_rows, execute, non_finite_error
 from .tokens import Tokens, too_long
 from .verify import merge_reports, verify_window
 
@@ -199,10 +199,10 @@ class Job:
     def _window(self, window: Window, prompts, totals: Totals, keep: bool) -> dict | None:
         """One window: plan, error rows, scored rows; its verification."""
         clf, start, rows = self.clf, window.start, window.rows
-        if self.held is not None:
-            check_held_ids(self.sink, window, self.held.mask)
         fresh = self.lead and not self.recorded  # a resumed plan is the first run's, checked then
         plan = plan_window(clf, rows, start, self.settings, fresh, prompts)
+        if self.held is not None:
+            check_held(self.sink, window, plan, self.held.mask, non_finite_error(clf))
         done = error_rows(window, plan, range(start, start + len(rows)))
         if self.sink is not None:
             self.sink.append(done)

@@ -43,14 +43,24 @@ class Held:
         return prefix[:shared] + fed.tolist()
 
 
-def check_held_ids(sink: Sink, window: Window, held: np.ndarray) -> None:
-    """A resumed journal's rows in `window` each carry the id of the input row they stand for
-    (a journal edited, or written for rows since changed, would copy in another row's result)."""
+def check_held(sink: Sink, window: Window, plan: JobPlan, held: np.ndarray,
+               non_finite: str) -> None:  # fmt: skip
+    """A resumed journal's rows in `window` each stand for their input row: they carry its id,
+    and an error where this run finds the row bad (unreadable, or refused by the plan), a result
+    where it finds it good, an error then only as non-finite scores give it (`non_finite`). A
+    journal edited, or written for rows since changed, would copy in another row's result, or
+    leave a good row unscored for good."""
     end = min(window.start + len(window.rows), len(held))
-    for i in np.flatnonzero(held[window.start : end]) + window.start:
-        got, want = sink.done[int(i)].get("id"), window[int(i)].id
-        if type(got) is not type(want) or got != want:
-            line = sink.done.line_of(int(i))
-            raise ResumeError(f"{sink.path}: line {line} holds id {got!r} for input row "
-                              f"{int(i) + 1}, whose id is {want!r} (edited?); delete the journal "
-                              "to start over")  # fmt: skip
+    for i in map(int, np.flatnonzero(held[window.start : end]) + window.start):
+        row, got = window[i], sink.done[i]
+        want, bad = row.id, row.error or plan.errors.get(i)
+        if type(got.get("id")) is not type(want) or got.get("id") != want:
+            found = f"id {got.get('id')!r} for input row {i + 1}, whose id is {want!r}"
+        elif bad and "error" not in got:
+            found = f"a result for input row {i + 1}, which this run refuses ({bad})"
+        elif not bad and "error" in got and got["error"] != non_finite:
+            found = f"the error {got['error']!r} for input row {i + 1}, which this run scores"
+        else:
+            continue
+        raise ResumeError(f"{sink.path}: line {sink.done.line_of(i)} holds {found[:300]} "
+                          "(edited?); delete the journal to start over")  # fmt: skip

@@ -38,6 +38,22 @@ def available_bytes() -> int:
     return min(found, limit) if limit is not None else found
 
 
+def available_source() -> str:
+    """What sets `available_bytes()`, as a message names it: the cap where it is the smaller."""
+    limit = _limit()
+    if limit is not None and limit <= _available():
+        return f"{LIMIT_ENV}={os.environ[LIMIT_ENV].strip()}"
+    return "the free memory"
+
+
+def amount(n: int | float) -> str:
+    """Bytes in words at a scale that shows them: '22.9 GiB', '37.4 MiB', '1.0 KiB'."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} bytes"
+
+
 def _available() -> int:
     if platform.system() == "Linux":
         try:

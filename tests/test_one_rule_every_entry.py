@@ -1,0 +1,115 @@
+"""What one entry refuses, every entry refuses, with the same words: labels, few-shot examples,
+label descriptions, the item limit and memory, through the Python API and the CLI (serve
+loads through `Classifier.load` and `LabelSet.build` too). Each case is one that an entry
+took and another refused before."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from mlxbatch import Classifier
+from mlxbatch.cli import cli
+from mlxbatch.errors import JobError, LabelError, UsageError
+from mlxbatch.io.prompts import read_labels_file
+
+GOOD = '{"id": "a", "text": "I was charged twice"}\n{"id": "b", "text": "the app crashes"}\n'
+
+
+def invoke(args, cwd, env=None):
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return CliRunner().invoke(cli, [str(a) for a in args], env=env)
+    finally:
+        os.chdir(old)
+
+
+def one_line_error(r, *words):
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.exit_code == 2 and lines and lines[0].startswith("error: "), r.output
+    assert all(w in lines[0] for w in words), lines[0]
+    assert "Traceback" not in r.output
+
+
+def test_a_label_with_whitespace_around_it_or_a_control_character_is_refused(tiny_model_dir,
+                                                                               tmp_path):  # fmt: skip
+    # classify's --labels strips " billing"; the API kept it and scored another label
+    with pytest.raises(LabelError, match="begins or ends with whitespace.*write 'billing'"):
+        Classifier.load(tiny_model_dir, labels=[" billing", "technical"])
+    with pytest.raises(LabelError, match="control character '\\\\t'"):
+        Classifier.load(tiny_model_dir, labels=["a\tb", "c"])
+    src = tmp_path / "in.jsonl"
+    src.write_text(GOOD)
+    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", tmp_path / "o.jsonl",
+                "--labels", "a\tb,c"], tmp_path)  # fmt: skip
+    one_line_error(r, "control character")  # a tab in a label broke the TSV output's columns
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_examples_and_descriptions_are_checked_as_their_files_are(tiny_model_dir, tmp_path):
+    labels = ["billing", "technical"]
+    with pytest.raises(UsageError, match=r"examples\[1\]: the text is empty"):
+        Classifier.load(tiny_model_dir, labels=labels,
+                        examples=[("charged twice", "billing"), ("  ", "technical")])  # fmt: skip
+    with pytest.raises(LabelError, match=r"descriptions\['bill'\]: not one of the labels"):
+        Classifier.load(tiny_model_dir, labels=labels, descriptions={"bill": "money"})
+    with pytest.raises(UsageError, match="spans several lines"):
+        Classifier.load(tiny_model_dir, labels=labels, descriptions={"billing": "a\nb"})
+    with pytest.raises(UsageError, match="expected a str, got int"):
+        Classifier.load(tiny_model_dir, labels=labels, descriptions={"billing": 3})
+    # the same descriptions give the same prompt, from a labels file or from the API
+    (tmp_path / "l.json").write_text(json.dumps({"billing": "  money  ", "technical": ""}))
+    from_file = Classifier.load(tiny_model_dir, labels=labels,
+                                descriptions=read_labels_file(tmp_path / "l.json"))  # fmt: skip
+    given = Classifier.load(tiny_model_dir, labels=labels, descriptions={"billing": "  money  "})
+    assert given.system_prompt == from_file.system_prompt
+    assert "- billing: money\n- technical\n" in given.system_prompt
+
+
+def test_a_labels_file_refuses_a_repeated_yaml_key_and_takes_a_bom(tmp_path):
+    (tmp_path / "d.yaml").write_text("billing: money\ntechnical: crash\nbilling: again\n")
+    with pytest.raises(Exception, match="label 'billing' is given twice"):
+        read_labels_file(tmp_path / "d.yaml")  # safe_load kept "again" without a word
+    (tmp_path / "b.json").write_bytes(b'\xef\xbb\xbf{"billing": "money", "technical": ""}')
+    assert read_labels_file(tmp_path / "b.json") == {"billing": "money", "technical": ""}
+    (tmp_path / "b.yaml").write_bytes(b"\xef\xbb\xbfbilling: money\ntechnical: crash\n")
+    assert list(read_labels_file(tmp_path / "b.yaml")) == ["billing", "technical"]
+
+
+def test_classify_takes_the_item_limits_the_api_and_serve_take(tiny_model_dir, tmp_path):
+    # --max-tokens refused 1-7 (click's IntRange(8)) where the API and serve took them
+    src = tmp_path / "in.jsonl"
+    src.write_text(GOOD)
+    out = tmp_path / "o.jsonl"
+    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out, "--max-tokens", 7,
+                "--too-long", "truncate"], tmp_path)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    clf = Classifier.load(tiny_model_dir)
+    api = clf.classify(["I was charged twice", "the app crashes"], max_tokens=7, truncate=True)
+    assert [row["label"] for row in rows] == [p.label for p in api]
+    assert all(abs(row["scores"][k] - p.scores[k]) < 1e-5 for row, p in zip(rows, api)
+               for k in p.scores)  # fmt: skip
+
+
+def test_memory_that_holds_no_item_is_one_error_naming_what_takes_it(tiny_model_dir, tmp_path,
+                                                                     monkeypatch):  # fmt: skip
+    src = tmp_path / "in.jsonl"
+    src.write_text(GOOD)
+    # every row was "over the limit of 1 set by the free memory (0.0 GiB with the weights)"
+    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", tmp_path / "o.jsonl"],
+               tmp_path, env={"MLXBATCH_MEMORY_LIMIT": "1K"})  # fmt: skip
+    one_line_error(r, "MLXBATCH_MEMORY_LIMIT=1K (1.0 KiB)", "the weights alone need")
+    # many multi-token labels: one item of one token needs more than the cap leaves
+    labels = [f"q{i}z" for i in range(60)]
+    clf = Classifier.load(tiny_model_dir, labels=labels)
+    fp = clf.footprint
+    assert fp.label_len > 1
+    cap = fp.weight_bytes + fp.batch_cost(1, 1, 1).total // 2
+    monkeypatch.setenv("MLXBATCH_MEMORY_LIMIT", str(cap))
+    with pytest.raises(JobError, match="60 labels of up to .* use fewer or shorter labels"):
+        clf.classify(["I was charged twice"])
