@@ -4,24 +4,13 @@ it can be checked (row range, ids against the input, labels against scores, fini
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
-from click.testing import CliRunner
+from cli_run import invoke, one_line_error
 
-from mlxbatch.cli import cli
 from mlxbatch.io.sinks import journal_path
 
 GOOD = "".join(f'{{"id": "r{i}", "text": "ticket number {i} about billing"}}\n' for i in range(6))
-
-
-def invoke(args, cwd, env=None):
-    old = os.getcwd()
-    os.chdir(cwd)
-    try:
-        return CliRunner().invoke(cli, [str(a) for a in args], env=env)
-    finally:
-        os.chdir(old)
 
 
 @pytest.fixture
@@ -51,10 +40,7 @@ def resume(tiny_model_dir, src, out, *extra, env=None):
 
 
 def refused(r, *words):
-    lines = [x for x in r.stderr.splitlines() if x.strip()]
-    assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), r.output
-    assert all(w in lines[0] for w in words), lines[0]
-    assert "Traceback" not in r.output
+    one_line_error(r, *words, alone=True)
 
 
 def test_the_journal_records_the_compute_path(interrupted):

@@ -3,31 +3,12 @@ the case that found it."""
 
 from __future__ import annotations
 
-import os
+from cli_run import invoke, one_line_error
 
-from click.testing import CliRunner
-
-from mlxbatch.cli import cli
 from mlxbatch.io.inputs import open_rows
 from mlxbatch.io.sinks import journal_path
 
 GOOD = '{"id": "a", "text": "I was charged twice"}\n{"id": "b", "text": "the app crashes"}\n'
-
-
-def invoke(args, cwd, **kw):
-    old = os.getcwd()
-    os.chdir(cwd)
-    try:
-        return CliRunner().invoke(cli, [str(a) for a in args], **kw)
-    finally:
-        os.chdir(old)
-
-
-def one_line_error(r, *words):
-    lines = [x for x in r.stderr.splitlines() if x.strip()]
-    assert r.exit_code == 2 and lines and lines[0].startswith("error: "), r.output
-    assert all(w in lines[0] for w in words), lines[0]
-    assert "Traceback" not in r.output
 
 
 def test_an_output_another_run_reads_is_not_replaced(tiny_model_dir, tmp_path):
@@ -79,6 +60,7 @@ def test_the_default_model_is_the_first_runnable_one(tiny_model_dir, tmp_path, m
     said = []
     assert default_model_dir(said.append) == good
     assert "passing over" in said[0] and "a-broken" in said[0] and "no *.safetensors" in said[0]
+    assert said[1].startswith(f"default model (no --model given): {good}")  # not a 2nd "model:"
     assert not_runnable(weights / "a-broken") == "no *.safetensors weights"
     listed = invoke(["models", "--json"], tmp_path)  # the same check, in the listing
     broken = {m["name"]: m["broken"] for m in json.loads(listed.stdout)}

@@ -6,33 +6,15 @@ took and another refused before."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
-from click.testing import CliRunner
+from cli_run import invoke, one_line_error
 
 from mlxbatch import Classifier
-from mlxbatch.cli import cli
 from mlxbatch.errors import JobError, LabelError, UsageError
 from mlxbatch.io.prompts import read_labels_file
 
 GOOD = '{"id": "a", "text": "I was charged twice"}\n{"id": "b", "text": "the app crashes"}\n'
-
-
-def invoke(args, cwd, env=None):
-    old = os.getcwd()
-    os.chdir(cwd)
-    try:
-        return CliRunner().invoke(cli, [str(a) for a in args], env=env)
-    finally:
-        os.chdir(old)
-
-
-def one_line_error(r, *words):
-    lines = [x for x in r.stderr.splitlines() if x.strip()]
-    assert r.exit_code == 2 and lines and lines[0].startswith("error: "), r.output
-    assert all(w in lines[0] for w in words), lines[0]
-    assert "Traceback" not in r.output
 
 
 def test_a_label_with_whitespace_around_it_or_a_control_character_is_refused(tiny_model_dir,

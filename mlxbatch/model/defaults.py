@@ -45,7 +45,7 @@ def default_model_dir(announce: Callable[[str], None] = print) -> Path:
         if why := not_runnable(d):
             announce(f"passing over {d}: not runnable ({why}; see `mlxbatch models`)")
             continue
-        announce(f"model: {d} (converted checkpoint)")
+        announce(f"default model (no --model given): {d}, a converted checkpoint")
         return d
     synthetic = root / SYNTHETIC_NAME
     if not (synthetic / "mlxbatch.json").is_file():
@@ -57,8 +57,8 @@ def default_model_dir(announce: Callable[[str], None] = print) -> Path:
             tmp.rename(synthetic)
         except OSError:  # another process finished first
             shutil.rmtree(tmp, ignore_errors=True)
-    announce(f"model: {synthetic}: SYNTHETIC random weights at Qwen2.5-0.5B shapes, "
-             "not a real model: its labels carry no meaning")  # fmt: skip
+    announce(f"default model (no --model given): {synthetic}, SYNTHETIC random weights at the "
+             "Qwen2.5-0.5B shapes, not a real model: its labels carry no meaning")  # fmt: skip
     return synthetic
 
 
