@@ -14,7 +14,9 @@ def __getattr__(name: str):
         from .errors import UsageError
         from .runtime import blas, cpu
 
-        if why := cpu.unrunnable_coretype():  # else a SIGILL at the first product
+        if (
+            why := cpu.unrunnable_coretype() or blas.layout_problem()
+        ):  # else a SIGILL at the first product
             raise UsageError(why)
         if not blas.activate_in_process() and blas.warning():
             import warnings

@@ -32,7 +32,7 @@ with sgemm.single_threaded():
         cpu = time.process_time()
         engine.score_batches([prompts])
 print(json.dumps({"cpu": time.process_time() - cpu, "kernels": blas.ACTIVE.get("corename"),
-                  "invariant": blas.ACTIVE.get("invariant"),
+                  "invariant": blas.ACTIVE.get("invariant"), "layout": blas.ACTIVE.get("layout"),
                   "tokens": sum(len(p) for p in prompts)}))
 """
 

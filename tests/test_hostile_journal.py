@@ -249,3 +249,41 @@ def test_an_edited_recorded_shape_is_refused_not_followed(tiny_model_dir, interr
     src, out = interrupted
     _edit_settings(out, lambda s: s.update(item_limit=[3, "hand"]))
     refused(resume(tiny_model_dir, src, out), "batch shape")
+
+
+def test_resume_in_another_host_kernel_layout_is_refused(tiny_model_dir, interrupted, monkeypatch):
+    """The plain layout (chosen where the BLAS probe finds it invariant, SkylakeX's kernels)
+    and the tiled one may sum a row in other orders: a journal of one does not resume in the
+    other."""
+    from mlxbatch.model import hostops
+
+    src, out = interrupted
+    before = journal_path(out).read_bytes()
+    here = hostops.LAYOUT
+    assert json.loads(before.splitlines()[0])["compute"]["layout"] == here
+    other = "tiled" if here == "plain" else "plain"
+    monkeypatch.setattr(hostops, "LAYOUT", other)
+    r = resume(tiny_model_dir, src, out)
+    refused(r, "compute path", f"host-kernel layout (MLXBATCH_HOST_LAYOUT) {here}, now {other}")
+    assert journal_path(out).read_bytes() == before and not out.exists()
+
+
+def test_a_journal_from_before_the_layout_was_recorded_resumes_in_the_tiled_one(
+    tiny_model_dir, interrupted, tmp_path
+):
+    """Journals written before the layout was recorded were all tiled: theirs resume there."""
+    from mlxbatch.model import hostops
+
+    if hostops.LAYOUT != "tiled":
+        pytest.skip("the plain layout runs here: such a journal is refused (test above)")
+    src, out = interrupted
+    lines = journal_path(out).read_text().splitlines(True)
+    head = json.loads(lines[0])
+    del head["compute"]["layout"]  # the fingerprint is unchanged: "tiled" is not hashed
+    journal_path(out).write_text(json.dumps(head) + "\n" + "".join(lines[1:]))
+    r = resume(tiny_model_dir, src, out)
+    assert r.exit_code == 0, r.output
+    whole = tmp_path / "whole.jsonl"
+    args = ["classify", src, "--model", tiny_model_dir, "-o", whole, "--max-batch", "2"]
+    assert invoke(args, tmp_path).exit_code == 0
+    assert out.read_bytes() == whole.read_bytes()

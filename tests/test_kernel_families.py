@@ -4,8 +4,8 @@ The DYNAMIC_ARCH OpenBLAS picks its kernels for the CPU at load; OPENBLAS_CORETY
 family, so one machine tests several. Under each, in a fresh process: the kernels mlxbatch
 runs are that family's, its probe found them batch-invariant, and a job writes the same bytes
 with 1 or 2 lanes, budgets of 1,024 and 4,096 tokens and windows of 7 or all rows. The probe
-itself must see a layout that is not invariant: a plain product under Haswell's kernels (a
-row's bits depend on its place in each 12-row group there).
+itself must tell the layouts apart: the plain one fails under Haswell's kernels (a row's bits
+depend on its place in each 12-row group there) and holds under SkylakeX's.
 """
 
 from __future__ import annotations
@@ -75,28 +75,71 @@ def test_the_same_bytes_under_each_kernel_family(family, tiny_model_dir, heavy_t
     assert len(set(got["digests"].values())) == 1, got["digests"]  # 0 rows differ
     asked = [r for r in got["tried"] if r["source"] == scipy_openblas.SCIPY]
     assert asked and asked[0].get("chosen") and asked[0]["invariant"] is True, got["tried"]
+    assert got["active"]["layout"] == asked[0]["layouts"][0]  # the fastest invariant one ran
     # Zen runs Haswell's kernels in this library
     assert got["kernels"].lower() == {"Zen": "haswell"}.get(family, family.lower())
 
 
-PLAIN = """
+LAYOUTS = """
 import json
 from mlxbatch.runtime import blas, cpu
 cpu.families = lambda: []  # the family asked for, invariant or not
 assert blas.activate_in_process(), blas.warning()
-from mlxbatch.model import hostops
+from mlxbatch.model import hostops, invariance
 from mlxbatch.runtime import sgemm
 sgemm._serving_openblas().openblas_set_num_threads(1)
-ours = hostops.row_invariance()
-hostops.matmul_t = lambda x, w, bias=None: x @ w.T  # rows as OpenBLAS's B columns, unpadded
-print(json.dumps([ours, hostops.row_invariance()]))
+found = invariance.invariant_layouts()
+hostops._plain_matmul_t = lambda x, w, bias=None: x @ w.T  # rows as B columns, unpadded
+print(json.dumps({"found": found, "chosen": blas.ACTIVE["layout"],
+                  "unpadded": invariance.row_invariance("plain")}))
 """
 
 
-@pytest.mark.skipif(not X86 or not NEEDS["Haswell"] <= FLAGS, reason="needs Haswell kernels")
-def test_the_probe_sees_a_layout_that_is_not_invariant():
-    env = {**os.environ, cpu.CORETYPE: "Haswell"}
-    out = subprocess.run([sys.executable, "-c", PLAIN], capture_output=True, text=True, env=env,
-                         timeout=300)  # fmt: skip
+@pytest.mark.skipif(not X86, reason="OpenBLAS's x86_64 kernel families")
+@pytest.mark.parametrize("family", ["Haswell", "SkylakeX"])
+def test_the_probe_finds_each_layout_invariant_or_not(family):
+    """Under Haswell's kernels only the tiled layout holds (a plain product's rows differ by
+    their place in each 12-row group), and the probe sees it; under SkylakeX's the plain one
+    (1.61x cheaper in the matmuls) holds too and is chosen; an unpadded product, whose small
+    sizes take SkylakeX's small-matrix kernel, holds under neither."""
+    if not NEEDS[family] <= FLAGS:
+        pytest.skip(f"this CPU cannot run OpenBLAS's {family} kernels")
+    env = {**os.environ, cpu.CORETYPE: family}
+    env.pop("MLXBATCH_HOST_LAYOUT", None)
+    out = subprocess.run([sys.executable, "-c", LAYOUTS], capture_output=True, text=True,
+                         env=env, timeout=300)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == [True, False]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    want = {"Haswell": ["tiled"], "SkylakeX": ["plain", "tiled"]}[family]
+    assert got["found"] == want and got["chosen"] == want[0]
+    assert got["unpadded"] is False
+
+
+def test_the_layout_is_the_fastest_the_probe_found_invariant_unless_tiled_is_asked(monkeypatch):
+    from mlxbatch.runtime import blas
+
+    monkeypatch.delenv(blas.LAYOUT_ENV, raising=False)
+    assert blas._layout({"layouts": ["plain", "tiled"]}) == "plain"
+    assert blas._layout({"layouts": ["tiled"]}) == "tiled"
+    assert blas._layout({"layouts": []}) == "tiled"  # none held: the BLAS is not invariant
+    assert blas._layout({}) == "tiled"  # a probe from before layouts were recorded
+    monkeypatch.setenv(blas.LAYOUT_ENV, "tiled")
+    assert blas._layout({"layouts": ["plain", "tiled"]}) == "tiled"
+    assert blas.layout_problem() is None
+    monkeypatch.setenv(blas.LAYOUT_ENV, "auto")
+    assert blas._layout({"layouts": ["plain", "tiled"]}) == "plain"
+    assert blas.layout_problem() is None
+
+
+@pytest.mark.parametrize("asked", ["plain", "Tiled", "fast"])
+def test_a_layout_that_is_not_a_choice_is_one_line_before_any_work(asked, tmp_path):
+    env = {**os.environ, "MLXBATCH_HOST_LAYOUT": asked}
+    cli = subprocess.run([sys.executable, "-m", "mlxbatch", "tickets", "3"], capture_output=True,
+                         text=True, env=env, timeout=600)  # fmt: skip
+    lines = cli.stderr.strip().splitlines()
+    assert cli.returncode == 2 and len(lines) == 1, (cli.returncode, cli.stderr)
+    assert lines[0].startswith(f"error: MLXBATCH_HOST_LAYOUT='{asked}' is not a choice")
+    assert not cli.stdout
+    api = subprocess.run([sys.executable, "-c", "from mlxbatch import Classifier"],
+                         capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    assert api.returncode == 1 and "UsageError: MLXBATCH_HOST_LAYOUT=" in api.stderr

@@ -43,6 +43,7 @@ def numpy_gflops(n: int, reps: int = 3) -> float:
 def report(size: int = 1024) -> dict:
     import mlx.core as mx
 
+    from ..model import hostops
     from ..model.load import default_dtype
 
     dtype, cpu = default_dtype(), mx.default_device() == mx.cpu
@@ -65,6 +66,7 @@ def report(size: int = 1024) -> dict:
         "blas_kernels": provider["corename"],
         "blas_threads": provider["threads"],
         "blas_activation": blas.ACTIVE.get("source", "none"),
+        "host_layout": hostops.LAYOUT,  # the products' row layout, the fastest invariant one
         "blas_tried": blas.tried(),
         "fast_blas": fast,
         # on the CPU the rate the ratio below is of (a lone first measurement disagreed)

@@ -22,6 +22,7 @@ import mlx.core as mx
 import numpy as np
 
 from ..errors import OutputError
+from ..model import hostops
 from ..runtime import blas, cpu
 from ..runtime.files import cache_dir, cache_problem, write_atomically
 from .engine import Engine
@@ -44,6 +45,8 @@ def cache_key(engine: Engine) -> str:
              mx.device_info().get("device_name", "?"), cpu.model_name(), mx.__version__,
              blas.ACTIVE.get("source", "none"), blas.ACTIVE.get("corename"),
              engine.lm.quantization, ENGINE_REVISION]  # fmt: skip
+    if hostops.LAYOUT != "tiled":  # the layout calibrations before it was keyed were made in
+        parts.append(hostops.LAYOUT)
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 

@@ -70,7 +70,9 @@ def checked_head(path: Path, first_line: bytes, header: dict | None) -> dict:
 
 COMPUTE_WORDS = {"blas": "BLAS", "kernels": "BLAS kernel family", "library": "BLAS library",
                  "host_kernels": "host kernels (MLXBATCH_HOST_KERNELS)", "device": "device",
-                 "mlx": "MLX version", "prefix_threads": "shared-prefix BLAS threads"}  # fmt: skip
+                 "mlx": "MLX version", "prefix_threads": "shared-prefix BLAS threads",
+                 "layout": "host-kernel layout (MLXBATCH_HOST_LAYOUT)"}  # fmt: skip
+BEFORE = {"layout": "tiled"}  # what a journal written before the entry was recorded had
 
 
 def _compute_change(head: dict, header: dict) -> str:
@@ -80,6 +82,7 @@ def _compute_change(head: dict, header: dict) -> str:
     if not isinstance(old, dict) or not isinstance(new, dict):
         return PARTS["compute"]
     words = {True: "on", False: "off", None: "none"}
+    old = {**BEFORE, **old}
     said = [f"{COMPUTE_WORDS.get(k, k)} {words.get(old.get(k), old.get(k))}, now "
             f"{words.get(new.get(k), new.get(k))}"
             for k in new if k != "library" and old.get(k) != new.get(k)]  # fmt: skip

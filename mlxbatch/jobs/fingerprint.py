@@ -67,6 +67,7 @@ def compute_path(clf: Classifier) -> dict:
         "kernels": blas["corename"],  # OpenBLAS's kernel family on this CPU ("Haswell")
         "library": name,
         "host_kernels": hostops.available(clf.lm.dtype),
+        "layout": hostops.LAYOUT,  # the host kernels' row layout, which the BLAS decides
         "device": str(mx.default_device()),
         "mlx": mlx,
         # the shared prefix's cache is computed with OpenBLAS on one thread (engine/scorers.py):
@@ -75,7 +76,8 @@ def compute_path(clf: Classifier) -> dict:
     }
 
 
-# what the compute part hashes (the library's file name is recorded, not compared)
+# what the compute part hashes (the library's file name is recorded, not compared); the layout
+# only where it is not "tiled", the one journals written before it was recorded were in
 DECIDING = ("blas", "kernels", "host_kernels", "device", "mlx", "prefix_threads")
 
 
@@ -96,6 +98,9 @@ def fingerprint(input_digest: str, clf: Classifier, s: Settings, compute: dict) 
         ),  # fmt: skip
         "adjustment": digest([clf.adjust.p_cf, clf.adjust.prior, clf.adjust.min_confidence]),
         "shape": digest(s.shape()),  # a resume's is the journal's: an edited one differs
-        "compute": digest([compute.get(k) for k in DECIDING]),
+        "compute": digest(
+            [compute.get(k) for k in DECIDING]
+            + [x for x in [compute.get("layout", "tiled")] if x != "tiled"]
+        ),
     }
     return " ".join(f"{k}={v}" for k, v in parts.items())

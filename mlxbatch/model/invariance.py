@@ -1,0 +1,68 @@
+"""Whether a row's bits are its own: the check the BLAS probe runs for each kernel family and
+host-kernel layout (runtime/blas.py), a needle row among others through the products and the
+attention of model/hostops.py."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+from . import hostops
+from .hostops import attention, matmul_t, prepare
+
+
+def invariant_layouts() -> list[str]:
+    """The layouts (hostops.LAYOUTS, fastest first) in which the BLAS serving MLX gives a row
+    the same bits in any batch: what the BLAS probe records for each kernel family."""
+    return [name for name in hostops.LAYOUTS if row_invariance(name)]
+
+
+def row_invariance(layout: str | None = None) -> bool:
+    """Whether the BLAS serving MLX gives a row the same bits in any batch in `layout` (None:
+    this process's): a needle row among others, at several batch sizes and places, through
+    `matmul_t` (with a bias and without) and `attention`."""
+    before = hostops.LAYOUT
+    hostops.LAYOUT = layout or before
+    try:
+        return _products_invariant() and _attention_invariant()
+    finally:
+        hostops.LAYOUT = before
+
+
+def _products_invariant() -> bool:
+    r = np.random.default_rng(0)
+    for n, k in ((64, 64), (300, 896), (896, 520), (3, 64)):
+        w = mx.array(r.standard_normal((n, k)).astype(np.float32))
+        x = mx.array(r.standard_normal((300, k)).astype(np.float32))
+        for bias in (None, mx.array(r.standard_normal(n).astype(np.float32))):
+            alone = np.array(matmul_t(x[:1], w, bias))[0]
+            for m in (2, 5, 40, 300):
+                for pos in {1, m // 2, m - 1}:
+                    order = list(range(1, pos + 1)) + [0] + list(range(pos + 1, m))
+                    got = np.array(matmul_t(x[mx.array(order)], w, bias))[pos]
+                    if not np.array_equal(got, alone):
+                        return False
+    return True
+
+
+def _attention_invariant() -> bool:
+    r = np.random.default_rng(1)
+    for heads, kv, hd in ((4, 2, 16), (14, 2, 64), (12, 2, 128)):
+        own = 9  # the needle row's tokens, the same in each batch; rows padded to `width`
+        needle = [r.standard_normal((h, own, hd)).astype(np.float32) for h in (heads, kv, kv)]
+        alone = None
+        for batch, width, at in ((1, own, 0), (3, 40, 1), (5, 130, 4)):
+            qkv = []
+            for h, part in zip((heads, kv, kv), needle):
+                a = r.standard_normal((batch, h, width, hd)).astype(np.float32)
+                a[at, :, :own] = part
+                qkv.append(mx.array(a))
+            seen = np.tril(np.ones((width, width), bool))[None, None].repeat(batch, 0)
+            seen[at, :, :, own:] = False  # the needle's padding keys
+            out = attention(*qkv, hd**-0.5, prepare(mx.array(seen), width, width))
+            got = np.array(out)[at, :, :own]
+            if alone is None:
+                alone = got
+            elif not np.array_equal(got, alone):
+                return False
+    return True
