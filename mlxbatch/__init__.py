@@ -12,11 +12,9 @@ def __getattr__(name: str):
         import importlib
 
         from .errors import UsageError
-        from .runtime import blas, cpu
+        from .runtime import blas
 
-        if (
-            why := cpu.unrunnable_coretype() or blas.layout_problem()
-        ):  # else a SIGILL at the first product
+        if why := blas.startup_problem():
             raise UsageError(why)
         if not blas.activate_in_process() and blas.warning():
             import warnings

@@ -9,8 +9,10 @@ unchanged, scores within 7.2e-7); and when the fast path became batch-invariant 
 labels and error rows unchanged, scores within 5.4e-7, and sorted_* now equal naive_* byte for
 byte). The gold loop's files (sequential_*) never changed by a bit. Float bits depend on the BLAS kernels: on the machine kind that
 recorded them (ENV.json: SkylakeX kernels on an AMD EPYC, whichever build of OpenBLAS supplies
-them; a Zen 5 under OPENBLAS_CORETYPE=SkylakeX matched all ten files byte for byte) the
-comparison is byte for byte; elsewhere labels must be identical and scores within 1e-5.
+them; a Zen 5 under OPENBLAS_CORETYPE=SkylakeX matched all ten files byte for byte), in the
+host kernels' tiled layout (MLXBATCH_HOST_LAYOUT=tiled where the BLAS probe finds a faster
+one), the comparison is byte for byte; elsewhere labels must be identical and scores
+within 1e-5.
 """
 
 from __future__ import annotations
@@ -37,7 +39,10 @@ def recorded_env_matches() -> bool:
     # the family's name as the library spells it: "SKYLAKEX" (the build that recorded them),
     # "SkylakeX" (scipy-openblas32's corename); compared exactly, the bytes were never compared
     kernels = str(here["blas_kernels"]).lower() == str(env["blas_kernels"]).lower()
-    return kernels and here["device_name"] == env["cpu"]
+    # the host kernels' layout too: recorded in the tiled one, which SkylakeX's kernels now
+    # run only under MLXBATCH_HOST_LAYOUT=tiled (the plain one is faster and held there)
+    layout = here.get("host_layout") == env["host_layout"]
+    return kernels and layout and here["device_name"] == env["cpu"]
 
 
 @pytest.fixture(scope="module")

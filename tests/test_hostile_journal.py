@@ -265,25 +265,34 @@ def test_resume_in_another_host_kernel_layout_is_refused(tiny_model_dir, interru
     monkeypatch.setattr(hostops, "LAYOUT", other)
     r = resume(tiny_model_dir, src, out)
     refused(r, "compute path", f"host-kernel layout (MLXBATCH_HOST_LAYOUT) {here}, now {other}")
+    assert ("MLXBATCH_HOST_LAYOUT=tiled resumes it" in r.stderr) == (here == "tiled")
     assert journal_path(out).read_bytes() == before and not out.exists()
 
 
 def test_a_journal_from_before_the_layout_was_recorded_resumes_in_the_tiled_one(
-    tiny_model_dir, interrupted, tmp_path
+    tiny_model_dir, interrupted, tmp_path, monkeypatch
 ):
-    """Journals written before the layout was recorded were all tiled: theirs resume there."""
+    """Journals written before the layout was recorded were all tiled: their header has no
+    layout and their compute digest hashes DECIDING alone; they resume in the tiled layout."""
+    from mlxbatch.jobs import fingerprint
     from mlxbatch.model import hostops
 
-    if hostops.LAYOUT != "tiled":
-        pytest.skip("the plain layout runs here: such a journal is refused (test above)")
     src, out = interrupted
-    lines = journal_path(out).read_text().splitlines(True)
-    head = json.loads(lines[0])
-    del head["compute"]["layout"]  # the fingerprint is unchanged: "tiled" is not hashed
-    journal_path(out).write_text(json.dumps(head) + "\n" + "".join(lines[1:]))
-    r = resume(tiny_model_dir, src, out)
-    assert r.exit_code == 0, r.output
     whole = tmp_path / "whole.jsonl"
     args = ["classify", src, "--model", tiny_model_dir, "-o", whole, "--max-batch", "2"]
-    assert invoke(args, tmp_path).exit_code == 0
+    assert invoke(args, tmp_path).exit_code == 0  # in this process's layout, as the journal
+    lines = journal_path(out).read_text().splitlines(True)
+    head = json.loads(lines[0])
+    del head["compute"]["layout"]
+    fp = dict(w.split("=") for w in head["fingerprint"].split())
+    fp["compute"] = fingerprint.digest([head["compute"].get(k) for k in fingerprint.DECIDING])
+    head["fingerprint"] = " ".join(f"{k}={v}" for k, v in fp.items())
+    journal_path(out).write_text(json.dumps(head) + "\n" + "".join(lines[1:]))
+    monkeypatch.setattr(hostops, "LAYOUT", "tiled")  # what the fingerprint records (the
+    r = resume(tiny_model_dir, src, out)  # products stay this process's: the journal's bits)
+    assert r.exit_code == 0, r.output
     assert out.read_bytes() == whole.read_bytes()
+    monkeypatch.setattr(hostops, "LAYOUT", "plain")  # and is refused in the plain one
+    journal_path(out).write_text(json.dumps(head) + "\n" + "".join(lines[1:]))
+    out.unlink()
+    refused(resume(tiny_model_dir, src, out), "host-kernel layout", "tiled, now plain")

@@ -276,3 +276,32 @@ def test_eval_reads_every_output_format_classify_writes(tiny_model_dir, tmp_path
     (tmp_path / "bad.csv").write_text("id,text\n1,hello\n")
     r = invoke(["eval", src, tmp_path / "bad.csv", "--gold-field", "g"], tmp_path)
     one_line_error(r, "bad.csv: not an output of mlxbatch classify")
+
+
+def test_an_interrupted_demo_says_how_to_resume_and_resumes(tiny_model_dir, tmp_path, monkeypatch):
+    """A newcomer's Ctrl-C during the demo left a journal; the next `mlxbatch demo` told them
+    to add --resume, an option the demo did not have, after writing its tickets over the
+    interrupted run's input."""
+    from mlxbatch.runtime import testhold
+
+    out = tmp_path / "demo"
+    args = ["demo", "--tickets", 12, "--model", tiny_model_dir, "--out", out]
+
+    def stop(done):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(testhold, "after_batch", stop)
+    r = invoke(args, tmp_path)
+    assert r.exit_code == 130, r.output
+    assert "mlxbatch demo --resume" in r.stderr and (out / "predictions.jsonl.part").exists()
+    monkeypatch.undo()
+    tickets = (out / "tickets.jsonl").read_bytes()
+    journal = (out / "predictions.jsonl.part").read_bytes()
+    for again in (args, [*args[:2], 13, *args[3:], "--resume"]):  # as it was; other tickets
+        one_line_error(invoke(again, tmp_path), "predictions.jsonl.part", alone=True)
+        assert (out / "tickets.jsonl").read_bytes() == tickets  # the interrupted run's input
+        assert (out / "predictions.jsonl.part").read_bytes() == journal
+    r = invoke([*args, "--resume"], tmp_path)
+    assert r.exit_code == 0, r.output
+    assert "100.0% label agreement" in r.stdout
+    assert len((out / "predictions.jsonl").read_text().splitlines()) == 12

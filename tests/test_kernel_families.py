@@ -46,7 +46,9 @@ for lanes in (1, 2):
         path = pathlib.Path(out, f"{lanes}-{budget}-{window}.jsonl")
         run_job(clf, rows, RunSpec(batch_tokens=budget, window=window), path)
         digests[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
+from mlxbatch.model import hostops
 print(json.dumps({"active": blas.ACTIVE, "kernels": sgemm.sgemm_provider()["corename"],
+                  "layout": hostops.LAYOUT, "ran": hostops.matmul_t.__name__,
                   "tried": blas.tried(), "digests": digests}))
 """
 
@@ -75,7 +77,8 @@ def test_the_same_bytes_under_each_kernel_family(family, tiny_model_dir, heavy_t
     assert len(set(got["digests"].values())) == 1, got["digests"]  # 0 rows differ
     asked = [r for r in got["tried"] if r["source"] == scipy_openblas.SCIPY]
     assert asked and asked[0].get("chosen") and asked[0]["invariant"] is True, got["tried"]
-    assert got["active"]["layout"] == asked[0]["layouts"][0]  # the fastest invariant one ran
+    assert got["active"]["layout"] == asked[0]["layouts"][0] == got["layout"]  # the fastest
+    assert got["ran"] == f"_{got['layout']}_matmul_t"  # invariant one ran
     # Zen runs Haswell's kernels in this library
     assert got["kernels"].lower() == {"Zen": "haswell"}.get(family, family.lower())
 
@@ -89,19 +92,21 @@ from mlxbatch.model import hostops, invariance
 from mlxbatch.runtime import sgemm
 sgemm._serving_openblas().openblas_set_num_threads(1)
 found = invariance.invariant_layouts()
-hostops._plain_matmul_t = lambda x, w, bias=None: x @ w.T  # rows as B columns, unpadded
+hostops.KERNELS["plain"] = (lambda x, w, bias=None: x @ w.T,  # rows as B columns, unpadded
+                           hostops._plain_attention)
 print(json.dumps({"found": found, "chosen": blas.ACTIVE["layout"],
                   "unpadded": invariance.row_invariance("plain")}))
 """
 
 
 @pytest.mark.skipif(not X86, reason="OpenBLAS's x86_64 kernel families")
-@pytest.mark.parametrize("family", ["Haswell", "SkylakeX"])
+@pytest.mark.parametrize("family", ["Haswell", "SkylakeX", "SandyBridge"])
 def test_the_probe_finds_each_layout_invariant_or_not(family):
     """Under Haswell's kernels only the tiled layout holds (a plain product's rows differ by
-    their place in each 12-row group), and the probe sees it; under SkylakeX's the plain one
-    (1.61x cheaper in the matmuls) holds too and is chosen; an unpadded product, whose small
-    sizes take SkylakeX's small-matrix kernel, holds under neither."""
+    their place in each 12-row group), and the probe sees it; under SkylakeX's and
+    SandyBridge's the plain one (1.61x cheaper in the products under SkylakeX) holds too and is
+    chosen; an unpadded product, whose small sizes take SkylakeX's small-matrix kernel and
+    Haswell's 12-row groups, holds under neither."""
     if not NEEDS[family] <= FLAGS:
         pytest.skip(f"this CPU cannot run OpenBLAS's {family} kernels")
     env = {**os.environ, cpu.CORETYPE: family}
@@ -110,9 +115,11 @@ def test_the_probe_finds_each_layout_invariant_or_not(family):
                          env=env, timeout=300)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    want = {"Haswell": ["tiled"], "SkylakeX": ["plain", "tiled"]}[family]
+    want = {"Haswell": ["tiled"], "SkylakeX": ["plain", "tiled"],
+            "SandyBridge": ["plain", "tiled"]}[family]  # fmt: skip
     assert got["found"] == want and got["chosen"] == want[0]
-    assert got["unpadded"] is False
+    if family != "SandyBridge":  # no small-matrix kernel or row groups there
+        assert got["unpadded"] is False
 
 
 def test_the_layout_is_the_fastest_the_probe_found_invariant_unless_tiled_is_asked(monkeypatch):

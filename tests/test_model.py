@@ -198,9 +198,10 @@ def test_non_finite_weights_are_caught_when_asked(model_copy):
         load_model(model_copy, check_finite=True)
 
 
+@pytest.mark.parametrize("layout", ["plain", "tiled"])
 @pytest.mark.parametrize("heads,kv", [(4, 2), (14, 2), (3, 3)])
 @pytest.mark.parametrize("mask_kind", ["array", "causal", "none"])
-def test_host_attention_equals_mlx_sdpa(heads, kv, mask_kind):
+def test_host_attention_equals_mlx_sdpa(heads, kv, mask_kind, layout):
     from mlxbatch.model import hostops
 
     rng = np.random.default_rng(heads * 10 + kv)
@@ -210,8 +211,24 @@ def test_host_attention_equals_mlx_sdpa(heads, kv, mask_kind):
     mask = {"array": mx.array(rng.random((B, 1, L, S)) < 0.7) | mx.eye(L, S, S - L, dtype=mx.bool_),
             "causal": "causal", "none": None}[mask_kind]  # fmt: skip
     want = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask=mask)
-    got = hostops.attention(q, k, v, 0.25, hostops.prepare(mask, L, S))
+    got = hostops.KERNELS[layout][1](q, k, v, 0.25, hostops.prepare(mask, L, S))
     np.testing.assert_allclose(np.array(got), np.array(want), atol=2e-6)
+
+
+@pytest.mark.parametrize("layout", ["plain", "tiled"])
+@pytest.mark.parametrize("m,n,k", [(1, 8, 16), (3, 4864, 896), (300, 64, 64), (517, 130, 40)])
+def test_each_layouts_product_is_x_times_w_transposed(layout, m, n, k):
+    """The layouts' row padding and tiling leave x @ w.T + bias (rows past a tile included)."""
+    from mlxbatch.model import hostops
+
+    rng = np.random.default_rng(m + n)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((2, m, k), (n, k), (n,)))
+    product = hostops.KERNELS[layout][0]
+    for bias in (None, b):
+        got = np.array(product(mx.array(x), mx.array(w), None if bias is None else mx.array(b)))
+        want = x @ w.T + (0 if bias is None else b)
+        assert got.shape == (2, m, n)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_host_attention_gives_zeros_for_a_row_that_sees_nothing():

@@ -11,7 +11,7 @@ import pytest
 from cli_run import invoke, one_line_error
 
 from mlxbatch import Classifier
-from mlxbatch.errors import JobError, LabelError, UsageError
+from mlxbatch.errors import InputError, JobError, LabelError, UsageError
 from mlxbatch.io.prompts import read_labels_file
 
 GOOD = '{"id": "a", "text": "I was charged twice"}\n{"id": "b", "text": "the app crashes"}\n'
@@ -41,7 +41,7 @@ def test_examples_and_descriptions_are_checked_as_their_files_are(tiny_model_dir
         Classifier.load(tiny_model_dir, labels=labels, descriptions={"bill": "money"})
     with pytest.raises(UsageError, match="spans several lines"):
         Classifier.load(tiny_model_dir, labels=labels, descriptions={"billing": "a\nb"})
-    with pytest.raises(UsageError, match="expected a str, got int"):
+    with pytest.raises(UsageError, match=r"descriptions\[.billing.\] is not a string \(int\)"):
         Classifier.load(tiny_model_dir, labels=labels, descriptions={"billing": 3})
     # the same descriptions give the same prompt, from a labels file or from the API
     (tmp_path / "l.json").write_text(json.dumps({"billing": "  money  ", "technical": ""}))
@@ -54,8 +54,11 @@ def test_examples_and_descriptions_are_checked_as_their_files_are(tiny_model_dir
 
 def test_a_labels_file_refuses_a_repeated_yaml_key_and_takes_a_bom(tmp_path):
     (tmp_path / "d.yaml").write_text("billing: money\ntechnical: crash\nbilling: again\n")
-    with pytest.raises(Exception, match="label 'billing' is given twice"):
+    with pytest.raises(InputError, match="d.yaml: .*label 'billing' is given twice"):
         read_labels_file(tmp_path / "d.yaml")  # safe_load kept "again" without a word
+    # a merge key (`<<`) is YAML's own and is merged, not refused (the check broke it once)
+    (tmp_path / "m2.yaml").write_text("<<: {billing: money}\ntechnical: crash\n")
+    assert read_labels_file(tmp_path / "m2.yaml") == {"billing": "money", "technical": "crash"}
     (tmp_path / "b.json").write_bytes(b'\xef\xbb\xbf{"billing": "money", "technical": ""}')
     assert read_labels_file(tmp_path / "b.json") == {"billing": "money", "technical": ""}
     (tmp_path / "b.yaml").write_bytes(b"\xef\xbb\xbfbilling: money\ntechnical: crash\n")
@@ -74,8 +77,7 @@ def test_classify_takes_the_item_limits_the_api_and_serve_take(tiny_model_dir, t
     clf = Classifier.load(tiny_model_dir)
     api = clf.classify(["I was charged twice", "the app crashes"], max_tokens=7, truncate=True)
     assert [row["label"] for row in rows] == [p.label for p in api]
-    assert all(abs(row["scores"][k] - p.scores[k]) < 1e-5 for row, p in zip(rows, api)
-               for k in p.scores)  # fmt: skip
+    assert [row["scores"] for row in rows] == [p.scores for p in api]  # the same bits
 
 
 def test_memory_that_holds_no_item_is_one_error_naming_what_takes_it(tiny_model_dir, tmp_path,

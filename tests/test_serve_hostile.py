@@ -472,3 +472,77 @@ def test_long_requests_are_prepared_one_at_a_time(monkeypatch):
     long = service_module.LONG_CHARS + 1
     assert asyncio.run(burst(long)) == 1
     assert asyncio.run(burst(100)) > 1  # short ones still run side by side
+
+
+# -- clients that leave their work behind, or never read -----------------------------------
+
+
+def test_the_work_of_a_client_that_left_is_withdrawn_not_scored(tiny_model_dir, tmp_path):
+    """Two clients that sent 40 texts each and closed their sockets were still scored, for
+    minutes with long texts, and counted gone only then: every request after theirs waited."""
+    from mlxbatch.runtime.testhold import HOLD_FILE
+
+    hold = tmp_path / "hold"  # while it exists the scheduler starts no round
+    hold.write_text("")
+    with running(tiny_model_dir, tmp=tmp_path, env={HOLD_FILE: str(hold)}) as s:
+        body = json.dumps({"input": [f"ticket {i} about my invoice" for i in range(40)]})
+        head = HEAD + b"Content-Length: %d\r\n\r\n" % len(body)
+        for _ in range(2):
+            with connect(s.port) as c:
+                c.sendall(head + body.encode())
+                wait_for(lambda: s.metric("mlxbatch_queue_depth") == 40, "the items queued")
+        gone = 'mlxbatch_requests_total{outcome="disconnected"'
+        wait_for(lambda: s.metric(gone) == 2, "both clients counted gone, unscored")
+        wait_for(lambda: s.metric("mlxbatch_queue_depth") == 0, "their items withdrawn")
+        hold.unlink()
+        r = httpx.post(s.url + "/v1/classify", json={"input": "charged twice"}, timeout=60)
+        assert r.status_code == 200
+        assert s.metric("mlxbatch_items_total") == 1  # theirs were never scored
+    assert "Traceback" not in s.log.read_text()
+
+
+def test_a_client_that_never_reads_its_replies_is_dropped(tiny_model_dir, tmp_path):
+    """Pipelined requests whose replies are never read held their connections, and the slots
+    of --max-connections, for good: two such clients took a two-slot server down."""
+    args = ["--max-connections", "2", "--timeout-reply", "1", *SLOW]
+    with running(tiny_model_dir, *args, tmp=tmp_path) as s:
+        ask = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n" * 50
+        stalled = []
+        for _ in range(2):
+            c = socket.socket()
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills after few replies
+            c.connect(("127.0.0.1", s.port))
+            c.settimeout(0.5)
+            try:
+                for _ in range(2000):  # until the server stops reading: its replies are unread
+                    c.sendall(ask)
+            except (TimeoutError, BlockingIOError):
+                pass
+            stalled.append(c)
+        try:
+            wait_for(lambda: s.metric("mlxbatch_connections_dropped_total") == 2,
+                     "both readers dropped", limit=120)  # fmt: skip
+            assert httpx.get(s.url + "/health", timeout=30).status_code == 200
+        finally:
+            for c in stalled:
+                c.close()
+    assert "Traceback" not in s.log.read_text()
+
+
+def test_a_trailing_slash_an_ambiguous_length_and_a_huge_model_name(server):
+    """A trailing slash was a 307 to a Location built from the client's Host header; a request
+    with both Content-Length and Transfer-Encoding was served and its connection kept (a
+    smuggling vector behind a proxy); a 100 KB model name came back whole in the 404."""
+    r = httpx.post(server.url + "/v1/classify/", json={"input": "a"}, timeout=30,
+                   headers={"Host": "evil.example"})  # fmt: skip
+    assert error_of(r, 404, "not_found") and "location" not in r.headers
+    chunked = b"11\r\n" + b'{"input": "hello"}'[:17] + b"\r\n0\r\n\r\n"
+    with connect(server.port) as c:
+        c.sendall(HEAD + b"Content-Length: 17\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked)
+        reply = read_until_closed(c)  # closed after the reply, not kept alive
+    assert reply.startswith(b"HTTP/1.1 400") and b"connection: close" in reply.lower()
+    assert "both Content-Length and Transfer-Encoding" in body_of(reply)["error"]["message"]
+    r = httpx.post(server.url + "/v1/classify", json={"model": "m" * 100_000, "input": "a"},
+                   timeout=30)  # fmt: skip
+    message = error_of(r, 404, "not_found")
+    assert len(message) < 400 and "100,000 characters" in message

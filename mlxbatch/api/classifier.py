@@ -24,7 +24,7 @@ from ..engine.engine import Engine
 from ..engine.item import Item
 from ..engine.labels import LabelSet
 from ..engine.planner import DEFAULT_MAX_BATCH, Batch, CostModel, unsort
-from ..engine.prompt import DEFAULT_LABELS, default_system_prompt
+from ..engine.prompt import DEFAULT_LABELS, default_system_prompt, description_problem
 from ..engine.scheduler import BatchPolicy, Scheduler, positional_items
 from ..errors import ItemTooLong, LabelError, UsageError, unicode_problem
 from ..model.hub import resolve
@@ -231,13 +231,8 @@ def _check_load_args(model_dir, labels, system_prompt, examples, min_confidence,
             raise LabelError(
                 f"descriptions[{label!r}]: not one of the labels ({', '.join(labels)})"
             )
-        if line is not None and not isinstance(line, str):
-            raise UsageError(f"descriptions[{label!r}]: expected a str, got {type(line).__name__}")
-        if line and "\n" in line.strip():
-            raise UsageError(f"descriptions[{label!r}] spans several lines (the prompt lists "
-                             "one line a label)")  # fmt: skip
-        if line and (problem := unicode_problem(line)):
-            raise UsageError(f"descriptions[{label!r}] holds {problem}")
+        if problem := description_problem(line):
+            raise UsageError(f"descriptions[{label!r}] {problem}")
 
 
 def _check_prior(prior) -> None:

@@ -9,23 +9,41 @@ from pathlib import Path
 
 from ..api.classifier import Classifier
 from ..api.spec import RunSpec
+from ..errors import ResumeError
 from ..io.inputs import read_rows
-from ..jobs.job import run_job
-from .workload import generate, write_jsonl
+from ..io.sinks import journal_path
+from ..jobs.classify import Interrupted
+from ..jobs.job import Hooks, run_job
+from .workload import generate, jsonl_bytes, write_jsonl
 
 
-def run_demo(n: int, model: Path, out_dir: Path, progress=print) -> tuple[list[str], bool]:
-    """Classify `n` synthetic tickets with sorted batching and --verify; (report lines, passed)."""
+def run_demo(n: int, model: Path, out_dir: Path, progress=print, resume: bool = False,
+             hooks: Hooks | None = None) -> tuple[list[str], bool]:  # fmt: skip
+    """Classify `n` synthetic tickets with sorted batching and --verify; (report lines, passed).
+    `resume`: continue the demo a Ctrl-C stopped (its journal checks the tickets are its own);
+    `hooks`: run_job's."""
     t0 = time.perf_counter()
     src, out = out_dir / "tickets.jsonl", out_dir / "predictions.jsonl"
     tickets = generate(n)
-    write_jsonl(tickets, src)
+    if journal_path(out).exists():  # checked before its tickets are written again
+        if not resume:
+            raise ResumeError(f"{journal_path(out)} holds an interrupted demo: `mlxbatch demo "
+                              "--resume` continues it; delete it to start over")  # fmt: skip
+        if src.exists() and src.read_bytes() != jsonl_bytes(tickets):
+            raise ResumeError(f"{journal_path(out)} is a demo of other tickets than --tickets {n} "
+                              f"makes ({src}): resume with the first run's --tickets")  # fmt: skip
+    write_jsonl(tickets, src)  # the same bytes for the same n: a resume's input is unchanged
     clf = Classifier.load(model)
     progress(f"classifying {n} synthetic tickets from {src} ...")
     rows, fmt = read_rows(str(src))
     # off a terminal (a log, CI) a line every 10 s: else minutes pass with nothing printed
     spec = RunSpec(progress_every=10.0)
-    res = run_job(clf, rows, spec, out, resume=False, verify=True, source=str(src), fmt=fmt)
+    try:
+        res = run_job(clf, rows, spec, out, resume=resume, verify=True, source=str(src), fmt=fmt,
+                      hooks=hooks)  # fmt: skip
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted; finished batches are saved in {journal_path(out)}: "
+                          "`mlxbatch demo --resume` continues") from None  # fmt: skip
     preds = [json.loads(x) for x in out.read_text().splitlines()]
     v = res.verify
     counts = Counter(p["label"] for p in preds)

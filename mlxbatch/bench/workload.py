@@ -151,8 +151,13 @@ def generate(n: int, seed: int = 0, mix: str = "default") -> list[dict]:
     return out
 
 
+def jsonl_bytes(rows: list[dict]) -> bytes:
+    """What `write_jsonl` writes for `rows`."""
+    return "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in rows).encode()
+
+
 def write_jsonl(rows: list[dict], path: Path | None) -> None:
-    text = "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in rows)
+    text = jsonl_bytes(rows).decode()
     if path is None:
         sys.stdout.write(text)
     else:

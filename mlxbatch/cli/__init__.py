@@ -119,8 +119,8 @@ def main() -> None:
 
 
 def _main() -> None:
-    if why := cpu.unrunnable_coretype() or blas.layout_problem():  # before OpenBLAS (ours or
-        fail(why)  # NumPy's) dies of SIGILL
+    if why := blas.startup_problem():  # before OpenBLAS (ours or NumPy's) is loaded
+        fail(why)
     blas.activate_in_process()  # before mlx is imported; computing commands warn if it failed
     try:
         cli(standalone_mode=False, obj={"warn_blas": True})

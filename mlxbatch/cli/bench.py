@@ -14,6 +14,7 @@ from .common import (
     LABELS_HELP,
     FiniteRange,
     echo,
+    fail,
     max_batch_option,
     model_option,
     plot_target,
@@ -240,13 +241,20 @@ def _bench_scale(scale: dict, o: dict) -> None:
     default=Path("runs/demo"),
     show_default=True,
 )
-def demo(n, model, out_dir):
+@click.option("--resume", is_flag=True, help="Continue a demo that Ctrl-C stopped.")
+def demo(n, model, out_dir, resume):
     """The main job on the built-in default: synthetic tickets, sorted batching, verified."""
     from ..bench.demo import run_demo
+    from ..jobs.classify import Interrupted
+    from ..jobs.job import Hooks
+    from ..runtime import testhold
 
-    lines, passed = run_demo(
-        n, model_dir(model, echo), out_dir, progress=lambda m: click.echo(m, err=True)
-    )
+    try:
+        lines, passed = run_demo(n, model_dir(model, echo), out_dir,
+                                 progress=lambda m: click.echo(m, err=True), resume=resume,
+                                 hooks=Hooks(testhold.after_batch))  # fmt: skip
+    except Interrupted as e:
+        fail(str(e), 130)
     for line in lines:
         click.echo(line)
     if not passed:

@@ -91,6 +91,9 @@ def server_units(options: dict) -> dict:
 @click.option("--timeout-keep-alive", "keep_alive_s", type=FiniteRange(0, min_open=True),
               default=5.0, show_default=True,
               help="Seconds an idle connection stays open between requests.")  # fmt: skip
+@click.option("--timeout-reply", "reply_s", type=FiniteRange(0, min_open=True), default=30.0,
+              show_default=True, help="Seconds a client may leave its replies unread (its "
+              "socket's buffer full); then the connection is dropped.")  # fmt: skip
 @click.option("--max-connections", type=click.IntRange(1), default=512, show_default=True,
               help="Connections open at once; past it a new one gets 503 and is closed.")  # fmt: skip
 @click.option("--drain-timeout", "drain_s", type=FiniteRange(0), default=30.0, show_default=True,

@@ -45,7 +45,7 @@ def cache_key(engine: Engine) -> str:
              mx.device_info().get("device_name", "?"), cpu.model_name(), mx.__version__,
              blas.ACTIVE.get("source", "none"), blas.ACTIVE.get("corename"),
              engine.lm.quantization, ENGINE_REVISION]  # fmt: skip
-    if hostops.LAYOUT != "tiled":  # the layout calibrations before it was keyed were made in
+    if hostops.LAYOUT != blas.TILED:  # the layout calibrations before it was keyed ran in
         parts.append(hostops.LAYOUT)
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
 

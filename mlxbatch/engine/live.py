@@ -46,6 +46,7 @@ class LiveScheduler:
         # _dropped: closed without a drain; the thread drops what the scheduler holds (only
         # the thread touches the scheduler: a clear from the closing thread mid-round lost keys)
         self._accepting, self._stopped, self._dropped = True, False, False
+        self._withdrawn: set[int] = set()  # requests nobody waits for: the thread drops them
         self._requests = 0
         self._thread = threading.Thread(target=self._loop, name="mlxbatch-scheduler", daemon=True)
         self._round_seconds = 0.05  # a running estimate, for Retry-After
@@ -79,6 +80,20 @@ class LiveScheduler:
                                  for i, item in enumerate(items))  # fmt: skip
             self._cond.notify()
         return future
+
+    def withdraw(self, future: Future) -> None:
+        """Nobody waits for `future` now (its client is gone): its items not yet scored are
+        dropped, not scored (a client that sent 256 long texts and left held the lanes for
+        minutes, everyone else's requests queued behind its)."""
+        with self._cond:
+            request = next((r for r, (f, _, _) in self._waiting.items() if f is future), None)
+            if request is None:
+                return
+            del self._waiting[request]
+            future.cancel()
+            self._pending = [(item, t) for item, t in self._pending if item.key[0] != request]
+            self._withdrawn.add(request)
+            self._cond.notify()
 
     def _retry_after(self, queued: int) -> float:
         rounds = queued / max(1, self.scheduler.policy.max_batch * self.scheduler.engine.lanes)
@@ -122,13 +137,15 @@ class LiveScheduler:
             with self._cond:
                 if not self._wait_for_work():
                     return
-                while not self._ready():
+                while self.scheduler.queued and not self._ready():
                     wait = max(0.0, self.scheduler.oldest() + self.max_wait - time.monotonic())
                     self._cond.wait(min(wait, 0.02) if self.held() else wait)
                     self._take_pending()
                 if self._dropped:
                     self.scheduler.clear()
                     return
+                if not self.scheduler.queued:  # all of it withdrawn meanwhile
+                    continue
             self._round()
 
     def _wait_for_work(self) -> bool:
@@ -150,9 +167,14 @@ class LiveScheduler:
         return bool(self.scheduler.queued) or not self._stopped
 
     def _take_pending(self) -> None:
+        """(Holding the lock, on the thread) queue what was submitted, drop what was withdrawn."""
         for item, arrived in self._pending:
             self.scheduler.add(item, arrived)
         self._pending.clear()
+        if self._withdrawn:
+            gone = self._withdrawn
+            self.scheduler.remove(lambda key: key[0] in gone)
+            self._withdrawn = set()
 
     def _round(self) -> None:
         t = time.perf_counter()

@@ -7,6 +7,8 @@ so they are part of the shared prefix that the prefix cache computes once per jo
 
 from __future__ import annotations
 
+from ..errors import unicode_problem
+
 DEFAULT_LABELS = ("billing", "technical", "account")
 
 # Descriptions and three short examples per default label: the built-in few-shot prompt.
@@ -26,6 +28,18 @@ FEW_SHOT_EXAMPLES = (
     ("Exports fail with error 500 when the file is larger than 10 MB.", "technical"),
     ("How do I change the email address on my profile?", "account"),
 )
+
+
+def description_problem(line) -> str | None:
+    """Why `line` cannot describe a label in the default prompt, or None: the one rule for a
+    labels file's entries and the Python API's `descriptions`."""
+    if line is not None and not isinstance(line, str):
+        return f"is not a string ({type(line).__name__})"
+    if line and "\n" in line.strip():
+        return "spans several lines (the prompt lists one line a label)"
+    if line and (problem := unicode_problem(line)):
+        return f"holds {problem}"
+    return None
 
 
 def default_system_prompt(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,6 +86,14 @@ class Scheduler:
     def longest(self) -> int:
         """The most tokens a queued item feeds."""
         return max((item.fed for item in self._queue.values()), default=0)
+
+    def remove(self, drop: Callable[[Hashable], bool]) -> int:
+        """Drop the queued items whose key `drop` holds for (a request nobody waits for now);
+        how many."""
+        keys = [k for k in self._queue if drop(k)]
+        for k in keys:
+            del self._queue[k], self._arrived[k]
+        return len(keys)
 
     def clear(self) -> None:
         """Drop everything queued (a failed round, a closed service)."""

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from ..errors import ResumeError
+from ..runtime.blas import LAYOUT_ENV, TILED
 
 JOURNAL_VERSION = 1
 
@@ -71,8 +72,8 @@ def checked_head(path: Path, first_line: bytes, header: dict | None) -> dict:
 COMPUTE_WORDS = {"blas": "BLAS", "kernels": "BLAS kernel family", "library": "BLAS library",
                  "host_kernels": "host kernels (MLXBATCH_HOST_KERNELS)", "device": "device",
                  "mlx": "MLX version", "prefix_threads": "shared-prefix BLAS threads",
-                 "layout": "host-kernel layout (MLXBATCH_HOST_LAYOUT)"}  # fmt: skip
-BEFORE = {"layout": "tiled"}  # what a journal written before the entry was recorded had
+                 "layout": f"host-kernel layout ({LAYOUT_ENV})"}  # fmt: skip
+BEFORE = {"layout": TILED}  # what a journal written before the entry was recorded had
 
 
 def _compute_change(head: dict, header: dict) -> str:
@@ -86,6 +87,8 @@ def _compute_change(head: dict, header: dict) -> str:
     said = [f"{COMPUTE_WORDS.get(k, k)} {words.get(old.get(k), old.get(k))}, now "
             f"{words.get(new.get(k), new.get(k))}"
             for k in new if k != "library" and old.get(k) != new.get(k)]  # fmt: skip
+    if old["layout"] == TILED != new.get("layout"):  # the probe found a faster one here since
+        said.append(f"{LAYOUT_ENV}={TILED} resumes it")
     return f"{PARTS['compute']} ({'; '.join(said)})" if said else PARTS["compute"]
 
 

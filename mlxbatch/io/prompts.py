@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..engine.prompt import description_problem
 from ..errors import InputError, LabelError, unicode_problem
 from .caps import EXAMPLES_BYTES, EXAMPLES_ROWS, LABELS_FILE_BYTES, read_capped, size
 from .inputs import describe_errors, open_rows
@@ -26,22 +27,19 @@ def read_labels_file(path: str | Path) -> dict[str, str]:
         else:
             data = json.loads(text, object_pairs_hook=_pairs)
     except Exception as e:  # json and yaml raise several types; all mean "not parseable"
-        raise InputError(
-            f"{path}: not a valid labels file ({str(e).splitlines()[0][:120]})"
-        ) from None
+        kind = "YAML" if path.suffix.lower() in (".yaml", ".yml") else "JSON (.yaml/.yml: YAML)"
+        raise InputError(f"{path}: not a valid labels file, a {kind} mapping of label to "
+                         f"description ({str(e).splitlines()[0][:120]})") from None  # fmt: skip
     if not isinstance(data, dict) or not data:
         raise InputError(f"{path}: expected a mapping of label to description")
     out = {}
     for label, desc in data.items():
         if not isinstance(label, str) or not label.strip():
             raise LabelError(f"{path}: label {label!r} is not a non-empty string")
-        if desc is not None and not isinstance(desc, str):
-            raise InputError(f"{path}: the description of {label!r} is not a string")
-        for what, value in (("label", label), ("description of", desc or "")):
-            if problem := unicode_problem(value):
-                raise InputError(f"{path}: the {what} {label!r} holds {problem}")
-        if desc and "\n" in desc.strip():
-            raise InputError(f"{path}: the description of {label!r} spans several lines")
+        if problem := unicode_problem(label):
+            raise InputError(f"{path}: the label {label!r} holds {problem}")
+        if problem := description_problem(desc):
+            raise InputError(f"{path}: the description of {label!r} {problem}")
         if label.strip() in out:  # a silent merge would drop one description
             raise LabelError(f"{path}: label {label!r} is given twice (labels are compared "
                              "without surrounding whitespace)")  # fmt: skip
@@ -51,12 +49,14 @@ def read_labels_file(path: str | Path) -> dict[str, str]:
 
 def _yaml(text: str):
     """A YAML document, refusing a repeated key as `_pairs` does (safe_load keeps the last)."""
-    import yaml  # PyYAML comes with mlx-lm
+    import yaml  # a dependency (mlx-lm needs it too)
 
     class Loader(yaml.SafeLoader):
         def construct_mapping(self, node, deep=False):
             seen = set()
             for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`, merged by super()
+                    continue
                 key = self.construct_object(key_node, deep=deep)
                 if isinstance(key, str) and key in seen:
                     raise LabelError(f"label {key!r} is given twice")

@@ -17,6 +17,7 @@ import mlx.core as mx
 from ..api.classifier import Classifier
 from ..api.spec import Settings
 from ..model import hostops
+from ..runtime.blas import TILED
 from ..runtime.sgemm import sgemm_provider
 
 SAMPLES, SAMPLE_BYTES = 16, 1 << 16  # 1 MiB read per weight file: milliseconds, at any size
@@ -77,7 +78,7 @@ def compute_path(clf: Classifier) -> dict:
 
 
 # what the compute part hashes (the library's file name is recorded, not compared); the layout
-# only where it is not "tiled", the one journals written before it was recorded were in
+# only where it is not the tiled one, which journals written before it was recorded ran in
 DECIDING = ("blas", "kernels", "host_kernels", "device", "mlx", "prefix_threads")
 
 
@@ -100,7 +101,7 @@ def fingerprint(input_digest: str, clf: Classifier, s: Settings, compute: dict) 
         "shape": digest(s.shape()),  # a resume's is the journal's: an edited one differs
         "compute": digest(
             [compute.get(k) for k in DECIDING]
-            + [x for x in [compute.get("layout", "tiled")] if x != "tiled"]
+            + [x for x in [compute.get("layout", TILED)] if x != TILED]
         ),
     }
     return " ".join(f"{k}={v}" for k, v in parts.items())

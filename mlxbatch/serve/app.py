@@ -8,9 +8,11 @@ on the scheduler's threads, never on the event loop. Ticket texts are never logg
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
 import time
+from collections.abc import Coroutine
 from contextlib import asynccontextmanager
 
 import anyio
@@ -40,6 +42,28 @@ def check_key(request: Request, key: bytes | None) -> None:
                        {"WWW-Authenticate": "Bearer"})  # fmt: skip
 
 
+async def unless_gone(request: Request, work: Coroutine):
+    """`work`'s result, or None as soon as the client has closed its side: then `work` is
+    cancelled (the service withdraws its items: nobody is left to answer)."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    return task.result() if not task.cancelled() else None
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client is gone (the body is read: only a disconnect comes now)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        await asyncio.sleep(0)
+
+
 class Routes:
     """The routes over what they share: the service, the API key, the connection deadlines
     and the deadlines of the bodies being read (which the drain cuts short)."""
@@ -59,7 +83,8 @@ class Routes:
             service.check_accepting()
             body = await read_body(request, self.limits.max_body_bytes,
                                    self.connections.body_s, self.clocks)  # fmt: skip
-            reply = await service.classify(parse_classify(body, self.limits, service.names))
+            parsed = parse_classify(body, self.limits, service.names)
+            reply = await unless_gone(request, service.classify(parsed))
         except ApiError as e:
             if e.status == 408 and service.state == "draining":  # cut short by the drain
                 e = ApiError(503, "the server is shutting down")
@@ -83,7 +108,7 @@ class Routes:
             metrics.request("internal", 500)
             return ApiError(500, "internal error (see the server's log)").response()
         seconds = time.perf_counter() - start
-        if await request.is_disconnected():  # gone while its items were scored
+        if reply is None or await request.is_disconnected():  # gone while it was scored
             metrics.request("disconnected", 499)
             log.info("classify: the client disconnected before its reply")
             return Response(status_code=499)
@@ -147,7 +172,7 @@ def build_app(service: Service, api_key: bytes | None,
               connections: ConnectionLimits) -> Starlette:  # fmt: skip
     """The app: `Routes` on their paths, its lifespan, and HTTP errors in our error shape."""
     routes = Routes(service, api_key, connections)
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/v1/classify", routes.classify, methods=["POST"]),
             Route("/classify", routes.classify, methods=["POST"]),  # vLLM's path too
@@ -158,3 +183,6 @@ def build_app(service: Service, api_key: bytes | None,
         lifespan=routes.lifespan,
         exception_handlers={HTTPException: routes.http_error},
     )
+    # "/v1/classify/" was a 307 to a Location built from the client's Host header: a 404 now
+    app.router.redirect_slashes = False
+    return app

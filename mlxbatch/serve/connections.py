@@ -47,12 +47,13 @@ class ConnectionLimits:
     header_s: float = 10.0  # connect (or the last response) to the request head's end
     body_s: float = 30.0  # the head's end to the body's last byte (2 MB at ~70 KB/s)
     keep_alive_s: float = 5.0  # idle between requests (uvicorn's default)
+    reply_s: float = 30.0  # a reply the client does not read: its socket's buffer stays full
     max_connections: int = 512  # open at once; past it a new one gets 503 and is closed
     drain_s: float = 30.0  # SIGTERM to exit: what is queued is answered, the rest dropped
 
     def as_dict(self) -> dict:
         return {"timeout_header_s": self.header_s, "timeout_body_s": self.body_s,
-                "timeout_keep_alive_s": self.keep_alive_s,
+                "timeout_keep_alive_s": self.keep_alive_s, "timeout_reply_s": self.reply_s,
                 "max_connections": self.max_connections, "drain_timeout_s": self.drain_s}  # fmt: skip
 
 
@@ -98,7 +99,7 @@ class GuardedProtocol(H11Protocol):
     refused_lingering = 0  # refused sockets still open: a flood must not pile them up
 
     def connection_made(self, transport) -> None:
-        self.head_timer = self.linger_timer = None
+        self.head_timer = self.linger_timer = self.reply_timer = None
         self.lingering = self.refused = self.heard = False
         self.raw = transport  # the socket's own transport (closes at once)
         if len(self.connections) >= self.limits.max_connections:
@@ -128,9 +129,30 @@ class GuardedProtocol(H11Protocol):
             super().connection_lost(exc)
         elif self.lingering:
             type(self).refused_lingering -= 1
-        for timer in (self.head_timer, self.linger_timer):
+        for timer in (self.head_timer, self.linger_timer, self.reply_timer):
             if timer is not None:
                 timer.cancel()
+
+    def pause_writing(self) -> None:
+        """The socket's send buffer is full: the client is not reading. One that never reads
+        (pipelined requests, replies never taken) held its connection, and a slot of
+        --max-connections, for good; past `reply_s` it is dropped."""
+        super().pause_writing()
+        if self.reply_timer is None:
+            self.reply_timer = self.loop.call_later(self.limits.reply_s, self.reply_late)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self.reply_timer is not None:
+            self.reply_timer.cancel()
+            self.reply_timer = None
+
+    def reply_late(self) -> None:
+        self.reply_timer = None
+        self.metrics.connections_dropped.inc()
+        log.info("a client did not read its replies for %g s: its connection is dropped",
+                 self.limits.reply_s)  # fmt: skip
+        self.raw.abort()  # what is buffered cannot be sent: close without flushing it
 
     def data_received(self, data: bytes) -> None:
         if self.lingering:  # the reply is sent: what still arrives is read and dropped

@@ -47,6 +47,7 @@ class ClassifyBody:
     truncate: bool
 
 
+CLOSE = {"Connection": "close"}  # the connection cannot carry another request after it
 FIELDS = {"model", "input", "truncate", "user"}  # "user": accepted as OpenAI clients send it
 
 
@@ -57,6 +58,9 @@ async def read_body(request: Request, cap: int, deadline: float,
     held its socket and what it had sent forever). `clocks` holds the deadline while it runs:
     the drain moves it to now."""
     declared = request.headers.get("content-length")
+    if declared is not None and "transfer-encoding" in request.headers:  # RFC 9112 6.3: the
+        raise ApiError(400, "the request has both Content-Length and Transfer-Encoding",
+                       CLOSE)  # length is ambiguous (request smuggling behind a proxy)  # fmt: skip
     if declared is not None and declared.isdigit() and int(declared) > cap:
         raise ApiError(413, f"the body is {int(declared):,} bytes; the limit is {cap:,}")
     chunks, size = [], 0
@@ -73,7 +77,7 @@ async def read_body(request: Request, cap: int, deadline: float,
                 clocks.discard(clock)
     except TimeoutError:
         raise ApiError(408, f"the body did not all arrive within {deadline:g} s "
-                       f"({size:,} bytes came)") from None  # fmt: skip
+                       f"({size:,} bytes came)", CLOSE) from None  # fmt: skip
     return b"".join(chunks)
 
 
@@ -103,7 +107,10 @@ def parse_classify(body: bytes, limits: Limits, models: tuple[str, ...]) -> Clas
     if model is not None and not isinstance(model, str):
         raise ApiError(400, f'"model" must be a string, not a {_kind(model)}')
     if model is not None and model not in models:
-        raise ApiError(404, f"model {model!r} is not served here (this server serves "
+        shown = (
+            repr(model) if len(model) <= 200 else f"{model[:200]!r}... ({len(model):,} characters)"
+        )
+        raise ApiError(404, f"model {shown} is not served here (this server serves "
                        f"{models[0]!r})")  # fmt: skip
     truncate = doc.get("truncate", False)
     if not isinstance(truncate, bool):

@@ -33,6 +33,9 @@ class Metrics:
                                 ["outcome", "status"], registry=r)  # fmt: skip
         self.connections_refused = Counter("mlxbatch_connections_refused", "Connections "
                                            "refused past --max-connections", registry=r)  # fmt: skip
+        self.connections_dropped = Counter("mlxbatch_connections_dropped", "Connections "
+                                           "dropped: replies unread past --timeout-reply",
+                                           registry=r)  # fmt: skip
         self.items = Counter("mlxbatch_items", "Texts classified", registry=r)
         self.request_seconds = Histogram("mlxbatch_request_seconds", "Request duration, body "
                                          "read to reply", buckets=SECONDS, registry=r)  # fmt: skip

@@ -170,7 +170,11 @@ class Service:
         # error, once nobody awaits it (cut at the drain deadline), is read, not logged
         scored = asyncio.wrap_future(future)
         scored.add_done_callback(lambda f: f.cancelled() or f.exception())
-        probs = await asyncio.shield(scored)
+        try:
+            probs = await asyncio.shield(scored)
+        except asyncio.CancelledError:  # the client is gone, or the drain ended: not scored
+            self.scheduler.withdraw(future)
+            raise
         rid = f"classify-{uuid.uuid4().hex}"
         self.verifier.offer(rid, [item.prompt for item in items], probs)
         self.metrics.items.inc(len(items))
