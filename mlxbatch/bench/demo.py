@@ -14,7 +14,7 @@ from ..io.inputs import read_rows
 from ..io.sinks import journal_path
 from ..jobs.classify import Interrupted
 from ..jobs.job import Hooks, run_job
-from .workload import generate, jsonl_bytes, write_jsonl
+from .workload import generate, jsonl_text, write_jsonl
 
 
 def run_demo(n: int, model: Path, out_dir: Path, progress=print, resume: bool = False,
@@ -29,7 +29,7 @@ def run_demo(n: int, model: Path, out_dir: Path, progress=print, resume: bool = 
         if not resume:
             raise ResumeError(f"{journal_path(out)} holds an interrupted demo: `mlxbatch demo "
                               "--resume` continues it; delete it to start over")  # fmt: skip
-        if src.exists() and src.read_bytes() != jsonl_bytes(tickets):
+        if src.exists() and src.read_bytes() != jsonl_text(tickets).encode("utf-8"):
             raise ResumeError(f"{journal_path(out)} is a demo of other tickets than --tickets {n} "
                               f"makes ({src}): resume with the first run's --tickets")  # fmt: skip
     write_jsonl(tickets, src)  # the same bytes for the same n: a resume's input is unchanged

@@ -151,13 +151,13 @@ def generate(n: int, seed: int = 0, mix: str = "default") -> list[dict]:
     return out
 
 
-def jsonl_bytes(rows: list[dict]) -> bytes:
-    """What `write_jsonl` writes for `rows`."""
-    return "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in rows).encode()
+def jsonl_text(rows: list[dict]) -> str:
+    """What `write_jsonl` writes for `rows` (as UTF-8)."""
+    return "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in rows)
 
 
 def write_jsonl(rows: list[dict], path: Path | None) -> None:
-    text = jsonl_bytes(rows).decode()
+    text = jsonl_text(rows)
     if path is None:
         sys.stdout.write(text)
     else:

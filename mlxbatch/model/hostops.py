@@ -34,8 +34,8 @@ query rows as one block; under SkylakeX on one thread its matmuls took 0.58 s of
 the tiled ones took 0.94 (1.61x; 1,201 rows through the 0.5B model's q/k/v, gate/up and down
 shapes on a Zen 5). The layout follows the BLAS this process loaded, decided once with it
 (`LAYOUT`, and `matmul_t` / `attention` bound from `KERNELS`); each (family, layout) is
-checked at the BLAS probe (model/invariance.py), and one that fails is not used. mx.fast.scaled_dot_product_attention
-(the GPU path) gives no such guarantee.
+checked at the BLAS probe (model/invariance.py), and one that fails is not used.
+mx.fast.scaled_dot_product_attention (the GPU path) gives no such guarantee.
 """
 
 from __future__ import annotations
