@@ -64,16 +64,24 @@ def write_workload(path: Path, n: int, duplicates: float, seed: int = 0) -> int:
     return repeats
 
 
-def rss_trace(pid: int, stop: threading.Event, every: float = 1.0) -> list[tuple[float, float]]:
+def rss_trace(pid: int, stop: threading.Event, every: float = 1.0,
+              peak: list | None = None) -> list[tuple[float, float]]:  # fmt: skip
     """(seconds, resident MB) of process `pid` every `every` seconds until `stop` (Linux's
-    /proc; empty elsewhere): where in a job its memory is reached, not only the maximum."""
+    /proc; empty elsewhere): where in a job its memory is reached, not only the maximum.
+    `peak` gets the last VmHWM read (MB): the child's own high-water mark, which wait4's
+    ru_maxrss is not (Linux counts the spawning process's resident size in it: a pytest
+    worker holding a loaded model made a child's "max RSS" read over 5 GB)."""
     t0, out = time.perf_counter(), []
     while not stop.wait(every):
         try:
             with open(f"/proc/{pid}/status") as f:
-                kb = next(int(x.split()[1]) for x in f if x.startswith("VmRSS:"))
-        except (OSError, StopIteration, ValueError):
+                fields = {x.split(":")[0]: int(x.split()[1]) for x in f
+                          if x.startswith(("VmRSS:", "VmHWM:"))}  # fmt: skip
+            kb = fields["VmRSS"]
+        except (OSError, KeyError, ValueError, IndexError):
             break
+        if peak is not None and "VmHWM" in fields:
+            peak[:] = [fields["VmHWM"] / 1024]
         out.append((round(time.perf_counter() - t0, 1), round(kb / 1024, 1)))
     return out
 
@@ -86,7 +94,8 @@ def run_job(model: Path, src: Path, out: Path, *extra: str) -> dict:
         t = time.perf_counter()
         child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         stop = threading.Event()
-        trace = pool.submit(rss_trace, child.pid, stop)
+        hwm: list[float] = []
+        trace = pool.submit(rss_trace, child.pid, stop, 1.0, hwm)
         _, status, usage = os.wait4(child.pid, 0)
         wall = time.perf_counter() - t
         stop.set()
@@ -102,7 +111,9 @@ def run_job(model: Path, src: Path, out: Path, *extra: str) -> dict:
         "errors": int(summary["errors"]), "job_seconds": float(summary["seconds"]),
         "items_per_s": float(summary["rate"]), "padding": float(summary["padding"]) / 100,
         "duplicates_scored_once": int(dup[1]) if dup else 0, "wall_seconds": wall,
-        "max_rss_mb": usage.ru_maxrss / 1024, "command": " ".join(cmd),
+        "max_rss_mb": max(hwm[0], max((mb for _, mb in trace.result()), default=0))
+        if hwm else usage.ru_maxrss / 1024,  # the child's own; else the OS's (no /proc)
+        "command": " ".join(cmd),
         # MLX's own peak (the batches' buffers) and the job's bound for it, from the summary
         "mlx_peak_mb": float(peak["peak"]) * 1024 if peak else None,
         "mlx_bound_mb": float(peak["bound"]) * 1024 if peak else None,
