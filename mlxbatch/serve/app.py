@@ -1,8 +1,8 @@
 """The HTTP routes (Starlette): /v1/classify, /v1/models, /health, /metrics.
 
 Every reply other than 200 is `{"error": {"message", "type", "code"}}` (see errors.py).
-The routes only read, validate and await: tokenizing runs in a worker thread and scoring
-on the scheduler's threads, never on the event loop. Ticket texts are never logged.
+The routes only read, validate and await: a large body is parsed and texts are tokenized
+in worker threads, and scoring runs on the scheduler's threads, never on the event loop. Ticket texts are never logged.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from starlette.routing import Route
 
 from .connections import ConnectionLimits
 from .errors import TYPES, ApiError
-from .limits import parse_classify, read_body
+from .limits import parse_body, read_body
 from .service import Service
 
 log = logging.getLogger("mlxbatch.serve")
@@ -83,7 +83,7 @@ class Routes:
             service.check_accepting()
             body = await read_body(request, self.limits.max_body_bytes,
                                    self.connections.body_s, self.clocks)  # fmt: skip
-            parsed = parse_classify(body, self.limits, service.names)
+            parsed = await parse_body(body, self.limits, service.names)
             reply = await unless_gone(request, service.classify(parsed))
         except ApiError as e:
             if e.status == 408 and service.state == "draining":  # cut short by the drain
