@@ -4,6 +4,7 @@ whole file at once, from arriving work, and from several callers at once."""
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -204,3 +205,72 @@ def test_closing_without_a_drain_mid_round_fails_the_requests_and_ends_the_threa
     for future in closed:
         with pytest.raises(RuntimeError, match="closed"):
             future.result()
+
+
+class OneLane:  # the engine, stepped one batch a round whatever this machine's lanes
+    lanes = 1
+
+    def __init__(self, engine):
+        self._engine = engine
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+
+def test_a_small_request_is_not_kept_behind_a_large_one(clf):
+    """Twelve texts of one request, then one of another, queued together, a batch a round:
+    the second request is scored in the second round. Taking the batches that hold the oldest
+    items first, it waited for all twelve (a client's 256 long texts held the requests after
+    it for minutes)."""
+    from mlxbatch.engine.live import LiveScheduler
+
+    engine, records, hold = clf.engine, [], threading.Event()
+    hold.set()
+    live = LiveScheduler(OneLane(engine), policy(clf, max_batch=1), max_wait=0.001,
+                         on_batch=records.append, held=hold.is_set)  # fmt: skip
+    live.start()
+    long = [t for t in TEXTS if t.count("crashes") == 7][:1] * 12
+    large = live.submit([item(engine, None, t) for t in long])
+    small_done_after = []
+    small = live.submit([item(engine, None, "refund please")])
+    small.add_done_callback(lambda f: small_done_after.append(len(records)))
+    hold.clear()
+    small.result(timeout=120)
+    large.result(timeout=120)
+    live.close()
+    assert len(records) == 13
+    assert small_done_after == [1], small_done_after  # the round before it scored large's first
+
+
+def test_a_stream_of_small_requests_does_not_starve_a_large_one(clf):
+    """A new one-text request after every batch, 40 in all, while a six-text request waits:
+    the six are scored before the stream ends, and the stream got no more padded tokens than
+    they did meanwhile (a request that joined at nothing served won every round)."""
+    from mlxbatch.engine.live import LiveScheduler
+
+    engine, records, sent = clf.engine, [], []
+    short = item(engine, None, "refund please")
+    large_items = [item(engine, None, TEXTS[k]) for k in range(6)]
+    assert min(i.fed for i in large_items) > short.fed  # a batch's width tells whose it is
+
+    def another(record) -> None:
+        records.append(record)
+        if len(sent) < 40:
+            sent.append(live.submit([short]))
+
+    live = LiveScheduler(OneLane(engine), policy(clf, max_batch=1), max_wait=0.001,
+                         on_batch=another)  # fmt: skip
+    large_done_after = []
+    large = live.submit(large_items)
+    large.add_done_callback(lambda f: large_done_after.append(len(records)))
+    live.start()
+    large.result(timeout=120)
+    deadline = time.monotonic() + 120
+    while len(sent) < 40 and time.monotonic() < deadline:  # the stream goes on after it
+        time.sleep(0.01)
+    assert len(sent) == 40 and all(f.result(timeout=120) is not None for f in sent)
+    live.close()
+    before = records[: large_done_after[0]]
+    stream = sum(r.width for r in before if r.width == short.fed)
+    assert len(before) < 6 + 40 and stream <= sum(i.fed for i in large_items), (
+        [r.width for r in before], stream)  # fmt: skip

@@ -531,6 +531,36 @@ def test_the_work_of_a_client_that_left_is_withdrawn_not_scored(tiny_model_dir, 
     assert "Traceback" not in s.log.read_text()
 
 
+def test_a_one_text_request_is_answered_before_a_long_request_queued_ahead_of_it(
+    tiny_model_dir, tmp_path
+):
+    """Sixteen long texts, a batch each, then one short text, queued together: the short one
+    is answered first. The rounds took the batches of the oldest items, so it waited for all
+    sixteen."""
+    from mlxbatch.runtime.testhold import HOLD_FILE
+
+    hold = tmp_path / "hold"  # while it exists the scheduler starts no round
+    hold.write_text("")
+    done: list[str] = []
+
+    def post(name: str, texts: list[str]) -> None:
+        r = httpx.post(s.url + "/v1/classify", json={"input": texts}, timeout=300)
+        assert r.status_code == 200
+        done.append(name)
+
+    long = [f"ticket {i}: " + "my invoice is wrong and the app crashes " * 150 for i in range(16)]
+    env = {HOLD_FILE: str(hold)}
+    with running(tiny_model_dir, "--batch-tokens", "2048", tmp=tmp_path, env=env) as s:
+        with ThreadPoolExecutor(2) as pool:
+            large = pool.submit(post, "large", long)
+            wait_for(lambda: s.metric("mlxbatch_queue_depth") == 16, "the long texts queued")
+            small = pool.submit(post, "small", ["charged twice"])
+            wait_for(lambda: s.metric("mlxbatch_queue_depth") == 17, "the short one queued")
+            hold.unlink()
+            small.result(timeout=300), large.result(timeout=300)
+    assert done == ["small", "large"]
+
+
 def test_a_client_that_never_reads_its_replies_is_dropped(tiny_model_dir, tmp_path):
     """Pipelined requests whose replies are never read held their connections, and the slots
     of --max-connections, for good: two such clients took a two-slot server down."""

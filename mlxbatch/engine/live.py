@@ -5,6 +5,7 @@ budget per lane (the service's scheduler)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -27,7 +28,10 @@ class LiveScheduler:
     """Arriving work: `submit` from any thread; one thread of its own batches and scores.
 
     It waits until the oldest queued item has waited `max_wait` seconds or a full budget per
-    lane is queued, then steps one round (one batch per lane). The MLX work runs on this
+    lane is queued, then steps one round (one batch per lane). A round takes the batches of
+    the requests served least so far (fair queueing, counted in padded tokens): with the
+    oldest items first, one client's 256 long texts kept every request after it waiting
+    until all of them were scored. The MLX work runs on this
     thread and the engine's lanes, never on the caller's. `held`: a test's hook, asked before
     each round (True: keep what is queued queued).
     """
@@ -47,6 +51,10 @@ class LiveScheduler:
         # the thread touches the scheduler: a clear from the closing thread mid-round lost keys)
         self._accepting, self._stopped, self._dropped = True, False, False
         self._withdrawn: set[int] = set()  # requests nobody waits for: the thread drops them
+        # request -> padded tokens scored for it. A request starts level with the most served
+        # one waiting (it joins the round at its end), not at 0 or the least: new requests
+        # then won every round, and a stream of small ones starved a large one (a test).
+        self._served: dict[int, int] = {}
         self._requests = 0
         self._thread = threading.Thread(target=self._loop, name="mlxbatch-scheduler", daemon=True)
         self._round_seconds = 0.05  # a running estimate, for Retry-After
@@ -76,6 +84,7 @@ class LiveScheduler:
             request, now = self._requests, time.monotonic()
             J = len(self.scheduler.engine.labels.names)
             self._waiting[request] = (future, np.empty((len(items), J), np.float32), len(items))
+            self._served[request] = max(self._served.values(), default=0)
             self._pending.extend((dataclasses.replace(item, key=(request, i)), now)
                                  for i, item in enumerate(items))  # fmt: skip
             self._cond.notify()
@@ -89,7 +98,7 @@ class LiveScheduler:
             request = next((r for r, (f, _, _) in self._waiting.items() if f is future), None)
             if request is None:
                 return
-            del self._waiting[request]
+            del self._waiting[request], self._served[request]
             future.cancel()
             self._pending = [(item, t) for item, t in self._pending if item.key[0] != request]
             self._withdrawn.add(request)
@@ -117,6 +126,7 @@ class LiveScheduler:
             if not future.done():
                 future.set_exception(error)
         self._waiting.clear()
+        self._served.clear()
         self._pending.clear()
 
     def _ready(self) -> bool:
@@ -178,8 +188,14 @@ class LiveScheduler:
 
     def _round(self) -> None:
         t = time.perf_counter()
+        with self._cond:
+            served = dict(self._served)  # a request withdrawn since is not in it: it goes last
+
+        def first(key: tuple[int, int]) -> tuple:  # the least served request, then the oldest
+            return served.get(key[0], math.inf), key
+
         try:
-            done = list(self.scheduler.step(lanes=self.scheduler.engine.lanes))
+            done = list(self.scheduler.step(lanes=self.scheduler.engine.lanes, first=first))
         except Exception as e:  # the engine failed: fail every request queued, go on
             with self._cond:
                 self._fail_requests(e)
@@ -189,6 +205,8 @@ class LiveScheduler:
         for batch, probs, record in done:
             with self._cond:
                 for (request, i), p in zip(batch.indices, probs):
+                    if request in self._served:
+                        self._served[request] += batch.width
                     self._deliver(request, i, p)
             if self.on_batch is not None:
                 self.on_batch(record)
@@ -202,6 +220,6 @@ class LiveScheduler:
         out[i] = p
         self._waiting[request] = (future, out, left - 1)
         if left == 1:
-            del self._waiting[request]
+            del self._waiting[request], self._served[request]
             if future.set_running_or_notify_cancel():
                 future.set_result(out)

@@ -118,16 +118,20 @@ class Scheduler:
         return [Batch(tuple(keys[i] for i in b.indices), b.width) for b in cut]
 
     def step(
-        self, batches: list[Batch] | None = None, lanes: int | None = None
-    ) -> Iterator[tuple[Batch, np.ndarray, BatchRecord]]:
+        self, batches: list[Batch] | None = None, lanes: int | None = None,
+        first: Callable[[Hashable], tuple] | None = None,
+    ) -> Iterator[tuple[Batch, np.ndarray, BatchRecord]]:  # fmt: skip
         """Schedule, run, postprocess: score `batches` of queued keys (default: `plan()` of
-        everything queued; with `lanes`, only that many, those holding the longest-waiting
-        items first), pipelined over the lanes, yielding (batch, probabilities, record) in
-        order; each batch's items leave the queue when its result is handed back."""
+        everything queued; with `lanes`, only that many: those holding the item that comes
+        first by `first(key)`, by default the longest-waiting), pipelined over the lanes,
+        yielding (batch, probabilities, record) in order; each batch's items leave the queue
+        when its result is handed back."""
         batches = self.plan() if batches is None else batches
         if lanes is not None:
-            rank = {k: n for n, k in enumerate(self._queue)}  # arrival order
-            batches = sorted(batches, key=lambda b: min(rank[k] for k in b.indices))[:lanes]
+            if first is None:
+                rank = {k: (n,) for n, k in enumerate(self._queue)}  # arrival order
+                first = rank.__getitem__
+            batches = sorted(batches, key=lambda b: min(map(first, b.indices)))[:lanes]
         prompts = {k: self._queue[k].prompt for b in batches for k in b.indices}
         started = last = time.monotonic()
         done = self.engine.run(prompts, batches, self.policy.scorer)
