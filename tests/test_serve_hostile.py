@@ -292,7 +292,7 @@ def test_health_answers_while_long_texts_are_tokenized(server):
 def test_health_answers_while_a_body_of_numbers_is_parsed(tiny_model_dir, tmp_path):
     """Two 12 MB bodies of 6 million numbers each: /health keeps answering while they parse.
     Parsed on the event loop, each held /health for the whole parse (0.3-0.4 s a 2 MB body on
-    a Zen 3); the bound is a third of this machine's parse time, measured here."""
+    a Zen 3; two queued: twice that); the bound is one parse, timed here."""
     from mlxbatch.serve.limits import Limits, parse_classify
 
     body = b'{"input": ["my invoice is wrong"], "user": [' + b"1," * 6_000_000 + b"1]}"
@@ -316,7 +316,7 @@ def test_health_answers_while_a_body_of_numbers_is_parsed(tiny_model_dir, tmp_pa
                 checks += 1
                 time.sleep(0.02)
             assert [f.result() for f in futures] == [200, 200]
-    assert checks >= 5 and slowest < parse_s / 3, (checks, slowest, parse_s)
+    assert checks >= 5 and slowest < parse_s, (checks, slowest, parse_s)
 
 
 def wait_all(futures) -> None:
