@@ -268,8 +268,6 @@ def test_health_answers_while_long_texts_are_tokenized(server):
     """Four requests of ~1.9 MB texts (truncated) in flight: /health keeps answering. Before,
     each text held the GIL for seconds and /health took 6.5 s; the bound is generous."""
     texts = [f"ticket {i}: my invoice is wrong and the app crashes " * 38_000 for i in range(4)]
-    done = threading.Event()
-    slowest = 0.0
 
     def send(text: str) -> int:
         return httpx.post(server.url + "/v1/classify", json={"input": text, "truncate": True},
@@ -277,14 +275,7 @@ def test_health_answers_while_long_texts_are_tokenized(server):
 
     with ThreadPoolExecutor(4) as pool:
         futures = [pool.submit(send, t) for t in texts]
-        threading.Thread(target=lambda: (wait_all(futures), done.set()), daemon=True).start()
-        checks = 0
-        while not done.is_set():
-            t0 = time.monotonic()
-            assert httpx.get(server.url + "/health", timeout=60).status_code == 200
-            slowest = max(slowest, time.monotonic() - t0)
-            checks += 1
-            time.sleep(0.05)
+        checks, slowest = health_until_done(server, futures, pause=0.05)
         assert [f.result() for f in futures] == [200] * 4
     assert checks >= 3 and slowest < 3.0, (checks, slowest)
 
@@ -300,7 +291,6 @@ def test_health_answers_while_a_body_of_numbers_is_parsed(tiny_model_dir, tmp_pa
     parse_classify(body, Limits(max_body_bytes=len(body)), ("x",))
     parse_s = time.perf_counter() - t0
     with running(tiny_model_dir, "--max-body-mb", "13", tmp=tmp_path) as server:
-        done, slowest, checks = threading.Event(), 0.0, 0
 
         def send() -> int:
             return httpx.post(server.url + "/v1/classify", content=body, timeout=600,
@@ -308,15 +298,23 @@ def test_health_answers_while_a_body_of_numbers_is_parsed(tiny_model_dir, tmp_pa
 
         with ThreadPoolExecutor(2) as pool:
             futures = [pool.submit(send) for _ in range(2)]
-            threading.Thread(target=lambda: (wait_all(futures), done.set()), daemon=True).start()
-            while not done.is_set():
-                t0 = time.monotonic()
-                assert httpx.get(server.url + "/health", timeout=60).status_code == 200
-                slowest = max(slowest, time.monotonic() - t0)
-                checks += 1
-                time.sleep(0.02)
+            checks, slowest = health_until_done(server, futures, pause=0.02)
             assert [f.result() for f in futures] == [200, 200]
     assert checks >= 5 and slowest < parse_s, (checks, slowest, parse_s)
+
+
+def health_until_done(server, futures, pause: float) -> tuple[int, float]:
+    """GET /health every `pause` seconds until `futures` are all done, each answer a 200:
+    (how many were asked, the slowest answer's seconds)."""
+    done, checks, slowest = threading.Event(), 0, 0.0
+    threading.Thread(target=lambda: (wait_all(futures), done.set()), daemon=True).start()
+    while not done.is_set():
+        t0 = time.monotonic()
+        assert httpx.get(server.url + "/health", timeout=60).status_code == 200
+        slowest = max(slowest, time.monotonic() - t0)
+        checks += 1
+        time.sleep(pause)
+    return checks, slowest
 
 
 def wait_all(futures) -> None:

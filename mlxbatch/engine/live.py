@@ -31,9 +31,9 @@ class LiveScheduler:
     lane is queued, then steps one round (one batch per lane). A round takes the batches of
     the requests served least so far (fair queueing, counted in padded tokens): with the
     oldest items first, one client's 256 long texts kept every request after it waiting
-    until all of them were scored. The MLX work runs on this
-    thread and the engine's lanes, never on the caller's. `held`: a test's hook, asked before
-    each round (True: keep what is queued queued).
+    until all of them were scored. The MLX work runs on this thread and the engine's lanes,
+    never on the caller's. `held`: a test's hook, asked before each round (True: keep what
+    is queued queued).
     """
 
     def __init__(

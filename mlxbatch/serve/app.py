@@ -2,7 +2,8 @@
 
 Every reply other than 200 is `{"error": {"message", "type", "code"}}` (see errors.py).
 The routes only read, validate and await: a large body is parsed and texts are tokenized
-in worker threads, and scoring runs on the scheduler's threads, never on the event loop. Ticket texts are never logged.
+in worker threads, and scoring runs on the scheduler's threads, never on the event loop.
+Ticket texts are never logged.
 """
 
 from __future__ import annotations
