@@ -8,7 +8,7 @@ import dataclasses
 import math
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from concurrent.futures import Future
 
 import numpy as np
@@ -22,6 +22,18 @@ class QueueFull(Exception):
     def __init__(self, queued: int, limit: int, retry_after: float):
         super().__init__(f"the queue holds {queued} items, its limit is {limit}")
         self.retry_after = retry_after
+
+
+@dataclasses.dataclass
+class _Request:
+    """A submitted request while someone waits for it: its future, its rows of raw
+    probabilities as they are scored, how many are left, and the padded tokens scored for it
+    (the fair queueing's count)."""
+
+    future: Future
+    out: np.ndarray  # (n, J)
+    left: int
+    served: int
 
 
 class LiveScheduler:
@@ -45,16 +57,15 @@ class LiveScheduler:
         self.max_wait, self.max_queue = max_wait, max_queue
         self.on_batch, self.on_idle, self.held = on_batch, on_idle, held
         self._cond = threading.Condition()
-        self._waiting: dict[Hashable, tuple[Future, np.ndarray, int]] = {}  # request -> result
+        # request -> its record. A request starts served level with the most served one
+        # waiting (it joins the round at its end), not at 0 or the least: new requests then
+        # won every round, and a stream of small ones starved a large one (a test).
+        self._waiting: dict[int, _Request] = {}
         self._pending: list[tuple[Item, float]] = []  # submitted, not yet queued
         # _dropped: closed without a drain; the thread drops what the scheduler holds (only
         # the thread touches the scheduler: a clear from the closing thread mid-round lost keys)
         self._accepting, self._stopped, self._dropped = True, False, False
         self._withdrawn: set[int] = set()  # requests nobody waits for: the thread drops them
-        # request -> padded tokens scored for it. A request starts level with the most served
-        # one waiting (it joins the round at its end), not at 0 or the least: new requests
-        # then won every round, and a stream of small ones starved a large one (a test).
-        self._served: dict[int, int] = {}
         self._requests = 0
         self._thread = threading.Thread(target=self._loop, name="mlxbatch-scheduler", daemon=True)
         self._round_seconds = 0.05  # a running estimate, for Retry-After
@@ -83,8 +94,9 @@ class LiveScheduler:
             self._requests += 1
             request, now = self._requests, time.monotonic()
             J = len(self.scheduler.engine.labels.names)
-            self._waiting[request] = (future, np.empty((len(items), J), np.float32), len(items))
-            self._served[request] = max(self._served.values(), default=0)
+            most = max((r.served for r in self._waiting.values()), default=0)
+            self._waiting[request] = _Request(future, np.empty((len(items), J), np.float32),
+                                              len(items), most)  # fmt: skip
             self._pending.extend((dataclasses.replace(item, key=(request, i)), now)
                                  for i, item in enumerate(items))  # fmt: skip
             self._cond.notify()
@@ -95,10 +107,10 @@ class LiveScheduler:
         dropped, not scored (a client that sent 256 long texts and left held the lanes for
         minutes, everyone else's requests queued behind its)."""
         with self._cond:
-            request = next((r for r, (f, _, _) in self._waiting.items() if f is future), None)
+            request = next((r for r, w in self._waiting.items() if w.future is future), None)
             if request is None:
                 return
-            del self._waiting[request], self._served[request]
+            del self._waiting[request]
             future.cancel()
             self._pending = [(item, t) for item, t in self._pending if item.key[0] != request]
             self._withdrawn.add(request)
@@ -122,11 +134,10 @@ class LiveScheduler:
 
     def _fail_requests(self, error: BaseException) -> None:
         """(Holding the lock) fail every request still waiting; any thread may call it."""
-        for future, _, _ in self._waiting.values():
-            if not future.done():
-                future.set_exception(error)
+        for waiting in self._waiting.values():
+            if not waiting.future.done():
+                waiting.future.set_exception(error)
         self._waiting.clear()
-        self._served.clear()
         self._pending.clear()
 
     def _ready(self) -> bool:
@@ -189,7 +200,8 @@ class LiveScheduler:
     def _round(self) -> None:
         t = time.perf_counter()
         with self._cond:
-            served = dict(self._served)  # a request withdrawn since is not in it: it goes last
+            # a request withdrawn since is not in it: it goes last
+            served = {request: w.served for request, w in self._waiting.items()}
 
         def first(key: tuple[int, int]) -> tuple:  # the least served request, then the oldest
             return served.get(key[0], math.inf), key
@@ -205,21 +217,19 @@ class LiveScheduler:
         for batch, probs, record in done:
             with self._cond:
                 for (request, i), p in zip(batch.indices, probs):
-                    if request in self._served:
-                        self._served[request] += batch.width
-                    self._deliver(request, i, p)
+                    self._deliver(request, i, p, batch.width)
             if self.on_batch is not None:
                 self.on_batch(record)
 
-    def _deliver(self, request: int, i: int, p: np.ndarray) -> None:
-        """(Holding the lock) item `i` of `request` is scored; the last one sets its future.
-        A request failed meanwhile (closed without a drain) is no longer waiting."""
-        if request not in self._waiting:
+    def _deliver(self, request: int, i: int, p: np.ndarray, width: int) -> None:
+        """(Holding the lock) item `i` of `request` is scored, in a batch `width` tokens wide;
+        the last one sets its future. A request failed meanwhile (closed without a drain) is
+        no longer waiting."""
+        waiting = self._waiting.get(request)
+        if waiting is None:
             return
-        future, out, left = self._waiting[request]
-        out[i] = p
-        self._waiting[request] = (future, out, left - 1)
-        if left == 1:
-            del self._waiting[request], self._served[request]
-            if future.set_running_or_notify_cancel():
-                future.set_result(out)
+        waiting.out[i], waiting.left, waiting.served = p, waiting.left - 1, waiting.served + width
+        if waiting.left == 0:
+            del self._waiting[request]
+            if waiting.future.set_running_or_notify_cancel():
+                waiting.future.set_result(waiting.out)
