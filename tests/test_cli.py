@@ -266,6 +266,37 @@ def test_blas_choice_is_measured_and_a_crashing_build_is_named(monkeypatch, tmp_
     assert "SIGILL" in line and "patchelf is not installed" in line and blas.REMEDY in line
 
 
+@pytest.mark.skipif(platform.system() != "Linux", reason="the BLAS interposition is Linux-only")
+@pytest.mark.parametrize("edit", [
+    lambda d: d["/b/libopenblas.so"].update(gflops="x"),  # failed every run
+    lambda d: d["/b/libopenblas.so"].clear(),  # left MLX on the reference BLAS
+    lambda d: d.pop("/b/libopenblas.so"),
+    lambda d: d["/b/libopenblas.so"].update(invariant="yes"),  # counted as invariant
+    lambda d: d["/b/libopenblas.so"].update(layouts=["diagonal"], invariant=True),
+    lambda d: d["reference"].update(gflops=float("inf")),
+    lambda d: d.update(reference=[]),
+])  # fmt: skip
+def test_an_edited_blas_cache_is_probed_again(monkeypatch, tmp_path, edit):
+    """blas.json is a file a person can edit: cached probes that no probe writes are measured
+    again (and saved over), not trusted; a cache as written is not."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    fake = [blas.Candidate("system", "/b/libopenblas.so")]
+    found = {"": {"gflops": 5.0}, "/b/libopenblas.so": {"gflops": 80.0, "corename": "Haswell",
+             "config": "x", "threads": 2, "layouts": ["tiled"], "invariant": True}}  # fmt: skip
+    probed = []
+    monkeypatch.setattr(blas, "candidates", lambda: fake)
+    monkeypatch.setattr(blas, "_probe", lambda lib, env: probed.append(lib) or found[lib])
+    assert blas.plan().invariant and len(probed) == 2
+    assert blas.plan().gflops == 80.0 and len(probed) == 2  # read back, not probed again
+    path = tmp_path / "mlxbatch" / "blas.json"
+    cached = json.loads(path.read_text())
+    edit(cached["probes"])
+    path.write_text(json.dumps(cached))
+    plan = blas.plan()
+    assert len(probed) == 4 and plan.gflops == 80.0 and plan.invariant and plan.layout == "tiled"
+    assert json.loads(path.read_text())["probes"]["/b/libopenblas.so"]["invariant"] is True
+
+
 @pytest.mark.skipif(not FAST_BLAS_PLATFORM, reason="scipy-openblas32 ships for x86_64/aarch64")
 def test_the_symbol_table_reader_finds_the_prefixed_exports():
     from mlxbatch.runtime import elf, scipy_openblas

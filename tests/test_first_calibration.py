@@ -75,3 +75,40 @@ def test_a_first_jobs_calibration_is_not_counted_as_classifying(tiny_model_dir, 
     after = time.perf_counter()
     assert ended, "the cost planner's model was not asked for"
     assert result.seconds <= after - ended[0]  # the clock started after the lookup
+
+
+@pytest.mark.parametrize("field, value", [("per_token", "abc"), ("per_token", float("nan")),
+                                          ("per_batch", -1.0), ("per_key", None), ("lanes", 0),
+                                          ("lanes", 2.5), ("source", 7)])  # fmt: skip
+def test_an_edited_calibration_is_made_again_and_saved_over(engine, monkeypatch, field, value):
+    """A cached calibration is a file a person can edit: a per_token of "abc" failed inside the
+    planner (a traceback, the output left as .part), NaN failed writing the journal, and -1
+    planned a job predicted at -98 s. An entry no calibration writes is made again."""
+    import json
+
+    from mlxbatch.runtime.files import cache_dir
+
+    seconds = timed_check(engine)
+    fair = CostModel(seconds, 0.0, 0.0, engine.lanes, "default")  # exactly right: kept
+    monkeypatch.setattr(calibration, "default_model", lambda e: fair)
+    monkeypatch.setattr(calibration, "_time", lambda *a: seconds)
+    assert calibration.cost_model(engine) == fair
+    path = cache_dir() / "planner.json"
+    data = json.loads(path.read_text())
+    data[calibration.cache_key(engine)]["model"][field] = value
+    path.write_text(json.dumps(data))  # NaN as JSON's NaN, which json.loads reads back
+    with pytest.raises(ValueError, match="cost_model"):
+        CostModel.from_dict(data[calibration.cache_key(engine)]["model"])
+    assert calibration.cached(engine) is None
+    assert calibration.cost_model(engine) == fair  # measured again: within 2x, kept
+    assert calibration.cached(engine) == fair  # and saved over the edited entry
+
+
+def test_a_cost_model_refuses_what_no_calibration_writes():
+    good = CostModel(0.01, 1e-5, 0.0, 2, "calibrated").to_dict()
+    assert CostModel.from_dict(good) == CostModel(0.01, 1e-5, 0.0, 2, "calibrated")
+    assert CostModel.from_dict(good | {"gone": 1}).lanes == 2  # an older version's field
+    for bad in ([], {"per_batch": 0.01}, good | {"per_key": float("inf")}, good | {"lanes": True},
+                good | {"per_batch": True}):  # fmt: skip
+        with pytest.raises(ValueError, match="cost_model"):
+            CostModel.from_dict(bad)

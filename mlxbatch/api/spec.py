@@ -7,7 +7,6 @@ nothing re-resolves a setting. The mode comes from the one mode table (`engine.e
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -190,15 +189,7 @@ def _cost(recorded) -> CostModel | None:
     """A recorded cost model: finite, non-negative constants and whole lanes."""
     if not recorded:
         return None
-    if not isinstance(recorded, dict):
-        raise ValueError(f"cost_model {recorded!r}"[:200])
-    cost = CostModel.from_dict(recorded)  # KeyError/TypeError: a missing or unknown field
-    numbers = (cost.per_batch, cost.per_token, cost.per_key)
-    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-               and x >= 0 for x in numbers):  # fmt: skip
-        raise ValueError(f"cost_model {recorded!r}"[:200])
-    _count("cost_model lanes", cost.lanes)
-    return cost
+    return CostModel.from_dict(recorded)  # ValueError: one no calibration writes
 
 
 def item_limit(engine: Engine, spec: RunSpec, names: Names = flag) -> Limit:

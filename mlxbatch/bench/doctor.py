@@ -111,5 +111,5 @@ def _described(entry: dict) -> str:
 
     try:
         return describe(CostModel.from_dict(entry["model"]))
-    except (TypeError, ValueError):
+    except (TypeError, KeyError, ValueError):
         return "unreadable (edited?)"

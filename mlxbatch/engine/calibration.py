@@ -59,10 +59,12 @@ def _cache() -> dict:
 
 
 def cached(engine: Engine) -> CostModel | None:
+    """This machine's calibration for `engine`; None where there is none or it is unreadable
+    (edited by hand: then it is made again, and saved over it)."""
     entry = _cache().get(cache_key(engine))
     try:
         return CostModel.from_dict(entry["model"]) if entry else None
-    except (TypeError, KeyError):
+    except (TypeError, KeyError, ValueError):
         return None
 
 

@@ -8,6 +8,7 @@ an exact dynamic program over the sorted order, O(n x max rows), padding capped 
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
@@ -149,8 +150,26 @@ class CostModel:
     @classmethod
     def from_dict(cls, d: dict) -> CostModel:
         """From `to_dict` output, also an older version's (fields it no longer has are dropped:
-        a journal written before keeps its recorded constants)."""
-        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+        a journal written before keeps its recorded constants). ValueError for constants no
+        calibration writes: the calibration cache and a journal are files a person can edit,
+        and a cached per_token of "abc" failed inside the planner, NaN failed writing the
+        journal, and -1 planned a job predicted at -98 s."""
+        bad = ValueError(f"cost_model {d!r}"[:200])
+        if not isinstance(d, dict):
+            raise bad
+        try:
+            cost = cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+        except TypeError:  # a constant missing
+            raise bad from None
+        numbers = (cost.per_batch, cost.per_token, cost.per_key)
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                   and x >= 0 for x in numbers):  # fmt: skip
+            raise bad
+        if isinstance(cost.lanes, bool) or not isinstance(cost.lanes, int) or cost.lanes < 1:
+            raise bad
+        if not isinstance(cost.source, str):
+            raise bad
+        return cost
 
 
 MAX_PADDING = 0.03  # the cost planner's cap on padding (share of processed tokens)

@@ -21,6 +21,7 @@ import ctypes.util
 import hashlib
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import signal
@@ -160,9 +161,13 @@ def probes() -> tuple[list[Candidate], dict[str, dict]]:
         cached = json.loads(path.read_text())
     except (OSError, ValueError):
         cached = {}
-    if (not isinstance(cached, dict) or cached.get("key") != key) and key in _PROBED:
+
+    def current(c) -> bool:  # this machine's, and as a probe writes it
+        return isinstance(c, dict) and c.get("key") == key and _readable(c.get("probes"), options)
+
+    if not current(cached) and key in _PROBED:
         cached = {"key": key, "probes": _PROBED[key]}  # probed already: the cache kept nothing
-    if not isinstance(cached, dict) or cached.get("key") != key:
+    if not current(cached):
         found = {"reference": _probe("", ())}
         for c in options:
             if not c.library:
@@ -180,6 +185,31 @@ def probes() -> tuple[list[Candidate], dict[str, dict]]:
         except (OSError, OutputError):  # measured again by the next run, not by this one
             _PROBED[key] = found
     return options, cached["probes"]
+
+
+def _readable(found, options: list[Candidate]) -> bool:
+    """Whether cached probes read as the probes write them, one for each library: blas.json is a
+    file a person can edit, and a gflops of "x" failed every run, an emptied entry left MLX on
+    the reference BLAS (a job 7x slower) and an "invariant" of "yes" counted as invariant."""
+    if not isinstance(found, dict) or not all(c.library in found for c in options if c.library):
+        return False
+    for result in found.values():
+        if not isinstance(result, dict):
+            return False
+        if "failure" in result:
+            if not isinstance(result["failure"], str):
+                return False
+            continue
+        rate, layouts = result.get("gflops"), result.get("layouts", [])
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < math.inf:
+            return False
+        if any(not isinstance(result.get(k, ""), str) for k in ("config", "corename")):
+            return False
+        if not isinstance(layouts, list) or any(x not in ("plain", TILED) for x in layouts):
+            return False
+        if result.get("invariant", bool(layouts)) is not bool(layouts):
+            return False
+    return True
 
 
 def _identity(library: str) -> list:
