@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from mlxbatch.bench.workload import generate, write_jsonl
 from mlxbatch.cli import cli
-from mlxbatch.runtime import blas
+from mlxbatch.runtime import blas, probe
 
 
 @pytest.fixture(scope="module")
@@ -236,19 +236,19 @@ def test_blas_choice_is_measured_and_a_crashing_build_is_named(monkeypatch, tmp_
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     bad = tmp_path / "libnot-a-library.so"
     bad.write_bytes(b"\x7fELF garbage")
-    assert "failure" in blas._probe(str(bad), ())  # fails in its subprocess, not here
+    assert "failure" in probe._probe(str(bad), ())  # fails in its subprocess, not here
     # a library whose first sgemm is an illegal instruction, as cmeel's AVX-512 build on Zen 3
     crash = tmp_path / "sigill.py"
     crash.write_text("import os, signal; os.kill(os.getpid(), signal.SIGILL)")
-    monkeypatch.setattr(blas, "_PROBE_CODE", crash.read_text())
-    assert blas._probe("x", ())["failure"].startswith("died of SIGILL in the probe")
+    monkeypatch.setattr(probe, "_PROBE_CODE", crash.read_text())
+    assert probe._probe("x", ())["failure"].startswith("died of SIGILL in the probe")
     fake = [blas.Candidate("scipy-openblas32", None, problem="patchelf is not installed"),
             blas.Candidate("avx512-only", "/a/libopenblas.so"),
             blas.Candidate("system", "/b/libopenblas.so")]  # fmt: skip
     found = {"": {"gflops": 5.0}, "/a/libopenblas.so": {"failure": "died of SIGILL in the probe"},
              "/b/libopenblas.so": {"gflops": 80.0, "corename": "Haswell", "config": "x"}}  # fmt: skip
     monkeypatch.setattr(blas, "candidates", lambda: fake)
-    monkeypatch.setattr(blas, "_probe", lambda lib, env: found[lib])
+    monkeypatch.setattr(probe, "_probe", lambda lib, env: found[lib])
     assert blas.plan().source == "system"  # the AVX-512 build crashed: the next one is used
     assert blas.plan().corename == "Haswell"
     rows = {r["source"]: r for r in blas.tried()}
@@ -285,7 +285,7 @@ def test_an_edited_blas_cache_is_probed_again(monkeypatch, tmp_path, edit):
              "config": "x", "threads": 2, "layouts": ["tiled"], "invariant": True}}  # fmt: skip
     probed = []
     monkeypatch.setattr(blas, "candidates", lambda: fake)
-    monkeypatch.setattr(blas, "_probe", lambda lib, env: probed.append(lib) or found[lib])
+    monkeypatch.setattr(probe, "_probe", lambda lib, env: probed.append(lib) or found[lib])
     assert blas.plan().invariant and len(probed) == 2
     assert blas.plan().gflops == 80.0 and len(probed) == 2  # read back, not probed again
     path = tmp_path / "mlxbatch" / "blas.json"

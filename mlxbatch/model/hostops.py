@@ -17,7 +17,7 @@ Batch invariance: a row's results here do not depend on the other rows of its ba
 width or the key count, under any of OpenBLAS's x86 kernel families tested (Haswell/Zen,
 SandyBridge, Nehalem; SkylakeX by the probe where there is AVX-512). OpenBLAS's kernels sum in
 orders that depend on where a row sits (measured, scripts/batch_invariance.py and
-runtime/blas.py's probe): with a row as a column of the B operand (`x @ w.T`), Haswell's gives
+runtime/probe.py): with a row as a column of the B operand (`x @ w.T`), Haswell's gives
 positions 0-5 and 6-11 of each 12-row group other bits; as a row of the A operand, the first
 and last 8 rows of a product, and rows past its first row block (~256 rows), differ from the
 rest; SkylakeX has a small-matrix kernel (M*N*K <= 100^3) and a "direct" one. So every
