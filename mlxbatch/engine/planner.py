@@ -154,21 +154,22 @@ class CostModel:
         calibration writes: the calibration cache and a journal are files a person can edit,
         and a cached per_token of "abc" failed inside the planner, NaN failed writing the
         journal, and -1 planned a job predicted at -98 s."""
-        bad = ValueError(f"cost_model {d!r}"[:200])
         if not isinstance(d, dict):
-            raise bad
+            raise ValueError(f"cost_model {d!r}"[:200])
         try:
             cost = cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
         except TypeError:  # a constant missing
-            raise bad from None
-        numbers = (cost.per_batch, cost.per_token, cost.per_key)
-        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-                   and x >= 0 for x in numbers):  # fmt: skip
-            raise bad
-        if isinstance(cost.lanes, bool) or not isinstance(cost.lanes, int) or cost.lanes < 1:
-            raise bad
-        if not isinstance(cost.source, str):
-            raise bad
+            raise ValueError(f"cost_model {d!r}"[:200]) from None
+        for name in ("per_batch", "per_token", "per_key", "lanes", "source"):
+            x = getattr(cost, name)
+            if name == "source":
+                fits = isinstance(x, str)
+            elif isinstance(x, bool) or not isinstance(x, int if name == "lanes" else (int, float)):
+                fits = False
+            else:
+                fits = x >= 1 if name == "lanes" else math.isfinite(x) and x >= 0
+            if not fits:  # named: a refused journal says which value to look at
+                raise ValueError(f"cost_model {name} {x!r}"[:200])
         return cost
 
 
