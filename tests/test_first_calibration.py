@@ -109,6 +109,7 @@ def test_a_cost_model_refuses_what_no_calibration_writes():
     assert CostModel.from_dict(good) == CostModel(0.01, 1e-5, 0.0, 2, "calibrated")
     assert CostModel.from_dict(good | {"gone": 1}).lanes == 2  # an older version's field
     for bad in ([], {"per_batch": 0.01}, good | {"per_key": float("inf")}, good | {"lanes": True},
+                good | {"lanes": 10**30},
                 good | {"per_batch": True}):  # fmt: skip
         with pytest.raises(ValueError, match="cost_model"):
             CostModel.from_dict(bad)

@@ -9,6 +9,7 @@ an exact dynamic program over the sorted order, O(n x max rows), padding capped 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
@@ -160,16 +161,15 @@ class CostModel:
             cost = cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
         except TypeError:  # a constant missing
             raise ValueError(f"cost_model {d!r}"[:200]) from None
-        for name in ("per_batch", "per_token", "per_key", "lanes", "source"):
+        for name in ("per_batch", "per_token", "per_key"):  # named: a refused journal says which
             x = getattr(cost, name)
-            if name == "source":
-                fits = isinstance(x, str)
-            elif isinstance(x, bool) or not isinstance(x, int if name == "lanes" else (int, float)):
-                fits = False
-            else:
-                fits = x >= 1 if name == "lanes" else math.isfinite(x) and x >= 0
-            if not fits:  # named: a refused journal says which value to look at
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x < math.inf:
                 raise ValueError(f"cost_model {name} {x!r}"[:200])
+        lanes = cost.lanes
+        if isinstance(lanes, bool) or not isinstance(lanes, int) or not 1 <= lanes <= sys.maxsize:
+            raise ValueError(f"cost_model lanes {lanes!r}"[:200])
+        if not isinstance(cost.source, str):
+            raise ValueError(f"cost_model source {cost.source!r}"[:200])
         return cost
 
 

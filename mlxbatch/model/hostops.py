@@ -47,15 +47,16 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 import numpy as np
 
+from ..runtime.probe import LAYOUTS, TILED
+
 _local = threading.local()
-LAYOUTS = ("plain", "tiled")  # fastest first; "tiled" held under every family tested
 
 
 def _loaded_layout() -> str:
     from ..runtime import blas
 
     layout = blas.ACTIVE.get("layout")
-    return layout if layout in LAYOUTS else blas.TILED
+    return layout if layout in LAYOUTS else TILED
 
 
 LAYOUT = _loaded_layout()  # the BLAS is chosen before mlx (and this module) is imported

@@ -10,8 +10,8 @@ AVX2-only x86_64 or on aarch64), renamed so MLX binds to it (scipy_openblas.py),
 `libopenblas`. Which one is used, and under which kernel family (cpu.py), is decided by
 measurement: each runs a matmul in a probe subprocess, where a build for another CPU dies
 without harm, and is checked for batch invariance (probe.py, cached per machine); the first
-invariant family of the fastest library wins if it beats the reference. This module must not import mlx:
-it runs before it.
+invariant family of the fastest library wins if it beats the reference. This module must not
+import mlx: it runs before it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from . import cpu, scipy_openblas
 from .cpu import CORETYPE
-from .probe import PROBE, TILED, Candidate, env_for, family_key, measured
+from .probe import LAYOUTS, PROBE, TILED, Candidate, env_for, family_key, measured
 from .scipy_openblas import SCIPY
 
 _MARK = "MLXBATCH_BLAS_ACTIVE"  # legacy: set by the old re-exec; cleared for subprocesses
@@ -111,7 +111,7 @@ def plan() -> BlasPlan | None:
 def _layout(result: dict) -> str:
     """The fastest layout the probe found invariant (`MLXBATCH_HOST_LAYOUT=tiled` asks for the
     one every family holds: a journal written in it resumes); "tiled" where none was."""
-    held = [x for x in result.get("layouts") or () if x in ("plain", TILED)]
+    held = [x for x in result.get("layouts") or () if x in LAYOUTS]
     if os.environ.get(LAYOUT_ENV, "") not in ("", "auto") or not held:
         return TILED  # asked for, or a value layout_problem() refuses at the entries
     return held[0]

@@ -24,6 +24,9 @@ _PROBED: dict[str, dict] = {}  # measured() by key where the cache cannot keep t
 PROBE = "MLXBATCH_BLAS_PROBE"  # set in the probe subprocess: never recurse
 ENGINE_ROWS = 4  # bump when model/hostops.py's layouts or model/invariance.py's checks change
 TILED = "tiled"  # that layout: journals and calibrations from before it was recorded ran in it
+# the host kernels' row layouts (model/hostops.py), fastest first; "tiled" held under every
+# family tested
+LAYOUTS = ("plain", TILED)
 
 
 @dataclass(frozen=True)
@@ -155,7 +158,7 @@ def _readable(found, options: list[Candidate]) -> bool:
             return False
         if any(not isinstance(result.get(k, ""), str) for k in ("config", "corename")):
             return False
-        if not isinstance(layouts, list) or any(x not in ("plain", TILED) for x in layouts):
+        if not isinstance(layouts, list) or any(x not in LAYOUTS for x in layouts):
             return False
         if result.get("invariant", bool(layouts)) is not bool(layouts):
             return False
