@@ -212,3 +212,39 @@ def test_gemma_sliding_layers_own_theta_wins_over_rope_local_base_freq():
     args = ModelArgs.from_dict(cfg)
     assert args.rope_local_base_freq == ref.rope_parameters["sliding_attention"]["rope_theta"]
     assert args.rope_local_base_freq == 5000.0 and args.rope_theta == 1e6
+
+
+_SIZES = dict(hidden_size=64, num_hidden_layers=2, intermediate_size=96, num_attention_heads=4,
+              num_key_value_heads=4, vocab_size=300, max_position_embeddings=1024)  # fmt: skip
+_ROPES = {
+    "llama": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+    "gemma3_text": {"rope_type": "linear", "factor": 8.0},
+    "phi3": {"rope_type": "longrope", "original_max_position_embeddings": 256,
+             "short_factor": [1.0] * 8, "long_factor": [2.0] * 8},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("model_type", "key", "value"), [
+    ("llama", "factor", "8"), ("llama", "factor", 0), ("llama", "low_freq_factor", 0),
+    ("llama", "high_freq_factor", 1.0), ("llama", "original_max_position_embeddings", "64"),
+    ("llama", "original_max_position_embeddings", 0), ("gemma3_text", "factor", 0),
+    ("gemma3_text", "factor", "2"), ("gemma3_text", "factor", -8.0),
+    ("phi3", "original_max_position_embeddings", 0), ("phi3", "original_max_position_embeddings", 1),
+    ("phi3", "factor", "x"), ("phi3", "attention_factor", "x"), ("phi3", "short_factor", [-1.0] * 8),
+    ("phi3", "short_factor", [float("nan")] * 8), ("phi3", "long_factor", "wide"),
+])  # fmt: skip
+def test_a_bad_rope_scaling_value_is_refused_naming_its_key(model_type, key, value):
+    """A hostile pass found: a factor of "8" or 0, equal low and high frequency factors or an
+    original context of 0 were a TypeError or a ZeroDivisionError deep in rope.py (exit 1, a
+    traceback), a negative or NaN short factor a model that ran."""
+    from mlxbatch.errors import ModelError
+
+    def config(scaling: dict) -> dict:
+        if model_type == "gemma3_text":  # its global layers scale, its sliding ones do not
+            scaling = {"full_attention": scaling, "sliding_attention": {"rope_type": "default"}}
+        return _SIZES | {"model_type": model_type, "rope_parameters": scaling}
+
+    ModelArgs.from_dict(config(_ROPES[model_type])).rope().make()  # the sane one loads
+    with pytest.raises(ModelError, match=key):
+        ModelArgs.from_dict(config(_ROPES[model_type] | {key: value})).rope().make()

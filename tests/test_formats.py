@@ -287,7 +287,7 @@ def test_output_formats_are_what_their_names_say(name, want):
 
 RESULTS = [
     {"id": "a", "label": "billing", "scores": {"billing": 0.75, "technical": 0.25}},
-    {"id": 7, "line": 2, "error": "text field 'text' is a int, not a string"},
+    {"id": 7, "line": 2, "error": "text field 'text' is a number, not a string"},
     {"id": 'c"q', "label": None, "abstained": True, "scores": {"billing": 0.5, "technical": 0.5}},
 ]
 LABELS = ("billing", "technical")

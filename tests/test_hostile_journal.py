@@ -296,3 +296,30 @@ def test_a_journal_from_before_the_layout_was_recorded_resumes_in_the_tiled_one(
     journal_path(out).write_text(json.dumps(head) + "\n" + "".join(lines[1:]))
     out.unlink()
     refused(resume(tiny_model_dir, src, out), "host-kernel layout", "tiled, now plain")
+
+
+EDITS = {
+    "an empty line": (lambda lines: [lines[0], "\n", *lines[1:]], "line 2 is not a row"),
+    "an extra field": (lambda lines: [lines[0], _edit_row(lines[1], lambda e: e["result"].update(
+        note="mine")), *lines[2:]], "line 2 has fields ['note'] that mlxbatch does not write"),
+    "an edited truncation": (lambda lines: [lines[0], _edit_row(lines[1], lambda e: e["result"].update(
+        truncated={"x": 1})), *lines[2:]], "line 2 has a truncation that mlxbatch did not write"),
+    "an abstention with a label": (lambda lines: [lines[0], _edit_row(lines[1], lambda e: e["result"].update(
+        abstained=True)), *lines[2:]], "line 2 has an abstention that mlxbatch did not write"),
+    "an error row with a field more": (lambda lines: [lines[0], json.dumps({"row": 0, "result": {
+        "id": "r0", "error": "x", "why": 1}}) + "\n", *lines[2:]], "line 2 is not a row"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(EDITS))
+def test_an_edited_journal_is_refused_not_cut_short(name, tiny_model_dir, interrupted):
+    """A hostile pass found an empty line in a journal taken for the zeros a crash leaves: the
+    rows after it were dropped silently (725 journaled rows resumed as 3); a field the run
+    never writes ("truncated": {"x": 1}) reached the output."""
+    src, out = interrupted
+    edit, message = EDITS[name]
+    path = journal_path(out)
+    before = "".join(edit(path.read_text().splitlines(True)))
+    path.write_text(before)
+    refused(resume(tiny_model_dir, src, out), str(path), message)
+    assert path.read_text() == before and not out.exists()  # the journal is left as it was

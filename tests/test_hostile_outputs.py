@@ -273,3 +273,100 @@ def test_models_marks_a_broken_directory(tiny_model_dir, tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     found = {m["name"]: m["broken"] for m in json.loads(r.stdout)}
     assert found["good"] is None and "num_hidden_layers" in found["bad"]
+
+
+@pytest.mark.parametrize(("edit", "listed"), [
+    ({"model_type": ["qwen2"]}, None),  # a TypeError (unhashable) took the listing down
+    ({"quantization": {"group_size": 64}}, "quantization"),  # a KeyError ('bits')
+    ({"quantization": {"bits": -4, "group_size": 64}}, "-4 bits"),  # were listed runnable
+    ({"quantization": {"bits": 4, "group_size": 0}}, "group_size 0"),  # (0: SIGFPE in MLX)
+])  # fmt: skip
+def test_one_bad_config_does_not_take_the_model_listing_down(tiny_model_dir, tmp_path,
+                                                             monkeypatch, edit, listed):  # fmt: skip
+    """A hostile pass found `mlxbatch models` crashing (exit 1, a traceback) on one directory
+    whose config.json had a list for model_type or a quantization without bits."""
+    import shutil
+
+    shutil.copytree(tiny_model_dir, tmp_path / "w/good")
+    shutil.copytree(tiny_model_dir, tmp_path / "w/bad")
+    cfg = json.loads((tmp_path / "w/bad/config.json").read_text()) | edit
+    (tmp_path / "w/bad/config.json").write_text(json.dumps(cfg))
+    monkeypatch.setenv("MLXBATCH_WEIGHTS", str(tmp_path / "w"))
+    r = invoke(["models", "--json"], None, tmp_path)
+    assert r.exit_code == 0, r.output
+    found = {m["name"]: m["broken"] for m in json.loads(r.stdout)}
+    assert found["good"] is None
+    if listed is None:
+        assert "bad" not in found  # not a model of a family mlxbatch runs
+    else:
+        assert listed in found["bad"], found
+    assert invoke(["models"], None, tmp_path).exit_code == 0
+
+
+@pytest.mark.parametrize("target", ["model.safetensors", "tokenizer.json", "notes.txt"])
+@pytest.mark.parametrize("command", ["classify", "tickets"])
+def test_a_link_onto_a_file_no_output_is_named_is_refused(tiny_model_dir, tmp_path, command,
+                                                          target):  # fmt: skip
+    """A hostile pass found `-o out.jsonl`, a link onto another model's model.safetensors (or
+    its tokenizer.json, or a notes.txt), replaced that file: only the link's name was read."""
+    import shutil
+
+    shutil.copytree(tiny_model_dir, tmp_path / "other")
+    victim = tmp_path / "other" / target
+    if not victim.exists():
+        write(victim, "my notes\n")
+    before = victim.read_bytes()
+    link = tmp_path / "out.jsonl"
+    link.symlink_to(victim)
+    if command == "classify":
+        r = classify(tiny_model_dir, write(tmp_path / "in.jsonl", GOOD), link, cwd=tmp_path)
+    else:
+        r = invoke(["tickets", "3", "-o", link], None, tmp_path)
+    assert r.exit_code == 2, r.output
+    assert f"links to {victim}" in r.output and "Traceback" not in r.output
+    assert victim.read_bytes() == before and link.is_symlink()
+
+
+@pytest.mark.parametrize("name", ["config.json", "tokenizer_config.json", "eval.json"])
+def test_json_never_replaces_a_file_of_a_model(tiny_model_dir, tmp_path, name):
+    """A hostile pass found `eval ... --json other/config.json` replaced another model's config
+    (it began with "{", as a report does): a model's JSON files, and any file beside its
+    config and weights, are not reports."""
+    import shutil
+
+    shutil.copytree(tiny_model_dir, tmp_path / "other")
+    path = tmp_path / "other" / name
+    if not path.exists():
+        write(path, "{}\n")
+    before = path.read_bytes()
+    src = write(tmp_path / "in.jsonl", GOOD.replace('"}', '", "intent": "billing"}'))
+    preds = tmp_path / "preds.jsonl"
+    assert classify(tiny_model_dir, src, preds, cwd=tmp_path).exit_code == 0
+    r = invoke(["eval", src, preds, "--gold-field", "intent", "--json", path], None, tmp_path)
+    assert r.exit_code == 2 and "a file of a model" in r.output, r.output
+    assert path.read_bytes() == before
+    r = invoke(["eval", src, preds, "--gold-field", "intent", "--json", tmp_path / "e.json"],
+               None, tmp_path)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    r = invoke(["eval", src, preds, "--gold-field", "intent", "--json", tmp_path / "e.json"],
+               None, tmp_path)  # fmt: skip
+    assert r.exit_code == 0, r.output  # a report is replaced by the next one
+
+
+@pytest.mark.parametrize(("labels", "message"), [
+    (",,", "empty label"), ("billing,billing", "duplicate label(s): 'billing'"),
+    ("billing", "at least two labels"), ("x,y", "lacks"), ("billing,x", "lacks"),
+])  # fmt: skip
+def test_eval_takes_labels_as_classify_does(tiny_model_dir, tmp_path, labels, message):
+    """A hostile pass found `eval --labels` never checked: ",,", a label twice, one label or
+    labels the predictions never score printed tables (of empty names, doubled rows, "0 of 50
+    rows"), exit 0."""
+    src = write(tmp_path / "in.jsonl", GOOD.replace('"}', '", "intent": "billing"}'))
+    preds = tmp_path / "preds.jsonl"
+    r = classify(tiny_model_dir, src, preds, "--labels", "billing,technical", cwd=tmp_path)
+    assert r.exit_code == 0, r.output
+    r = invoke(["eval", src, preds, "--gold-field", "intent", "--labels", labels], None, tmp_path)
+    assert r.exit_code == 2 and message in r.output and len(r.output.splitlines()) == 1, r.output
+    r = invoke(["eval", src, preds, "--gold-field", "intent", "--labels", "technical, billing"],
+               None, tmp_path)  # fmt: skip
+    assert r.exit_code == 0 and "accuracy" in r.output, r.output  # another order: its table's

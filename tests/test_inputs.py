@@ -40,7 +40,7 @@ def test_jsonl_bad_rows_are_each_reported(tmp_path):
     e = errors(rows)
     assert 1 not in e
     assert "invalid JSON" in e[2]
-    assert "not an object" in e[3]
+    assert "not a JSON object but an array" in e[3]
     assert "missing text field" in e[4]
     assert "not a string" in e[5]
     assert e[6] == "empty text"

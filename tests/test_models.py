@@ -80,6 +80,27 @@ def test_hub_id_resolves_from_the_cache_offline(hf_dirs, tickets, tmp_path, monk
     assert r.exit_code == 0 and any(m["name"] == "Qwen/Tiny" for m in json.loads(r.stdout))
 
 
+@pytest.mark.parametrize("ref", ["", "\n", "no-such-snapshot", None])
+def test_a_cache_whose_refs_name_no_snapshot_is_one_line_and_marked(hf_dirs, tickets, tmp_path,
+                                                                    ref):  # fmt: skip
+    """A hostile pass found an empty refs/main said ".../snapshots/config.json: not found", and
+    `models` listed a snapshot without refs/main as runnable while `--model` missed it."""
+    snap = fake_cache(tmp_path / "hf", "Org/Odd", hf_dirs["tied_gqa"])
+    main = snap.parent.parent / "refs" / "main"
+    if ref is None:
+        main.unlink()
+    else:
+        main.write_text(ref)
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    r = run("classify", tickets, "--model", "Org/Odd", env=env)
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "Org/Odd" in r.stderr, r.stderr
+    assert "Traceback" not in r.output
+    r = CliRunner(env=env).invoke(cli, ["models", "--json"])
+    assert r.exit_code == 0, r.output
+    listed = [m for m in json.loads(r.stdout) if m["name"] == "Org/Odd"]
+    assert all(m["broken"] for m in listed), listed  # listed, never as runnable
+
+
 def mlx_lm_logits(path, texts):
     from mlx_lm.utils import load_model
 

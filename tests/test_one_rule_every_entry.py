@@ -97,3 +97,20 @@ def test_memory_that_holds_no_item_is_one_error_naming_what_takes_it(tiny_model_
     monkeypatch.setenv("MLXBATCH_MEMORY_LIMIT", str(cap))
     with pytest.raises(JobError, match="60 labels of up to .* use fewer or shorter labels"):
         clf.classify(["I was charged twice"])
+
+
+def test_an_item_bound_by_memory_leaves_the_batch_check_room(tiny_model_dir, monkeypatch):
+    """A hostile pass found `--too-long truncate` without --max-tokens cutting items to what
+    fitted all of the free memory a moment before: the batch check, measuring again, refused
+    the job in 2 runs of 3. An item alone may use half of what the weights leave."""
+    clf = Classifier.load(tiny_model_dir)
+    fp, context = clf.footprint, clf.engine.lm.model.args.max_position_embeddings
+    room = fp.batch_cost(context // 16, 1, context // 16).total  # a 16th of the context, whole
+    monkeypatch.setenv("MLXBATCH_MEMORY_LIMIT", str(fp.weight_bytes + room))
+    item = clf.prepare("my invoice is wrong " * context, truncate=True)
+    assert fp.batch_cost(item.fed, 1, item.fed).total <= room / 2
+    assert item.fed > fp.longest_item(fp.weight_bytes + room, context, share=1.0) / 4  # not 0
+    with pytest.raises(Exception, match="half of what the weights leave of MLXBATCH_MEMORY_LIMIT"):
+        clf.prepare("my invoice is wrong " * context)
+    (pred,) = clf.classify(["my invoice is wrong " * context], truncate=True)
+    assert pred.label in clf.labels.names

@@ -8,6 +8,7 @@ generous bound."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -249,7 +250,16 @@ def test_a_non_ascii_key_matches_its_utf8_bytes_and_401s_are_counted(tiny_model_
                  "unauthorized")  # fmt: skip
         error_of(httpx.get(s.url + "/v1/models", timeout=60), 401, "unauthorized")
         assert httpx.get(s.url + "/v1/models", headers=good, timeout=60).status_code == 200
-        assert s.metric('mlxbatch_requests_total{outcome="unauthorized"') == 2
+        # two keys: the first was checked, so a right one after a wrong one was refused and
+        # the other way round served; either order is a 401 now
+        for pair in ([bad, good], [good, bad]):
+            headers = httpx.Headers([("Authorization", h["Authorization"]) for h in pair])
+            error_of(httpx.post(url, json={"input": "x"}, headers=headers, timeout=60), 401,
+                     "unauthorized")  # fmt: skip
+        # an unknown /v1/ route was a 404 without a key: a client could list the routes
+        error_of(httpx.get(s.url + "/v1/nope", timeout=60), 401, "unauthorized")
+        error_of(httpx.get(s.url + "/v1/nope", headers=good, timeout=60), 404, "not_found")
+        assert s.metric('mlxbatch_requests_total{outcome="unauthorized"') == 5
 
 
 def test_query_strings_never_reach_the_access_log(server):
@@ -427,8 +437,10 @@ def test_requests_cut_at_the_drain_deadline_get_503_and_the_exit_keeps_it(tiny_m
     b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 64,  # a TLS ClientHello
 ], ids=["length", "no-host", "chunk-size", "tls"])  # fmt: skip
 def test_bytes_that_are_not_http_get_the_json_error_and_are_counted(server, raw):
-    """They got uvicorn's text/plain "Invalid HTTP request received." and no metric."""
+    """They got uvicorn's text/plain "Invalid HTTP request received." and no metric; a bad
+    chunk size after a valid head was counted twice, as a 400 and as a client gone (499)."""
     before = server.metric('mlxbatch_requests_total{outcome="invalid_request"')
+    gone = server.metric('mlxbatch_requests_total{outcome="disconnected"')
     with connect(server.port) as s:
         s.sendall(raw)
         reply = read_until_closed(s)
@@ -437,7 +449,11 @@ def test_bytes_that_are_not_http_get_the_json_error_and_are_counted(server, raw)
     assert int(head.split(b"content-length: ")[1].split(b"\r\n")[0]) == len(body)
     assert json.loads(body)["error"] == {"message": "the request is not valid HTTP/1.1",
                                          "type": "invalid_request", "code": 400}  # fmt: skip
+    wait_for(lambda: server.metric('mlxbatch_requests_total{outcome="invalid_request"')
+             == before + 1, "the 400 counted")  # fmt: skip
+    time.sleep(2.5)  # a refused body lingers up to 2 s before the app sees the disconnect
     assert server.metric('mlxbatch_requests_total{outcome="invalid_request"') == before + 1
+    assert server.metric('mlxbatch_requests_total{outcome="disconnected"') == gone
 
 
 def test_the_replies_written_below_the_app_say_their_own_length():
@@ -604,3 +620,59 @@ def test_a_trailing_slash_an_ambiguous_length_and_a_huge_model_name(server):
                    timeout=30)  # fmt: skip
     message = error_of(r, 404, "not_found")
     assert len(message) < 400 and "100,000 characters" in message
+
+
+# -- found by the second hostile pass of the service ----------------------------------------
+
+
+def test_a_body_in_tiny_chunks_is_refused_before_it_holds_the_loop(server):
+    """h11 parses chunks one by one on the event loop: a 1 MB body as 1-byte chunks held
+    /health for 2.4 s and was answered after 9.2 s. Past 1,024 chunks they must average 512
+    bytes: the 400 names why, and the same body in larger chunks is served."""
+    from mlxbatch.serve.connections import CHUNK_BYTES, FREE_CHUNKS
+
+    body = json.dumps({"input": "my invoice is wrong " * 50_000, "truncate": True}).encode()
+    tiny = b"".join(b"1\r\n" + body[i : i + 1] + b"\r\n" for i in range(len(body)))
+    gone = server.metric('mlxbatch_requests_total{outcome="disconnected"')
+    with connect(server.port) as s:
+        start = time.monotonic()
+        s.sendall(HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + tiny + b"0\r\n\r\n")
+        reply = read_until_closed(s)
+    assert reply.startswith(b"HTTP/1.1 400") and b"connection: close" in reply.split(b"\r\n\r\n")[0]
+    message = body_of(reply)["error"]["message"]
+    assert f"{FREE_CHUNKS + 1:,} chunks of 1 bytes" in message and str(CHUNK_BYTES) in message
+    assert time.monotonic() - start < 30  # refused after ~1,000 chunks, not ~1,000,000
+    big = b"".join(b"%x\r\n" % len(body[i : i + 4096]) + body[i : i + 4096] + b"\r\n"
+                   for i in range(0, len(body), 4096))  # fmt: skip
+    pieces = [b"x"] * (FREE_CHUNKS - 2)  # with its two ends: FREE_CHUNKS chunks, all small
+    small = b"".join(b"%x\r\n" % len(p) + p + b"\r\n" for p in [b'{"input": "'] + pieces + [b'"}'])
+    for wire in (big, small):
+        with connect(server.port) as s:
+            s.sendall(HEAD + b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + wire
+                      + b"0\r\n\r\n")  # fmt: skip
+            assert read_until_closed(s).startswith(b"HTTP/1.1 200")
+    time.sleep(2.5)  # the refused body's disconnect reaches the app after the linger
+    assert server.metric('mlxbatch_requests_total{outcome="disconnected"') == gone
+
+
+def test_http2_and_a_reply_before_the_body_close_the_connection_and_say_so(server):
+    with connect(server.port) as s:  # an HTTP/2 preface was a 404 (path "*"), then a 400
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        reply = read_until_closed(s)
+    assert reply.startswith(b"HTTP/1.1 400") and reply.count(b"HTTP/1.1") == 1
+    assert body_of(reply)["error"]["message"] == "HTTP/2.0 is not served here"
+    with connect(server.port) as s:  # a 413 before the body is read: the connection closes
+        s.sendall(HEAD + b"Content-Length: 3000000\r\n\r\n")  # without saying so before
+        head = read_until_closed(s).split(b"\r\n\r\n")[0]
+    assert head.startswith(b"HTTP/1.1 413") and b"connection: close" in head
+
+
+def test_a_partial_head_pipelined_behind_a_request_gets_its_408(server):
+    """The rest of a head sent with the previous request got keep-alive's silent close, not
+    the 408 of a head that came too slowly."""
+    first = json.dumps({"input": "hello"}).encode()
+    with connect(server.port) as s:
+        s.sendall(HEAD + b"Content-Length: %d\r\n\r\n" % len(first) + first
+                  + b"GET /health HTTP/1.1\r\n")  # fmt: skip
+        replies = read_until_closed(s)
+    assert re.findall(rb"HTTP/1\.1 (\d{3}) ", replies) == [b"200", b"408"], replies[:300]

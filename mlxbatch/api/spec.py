@@ -208,7 +208,8 @@ def item_limit(engine: Engine, spec: RunSpec, names: Names = flag) -> Limit:
         raise JobError(f"{available_source()} ({amount(avail)}) holds not even one item of one "
                        f"token: {_what_needs(fp, fp.batch_cost(1, 1, 1), avail)}")  # fmt: skip
     if fits < tokens:
-        return Limit(fits, f"{available_source()} ({amount(avail)} with the weights)")
+        return Limit(fits, f"half of what the weights leave of {available_source()} "
+                     f"({amount(avail)} with them)")  # fmt: skip
     return Limit(tokens, source)
 
 

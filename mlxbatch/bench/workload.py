@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from ..errors import OutputError
-from ..io.rows import output_format, write_records
+from ..io.rows import output_format_of, write_records
 from ..io.sinks import is_journal, lock_holder
 from ..runtime.files import write_atomically
 
@@ -174,7 +174,7 @@ def write_tickets(rows: list[dict], path: Path | None) -> None:
     if path is None:
         sys.stdout.write("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in rows))
         return
-    fmt = output_format(path.name)
+    fmt = output_format_of(path)
     if path.is_file() and (is_journal(path) or lock_holder(path)):
         raise OutputError(f"{path}: is the journal of an mlxbatch run, or another process is "
                           "writing it; the tickets go elsewhere")  # fmt: skip

@@ -56,8 +56,11 @@ def evaluate_cmd(input_path, predictions, gold_field, text_field, id_field, inpu
     """Accuracy, per-class F1, confusion and calibration of PREDICTIONS (a classify output,
     JSONL) against the gold labels of INPUT, row by row."""
     from ..api.evaluate import evaluate_rows, format_evaluation, plot_confusion
+    from ..engine.labels import check_names
+    from ..errors import LabelError
     from ..io.inputs import read_rows
     from ..io.outputs import check_reports, write_json_report
+    from ..io.promptspec import parse_labels
     from ..io.rows import read_results, results_format
 
     plot_path = plot_target(plot_path, predictions, "confusion")
@@ -78,8 +81,15 @@ def evaluate_cmd(input_path, predictions, gold_field, text_field, id_field, inpu
             fail(f"{predictions}: row {n}: {problem}")
     check_gold_field(rows, gold_field, input_path)
     scored = [r for r in results if isinstance(r.get("scores"), dict)]
-    if labels:
-        names = tuple(x.strip() for x in labels.split(","))
+    if labels is not None:  # as classify takes them, and naming every label predicted
+        try:
+            names = check_names(parse_labels(labels))
+        except LabelError as e:
+            fail(f"--labels: {e}")
+        scored_as = {k for r in scored for k in r["scores"]}
+        if missing := sorted(scored_as - set(names)):
+            fail(f"--labels {labels!r} lacks {', '.join(map(repr, missing))}, which "
+                 f"{predictions} scores; give every label of the predictions")  # fmt: skip
     elif scored:
         names = tuple(scored[0]["scores"])
     else:

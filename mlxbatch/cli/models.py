@@ -108,6 +108,9 @@ def models(as_json):
     found = list_models(weights_dir())
     for m in found:
         m["broken"] = not_runnable(Path(m["path"]))
+        if m.get("main") is False and not m["broken"]:  # listed, and yet `--model` missed it
+            m["broken"] = (f"refs/main does not name this snapshot: --model {m['name']} runs "
+                           "another (offline: none); give its path")  # fmt: skip
     if as_json:
         click.echo(json.dumps(found, indent=2))
         return

@@ -79,13 +79,16 @@ class Footprint:
         pad *= (2 * context + 2 * depth + 1) * 4
         return BudgetCost(kv * self.lanes, (mlp + attn + hidden + head + pad) * self.lanes)
 
-    def longest_item(self, available: int, cap: int) -> int:
-        """The most fed tokens (at most `cap`) one item alone can have within `available`
-        bytes, the weights included; 0 when not even one token fits."""
+    def longest_item(self, available: int, cap: int, share: float = 0.5) -> int:
+        """The most fed tokens (at most `cap`) one item alone can have within `share` of what
+        the weights leave of `available` bytes; 0 when not even one token fits. All of it (as
+        before) made --too-long truncate cut to what fitted the free memory of a moment
+        before, and the batch check, measuring again, refused it in 2 runs of 3."""
+        room = (available - self.weight_bytes) * share
         lo, hi = 0, cap
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self.weight_bytes + self.batch_cost(mid, 1, mid).total <= available:
+            if self.batch_cost(mid, 1, mid).total <= room:
                 lo = mid
             else:
                 hi = mid - 1

@@ -23,6 +23,29 @@ from ..model.decoder import Decoder
 from .layout import RowLayout
 
 
+def check_names(names) -> tuple[str, ...]:
+    """A label set's names as classify takes them (two or more, distinct, one stripped line
+    each), or the LabelError naming the first that is not; also `eval --labels`' check."""
+    names = tuple(names)
+    if not names or any(not n.strip() for n in names):
+        raise LabelError("the label set is empty or holds an empty label")
+    if len(names) < 2:
+        raise LabelError(f"need at least two labels to choose from, got {list(names)}")
+    for n in names:
+        if problem := unicode_problem(n):
+            raise LabelError(f"label {n!r} holds {problem}")
+        if n != n.strip():  # --labels strips them: the API's " billing" must not differ
+            raise LabelError(f"label {n!r} begins or ends with whitespace, which classify's "
+                             f"--labels strips: write {n.strip()!r}")  # fmt: skip
+        if control := next((c for c in n if unicodedata.category(c) == "Cc"), None):
+            raise LabelError(f"label {n!r} holds the control character {control!r}: a label "
+                             "is one line, written into prompts and output tables")  # fmt: skip
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise LabelError(f"duplicate label(s): {', '.join(map(repr, dupes))}")
+    return names
+
+
 @dataclass(frozen=True)
 class LabelSet:
     names: tuple[str, ...]
@@ -31,23 +54,7 @@ class LabelSet:
     @classmethod
     def build(cls, names: list[str] | tuple[str, ...], encode, vocab_size: int) -> LabelSet:
         """Validate labels and tokenize them with `encode` (PromptTokenizer.label)."""
-        names = tuple(names)
-        if not names or any(not n.strip() for n in names):
-            raise LabelError("the label set is empty or holds an empty label")
-        if len(names) < 2:
-            raise LabelError(f"need at least two labels to choose from, got {list(names)}")
-        for n in names:
-            if problem := unicode_problem(n):
-                raise LabelError(f"label {n!r} holds {problem}")
-            if n != n.strip():  # --labels strips them: the API's " billing" must not differ
-                raise LabelError(f"label {n!r} begins or ends with whitespace, which classify's "
-                                 f"--labels strips: write {n.strip()!r}")  # fmt: skip
-            if control := next((c for c in n if unicodedata.category(c) == "Cc"), None):
-                raise LabelError(f"label {n!r} holds the control character {control!r}: a label "
-                                 "is one line, written into prompts and output tables")  # fmt: skip
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise LabelError(f"duplicate label(s): {', '.join(map(repr, dupes))}")
+        names = check_names(names)
         tokens = tuple(tuple(encode(n)) for n in names)
         for a in range(len(names)):
             for b in range(len(names)):

@@ -196,19 +196,28 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
 _DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
 
 
+def json_kind(x) -> str:
+    """A value's kind in JSON's words ("a number", "null"): Python's said "a JSON NoneType"
+    and "is a int"."""
+    kinds = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+             type(None): "null", int: "a number", float: "a number"}  # fmt: skip
+    return kinds.get(type(x), f"a {type(x).__name__}")
+
+
 def _json_object(line: str) -> tuple[dict | None, str | None]:
     try:
         obj = _DECODER.decode(line)
     except _RepeatedKey as e:
         return None, f"the key {e.args[0]!r} appears twice in one JSON object"
     except json.JSONDecodeError as e:
-        return None, f"invalid JSON ({e.msg} at column {e.colno})"
+        # (json's "Invalid control character at" already ends in "at": it said "at at")
+        return None, f"invalid JSON ({e.msg.removesuffix(' at')} at column {e.colno})"
     except RecursionError:
         return None, "invalid JSON (nested too deeply)"
     except ValueError as e:  # e.g. an integer of more digits than Python converts
         return None, f"invalid JSON ({str(e).split(';')[0]})"
     if not isinstance(obj, dict):
-        return None, f"a JSON {type(obj).__name__}, not an object"
+        return None, f"not a JSON object but {json_kind(obj)}"
     return obj, None
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InputError, unicode_problem
-from .formats import Record, parse
+from .formats import Record, json_kind, parse
 from .ids import NUMBER, TEXT, DuplicateIds, IdTable, canonical
 from .parquet import parse_parquet
 from .sources import open_source
@@ -170,7 +170,7 @@ def _text(text: Any, text_field: str) -> tuple[str | None, str | None]:
     if text is None:
         return None, f"missing text field {text_field!r}"
     if not isinstance(text, str):
-        return None, f"text field {text_field!r} is a {type(text).__name__}, not a string"
+        return None, f"text field {text_field!r} is {json_kind(text)}, not a string"
     if not text.strip():
         return None, "empty text"
     if problem := unicode_problem(text):

@@ -13,6 +13,9 @@ from ..runtime.blas import LAYOUT_ENV, TILED
 JOURNAL_VERSION = 1
 
 
+SCORED_FIELDS = {"id", "label", "scores", "abstained", "truncated"}  # rows.result_row's
+
+
 def journal_entry(line: bytes, n_rows: int | None = None,
            labels: tuple[str, ...] | None = None) -> tuple[int, dict] | str:  # fmt: skip
     """A journal line's (row index, result row), or why it is not one this job's run writes:
@@ -30,9 +33,21 @@ def journal_entry(line: bytes, n_rows: int | None = None,
     if not isinstance(result, dict) or "id" not in result:
         return "is not a row that mlxbatch wrote"
     if "error" in result:
+        if not set(result) <= {"id", "line", "error"} or type(result.get("line", 0)) is not int:
+            return "is not a row that mlxbatch wrote"
         return (
             (row, result) if isinstance(result["error"], str) else "has an error that is not text"
         )
+    # what result_row writes, and no more: an edited "truncated" reached the output as it was
+    if extra := sorted(set(result) - SCORED_FIELDS):
+        return f"has fields {extra} that mlxbatch does not write"[:200]
+    cut = result.get("truncated", {"from_tokens": 0, "to_tokens": 0})
+    if (
+        not isinstance(cut, dict)
+        or set(cut) != {"from_tokens", "to_tokens"}
+        or any(type(v) is not int for v in cut.values())
+    ):
+        return "has a truncation that mlxbatch did not write"
     return _scored(row, result, labels)
 
 
@@ -45,6 +60,8 @@ def _scored(row: int, result: dict, labels: tuple[str, ...] | None) -> tuple[int
         return "has a score that is not a finite probability"
     if abs(sum(values) - 1.0) > 1e-3:  # MLX fp32 softmax over 5,000 labels: off by 1.2e-5
         return f"has scores that sum to {sum(values):.6g}, not 1"
+    if "abstained" in result and (result["abstained"] is not True or label is not None):
+        return "has an abstention that mlxbatch did not write"
     if label is None and result.get("abstained") is True:
         return row, result
     top = list(scores)[values.index(max(values))]  # the first best, as result_row chooses

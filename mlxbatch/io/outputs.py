@@ -12,7 +12,7 @@ from pathlib import Path
 from ..errors import OutputError
 from ..runtime.files import is_stream, oserror, write_atomically
 from .ordered import OrderedStream
-from .rows import output_format
+from .rows import output_format_of
 from .sinks import is_journal, journal_path, lock_holder
 from .sources import read_by_a_run
 
@@ -24,7 +24,7 @@ def output_kind(output: Path) -> str:
     kind = _where(output)
     if kind == "stdout":
         return kind
-    if output_format(str(output)) != ("jsonl", False) and kind == "stream":
+    if output_format_of(output) != ("jsonl", False) and kind == "stream":
         raise OutputError(f"{output}: a device or FIFO is written as JSONL as rows finish, not "
                           f"as its name's {''.join(output.suffixes[-2:])}; write to a regular "
                           "file for CSV, TSV or gzip")  # fmt: skip
@@ -152,10 +152,29 @@ REPORT_MAGIC = {".json": (b"{", b"["), ".png": (b"\x89PNG",), ".pdf": (b"%PDF",)
                 ".svg": (b"<",), ".jpg": (b"\xff\xd8",), ".jpeg": (b"\xff\xd8",)}  # fmt: skip
 
 
+# JSON files of a model (Hugging Face's, mlx-lm's, ours): `--json m/config.json` began with
+# "{" and was replaced by a report, and the model no longer loaded.
+MODEL_JSON = {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+              "special_tokens_map.json", "added_tokens.json", "vocab.json", "mlxbatch.json",
+              "chat_template.json", "preprocessor_config.json"}  # fmt: skip
+
+
+def _of_a_model(real: Path) -> bool:
+    """A model's own file, by its name or by its directory (a config.json beside weights)."""
+    if real.name in MODEL_JSON or real.name.endswith(".safetensors.index.json"):
+        return True
+    return (real.parent / "config.json").is_file() and any(real.parent.glob("*.safetensors"))
+
+
 def _check_replaceable_report(option: str, path: Path) -> None:
-    """An existing --json/--plot file (through any link) must be a report of that kind."""
+    """An existing --json/--plot file (through any link) must be a report of that kind, and no
+    file of a model."""
     if not os.path.isfile(path) or os.path.getsize(path) == 0:
         return
+    real = Path(os.path.realpath(path))
+    if _of_a_model(real):
+        raise OutputError(f"{option} {path}: exists and is a file of a model ({real}); "
+                          "mlxbatch will not replace it: choose another path")  # fmt: skip
     try:
         with open(path, "rb") as f:
             head = f.read(64).lstrip()
@@ -163,8 +182,7 @@ def _check_replaceable_report(option: str, path: Path) -> None:
         return  # check_writable_file has spoken
     magic = REPORT_MAGIC.get(path.suffix.lower(), ())
     if not any(head.startswith(m) for m in magic):
-        real = os.path.realpath(path)
-        where = f" (it is {real})" if real != os.path.abspath(path) else ""
+        where = f" (it is {real})" if str(real) != os.path.abspath(path) else ""
         raise OutputError(f"{option} {path}: exists and is not a {path.suffix} report{where}; "
                           "mlxbatch will not replace it: move it away or choose another path")  # fmt: skip
 

@@ -9,6 +9,7 @@ import csv
 import gzip
 import io
 import json
+import os
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
@@ -43,6 +44,22 @@ def output_format(name: str) -> tuple[str, bool]:
         raise OutputError(f"{name}: mlxbatch writes {', '.join(OUTPUT_SUFFIXES)} (or a name "
                           f"without a suffix, as JSONL), not {''.join(suffixes[-2:])}")  # fmt: skip
     return "jsonl", False
+
+
+def output_format_of(path: Path) -> tuple[str, bool]:
+    """`output_format` of an output path, refusing also a link whose target's name is not an
+    output's: the target is what is written (runtime.files.write_atomically follows links), and
+    `-o out.jsonl` linked onto a model.safetensors replaced the weights."""
+    fmt = output_format(str(path))
+    if os.path.islink(path):
+        real = os.path.realpath(path)
+        try:
+            output_format(real)
+        except OutputError:
+            raise OutputError(f"{path} links to {real}, which is not an output mlxbatch "
+                              f"writes ({', '.join(OUTPUT_SUFFIXES)}, or a name without a "
+                              "suffix); choose another path") from None  # fmt: skip
+    return fmt
 
 
 def dumps(obj: Any) -> str:

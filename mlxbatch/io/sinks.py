@@ -193,8 +193,9 @@ class Journal:
         good = len(complete[0]) + 1
         for n, line in enumerate(complete[1:], start=2):
             entry = journal_entry(line, self.n_rows, self.labels)
-            if isinstance(entry, str) and not line.strip(b"\0"):
+            if isinstance(entry, str) and line and not line.strip(b"\0"):
                 break  # zeros: blocks a crash left unwritten; everything from here is redone
+            # (an empty line is no crash's: it was taken for one, and the rows after it dropped)
             if not isinstance(entry, str) and entry[0] in self.done:
                 entry = "repeats a row"
             if isinstance(entry, str):

@@ -63,6 +63,7 @@ def rope_fields(cfg: dict, family: Family, source: str) -> dict:
     if kind == "default":
         return out
     if kind == "longrope":
+        _check_scaling(scaling, source)  # the derived factor divides by the original context
         top = cfg.get("original_max_position_embeddings")
         if "original_max_position_embeddings" in d:  # Phi-3: the top-level key wins
             top = first(top, d["original_max_position_embeddings"])
@@ -76,9 +77,38 @@ def rope_fields(cfg: dict, family: Family, source: str) -> dict:
     absent = [k for k in _ROPE_KEYS[kind] if scaling.get(k) is None]
     if absent:
         raise ModelError(f"{source}: rope scaling {kind!r} needs {', '.join(absent)}")
+    _check_scaling(scaling, source)
     scaling.pop("partial_rotary_factor", None)
     out["rope_scaling"] = _items(scaling)
     return out
+
+
+def _positive(x) -> bool:
+    return not isinstance(x, bool) and isinstance(x, (int, float)) and 0 < x < float("inf")
+
+
+def _check_scaling(scaling: dict, source: str) -> None:
+    """The rope-scaling values rope.py divides by or takes logarithms of, checked where they
+    are read: a factor of "8" or 0 was a TypeError or a ZeroDivisionError deep in rope.py, a
+    negative or NaN short factor a model that ran."""
+    where = f"{source}: rope scaling {scaling['rope_type']!r}"
+    for key in ("factor", "low_freq_factor", "high_freq_factor", "attention_factor"):
+        if scaling.get(key) is not None and not _positive(scaling[key]):
+            raise ModelError(f"{where} {key} must be a positive number, got {scaling[key]!r}")
+    orig = scaling.get("original_max_position_embeddings")
+    least = 2 if scaling["rope_type"] == "longrope" else 1  # longrope divides by its log
+    if orig is not None and (isinstance(orig, bool) or not isinstance(orig, int) or orig < least):
+        raise ModelError(f"{where} original_max_position_embeddings must be an integer of at "
+                         f"least {least}, got {orig!r}")  # fmt: skip
+    lo, hi = scaling.get("low_freq_factor"), scaling.get("high_freq_factor")
+    if lo is not None and hi is not None and not lo < hi:  # the ramp divides by hi - lo
+        raise ModelError(f"{where} low_freq_factor ({lo!r}) must be below high_freq_factor "
+                         f"({hi!r})")  # fmt: skip
+    for key in ("short_factor", "long_factor"):
+        factors = scaling.get(key)
+        if factors is not None and (not isinstance(factors, list)
+                                    or not all(_positive(f) for f in factors)):  # fmt: skip
+            raise ModelError(f"{where} {key} must list positive numbers, got {factors!r}"[:300])
 
 
 def with_defaults(cls, cfg: dict, family: Family, source: str) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Callable
@@ -20,9 +21,11 @@ def not_runnable(model_dir: Path) -> str | None:
     check behind `mlxbatch models` (BROKEN) and the default model's choice."""
     from ..errors import ModelError
     from .config import ModelArgs
+    from .quantize import quantization
 
     try:
         ModelArgs.load(model_dir)
+        quantization(json.loads((model_dir / "config.json").read_text()))
     except ModelError as e:
         return str(e).removeprefix(f"{model_dir / 'config.json'}: ")
     if not list(model_dir.glob("*.safetensors")):

@@ -61,6 +61,10 @@ def resolve(spec: str | Path) -> Path:
                f"({type(e).__name__})")  # fmt: skip
         raise ModelError(f"{spec}: {how}; download it with `hf download {text}` "
                          "or give a local directory") from None  # fmt: skip
+    if not (Path(found) / "config.json").is_file():  # an empty refs/main: "snapshots/" itself
+        raise ModelError(f"{spec}: the Hugging Face cache's snapshot {found} holds no "
+                         f"config.json (is its refs/main empty, or naming no snapshot?); "
+                         f"download it again with `hf download {text}`")  # fmt: skip
     return Path(found)
 
 
@@ -70,7 +74,9 @@ def describe_dir(path: Path) -> dict | None:
         cfg = json.loads((path / "config.json").read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(cfg, dict) or cfg.get("model_type") not in FAMILIES:
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("model_type"), str):
+        return None  # (a list was a TypeError that took the whole listing down)
+    if cfg["model_type"] not in FAMILIES:
         return None
     if not (path / "tokenizer.json").is_file() or not any(path.glob("*.safetensors")):
         return None
@@ -83,7 +89,7 @@ def describe_dir(path: Path) -> dict | None:
         kind = "hugging face"
     return {
         "path": str(path), "kind": kind, "synthetic": bool(cfg.get("mlxbatch_synthetic")),
-        "quantization": f"{q['bits']}-bit, group {q['group_size']}" if isinstance(q, dict) else None,
+        "quantization": f"{q.get('bits')}-bit, group {q.get('group_size')}" if isinstance(q, dict) else None,
         "family": FAMILIES[cfg["model_type"]].name,
         "size": f"{cfg.get('hidden_size')} x {cfg.get('num_hidden_layers')} layers",
     }  # fmt: skip
@@ -109,5 +115,6 @@ def list_models(weights_dir: Path) -> list[dict]:
         for rev in repo.revisions:
             info = describe_dir(Path(rev.snapshot_path))
             if info:
-                out.append(info | {"name": repo.repo_id, "revision": rev.commit_hash[:8]})
+                out.append(info | {"name": repo.repo_id, "revision": rev.commit_hash[:8],
+                                   "main": "main" in rev.refs})  # fmt: skip
     return out

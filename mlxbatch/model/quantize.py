@@ -36,6 +36,16 @@ def quantization(config: dict) -> dict | None:
         raise ModelError(
             f"config.json: quantization mode {q['mode']!r} is not supported (affine only)"
         )
+    # bits -4 or groups of 0 were accepted and named in the model line; MLX says which it can
+    # run, on one group (a group of 0 kills MLX 0.32 with SIGFPE: refused before it)
+    if not 0 < q["group_size"] <= 4096:
+        raise ModelError(f"config.json: quantization group_size {q['group_size']} is not a "
+                         "group size MLX can run")  # fmt: skip
+    try:
+        mx.quantize(mx.zeros((1, q["group_size"])), group_size=q["group_size"], bits=q["bits"])
+    except (ValueError, TypeError, OverflowError) as e:
+        raise ModelError(f"config.json: quantization with {q['bits']} bits in groups of "
+                         f"{q['group_size']} is not one MLX can run ({str(e).splitlines()[0]})") from None  # fmt: skip
     return q
 
 

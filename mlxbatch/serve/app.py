@@ -23,9 +23,9 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .connections import ConnectionLimits
+from .connections import ANSWERED, ConnectionLimits
 from .errors import TYPES, ApiError
-from .limits import parse_body, read_body
+from .limits import CLOSE, parse_body, read_body
 from .service import Service
 
 log = logging.getLogger("mlxbatch.serve")
@@ -36,8 +36,11 @@ def check_key(request: Request, key: bytes | None) -> None:
     sent (a non-ASCII key arrives as UTF-8; the decoded header is Latin-1) in constant time."""
     if key is None:
         return
-    given = next((v for k, v in request.scope["headers"] if k == b"authorization"), b"")
-    scheme, _, token = given.partition(b" ")
+    given = [v for k, v in request.scope["headers"] if k == b"authorization"]
+    if len(given) > 1:  # which one counts would be a proxy's guess: the first was, the
+        raise ApiError(401, "send one Authorization header, not several",  # last not
+                       {"WWW-Authenticate": "Bearer"})  # fmt: skip
+    scheme, _, token = (given or [b""])[0].partition(b" ")
     if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), key):
         raise ApiError(401, "a valid API key is required: send 'Authorization: Bearer <key>'",
                        {"WWW-Authenticate": "Bearer"})  # fmt: skip
@@ -78,7 +81,7 @@ class Routes:
 
     async def classify(self, request: Request) -> Response:
         service, metrics = self.service, self.metrics
-        start = time.perf_counter()
+        start, body = time.perf_counter(), None
         try:
             check_key(request, self.api_key)
             service.check_accepting()
@@ -91,6 +94,8 @@ class Routes:
                 e = ApiError(503, "the server is shutting down")
             metrics.request(e.type, e.status)
             log.info("classify: %d %s", e.status, e.type)
+            if body is None:  # the body is not read: the connection cannot carry another
+                e.headers = {**e.headers, **CLOSE}  # request, and the reply says so
             return e.response()
         except asyncio.CancelledError:  # uvicorn's --drain-timeout passed with it unscored
             if service.state != "draining":
@@ -101,6 +106,8 @@ class Routes:
                             "before the drain ended (--drain-timeout, or a second Ctrl-C)"
                             ).response()  # fmt: skip
         except ClientDisconnect:  # gone mid-body: nobody to answer
+            if request.scope.get(ANSWERED):  # cut off by the protocol, its 400 counted
+                return Response(status_code=400)
             metrics.request("disconnected", 499)
             log.info("classify: the client disconnected before sending its whole body")
             return Response(status_code=400)
@@ -141,6 +148,11 @@ class Routes:
         message = {404: f"no route {request.url.path}",
                    405: f"{request.method} is not allowed on {request.url.path}"}  # fmt: skip
         error = ApiError(status, message.get(status, str(exc.detail)))
+        if request.url.path.startswith("/v1/"):  # without the key, /v1/* tells nothing of
+            try:  # its routes (a 404 or 405 named them)
+                check_key(request, self.api_key)
+            except ApiError as refused:
+                error = refused
         self.metrics.request(error.type, status)
         return error.response()
 

@@ -25,6 +25,13 @@ from .metrics import Metrics
 log = logging.getLogger("mlxbatch.serve")
 LINGER_S = 2.0  # how long a refused client may go on sending before the socket closes
 SPARE_FDS = 128  # descriptors beyond the connections: the model's files, logs, pipes
+# h11 parses a chunked body one chunk at a time on the event loop, ~9 us a chunk here: a 1 MB
+# body sent as 1-byte chunks (6 MB on the wire, under the 2 MB cap once decoded) held /health
+# for 2.4 s and took 9.2 s. A body may come in FREE_CHUNKS chunks of any size; past them its
+# chunks must average CHUNK_BYTES, which bounds a 2 MB body at ~5,000 chunks (~50 ms).
+FREE_CHUNKS = 1024
+CHUNK_BYTES = 512
+ANSWERED = "mlxbatch.answered"  # set in a request's scope when the protocol replied for it
 
 
 def closing_reply(status: int, reason: str, message: str) -> bytes:
@@ -106,7 +113,30 @@ class GuardedProtocol(H11Protocol):
             self.refuse(transport)
             return
         super().connection_made(LingeringTransport(transport, self))
+        self.chunks = self.chunk_bytes = 0
+        self.refusal = None  # why the protocol refuses the request (a 400), if it does
+        self.parse_next, self.conn.next_event = self.conn.next_event, self.next_event
         self.await_head()
+
+    def next_event(self):
+        """h11's next event, with the request refused (as bytes h11 cannot parse are) when it
+        is not HTTP/1.x, or when its body comes in more and smaller chunks than it may."""
+        event = self.parse_next()
+        if type(event) is h11.Request:
+            self.chunks = self.chunk_bytes = 0
+            if event.http_version not in (b"1.0", b"1.1"):  # "PRI * HTTP/2.0" was a 404
+                self.refusal = f"HTTP/{event.http_version.decode()} is not served here"
+                raise h11.RemoteProtocolError(self.refusal)
+        elif type(event) is h11.Data and event.chunk_start:
+            self.chunks += 1
+            self.chunk_bytes += len(event.data)
+            if self.chunks > FREE_CHUNKS and self.chunk_bytes < self.chunks * CHUNK_BYTES:
+                self.refusal = (f"the body came in {self.chunks:,} chunks of "
+                                f"{self.chunk_bytes / self.chunks:.0f} bytes on average; "
+                                f"send it with Content-Length, or in chunks of at least "
+                                f"{CHUNK_BYTES} bytes")  # fmt: skip
+                raise h11.RemoteProtocolError(self.refusal)
+        return event
 
     def refuse(self, transport) -> None:
         # not in uvicorn's connections: never shut down, waited for or counted
@@ -174,7 +204,11 @@ class GuardedProtocol(H11Protocol):
             self.await_head()  # (a pipelined request may be running already)
 
     def await_head(self) -> None:
-        self.head_of, self.heard = self.cycle, False
+        # part of the next head may have come with the last request (pipelined): its
+        # deadline runs from the reply, and keep-alive's idle close must not pass for it
+        self.head_of, self.heard = self.cycle, bool(self.conn.trailing_data[0].strip())
+        if self.heard:
+            self._unset_keepalive_if_required()
         if self.head_timer is not None:
             self.head_timer.cancel()
         self.head_timer = self.loop.call_later(self.limits.header_s, self.head_late)
@@ -191,9 +225,14 @@ class GuardedProtocol(H11Protocol):
     def send_400_response(self, msg: str) -> None:
         """uvicorn's reply to bytes h11 cannot parse (a bad Content-Length, no Host, a bad
         chunk size, not HTTP at all), in the service's error shape and counted (it was
-        text/plain and in no metric)."""
+        text/plain and in no metric). A request that had started is answered by it: the
+        app, whose body then ends in a disconnect, does not count it again."""
         self.metrics.request("invalid_request", 400)
-        self.transport.write(INVALID_HTTP)
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.scope[ANSWERED] = True
+        refusal = getattr(self, "refusal", None)
+        self.transport.write(INVALID_HTTP if refusal is None else
+                             closing_reply(400, "Bad Request", refusal))  # fmt: skip
         self.transport.close()
 
     def linger(self) -> None:
