@@ -476,3 +476,19 @@ def test_doctor_prints_the_matmul_rates_its_ratio_is_of(monkeypatch):
     mine, numpy = info["matmul_gflops_float32"], info["numpy_matmul_gflops_float32"]
     assert (mine, numpy) == (90.0, 60.0)
     assert info["mlx_vs_numpy_matmul"] == round(mine / numpy, 2)
+
+
+def test_doctor_judges_the_model_it_is_given(tiny_model_dir, tmp_path):
+    """A hostile pass found `doctor --model X` (without --calibrate) passed X over: a broken
+    one exited 0 without a word."""
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_model_dir, broken)
+    cfg = json.loads((broken / "config.json").read_text()) | {"num_hidden_layers": 10**9}
+    (broken / "config.json").write_text(json.dumps(cfg))
+    r = CliRunner().invoke(cli, ["doctor", "--size", "16", "--model", str(broken)])
+    assert r.exit_code == 2 and "BROKEN: num_hidden_layers" in r.stdout, r.output
+    assert r.stderr.startswith(f"error: --model {broken}: not runnable")
+    r = CliRunner().invoke(cli, ["doctor", "--size", "16", "--model", str(tiny_model_dir)])
+    assert r.exit_code == 0 and f"{tiny_model_dir}: runnable" in r.stdout, r.output

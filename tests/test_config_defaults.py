@@ -248,3 +248,17 @@ def test_a_bad_rope_scaling_value_is_refused_naming_its_key(model_type, key, val
     ModelArgs.from_dict(config(_ROPES[model_type])).rope().make()  # the sane one loads
     with pytest.raises(ModelError, match=key):
         ModelArgs.from_dict(config(_ROPES[model_type] | {key: value})).rope().make()
+
+
+def test_messages_name_config_keys_and_say_a_default_was_taken():
+    """A hostile pass found `head_dim_override` (an internal name) in the message of a bad
+    head_dim, and num_key_value_heads=32 named without saying config.json lacked it."""
+    from mlxbatch.errors import ModelError
+
+    base = _SIZES | {"model_type": "qwen2", "num_attention_heads": 4, "head_dim": 16}
+    base.pop("num_key_value_heads")
+    with pytest.raises(ModelError, match=r"num_key_value_heads=32 \(not in config.json: Qwen2"):
+        ModelArgs.from_dict(base)
+    with pytest.raises(ModelError, match="head_dim must be a positive integer") as e:
+        ModelArgs.from_dict(base | {"num_key_value_heads": 4, "head_dim": -3})
+    assert "override" not in str(e.value)

@@ -244,6 +244,10 @@ ERRORS = {
     "/dev/zero as --system-prompt-file": (c_in(GOOD, "--system-prompt-file", "/dev/zero"), "--system-prompt-file /dev/zero: larger than 1 MiB"),
     "/dev/zero as --labels-file": (c_in(GOOD, "--labels-file", "/dev/zero"), "--labels-file /dev/zero: larger than 1 MiB"),
     "/dev/zero as --examples": (c_in(GOOD, "--examples", "/dev/zero"), "line 1: longer than 32 MiB"),
+    # a hostile pass: these did not say the file was --examples, nor what the label was
+    "empty --examples": (lambda t, m: c_in(GOOD, "--examples", write(t / "ex.jsonl", ""))(t, m), "error: --examples /"),
+    "missing --examples": (c_in(GOOD, "--examples", "nope.jsonl"), "--examples nope.jsonl: no such file"),
+    "an example's label a number": (lambda t, m: c_in(GOOD, "--examples", write(t / "ex.jsonl", '{"text": "x", "label": 5}\n'))(t, m), "line 1: the 'label' field is a number, not a string"),
     "too many examples": (lambda t, m: c_in(GOOD, "--examples", write(t / "ex.jsonl", '{"text": "x", "label": "billing"}\n' * 1001))(t, m), "more than 1000 examples"),
     "/dev/zero as --api-key-file": (lambda t, m: (["serve", "--model", m, "--api-key-file", "/dev/zero"], None), "--api-key-file /dev/zero: larger than 64 KiB"),
     # labels and prompts

@@ -323,3 +323,13 @@ def test_an_edited_journal_is_refused_not_cut_short(name, tiny_model_dir, interr
     path.write_text(before)
     refused(resume(tiny_model_dir, src, out), str(path), message)
     assert path.read_text() == before and not out.exists()  # the journal is left as it was
+
+
+def test_a_resume_with_another_mode_names_the_settings_not_an_edit(tiny_model_dir, interrupted):
+    """A hostile pass found `--resume --mode naive` after a sorted run told the user "the
+    journal's recorded settings were edited": the batch shape follows the settings, and only
+    the settings changed."""
+    src, out = interrupted
+    r = resume(tiny_model_dir, src, out, "--mode", "naive")
+    refused(r, "was written for a different settings (--mode")
+    assert "edited" not in r.output and "batch shape" not in r.output

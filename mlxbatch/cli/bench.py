@@ -55,7 +55,14 @@ def doctor(as_json, size, calibrate, model):
     """Device, dtype, the BLAS behind MLX's CPU matmuls and its GFLOP/s, planner calibrations."""
     from ..bench.doctor import report
 
-    info = report(size)
+    info, broken = report(size), None
+    if model is not None and not calibrate:  # `doctor --model X` ignored X, broken or not
+        from ..model.defaults import not_runnable
+
+        path = model_dir(model, echo)
+        broken = not_runnable(path)
+        info["model"] = f"{path}: " + (f"BROKEN: {broken}" if broken else "runnable (config, "
+                                       "weights and tokenizer; --calibrate measures it)")  # fmt: skip
     if calibrate:
         from ..api.classifier import Classifier
         from ..engine.calibration import calibrate as measure
@@ -77,6 +84,8 @@ def doctor(as_json, size, calibrate, model):
                     click.echo(f"{'':>18}{text}")
             else:
                 click.echo(f"{k:>16}: {v}")
+    if broken:
+        fail(f"--model {model}: not runnable ({broken})")
 
 
 @click.command()

@@ -129,4 +129,7 @@ def _differing_parts(recorded, current) -> str:
     old, new = fingerprint_parts(recorded), fingerprint_parts(current)
     if not old or set(old) != set(new):  # a journal from another version of mlxbatch
         return "input, model, labels, prompt or settings (or another version of mlxbatch)"
-    return ", ".join(PARTS.get(k, k) for k in new if old[k] != new[k])
+    differ = [k for k in new if old[k] != new[k]]
+    if "shape" in differ and "settings" in differ:  # the shape follows the settings: their
+        differ.remove("shape")  # change alone was said to be an edit of the journal
+    return ", ".join(PARTS.get(k, k) for k in differ)

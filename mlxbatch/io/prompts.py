@@ -9,6 +9,7 @@ from pathlib import Path
 from ..engine.prompt import description_problem
 from ..errors import InputError, LabelError, unicode_problem
 from .caps import EXAMPLES_BYTES, EXAMPLES_ROWS, LABELS_FILE_BYTES, read_capped, size
+from .formats import json_kind
 from .inputs import describe_errors, open_rows
 
 
@@ -80,13 +81,20 @@ def read_examples(
     path: str, labels: tuple[str, ...], text_field: str = "text", label_field: str = "label"
 ) -> tuple[tuple[str, str], ...]:
     """Few-shot (text, label) pairs; every bad row and unknown label named by its line."""
-    rows, fmt = _capped_examples(path, text_field, label_field)
+    try:
+        rows, fmt = _capped_examples(path, text_field, label_field)
+    except InputError as e:  # "e.jsonl: empty input" did not say which file of the run it was
+        if str(e).startswith("--examples"):
+            raise
+        raise InputError(f"--examples {e}") from None
     for r in rows:
         if r.error:
             continue
         label = r.fields.get(label_field)
-        if not isinstance(label, str) or not label.strip():
+        if label is None or isinstance(label, str) and not label.strip():
             r.error = f"missing or empty {label_field!r} field"
+        elif not isinstance(label, str):
+            r.error = f"the {label_field!r} field is {json_kind(label)}, not a string"
         elif label not in labels:
             r.error = f"label {label!r} is not in the label set ({', '.join(labels)})"
     if any(r.error for r in rows):

@@ -141,9 +141,11 @@ class ModelArgs:
                 raise ModelError(f"{source}: rope scaling {key} must list one factor per "
                                  f"rotated pair ({args.rope().dims // 2}), got {f!r}")  # fmt: skip
         if args.num_attention_heads % args.num_key_value_heads:
+            given = cfg.get("num_key_value_heads") is not None
             raise ModelError(
                 f"{source}: num_attention_heads={args.num_attention_heads} is not a multiple "
                 f"of num_key_value_heads={args.num_key_value_heads}"
+                + ("" if given else f" (not in config.json: {family.name}'s default)")
             )
         return args
 

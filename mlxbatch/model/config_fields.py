@@ -178,13 +178,13 @@ def check_types(known: dict, source: str) -> None:
     """Every value of the right type and range, named by its key when it is not."""
     for key in _POSITIVE_INTS:
         if key in known:
-            v = known[key]
+            v, name = known[key], key.removesuffix("_override")  # config.json's own name
             if isinstance(v, float) and v.is_integer() and 1 <= v <= _LIMITS[key]:
                 v = known[key] = int(v)  # 1e3 in JSON is a float
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ModelError(f"{source}: {key} must be a positive integer, got {v!r}")
+                raise ModelError(f"{source}: {name} must be a positive integer, got {v!r}")
             if v > _LIMITS[key]:
-                raise ModelError(f"{source}: {key} {v:,} is beyond any supported model (at most "
+                raise ModelError(f"{source}: {name} {v:,} is beyond any supported model (at most "
                                  f"{_LIMITS[key]:,} here); is config.json damaged?")  # fmt: skip
     for key in _POSITIVE_FLOATS:
         if key in known:
