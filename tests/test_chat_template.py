@@ -136,3 +136,18 @@ def test_a_template_changing_only_labels_is_refused_when_examples_are_used(tmp_p
         ours.prompt(system, TEXTS[0], EXAMPLES)
     # where, not only which probe (a review: "a text starting with a newline" misled)
     assert "(it renders an example's label otherwise than given)" in str(e.value)
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    ("{not json", "cannot be read as JSON"), ("[1]", "not a JSON object"),
+    ('{"chat_template": 5}', "chat_template is neither a template"),
+])  # fmt: skip
+def test_an_unreadable_tokenizer_config_is_refused_not_passed_over(tmp_path, config, message):
+    """A hostile pass found a corrupt tokenizer_config.json (or a chat_template of 5) read as
+    absent: the prompt was built from another template, silently."""
+    path = tmp_path / "m"
+    shutil.copytree(qwen_tokenizer_dir(), path)
+    (path / "tokenizer_config.json").write_text(config)
+    with pytest.raises(ModelError, match=message) as e:
+        PromptTokenizer(path)
+    assert str(e.value).startswith(str(path / "tokenizer_config.json"))

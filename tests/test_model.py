@@ -106,6 +106,13 @@ def test_sharded_checkpoint_loads(tied_pair, tmp_path):
     a, b = load_model(mlx_dir), load_model(shard_dir)
     ids = mx.array([a.tokenizer.prompt("x", "hello")])
     assert mx.array_equal(a.model(ids), b.model(ids))
+    # a tensor in two shards (other values in the second): the later file won, whatever the
+    # index said (found by a hostile pass); refused, naming both files
+    first = names[0]
+    extra = {first: tensors[first] * 2, names[1]: tensors[names[1]]}
+    mx.save_safetensors(str(shard_dir / "model-00002-of-00002.safetensors"), extra)
+    with pytest.raises(ModelError, match=f"tensor {first} is also in .*model-00001"):
+        load_model(shard_dir)
 
 
 def test_qwen25_preset_has_the_published_parameter_count():

@@ -73,11 +73,18 @@ def marker(i: int) -> str:
 def read_template(model_dir: Path) -> tuple[str | None, dict[str, str], str]:
     """(the template source or None, the special-token variables, where the source is), from
     the model directory."""
+    path = model_dir / "tokenizer_config.json"
     try:
-        cfg = json.loads((model_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
         cfg = {}
-    cfg = cfg if isinstance(cfg, dict) else {}
+    except (OSError, ValueError) as e:  # read as absent, it ran another template, silently
+        raise ModelError(f"{path}: cannot be read as JSON ({str(e)[:100]})") from None
+    if not isinstance(cfg, dict):
+        raise ModelError(f"{path}: not a JSON object")
+    template = cfg.get("chat_template")
+    if template is not None and not isinstance(template, (str, list)):
+        raise ModelError(f"{path}: chat_template is neither a template nor a list of named ones")
     variables = {}
     for key in SPECIAL_VARS:
         v = cfg.get(key)

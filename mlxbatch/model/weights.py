@@ -135,6 +135,9 @@ def check_checkpoint(model_dir: Path, args: ModelArgs) -> list[Path]:
     dtypes: dict[str, str] = {}
     for path in files:
         for name, t in read_header(path).items():
+            if name in found:  # the later file's values would win, whatever an index says
+                raise ModelError(f"{path}: tensor {name} is also in {found[name][1]}; a "
+                                 "checkpoint holds each tensor once")  # fmt: skip
             if not name.endswith(DERIVED_SUFFIXES):
                 found[name], dtypes[name] = (tuple(t["shape"]), path), t["dtype"]
     expected = args.expected_shapes()
