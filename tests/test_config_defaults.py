@@ -230,7 +230,9 @@ _ROPES = {
     ("llama", "high_freq_factor", 1.0), ("llama", "original_max_position_embeddings", "64"),
     ("llama", "original_max_position_embeddings", 0), ("gemma3_text", "factor", 0),
     ("gemma3_text", "factor", "2"), ("gemma3_text", "factor", -8.0),
-    ("phi3", "original_max_position_embeddings", 0), ("phi3", "original_max_position_embeddings", 1),
+    ("phi3", "top original_max_position_embeddings", 0),  # Phi-3's top-level key wins over
+    ("phi3", "top original_max_position_embeddings", 1),  # the rope parameters' (ignored)
+    ("phi3", "max_position_embeddings", "131072"),
     ("phi3", "factor", "x"), ("phi3", "attention_factor", "x"), ("phi3", "short_factor", [-1.0] * 8),
     ("phi3", "short_factor", [float("nan")] * 8), ("phi3", "long_factor", "wide"),
 ])  # fmt: skip
@@ -246,8 +248,13 @@ def test_a_bad_rope_scaling_value_is_refused_naming_its_key(model_type, key, val
         return _SIZES | {"model_type": model_type, "rope_parameters": scaling}
 
     ModelArgs.from_dict(config(_ROPES[model_type])).rope().make()  # the sane one loads
+    if key.startswith("top ") or key == "max_position_embeddings":  # config.json's own keys
+        key = key.removeprefix("top ")  # (Phi-3's top-level original context wins)
+        bad = config(_ROPES[model_type]) | {key: value}
+    else:
+        bad = config(_ROPES[model_type] | {key: value})
     with pytest.raises(ModelError, match=key):
-        ModelArgs.from_dict(config(_ROPES[model_type] | {key: value})).rope().make()
+        ModelArgs.from_dict(bad).rope().make()
 
 
 def test_messages_name_config_keys_and_say_a_default_was_taken():

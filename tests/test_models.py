@@ -98,7 +98,13 @@ def test_a_cache_whose_refs_name_no_snapshot_is_one_line_and_marked(hf_dirs, tic
     r = CliRunner(env=env).invoke(cli, ["models", "--json"])
     assert r.exit_code == 0, r.output
     listed = [m for m in json.loads(r.stdout) if m["name"] == "Org/Odd"]
-    assert all(m["broken"] for m in listed), listed  # listed, never as runnable
+    assert all(m["broken"] or m["main"] is False for m in listed), listed  # never as `--model`'s
+    r = CliRunner(env=env).invoke(cli, ["models"])
+    assert r.exit_code == 0 and all(
+        "not refs/main" in line or "BROKEN" in line
+        for line in r.stdout.splitlines()
+        if line.startswith("Org/Odd")
+    ), r.stdout
 
 
 def mlx_lm_logits(path, texts):

@@ -203,13 +203,17 @@ def item_limit(engine: Engine, spec: RunSpec, names: Names = flag) -> Limit:
         options.append((spec.batch_tokens, names("batch_tokens", spec.batch_tokens)))
     tokens, source = min(options, key=lambda x: x[0])
     avail, fp = available_bytes(), engine.footprint
-    fits = fp.longest_item(avail, context_limit(engine))
+    fits, share = fp.longest_item(avail, context_limit(engine)), "half of what the weights leave of"
+    if fits < 1:  # not even in half: all of it, as before (a job that ran still runs)
+        fits, share = (
+            fp.longest_item(avail, context_limit(engine), share=1.0),
+            "what the weights leave of",
+        )
     if fits < 1:  # no row can run: one error for the job, not one "over the limit of 1" a row
         raise JobError(f"{available_source()} ({amount(avail)}) holds not even one item of one "
                        f"token: {_what_needs(fp, fp.batch_cost(1, 1, 1), avail)}")  # fmt: skip
     if fits < tokens:
-        return Limit(fits, f"half of what the weights leave of {available_source()} "
-                     f"({amount(avail)} with them)")  # fmt: skip
+        return Limit(fits, f"{share} {available_source()} ({amount(avail)} with them)")
     return Limit(tokens, source)
 
 

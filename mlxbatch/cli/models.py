@@ -108,9 +108,6 @@ def models(as_json):
     found = list_models(weights_dir())
     for m in found:
         m["broken"] = not_runnable(Path(m["path"]))
-        if m.get("main") is False and not m["broken"]:  # listed, and yet `--model` missed it
-            m["broken"] = (f"refs/main does not name this snapshot: --model {m['name']} runs "
-                           "another (offline: none); give its path")  # fmt: skip
     if as_json:
         click.echo(json.dumps(found, indent=2))
         return
@@ -121,5 +118,7 @@ def models(as_json):
             [m["quantization"]] if m["quantization"] else []
         )
         tags += ["SYNTHETIC"] if m["synthetic"] else []
+        # listed, and yet `--model NAME` runs another snapshot (offline: none); its path runs it
+        tags += ["not refs/main: run it by its path"] if m.get("main") is False else []
         tags += [f"BROKEN: {m['broken']}"] if m["broken"] else []
         click.echo(f"{m['name']:<40} {', '.join(tags):<45} {m['path']}")

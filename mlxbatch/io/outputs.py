@@ -152,18 +152,15 @@ REPORT_MAGIC = {".json": (b"{", b"["), ".png": (b"\x89PNG",), ".pdf": (b"%PDF",)
                 ".svg": (b"<",), ".jpg": (b"\xff\xd8",), ".jpeg": (b"\xff\xd8",)}  # fmt: skip
 
 
-# JSON files of a model (Hugging Face's, mlx-lm's, ours): `--json m/config.json` began with
-# "{" and was replaced by a report, and the model no longer loaded.
-MODEL_JSON = {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-              "special_tokens_map.json", "added_tokens.json", "vocab.json", "mlxbatch.json",
-              "chat_template.json", "preprocessor_config.json"}  # fmt: skip
-
-
 def _of_a_model(real: Path) -> bool:
-    """A model's own file, by its name or by its directory (a config.json beside weights)."""
-    if real.name in MODEL_JSON or real.name.endswith(".safetensors.index.json"):
-        return True
-    return (real.parent / "config.json").is_file() and any(real.parent.glob("*.safetensors"))
+    """A file in a model's directory (weights beside it, or its config and tokenizer): `--json
+    m/config.json` began with "{" as a report does, was replaced, and m no longer loaded."""
+    d = real.parent
+    return (
+        any(d.glob("*.safetensors"))
+        or (d / "config.json").is_file()
+        and (d / "tokenizer.json").is_file()
+    )
 
 
 def _check_replaceable_report(option: str, path: Path) -> None:
@@ -172,9 +169,6 @@ def _check_replaceable_report(option: str, path: Path) -> None:
     if not os.path.isfile(path) or os.path.getsize(path) == 0:
         return
     real = Path(os.path.realpath(path))
-    if _of_a_model(real):
-        raise OutputError(f"{option} {path}: exists and is a file of a model ({real}); "
-                          "mlxbatch will not replace it: choose another path")  # fmt: skip
     try:
         with open(path, "rb") as f:
             head = f.read(64).lstrip()
@@ -185,6 +179,9 @@ def _check_replaceable_report(option: str, path: Path) -> None:
         where = f" (it is {real})" if str(real) != os.path.abspath(path) else ""
         raise OutputError(f"{option} {path}: exists and is not a {path.suffix} report{where}; "
                           "mlxbatch will not replace it: move it away or choose another path")  # fmt: skip
+    if _of_a_model(real):
+        raise OutputError(f"{option} {path}: exists and is a file of a model ({real}); "
+                          "mlxbatch will not replace it: choose another path")  # fmt: skip
 
 
 def check_reports(json_path: Path | None, plot_path: Path | None, protected: list[Path]) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..errors import OutputError
+from ..runtime.files import is_stream
 
 OUTPUT_SUFFIXES = (".jsonl", ".jsonl.gz", ".csv", ".csv.gz", ".tsv", ".tsv.gz")
 _KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv"}
@@ -51,7 +52,7 @@ def output_format_of(path: Path) -> tuple[str, bool]:
     output's: the target is what is written (runtime.files.write_atomically follows links), and
     `-o out.jsonl` linked onto a model.safetensors replaced the weights."""
     fmt = output_format(str(path))
-    if os.path.islink(path):
+    if os.path.islink(path) and not is_stream(path):  # /dev/stdout into a redirect is no file
         real = os.path.realpath(path)
         try:
             output_format(real)

@@ -63,17 +63,20 @@ def rope_fields(cfg: dict, family: Family, source: str) -> dict:
     if kind == "default":
         return out
     if kind == "longrope":
-        _check_scaling(scaling, source)  # the derived factor divides by the original context
         top = cfg.get("original_max_position_embeddings")
         if "original_max_position_embeddings" in d:  # Phi-3: the top-level key wins
             top = first(top, d["original_max_position_embeddings"])
             scaling["original_max_position_embeddings"] = top
         else:
             scaling.setdefault("original_max_position_embeddings", top)
+        _check_scaling(scaling, source)  # the derived factor divides by the original context
         orig = scaling["original_max_position_embeddings"]
+        context = first(cfg.get("max_position_embeddings"), d.get("max_position_embeddings"), orig)
         if isinstance(orig, int) and scaling.get("factor") is None:
-            context = first(cfg.get("max_position_embeddings"), d.get("max_position_embeddings"))
-            scaling["factor"] = first(context, orig) / orig
+            if isinstance(context, bool) or not isinstance(context, int):  # check_types names it
+                raise ModelError(f"{source}: max_position_embeddings must be a positive integer, "
+                                 f"got {context!r}")  # fmt: skip
+            scaling["factor"] = context / orig
     absent = [k for k in _ROPE_KEYS[kind] if scaling.get(k) is None]
     if absent:
         raise ModelError(f"{source}: rope scaling {kind!r} needs {', '.join(absent)}")

@@ -37,8 +37,8 @@ def check_key(request: Request, key: bytes | None) -> None:
     if key is None:
         return
     given = [v for k, v in request.scope["headers"] if k == b"authorization"]
-    if len(given) > 1:  # which one counts would be a proxy's guess: the first was, the
-        raise ApiError(401, "send one Authorization header, not several",  # last not
+    if len(given) > 1:  # which one counts is a guess (the first was checked): refused
+        raise ApiError(401, "send one Authorization header, not several",
                        {"WWW-Authenticate": "Bearer"})  # fmt: skip
     scheme, _, token = (given or [b""])[0].partition(b" ")
     if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), key):
@@ -90,6 +90,8 @@ class Routes:
             parsed = await parse_body(body, self.limits, service.names)
             reply = await unless_gone(request, service.classify(parsed))
         except ApiError as e:
+            if request.scope.get(ANSWERED):  # the protocol refused it (a 400, counted)
+                return Response(status_code=400)
             if e.status == 408 and service.state == "draining":  # cut short by the drain
                 e = ApiError(503, "the server is shutting down")
             metrics.request(e.type, e.status)
@@ -153,7 +155,7 @@ class Routes:
                 check_key(request, self.api_key)
             except ApiError as refused:
                 error = refused
-        self.metrics.request(error.type, status)
+        self.metrics.request(error.type, error.status)
         return error.response()
 
     def cut_bodies(self) -> None:

@@ -127,9 +127,9 @@ class GuardedProtocol(H11Protocol):
             if event.http_version not in (b"1.0", b"1.1"):  # "PRI * HTTP/2.0" was a 404
                 self.refusal = f"HTTP/{event.http_version.decode()} is not served here"
                 raise h11.RemoteProtocolError(self.refusal)
-        elif type(event) is h11.Data and event.chunk_start:
-            self.chunks += 1
-            self.chunk_bytes += len(event.data)
+        elif type(event) is h11.Data:  # a chunk is counted at its end: a chunk's size line
+            self.chunk_bytes += len(event.data)  # read alone loses h11's chunk_start
+            self.chunks += int(event.chunk_end)
             if self.chunks > FREE_CHUNKS and self.chunk_bytes < self.chunks * CHUNK_BYTES:
                 self.refusal = (f"the body came in {self.chunks:,} chunks of "
                                 f"{self.chunk_bytes / self.chunks:.0f} bytes on average; "
@@ -229,7 +229,11 @@ class GuardedProtocol(H11Protocol):
         app, whose body then ends in a disconnect, does not count it again."""
         self.metrics.request("invalid_request", 400)
         if self.cycle is not None and not self.cycle.response_complete:
+            # the app ends its wait for the body now, not when the lingering close ends (in
+            # which a drain or the body's deadline would answer and count it a second time)
             self.cycle.scope[ANSWERED] = True
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
         refusal = getattr(self, "refusal", None)
         self.transport.write(INVALID_HTTP if refusal is None else
                              closing_reply(400, "Bad Request", refusal))  # fmt: skip
