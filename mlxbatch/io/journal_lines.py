@@ -41,14 +41,15 @@ def journal_entry(line: bytes, n_rows: int | None = None,
     # what result_row writes, and no more: an edited "truncated" reached the output as it was
     if extra := sorted(set(result) - SCORED_FIELDS):
         return f"has fields {extra} that mlxbatch does not write"[:200]
-    cut = result.get("truncated", {"from_tokens": 0, "to_tokens": 0})
-    if (
-        not isinstance(cut, dict)
-        or set(cut) != {"from_tokens", "to_tokens"}
-        or any(type(v) is not int for v in cut.values())
-    ):
+    if "truncated" in result and not _written_cut(result["truncated"]):
         return "has a truncation that mlxbatch did not write"
     return _scored(row, result, labels)
+
+
+def _written_cut(cut) -> bool:
+    """A "truncated" as limits.prepare writes it: the token counts before and after."""
+    return (isinstance(cut, dict) and set(cut) == {"from_tokens", "to_tokens"}
+            and all(type(v) is int for v in cut.values()))  # fmt: skip
 
 
 def _scored(row: int, result: dict, labels: tuple[str, ...] | None) -> tuple[int, dict] | str:

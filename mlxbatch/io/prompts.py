@@ -84,8 +84,6 @@ def read_examples(
     try:
         rows, fmt = _capped_examples(path, text_field, label_field)
     except InputError as e:  # "e.jsonl: empty input" did not say which file of the run it was
-        if str(e).startswith("--examples"):
-            raise
         raise InputError(f"--examples {e}") from None
     for r in rows:
         if r.error:
@@ -111,7 +109,7 @@ def _capped_examples(path: str, text_field: str, label_field: str) -> tuple[list
             rows.append(r)
             total += len(r.text or "")
             if len(rows) > EXAMPLES_ROWS or total > EXAMPLES_BYTES:
-                raise InputError(f"--examples {path}: more than {EXAMPLES_ROWS} examples or "
+                raise InputError(f"{path}: more than {EXAMPLES_ROWS} examples or "
                                  f"{size(EXAMPLES_BYTES)} of text, the cap on examples (they go "
                                  "into every prompt)")  # fmt: skip
         return rows, stream.format

@@ -69,18 +69,17 @@ def rope_fields(cfg: dict, family: Family, source: str) -> dict:
             scaling["original_max_position_embeddings"] = top
         else:
             scaling.setdefault("original_max_position_embeddings", top)
-        _check_scaling(scaling, source)  # the derived factor divides by the original context
-        orig = scaling["original_max_position_embeddings"]
-        context = first(cfg.get("max_position_embeddings"), d.get("max_position_embeddings"), orig)
-        if isinstance(orig, int) and scaling.get("factor") is None:
-            if isinstance(context, bool) or not isinstance(context, int):  # check_types names it
-                raise ModelError(f"{source}: max_position_embeddings must be a positive integer, "
-                                 f"got {context!r}")  # fmt: skip
-            scaling["factor"] = context / orig
     absent = [k for k in _ROPE_KEYS[kind] if scaling.get(k) is None]
     if absent:
         raise ModelError(f"{source}: rope scaling {kind!r} needs {', '.join(absent)}")
-    _check_scaling(scaling, source)
+    _check_scaling(scaling, source)  # before the factor below divides by the original context
+    if kind == "longrope" and scaling.get("factor") is None:
+        orig = scaling["original_max_position_embeddings"]
+        context = first(cfg.get("max_position_embeddings"), d.get("max_position_embeddings"), orig)
+        if isinstance(context, bool) or not isinstance(context, int) or context < 1:
+            raise ModelError(f"{source}: max_position_embeddings must be a positive integer, "
+                             f"got {context!r}")  # fmt: skip
+        scaling["factor"] = context / orig
     scaling.pop("partial_rotary_factor", None)
     out["rope_scaling"] = _items(scaling)
     return out
@@ -192,12 +191,7 @@ def check_types(known: dict, source: str) -> None:
     for key in _POSITIVE_FLOATS:
         if key in known:
             v = known[key]
-            if (
-                isinstance(v, bool)
-                or not isinstance(v, (int, float))
-                or not v > 0
-                or v == float("inf")
-            ):
+            if not _positive(v):
                 raise ModelError(f"{source}: {key} must be a positive number, got {v!r}")
     tie = known.get("tie_word_embeddings", True)
     if not isinstance(tie, bool):
