@@ -53,8 +53,8 @@ def _not_a_prediction(res, row, tabular: bool = False) -> str | None:
 @report_options("the metrics", "confusion")
 def evaluate_cmd(input_path, predictions, gold_field, text_field, id_field, input_format, labels,
                  json_path, plot_path):  # fmt: skip
-    """Accuracy, per-class F1, confusion and calibration of PREDICTIONS (a classify output,
-    JSONL) against the gold labels of INPUT, row by row."""
+    """Accuracy, per-class F1, confusion and calibration of PREDICTIONS (a classify output:
+    JSONL, CSV or TSV, gzip-compressed or not) against the gold labels of INPUT, row by row."""
     from ..api.evaluate import evaluate_rows, format_evaluation, plot_confusion
     from ..engine.labels import check_names
     from ..errors import LabelError

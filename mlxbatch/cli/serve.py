@@ -163,7 +163,7 @@ def serve(**options):
 @click.option("--sequential", type=click.IntRange(1), default=40, show_default=True,
               help="Requests sent one at a time (the latency baseline).")  # fmt: skip
 @click.option("--soak-seconds", type=FiniteRange(0), default=0.0, show_default=True,
-              help="Then this long at 70% of capacity (the issue asks for 600).")  # fmt: skip
+              help="Then this long at 70% of capacity (600 for a ten-minute soak).")  # fmt: skip
 @click.option("--max-queue", type=click.IntRange(1), default=256, show_default=True)
 @report_options("every figure", "bench-serve")
 @click.option("--quick", is_flag=True, help="Tiny synthetic model, 2 s a load: checks the command.")

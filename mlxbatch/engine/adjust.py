@@ -57,7 +57,7 @@ MAX_PRIOR_RATIO = 1e9
 
 def parse_prior(spec: str | dict, names: tuple[str, ...]) -> tuple[float, ...]:
     """`billing=0.5,technical=0.3,account=0.2` (or the Python API's {label: weight}, which
-    takes labels holding `,` or `=`) -> priors in label order, normalised.
+    takes labels holding `,`) -> priors in label order, normalised.
     Labels not named get an equal share of what is left (an error if nothing is left)."""
     from ..errors import LabelError
 
@@ -65,7 +65,8 @@ def parse_prior(spec: str | dict, names: tuple[str, ...]) -> tuple[float, ...]:
     if isinstance(spec, dict):
         parts = [(str(k), "=", v) for k, v in spec.items()]
     else:
-        parts = [part.partition("=") for part in spec.split(",")]
+        # the last `=`: a weight never holds one, a label may (`a=b=0.3` weighs "a=b")
+        parts = [part.rpartition("=") for part in spec.split(",")]
     for name, sep, value in parts:
         part = f"{name}{sep}{value}"
         if not part.strip():

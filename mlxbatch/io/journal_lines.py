@@ -16,11 +16,12 @@ JOURNAL_VERSION = 1
 SCORED_FIELDS = {"id", "label", "scores", "abstained", "truncated"}  # rows.result_row's
 
 
-def journal_entry(line: bytes, n_rows: int | None = None,
-           labels: tuple[str, ...] | None = None) -> tuple[int, dict] | str:  # fmt: skip
+def journal_entry(line: bytes, n_rows: int | None = None, labels: tuple[str, ...] | None = None,
+                  min_confidence: float | None = None) -> tuple[int, dict] | str:  # fmt: skip
     """A journal line's (row index, result row), or why it is not one this job's run writes:
     a row index inside the input, and a result that the final write can take (an id; an error
-    message, or finite probabilities over the labels with the label their top score)."""
+    message, or finite probabilities over the labels with the label their top score). Given
+    the job's `labels`, a row abstains exactly where its top score is below `min_confidence`."""
     try:
         entry = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError):
@@ -43,7 +44,7 @@ def journal_entry(line: bytes, n_rows: int | None = None,
         return f"has fields {extra} that mlxbatch does not write"[:200]
     if "truncated" in result and not _written_cut(result["truncated"]):
         return "has a truncation that mlxbatch did not write"
-    return _scored(row, result, labels)
+    return _scored(row, result, labels, min_confidence)
 
 
 def _written_cut(cut) -> bool:
@@ -52,7 +53,8 @@ def _written_cut(cut) -> bool:
             and all(type(v) is int for v in cut.values()))  # fmt: skip
 
 
-def _scored(row: int, result: dict, labels: tuple[str, ...] | None) -> tuple[int, dict] | str:
+def _scored(row: int, result: dict, labels: tuple[str, ...] | None,
+            min_confidence: float | None) -> tuple[int, dict] | str:  # fmt: skip
     scores, label = result.get("scores"), result.get("label")
     if not isinstance(scores, dict) or len(scores) < 2 or (labels and list(scores) != list(labels)):
         return "has scores that are not one per label"
@@ -63,6 +65,12 @@ def _scored(row: int, result: dict, labels: tuple[str, ...] | None) -> tuple[int
         return f"has scores that sum to {sum(values):.6g}, not 1"
     if "abstained" in result and (result["abstained"] is not True or label is not None):
         return "has an abstention that mlxbatch did not write"
+    # the journal holds the adjusted scores as floats, exactly: the rule gives the same answer
+    abstains = min_confidence is not None and max(values) < min_confidence
+    if labels and ("abstained" in result) != abstains:
+        return (f"{'abstains' if 'abstained' in result else 'has a label'} where this run's "
+                f"--min-confidence {'(none)' if min_confidence is None else min_confidence} "
+                f"{'abstains' if abstains else 'does not'}")  # fmt: skip
     if label is None and result.get("abstained") is True:
         return row, result
     top = list(scores)[values.index(max(values))]  # the first best, as result_row chooses

@@ -114,10 +114,12 @@ class Journal:
     `done` says which rows it holds (a `RowIndex`: offsets, not rows)."""
 
     def __init__(self, output: Path, header: dict, resume: bool, n_rows: int | None = None,
-                 labels: tuple[str, ...] | None = None):  # fmt: skip
-        """`n_rows`, `labels`: the job's, which a resumed journal's rows must fit."""
+                 labels: tuple[str, ...] | None = None,
+                 min_confidence: float | None = None):  # fmt: skip
+        """`n_rows`, `labels`, `min_confidence`: the job's, which a resumed journal's rows must
+        fit."""
         self.output, self.path = output, journal_path(output)
-        self.n_rows, self.labels = n_rows, labels
+        self.n_rows, self.labels, self.min_confidence = n_rows, labels, min_confidence
         self.done = RowIndex(-1)
         try:
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
@@ -192,7 +194,7 @@ class Journal:
             raise
         good = len(complete[0]) + 1
         for n, line in enumerate(complete[1:], start=2):
-            entry = journal_entry(line, self.n_rows, self.labels)
+            entry = journal_entry(line, self.n_rows, self.labels, self.min_confidence)
             if isinstance(entry, str) and line and not line.strip(b"\0"):
                 break  # zeros: blocks a crash left unwritten; everything from here is redone
             # (an empty line is no crash's: it was taken for one, and the rows after it dropped)

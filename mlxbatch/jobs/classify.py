@@ -59,6 +59,17 @@ class JobRequest:
         paths = (self.input, self.system_prompt_file, self.labels_file, self.examples)
         return [Path("/dev/stdin" if str(p) == "-" else p) for p in paths if p]
 
+    def check_stdin(self) -> None:
+        """Standard input read by one option at most: the first to read it takes it all, and
+        the next found it empty ("empty input (no rows)" for INPUT after `--examples -`)."""
+        named = {"INPUT": self.input, "--system-prompt-file": self.system_prompt_file,
+                 "--labels-file": self.labels_file, "--examples": self.examples}  # fmt: skip
+        dashes = [name for name, p in named.items() if p is not None and str(p) == "-"]
+        if len(dashes) > 1:
+            both = "both" if len(dashes) == 2 else "all"
+            raise JobError(f"{' and '.join(dashes)} {both} read standard input (-): standard "
+                           "input can be read once; give all but one of them a file")  # fmt: skip
+
 
 class Interrupted(Exception):
     """Ctrl-C or SIGTERM stopped the job; the message says how to continue."""
@@ -68,6 +79,7 @@ def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None],
                  hooks: Hooks | None = None) -> int:  # fmt: skip
     """The whole classify command; returns its exit code (1 when --verify disagrees)."""
     req, reads = request, request.reads()
+    req.check_stdin()
     cluster = None
     if req.distributed or os.environ.get("MLX_RANK") is not None:  # set by mlx.launch
         cluster = Cluster.join(req.distributed, req.collective_timeout)

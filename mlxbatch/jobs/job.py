@@ -42,7 +42,7 @@ def open_sink(
 ) -> Sink:
     if output is None or output_kind(output) != "file":
         return open_stream(output or Path("-"), n_rows, clf.labels.names, header)
-    return Journal(output, header, resume, n_rows, clf.labels.names)
+    return Journal(output, header, resume, n_rows, clf.labels.names, clf.adjust.min_confidence)
 
 
 class LocalGroup:

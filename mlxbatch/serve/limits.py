@@ -62,7 +62,8 @@ async def read_body(request: Request, cap: int, deadline: float,
         raise ApiError(400, "the request has both Content-Length and Transfer-Encoding",
                        CLOSE)  # length is ambiguous (request smuggling behind a proxy)  # fmt: skip
     if declared is not None and declared.isdigit() and int(declared) > cap:
-        raise ApiError(413, f"the body is {int(declared):,} bytes; the limit is {cap:,}")
+        raise ApiError(413, f"the body is {int(declared):,} bytes; the limit is {cap:,} "
+                       "(--max-body-mb)")  # fmt: skip
     chunks, size = [], 0
     try:
         async with asyncio.timeout(deadline) as clock:
@@ -71,7 +72,8 @@ async def read_body(request: Request, cap: int, deadline: float,
                 async for chunk in request.stream():
                     size += len(chunk)
                     if size > cap:
-                        raise ApiError(413, f"the body passes the limit of {cap:,} bytes")
+                        raise ApiError(413, f"the body passes the limit of {cap:,} bytes "
+                                       "(--max-body-mb)")  # fmt: skip
                     chunks.append(chunk)
             finally:
                 clocks.discard(clock)
