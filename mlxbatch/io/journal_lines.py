@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+
+from ..engine.adjust import Adjustment
 from ..errors import ResumeError
 from ..runtime.blas import LAYOUT_ENV, TILED
 
@@ -66,7 +69,7 @@ def _scored(row: int, result: dict, labels: tuple[str, ...] | None,
     if "abstained" in result and (result["abstained"] is not True or label is not None):
         return "has an abstention that mlxbatch did not write"
     # the journal holds the adjusted scores as floats, exactly: the rule gives the same answer
-    abstains = min_confidence is not None and max(values) < min_confidence
+    abstains = Adjustment(min_confidence=min_confidence).abstains(np.asarray(values))
     if labels and ("abstained" in result) != abstains:
         return (f"{'abstains' if 'abstained' in result else 'has a label'} where this run's "
                 f"--min-confidence {'(none)' if min_confidence is None else min_confidence} "
