@@ -126,4 +126,9 @@ def tied_pair(tmp_path_factory) -> tuple[Path, Path]:
 def tiny_model_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("tiny_random") / "model"
     init_random(out, preset="tiny", seed=0, dtype="float32")
+    from mlxbatch.api.classifier import Classifier
+
+    # the planner's first-job check, done here once: on a machine with nothing cached its
+    # notice came before the one-line error of whichever test first reached a job's settings
+    Classifier.load(out).cost_model()
     return out

@@ -121,6 +121,30 @@ def test_peak_memory_stays_under_the_stated_bound(tiny_model_dir, tickets_file):
     assert 0 < res.peak_memory <= res.memory_bound
 
 
+def test_peak_memory_leaves_out_the_planners_first_calibration(tiny_model_dir, tickets_file,
+                                                                tmp_path, monkeypatch):  # fmt: skip
+    """A machine's first job calibrates the planner while its settings resolve: its batches
+    made a tiny model's peak 0.10 GiB against the job's stated bound of 0.04."""
+    import mlx.core as mx
+
+    from mlxbatch.api.classifier import Classifier
+    from mlxbatch.api.spec import RunSpec
+    from mlxbatch.io.inputs import read_rows
+    from mlxbatch.jobs.job import run_job
+
+    clf = Classifier.load(tiny_model_dir)
+    measured = clf.cost_model
+
+    def calibrating():  # as a calibration: its batches' memory, freed before the job's own
+        mx.eval(mx.zeros((512 << 20) // 4))  # more than a tiny model's job may use
+        return measured()
+
+    monkeypatch.setattr(clf, "cost_model", calibrating)
+    rows, _ = read_rows(str(tickets_file))
+    res = run_job(clf, rows, RunSpec(batch_tokens=1024), tmp_path / "out.jsonl")
+    assert 0 < res.peak_memory <= res.memory_bound
+
+
 def test_missing_model_and_bad_prompt_file_are_clear(tickets_file, tmp_path):
     r = run("classify", tickets_file, "--model", tmp_path / "nope")
     assert r.exit_code == 2 and "model directory not found" in r.output
@@ -389,6 +413,20 @@ def test_demo_main_job_runs_and_verifies(tiny_model_dir, tmp_path):
     assert "100.0% label agreement" in r.output and "SYNTHETIC" in r.output
     assert len(read_jsonl(tmp_path / "demo" / "predictions.jsonl")) == 20
     assert re.search(r"demo: \d+ s in all \(\d+ s classifying, \d+ s the gold loop", r.output)
+
+
+def test_the_demo_says_what_the_planners_first_job_added(tiny_model_dir, tmp_path, monkeypatch):
+    """A newcomer read "also calibrating the planner, once" after a run that had not: the last
+    line names the check or the calibration only on the machine's first job, and says which."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no planner cached yet
+    first = run("demo", "--tickets", 6, "--model", tiny_model_dir, "--out", tmp_path / "a")
+    assert first.exit_code == 0, first.output
+    last = first.output.strip().splitlines()[-1]
+    calibrated = "calibrating it for this machine" in first.output
+    assert ("also calibrated the planner" in last) == calibrated, last
+    assert ("also checked the planner's default cost model" in last) == (not calibrated), last
+    again = run("demo", "--tickets", 6, "--model", tiny_model_dir, "--out", tmp_path / "b")
+    assert again.exit_code == 0 and "first job" not in again.output.strip().splitlines()[-1]
 
 
 def test_bench_built_in_prompts_grow_the_shared_prefix(tmp_path):

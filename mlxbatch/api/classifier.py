@@ -30,7 +30,7 @@ from ..errors import ItemTooLong, LabelError, UsageError, unicode_problem
 from ..model.hub import resolve
 from ..model.load import LoadedModel, load_model
 from ..model.tokenizer import Examples
-from .limits import prepare
+from .limits import Limit, prepare
 from .spec import Names, RunSpec, Settings, flag, item_limit, keyword, resolve_settings
 
 API_HINT = " (see max_tokens, truncate)"  # what to change, as the Python API names it
@@ -55,6 +55,7 @@ class Classifier:
         self.adjust = adjust or Adjustment()
         self.footprint = self.engine.footprint
         self._cost: CostModel | None = None  # the planner's cost model, looked up once
+        self._limits: dict[tuple, Limit] = {}  # the item limit per (max_tokens, budget, names)
         self._lock = threading.Lock()
         self.pid = os.getpid()  # MLX's state does not survive a fork (check_process)
 
@@ -83,10 +84,15 @@ class Classifier:
             raise UsageError(f"examples: expected (text, label) pairs, got "
                              f"{type(examples).__name__}") from None  # fmt: skip
         _check_load_args(model_dir, labels, system_prompt, examples, min_confidence, descriptions)
-        _flag("calibrate", calibrate)
-        _check_prior(prior)
-        lm = load_model(resolve(model_dir), dtype=dtype, check_finite=check_finite)
+        for name, value in (("prefix_cache", prefix_cache), ("check_finite", check_finite),
+                            ("calibrate", calibrate)):  # fmt: skip
+            _flag(name, value)
         labels = tuple(labels)
+        _check_prior(prior)  # None is no prior; an empty one is refused as the CLI's is
+        weights = None if prior is None else parse_prior(prior, labels, "prior")
+        if isinstance(min_confidence, np.generic):  # as Python's, in a journal's fingerprint
+            min_confidence = min_confidence.item()
+        lm = load_model(resolve(model_dir), dtype=dtype, check_finite=check_finite)
         label_set = LabelSet.build(labels, lm.tokenizer.label, lm.model.args.vocab_size)
         bad = [lab for _, lab in examples if lab not in labels]
         if bad:
@@ -95,8 +101,7 @@ class Classifier:
             system_prompt = default_system_prompt(labels, descriptions)
         clf = cls(lm, label_set, system_prompt, prefix_cache, examples)
         clf.adjust = Adjustment(
-            clf.engine.content_free() if calibrate else None,
-            parse_prior(prior, labels) if prior else None, min_confidence,
+            clf.engine.content_free() if calibrate else None, weights, min_confidence
         )  # fmt: skip
         return clf
 
@@ -105,8 +110,21 @@ class Classifier:
         """This classifier's settings for a run under `spec` (see `spec.resolve_settings`; the
         cost planner's model is `cost`, else this classifier's, looked up only when needed;
         `names`: how messages name a setting, the CLI's flags by default)."""
-        return resolve_settings(self.engine, spec or RunSpec(), recorded,
-                                cost or self.cost_model, names)  # fmt: skip
+        spec = spec or RunSpec()
+        limit = self.item_limit(spec, names) if recorded is None else None
+        return resolve_settings(self.engine, spec, recorded, cost or self.cost_model, names,
+                                limit)  # fmt: skip
+
+    def item_limit(self, spec: RunSpec, names: Names = keyword) -> Limit:
+        """The most tokens an item may feed under `spec` (`spec.item_limit`), measured once per
+        classifier for each `max_tokens` and budget: free memory is part of it, and a text
+        cut to fit was cut at 10,615 tokens, then at 9,637 after another 4 GiB were taken
+        (the same text, different scores)."""
+        key = (spec.max_tokens, spec.batch_tokens, names)
+        with self._lock:
+            if key not in self._limits:
+                self._limits[key] = item_limit(self.engine, spec, names)
+            return self._limits[key]
 
     def cost_model(self) -> CostModel:
         """The planner's cost model: this machine's cached calibration, else the defaults;
@@ -141,7 +159,7 @@ class Classifier:
             text = _texts([text])[0]
         except UsageError as e:
             raise UsageError(str(e).replace("texts[0]", "text", 1)) from None
-        limit = item_limit(self.engine, RunSpec(max_tokens=max_tokens), keyword)
+        limit = self.item_limit(RunSpec(max_tokens=max_tokens))
         item = prepare(self.engine, text, limit, truncate, hint=API_HINT)
         if isinstance(item, str):
             raise ItemTooLong(item)
@@ -211,6 +229,8 @@ def _check_load_args(model_dir, labels, system_prompt, examples, min_confidence,
     strings("labels", labels)
     if system_prompt is not None and not isinstance(system_prompt, str):
         raise UsageError(f"system_prompt: expected a str, got {type(system_prompt).__name__}")
+    if system_prompt is not None and (problem := unicode_problem(system_prompt)):
+        raise UsageError(f"system_prompt holds {problem}")  # as labels and texts are checked
     for i, pair in enumerate(examples):
         if not (isinstance(pair, (list, tuple)) and len(pair) == 2
                 and all(isinstance(x, str) for x in pair)):  # fmt: skip
@@ -220,8 +240,9 @@ def _check_load_args(model_dir, labels, system_prompt, examples, min_confidence,
         if problem := unicode_problem(pair[0]):
             raise UsageError(f"examples[{i}]: the text holds {problem}")
     if min_confidence is not None and (isinstance(min_confidence, bool)
-                                       or not isinstance(min_confidence, (int, float))):  # fmt: skip
-        raise UsageError(f"min_confidence: expected a number, got {type(min_confidence).__name__}")
+                                       or not isinstance(min_confidence, Real)):  # fmt: skip
+        raise UsageError(f"min_confidence: expected a number, got "
+                         f"{type(min_confidence).__name__}")  # fmt: skip
     if min_confidence is not None and not 0 <= min_confidence <= 1:  # NaN included
         raise LabelError(f"min_confidence {min_confidence} is not between 0 and 1")
     if descriptions is not None and not isinstance(descriptions, dict):

@@ -134,6 +134,7 @@ class Settings:
 def resolve_settings(
     engine: Engine, spec: RunSpec, recorded: dict | None = None,
     cost: CostModel | Callable[[], CostModel] | None = None, names: Names = flag,
+    limit: Limit | None = None,
 ) -> Settings:  # fmt: skip
     """The settings of a run on `engine` under `spec` (`Classifier.settings` calls it): a journal's (`recorded`, a resume: the batch
     shape, cost model, item limit and window exactly as the first run resolved them), else
@@ -142,12 +143,14 @@ def resolve_settings(
     item: scheduler.py), the limit the smallest of the model's context, --max-tokens, a declared
     budget and what one item alone can use of the free memory. `cost`: the cost planner's
     model, or how to look it up (only the cost planner asks: a lookup may time a batch).
-    `names`: how messages name a setting (the CLI's flags, or the API's keywords)."""
+    `names`: how messages name a setting (the CLI's flags, or the API's keywords); `limit`:
+    the item limit `item_limit` gave earlier (a classifier keeps the first it measured)."""
     step = spec.step
     if recorded is not None:
         budget, max_batch, cost, limit, window = _recorded(recorded, spec)
     else:
-        limit, max_batch, window = item_limit(engine, spec, names), spec.max_batch, spec.window
+        limit = limit or item_limit(engine, spec, names)
+        max_batch, window = spec.max_batch, spec.window
         budget = spec.batch_tokens or engine.default_budget(spec.max_batch, 1)
         if step.planner != "cost":
             cost = None

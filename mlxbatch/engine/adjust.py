@@ -55,10 +55,13 @@ class Adjustment:
 MAX_PRIOR_RATIO = 1e9
 
 
-def parse_prior(spec: str | dict, names: tuple[str, ...]) -> tuple[float, ...]:
+def parse_prior(
+    spec: str | dict, names: tuple[str, ...], option: str = "--prior"
+) -> tuple[float, ...]:
     """`billing=0.5,technical=0.3,account=0.2` (or the Python API's {label: weight}, which
     takes labels holding `,`) -> priors in label order, normalised.
-    Labels not named get an equal share of what is left (an error if nothing is left)."""
+    Labels not named get an equal share of what is left (an error if nothing is left).
+    `option`: the prior as messages name it, the CLI's `--prior` or the API's `prior`."""
     from ..errors import LabelError
 
     given: dict[str, float] = {}
@@ -73,26 +76,26 @@ def parse_prior(spec: str | dict, names: tuple[str, ...]) -> tuple[float, ...]:
             continue
         name = name.strip()
         if not sep or name not in names:
-            raise LabelError(f"--prior {part.strip()!r}: expected LABEL=WEIGHT with a label of "
+            raise LabelError(f"{option} {part.strip()!r}: expected LABEL=WEIGHT with a label of "
                              f"{', '.join(names)}")  # fmt: skip
         try:
             w = float(value)
         except (TypeError, ValueError):
             raise LabelError(
-                f"--prior {part.strip()!r}: {str(value).strip()!r} is not a number"
+                f"{option} {part.strip()!r}: {str(value).strip()!r} is not a number"
             ) from None
         if not np.isfinite(w) or w <= 0:
-            raise LabelError(f"--prior {part.strip()!r}: weights must be positive")
+            raise LabelError(f"{option} {part.strip()!r}: weights must be positive")
         if name in given:
-            raise LabelError(f"--prior names {name!r} twice")
+            raise LabelError(f"{option} names {name!r} twice")
         given[name] = w
     if not given:
-        raise LabelError("--prior names no label")
+        raise LabelError(f"{option} names no label")
     rest = [n for n in names if n not in given]
     total = sum(given.values())
     if rest:
         if total >= 1:
-            raise LabelError(f"--prior leaves nothing for {', '.join(rest)}: name every label "
+            raise LabelError(f"{option} leaves nothing for {', '.join(rest)}: name every label "
                              "or let the weights sum below 1")  # fmt: skip
         share = (1 - total) / len(rest)
         given |= dict.fromkeys(rest, share)
@@ -100,9 +103,9 @@ def parse_prior(spec: str | dict, names: tuple[str, ...]) -> tuple[float, ...]:
     low, high = min(given, key=given.get), max(given, key=given.get)
     # beyond this ratio a label can never win (or the sum overflows): a typo, not a prior
     if not np.isfinite(total):
-        raise LabelError("--prior: the weights sum beyond a float's range; give smaller ones")
+        raise LabelError(f"{option}: the weights sum beyond a float's range; give smaller ones")
     if given[high] > MAX_PRIOR_RATIO * given[low]:
-        raise LabelError(f"--prior: {high!r} ({given[high]:g}) outweighs {low!r} "
+        raise LabelError(f"{option}: {high!r} ({given[high]:g}) outweighs {low!r} "
                          f"({given[low]:g}) more than {MAX_PRIOR_RATIO:g} to 1; is a weight "
                          "mistyped?")  # fmt: skip
     return tuple(given[n] / total for n in names)

@@ -29,6 +29,9 @@ def check_names(names) -> tuple[str, ...]:
     names = tuple(names)
     if not names or any(not n.strip() for n in names):
         raise LabelError("the label set is empty or holds an empty label")
+    if blank := next((n for n in names if not visible(n)), None):
+        raise LabelError(f"label {blank!r} shows nothing (only whitespace, format or control "
+                         "characters): the label set holds an empty label")  # fmt: skip
     if len(names) < 2:
         raise LabelError(f"need at least two labels to choose from, got {list(names)}")
     for n in names:
@@ -44,6 +47,12 @@ def check_names(names) -> tuple[str, ...]:
     if dupes:
         raise LabelError(f"duplicate label(s): {', '.join(map(repr, dupes))}")
     return names
+
+
+def visible(name: str) -> bool:
+    """Whether `name` prints as something: a zero-width space (format, "Cf") or a control
+    character alone prints as an empty label in every prompt and table."""
+    return any(not c.isspace() and unicodedata.category(c) not in ("Cf", "Cc") for c in name)
 
 
 @dataclass(frozen=True)

@@ -60,9 +60,15 @@ class JobInput:
             rows, found = read_rows(path, text_field, id_field, fmt, fields, output_format)
             return cls.of_rows(rows, path, found)
         held = hold_for_reading(path)  # before the first reading: the one that is checked
-        first = open_rows(path, text_field, id_field, fmt, fields, output_format)  # names it
+        # named by this first reading; an empty input is refused now, not once the model is
+        # loaded and the planner timed (its notice came first, the error seconds later); no
+        # duplicates are known to it, so it holds no table of ids
+        first = open_rows(path, text_field, id_field, fmt, fields, output_format, DuplicateIds())
         found = first.format
-        first.close()
+        try:
+            next(iter(first), None)
+        finally:
+            first.close()
         identity = _identity(path)
 
         def reopen(duplicates: DuplicateIds | None = None) -> Iterable[Row]:

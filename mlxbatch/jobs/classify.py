@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..api.classifier import Classifier
 from ..api.spec import RunSpec
+from ..engine.adjust import parse_prior
 from ..errors import InputError, JobError
 from ..io.inputs import read_rows
 from ..io.outputs import check_model_untouched, check_output, check_reports
@@ -107,6 +108,8 @@ def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None],
         rows = JobInput.of_file(req.input, req.text_field, req.id_field, req.input_format, (),
                                 writes_as)  # fmt: skip
         fmt = rows.fmt
+    if req.prior is not None:  # before the load, named as the CLI's --prior (the API: `prior`)
+        parse_prior(req.prior, prompt.labels)
     path = model_dir(req.model, say)
     if rank == 0:
         check_model_untouched([("-o", req.output), ("-o's journal", req.output and journal_path(req.output)),

@@ -12,13 +12,16 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import re
 import time
 from collections.abc import Coroutine
 from contextlib import asynccontextmanager
+from urllib.parse import unquote
 
 import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -29,6 +32,7 @@ from .limits import CLOSE, parse_body, read_body
 from .service import Service
 
 log = logging.getLogger("mlxbatch.serve")
+ENCODED_SLASH = re.compile(rb"%2f", re.IGNORECASE)
 
 
 def check_key(request: Request, key: bytes | None) -> None:
@@ -66,6 +70,21 @@ async def _disconnected(request: Request) -> None:
     """Return once the client is gone (the body is read: only a disconnect comes now)."""
     while (await request.receive())["type"] != "http.disconnect":
         await asyncio.sleep(0)
+
+
+class EncodedSlashes:
+    """The app, routed on the path with its "%2F"s kept: uvicorn decodes the whole raw path,
+    and "/v1%2Fclassify" (one segment with a slash in it) was served as /v1/classify."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        raw = scope.get("raw_path") or b""
+        if scope["type"] == "http" and ENCODED_SLASH.search(raw):
+            parts = ENCODED_SLASH.split(raw)  # h11 let only ASCII into the target
+            scope = {**scope, "path": "%2F".join(unquote(p.decode("ascii")) for p in parts)}
+        await self.app(scope, receive, send)
 
 
 class Routes:
@@ -196,6 +215,7 @@ def build_app(service: Service, api_key: bytes | None,
             Route("/metrics", routes.prometheus, methods=["GET"]),
         ],
         lifespan=routes.lifespan,
+        middleware=[Middleware(EncodedSlashes)],
         exception_handlers={HTTPException: routes.http_error},
     )
     # "/v1/classify/" was a 307 to a Location built from the client's Host header: a 404 now

@@ -15,6 +15,8 @@ import logging
 import resource
 import time
 from dataclasses import dataclass
+from typing import NoReturn
+from urllib.parse import urlsplit
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -47,6 +49,24 @@ def closing_reply(status: int, reason: str, message: str) -> bytes:
 REFUSED = closing_reply(503, "Service Unavailable", "too many open connections; retry later")
 HEAD_TIMEOUT = closing_reply(408, "Request Timeout", "the request head came too slowly")
 INVALID_HTTP = closing_reply(400, "Bad Request", "the request is not valid HTTP/1.1")
+REASONS = {400: "Bad Request", 431: "Request Header Fields Too Large"}  # of refused requests
+# h11's default buffer (uvicorn's h11_max_incomplete_event_size is not set)
+HEAD_TOO_LARGE = "the request line and headers are too large (16 KB at most)"
+
+
+def origin_form(target: bytes) -> bytes | None:
+    """The request target as a path (and query): itself when it is one ("/v1/classify", "*"),
+    the path of an http(s) URL (absolute form, RFC 9112 §3.2.2: what a proxy sends), or None
+    for anything else: another scheme, a host and port, a URL with userinfo, garbage."""
+    if target.startswith(b"/") or target == b"*":
+        return target
+    try:
+        url = urlsplit(target)
+    except ValueError:  # "http://[::1/": a bracket never closed
+        return None
+    if url.scheme not in (b"http", b"https") or not url.hostname or b"@" in url.netloc:
+        return None
+    return (url.path or b"/") + (b"?" + url.query if url.query else b"")
 
 
 @dataclass(frozen=True)
@@ -114,29 +134,57 @@ class GuardedProtocol(H11Protocol):
             return
         super().connection_made(LingeringTransport(transport, self))
         self.chunks = self.chunk_bytes = 0
-        self.refusal = None  # why the protocol refuses the request (a 400), if it does
+        self.refusal = None  # why the protocol refuses the request, if it does
+        self.refusal_status = 400  # and with which status (REASONS)
         self.parse_next, self.conn.next_event = self.conn.next_event, self.next_event
         self.await_head()
 
     def next_event(self):
-        """h11's next event, with the request refused (as bytes h11 cannot parse are) when it
-        is not HTTP/1.x, or when its body comes in more and smaller chunks than it may."""
-        event = self.parse_next()
+        """h11's next event, an absolute-form target read as its path; a head over h11's
+        buffer is refused with h11's hint (431), not as invalid HTTP."""
+        try:
+            event = self.parse_next()
+        except h11.RemoteProtocolError as e:
+            if e.error_status_hint == 431:
+                self.refusal, self.refusal_status = HEAD_TOO_LARGE, 431
+            raise
         if type(event) is h11.Request:
-            self.chunks = self.chunk_bytes = 0
-            if event.http_version not in (b"1.0", b"1.1"):  # "PRI * HTTP/2.0" was a 404
-                self.refusal = f"HTTP/{event.http_version.decode()} is not served here"
-                raise h11.RemoteProtocolError(self.refusal)
-        elif type(event) is h11.Data:  # a chunk is counted at its end: a chunk's size line
-            self.chunk_bytes += len(event.data)  # read alone loses h11's chunk_start
-            self.chunks += int(event.chunk_end)
-            if self.chunks > FREE_CHUNKS and self.chunk_bytes < self.chunks * CHUNK_BYTES:
-                self.refusal = (f"the body came in {self.chunks:,} chunks of "
+            return self.routable(event)
+        if type(event) is h11.Data:
+            self.count_chunk(event)
+        return event
+
+    def routable(self, event: h11.Request) -> h11.Request:
+        """The request with its target as a path, refused (as bytes h11 cannot parse are)
+        when it is not HTTP/1.x or its target is neither a path nor an http(s) URL."""
+        self.chunks = self.chunk_bytes = 0
+        if event.http_version not in (b"1.0", b"1.1"):  # "PRI * HTTP/2.0" was a 404
+            self.refuse_request(f"HTTP/{event.http_version.decode()} is not served here")
+        target = origin_form(event.target)
+        if target is None:  # "ftp://x/health" or "x:80" was a 404 naming it as a path
+            self.refuse_request("the request target is neither a path nor an http(s) URL")
+        if target == event.target:
+            return event
+        # read here, once: uvicorn's scope, the routes and the access log see the path
+        return h11.Request(method=event.method, headers=event.headers, target=target,
+                           http_version=event.http_version)  # fmt: skip
+
+    def count_chunk(self, event: h11.Data) -> None:
+        """Refuse a body that comes in more and smaller chunks than it may. A chunk is
+        counted at its end: a chunk's size line read alone loses h11's chunk_start."""
+        self.chunk_bytes += len(event.data)
+        self.chunks += int(event.chunk_end)
+        if self.chunks > FREE_CHUNKS and self.chunk_bytes < self.chunks * CHUNK_BYTES:
+            self.refuse_request(f"the body came in {self.chunks:,} chunks of "
                                 f"{self.chunk_bytes / self.chunks:.0f} bytes on average; "
                                 f"send it with Content-Length, or in chunks of at least "
                                 f"{CHUNK_BYTES} bytes")  # fmt: skip
-                raise h11.RemoteProtocolError(self.refusal)
-        return event
+
+    def refuse_request(self, message: str) -> NoReturn:
+        """Raise what h11 raises for bytes it cannot parse: uvicorn then calls
+        `send_400_response`, which answers with `message`."""
+        self.refusal = message
+        raise h11.RemoteProtocolError(message)
 
     def refuse(self, transport) -> None:
         # not in uvicorn's connections: never shut down, waited for or counted
@@ -224,10 +272,12 @@ class GuardedProtocol(H11Protocol):
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's reply to bytes h11 cannot parse (a bad Content-Length, no Host, a bad
-        chunk size, not HTTP at all), in the service's error shape and counted (it was
-        text/plain and in no metric). A request that had started is answered by it: the
-        app, whose body then ends in a disconnect, does not count it again."""
-        self.metrics.request("invalid_request", 400)
+        chunk size, not HTTP at all; a head over h11's buffer is a 431), in the service's
+        error shape and counted (it was text/plain and in no metric). A request that had
+        started is answered by it: the app, whose body then ends in a disconnect, does not
+        count it again."""
+        status = getattr(self, "refusal_status", 400)
+        self.metrics.request(TYPES[status], status)
         if self.cycle is not None and not self.cycle.response_complete:
             # the app ends its wait for the body now, not when the lingering close ends (in
             # which a drain or the body's deadline would answer and count it a second time)
@@ -236,8 +286,11 @@ class GuardedProtocol(H11Protocol):
             self.cycle.message_event.set()
         refusal = getattr(self, "refusal", None)
         self.transport.write(INVALID_HTTP if refusal is None else
-                             closing_reply(400, "Bad Request", refusal))  # fmt: skip
-        self.transport.close()
+                             closing_reply(status, REASONS[status], refusal))  # fmt: skip
+        if status == 431:  # the client is still sending its head: closing with it unread
+            self.linger()  # would reset the connection, and the 431 with it
+        else:
+            self.transport.close()
 
     def linger(self) -> None:
         """Half-close (our reply is complete), read and drop what the client still sends

@@ -17,6 +17,7 @@ TYPES = {
     413: "too_large",  # over the body cap or --max-inputs-per-request
     422: "too_long",  # an item over --max-tokens without "truncate": true
     429: "queue_full",  # the scheduler's queue is full: retry after Retry-After seconds
+    431: "headers_too_large",  # the request line and headers over h11's buffer (16 KB)
     503: "unavailable",  # starting (model loading) or draining (SIGTERM)
     500: "internal",
 }

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from starlette.requests import ClientDisconnect, Request
 
 from ..errors import unicode_problem
+from ..io.formats import json_kind
 from .errors import ApiError
 
 MB = 2**20
@@ -112,7 +113,7 @@ def parse_classify(body: bytes, limits: Limits, models: tuple[str, ...]) -> Clas
     except _Repeated as e:
         raise ApiError(400, f"the body names {e.args[0]!r} twice") from None
     if not isinstance(doc, dict):
-        raise ApiError(400, f'the body must be a JSON object with "input", not a {_kind(doc)}')
+        raise ApiError(400, f'the body must be a JSON object with "input", not {json_kind(doc)}')
     unknown = sorted(set(doc) - FIELDS)
     if unknown:
         near = [f"{k!r} (did you mean {m[0]!r}?)" for k in unknown
@@ -122,7 +123,7 @@ def parse_classify(body: bytes, limits: Limits, models: tuple[str, ...]) -> Clas
                        "the server starts")  # fmt: skip
     model = doc.get("model")
     if model is not None and not isinstance(model, str):
-        raise ApiError(400, f'"model" must be a string, not a {_kind(model)}')
+        raise ApiError(400, f'"model" must be a string, not {json_kind(model)}')
     if model is not None and model not in models:
         shown = (
             repr(model) if len(model) <= 200 else f"{model[:200]!r}... ({len(model):,} characters)"
@@ -131,7 +132,7 @@ def parse_classify(body: bytes, limits: Limits, models: tuple[str, ...]) -> Clas
                        f"{models[0]!r})")  # fmt: skip
     truncate = doc.get("truncate", False)
     if not isinstance(truncate, bool):
-        raise ApiError(400, f'"truncate" must be true or false, not a {_kind(truncate)}')
+        raise ApiError(400, f'"truncate" must be true or false, not {json_kind(truncate)}')
     return ClassifyBody(_texts(doc, limits.max_inputs), truncate)
 
 
@@ -142,7 +143,9 @@ def _texts(doc: dict, max_inputs: int) -> list[str]:
     if isinstance(texts, str):
         texts = [texts]
     if not isinstance(texts, list):
-        raise ApiError(400, f'"input" must be a string or a list of strings, not a {_kind(texts)}')
+        raise ApiError(
+            400, f'"input" must be a string or a list of strings, not {json_kind(texts)}'
+        )
     if not texts:
         raise ApiError(400, '"input" is an empty list')
     if len(texts) > max_inputs:
@@ -150,7 +153,7 @@ def _texts(doc: dict, max_inputs: int) -> list[str]:
                        "a request (--max-inputs-per-request)")  # fmt: skip
     for i, t in enumerate(texts):
         if not isinstance(t, str):
-            raise ApiError(400, f"input[{i}] must be a string, not a {_kind(t)}")
+            raise ApiError(400, f"input[{i}] must be a string, not {json_kind(t)}")
         if problem := unicode_problem(t):
             raise ApiError(400, f"input[{i}] holds {problem}")
         if not t.strip():
@@ -182,12 +185,6 @@ def _unique(pairs: list) -> dict:
             raise _Repeated(key)
         doc[key] = value
     return doc
-
-
-def _kind(x) -> str:
-    return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(
-        type(x), "number"
-    )
 
 
 __all__ = [

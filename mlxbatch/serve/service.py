@@ -72,7 +72,7 @@ def preflight(spec: ServeSpec) -> None:
     bad = sorted({label for _, label in spec.examples} - set(spec.labels))
     if bad:
         raise LabelError(f"example label(s) {bad} are not in the label set")
-    if spec.prior:
+    if spec.prior is not None:  # an empty one too: Classifier.load refuses it, as `prior`
         parse_prior(spec.prior, spec.labels)
 
 
