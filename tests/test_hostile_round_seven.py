@@ -67,7 +67,7 @@ def test_a_text_is_cut_the_same_way_on_every_call(tiny_model_dir, monkeypatch):
 
     clf = Classifier.load(tiny_model_dir, ["billing", "bug"])
     weights = clf.engine.footprint.weight_bytes
-    free = itertools.cycle([weights + (64 << 20), weights + (16 << 20)])  # less, more, ...
+    free = itertools.cycle([weights + (64 << 20), weights + (16 << 20)])  # less at every other call
     monkeypatch.setattr(spec, "available_bytes", lambda: next(free))
     text = "my invoice was charged twice this month " * 200  # over what 64 MiB holds
     first = clf.classify([text], truncate=True)
@@ -92,3 +92,18 @@ def test_an_empty_input_is_refused_before_the_model_loads(name, tiny_model_dir, 
                tmp_path)  # fmt: skip
     one_line_error(r, "empty", alone=True)
     assert not (tmp_path / "o.jsonl").exists()
+
+
+@pytest.mark.parametrize(("scores", "refused"), [
+    ({"a": 0.33, "b": 0.33, "c": 0.33}, False), ({f"l{i}": 0.14 for i in range(7)}, False),
+    ({"a": 0.5, "b": 0.2, "c": 0.2}, True), ({"a": 0.6, "b": 0.6}, True),
+])  # fmt: skip
+def test_eval_takes_two_decimal_rounding_over_any_number_of_labels(scores, refused):
+    # 3 x 0.33 (0.99) was refused by a flat tolerance of 0.01
+    from types import SimpleNamespace
+
+    from mlxbatch.cli.evaluate import _not_a_prediction
+
+    row = SimpleNamespace(id=None, number=1)
+    problem = _not_a_prediction({"label": next(iter(scores)), "scores": scores}, row)
+    assert (problem is not None and "sum to" in problem) == refused, problem

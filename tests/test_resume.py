@@ -171,8 +171,9 @@ def test_a_resume_with_less_free_memory_keeps_the_first_runs_item_limit(tiny_mod
     for name, module in list(system.modules.items()):
         if name.startswith("mlxbatch") and hasattr(module, "available_bytes"):
             monkeypatch.setattr(module, "available_bytes", lambda: less)
-    assert clf.settings(spec).limit.tokens < longest  # a fresh run would refuse the longest
-    run_job(clf, rows, spec, out, resume=True, keep_results=False)
+    fresh = Classifier.load(tiny_model_dir)  # a new process: its own limit, measured now
+    assert fresh.settings(spec).limit.tokens < longest  # a fresh run would refuse the longest
+    run_job(fresh, rows, spec, out, resume=True, keep_results=False)
     assert out.read_bytes() == ref.read_bytes()
 
 

@@ -5,6 +5,7 @@ slash in the path. Every reply is read until the server closes, under the socket
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from test_serve import running, wait_for
@@ -83,3 +84,31 @@ def test_an_encoded_slash_is_not_a_path_separator(server, target):
     assert reply.startswith(b"HTTP/1.1 404"), reply[:300]
     assert body_of(reply)["error"]["type"] == "not_found"
     assert exchange(server.port, classify(b"/v1/classif%79")).startswith(b"HTTP/1.1 200")
+
+
+def test_a_head_over_the_limit_in_one_read_is_431_too(server):
+    """h11 checks its buffer only while it waits for more: a 40 KB head that came in one read
+    was parsed and served (200)."""
+    big = get(b"/health")[:-2] + b"X-Big: " + b"a" * 40_000 + b"\r\n\r\n"
+    assert len(big) < 65536  # one read of the socket
+    reply = exchange(server.port, big)
+    assert reply.startswith(b"HTTP/1.1 431"), reply[:300]
+
+
+def test_a_refused_head_lingers_past_the_head_deadline_without_a_second_reply(server):
+    """The 431's lingering close kept the head's timer: a client still sending after
+    --timeout-header (1 s here) got a 408 written after the 431 (a traceback in the log, the
+    request counted twice)."""
+    late = server.metric('mlxbatch_requests_total{outcome="timeout"')
+    with connect(server.port) as s:
+        s.sendall(get(b"/health")[:-2] + b"X-Big: " + b"a" * 40_000 + b"\r\n\r\n")
+        for _ in range(15):  # 1.5 s of a client that goes on sending
+            time.sleep(0.1)
+            try:
+                s.sendall(b"x" * 100)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        reply = read_until_closed(s)
+    assert reply.startswith(b"HTTP/1.1 431") and reply.count(b"HTTP/1.1 ") == 1, reply[:300]
+    assert server.metric('mlxbatch_requests_total{outcome="timeout"') == late
+    assert "Traceback" not in server.log.read_text()

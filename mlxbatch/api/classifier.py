@@ -56,6 +56,7 @@ class Classifier:
         self.footprint = self.engine.footprint
         self._cost: CostModel | None = None  # the planner's cost model, looked up once
         self._limits: dict[tuple, Limit] = {}  # the item limit per (max_tokens, budget, names)
+        self._limits_lock = threading.Lock()  # not behind a calibration (cost_model's lock)
         self._lock = threading.Lock()
         self.pid = os.getpid()  # MLX's state does not survive a fork (check_process)
 
@@ -90,8 +91,8 @@ class Classifier:
         labels = tuple(labels)
         _check_prior(prior)  # None is no prior; an empty one is refused as the CLI's is
         weights = None if prior is None else parse_prior(prior, labels, "prior")
-        if isinstance(min_confidence, np.generic):  # as Python's, in a journal's fingerprint
-            min_confidence = min_confidence.item()
+        if min_confidence is not None and type(min_confidence) not in (int, float):
+            min_confidence = float(min_confidence)  # NumPy's, Fraction: a journal records it
         lm = load_model(resolve(model_dir), dtype=dtype, check_finite=check_finite)
         label_set = LabelSet.build(labels, lm.tokenizer.label, lm.model.args.vocab_size)
         bad = [lab for _, lab in examples if lab not in labels]
@@ -121,7 +122,7 @@ class Classifier:
         cut to fit was cut at 10,615 tokens, then at 9,637 after another 4 GiB were taken
         (the same text, different scores)."""
         key = (spec.max_tokens, spec.batch_tokens, names)
-        with self._lock:
+        with self._limits_lock:
             if key not in self._limits:
                 self._limits[key] = item_limit(self.engine, spec, names)
             return self._limits[key]

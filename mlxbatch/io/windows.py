@@ -63,12 +63,18 @@ class JobInput:
         # named by this first reading; an empty input is refused now, not once the model is
         # loaded and the planner timed (its notice came first, the error seconds later); no
         # duplicates are known to it, so it holds no table of ids
-        first = open_rows(path, text_field, id_field, fmt, fields, output_format, DuplicateIds())
-        found = first.format
         try:
-            next(iter(first), None)
-        finally:
-            first.close()
+            first = open_rows(path, text_field, id_field, fmt, fields, output_format,
+                              DuplicateIds())  # fmt: skip
+            found = first.format
+            try:
+                next(iter(first), None)
+            finally:
+                first.close()
+        except BaseException:  # refused: the lock goes with it, not when the error is freed
+            if held is not None:
+                held.close()
+            raise
         identity = _identity(path)
 
         def reopen(duplicates: DuplicateIds | None = None) -> Iterable[Row]:

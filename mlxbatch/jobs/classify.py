@@ -108,25 +108,26 @@ def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None],
         rows = JobInput.of_file(req.input, req.text_field, req.id_field, req.input_format, (),
                                 writes_as)  # fmt: skip
         fmt = rows.fmt
-    if req.prior is not None:  # before the load, named as the CLI's --prior (the API: `prior`)
-        parse_prior(req.prior, prompt.labels)
-    path = model_dir(req.model, say)
-    if rank == 0:
-        check_model_untouched([("-o", req.output), ("-o's journal", req.output and journal_path(req.output)),
-                               ("--json", req.json_path), ("--plot", req.plot_path)], path)  # fmt: skip
-    clf = Classifier.load(
-        path, prompt.labels, prompt.system, req.dtype, req.prefix_cache, req.check_weights,
-        examples=prompt.examples, calibrate=req.calibrate, prior=req.prior,
-        min_confidence=req.min_confidence, descriptions=prompt.descriptions,
-    )  # fmt: skip
-    try:
+    clf = None
+    try:  # from here the input is held (JobInput): released however the job ends
+        if req.prior is not None:  # before the load, named as the CLI names it (API: `prior`)
+            parse_prior(req.prior, prompt.labels)
+        path = model_dir(req.model, say)
+        if rank == 0:
+            check_model_untouched([("-o", req.output), ("-o's journal", req.output and journal_path(req.output)),
+                                   ("--json", req.json_path), ("--plot", req.plot_path)], path)  # fmt: skip
+        clf = Classifier.load(
+            path, prompt.labels, prompt.system, req.dtype, req.prefix_cache, req.check_weights,
+            examples=prompt.examples, calibrate=req.calibrate, prior=req.prior,
+            min_confidence=req.min_confidence, descriptions=prompt.descriptions,
+        )  # fmt: skip
         result = run_job(clf, rows, spec, req.output if rank == 0 else None, req.resume,
                          req.verify, req.input, fmt, keep_results=bool(req.gold_field),
                          group=RankGroup(cluster) if cluster else None, hooks=hooks)  # fmt: skip
         if result is None:  # ranks other than 0 write nothing
             return 0
     except KeyboardInterrupt:
-        if req.output and kind == "file":
+        if req.output and kind == "file" and clf is not None:
             raise Interrupted(f"interrupted; finished batches are saved in {req.output}.part. Run "
                               "the same command with --resume to continue.") from None  # fmt: skip
         raise Interrupted("interrupted") from None

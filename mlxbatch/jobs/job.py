@@ -142,6 +142,7 @@ class Job:
         the planner while its settings resolve (146 s on a loaded 2-core VM), which the demo
         counted as classifying (1.38x the gold loop for 2.5x), and whose batches made a tiny
         model's peak 0.10 GiB against the job's bound of 0.04."""
+        self.clf.engine.release_buffers()  # a calibration's lane caches are the job's to make
         gc.collect()  # garbage freed mid-job would be counted as "others" and not be (peak < 0)
         mx.reset_peak_memory()
         # memory held by anything else in this process (not the weights) stays live throughout
