@@ -191,9 +191,10 @@ def test_eval_counts_predictions_outside_the_label_set(tiny_model_dir, tmp_path)
     gold = write(tmp_path / "g.jsonl", "".join(
         f'{{"id": "{i}", "text": "x", "gold": "{g}"}}\n'
         for i, g in enumerate(["billing", "technical", "billing"])))  # fmt: skip
-    pred = write(tmp_path / "p.jsonl", "".join(
-        f'{{"id": "{i}", "label": "{p}", "scores": {{"billing": 0.5, "technical": 0.3, '
-        f'"account": 0.2}}}}\n' for i, p in enumerate(["billing", "technical", "account"])))  # fmt: skip
+    pred = write(tmp_path / "p.jsonl", "".join(  # each label its row's top score, as classify's
+        json.dumps({"id": str(i), "label": p, "scores": {k: 0.5 if k == p else 0.25 for k in
+                    ("billing", "technical", "account")}}) + "\n"
+        for i, p in enumerate(["billing", "technical", "account"])))  # fmt: skip
     r = invoke(["eval", gold, pred, "--gold-field", "gold", "--labels", "billing,technical",
                 "--json", tmp_path / "m.json"], None, tmp_path)  # fmt: skip
     assert r.exit_code == 0, r.output

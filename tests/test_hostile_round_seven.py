@@ -107,3 +107,57 @@ def test_eval_takes_two_decimal_rounding_over_any_number_of_labels(scores, refus
     row = SimpleNamespace(id=None, number=1)
     problem = _not_a_prediction({"label": next(iter(scores)), "scores": scores}, row)
     assert (problem is not None and "sum to" in problem) == refused, problem
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    (lambda r: r["scores"].pop("b"), "its scores name 'a', row 1's 'a', 'b'"),
+    (lambda r: r.update(label="b" if r["scores"]["a"] > r["scores"]["b"] else "a"),
+     "its label '"),
+    (lambda r: r.update(abstained=True), "it abstains, yet its label is"),
+])  # fmt: skip
+def test_eval_refuses_rows_classify_never_writes(edit, said, tiny_model_dir, tmp_path):
+    # a row scoring other labels, labelled by a score not its top one, or abstaining with a
+    # label, was evaluated (the label set dropped a label; correct by label, confident by
+    # another's score)
+    src, out, rows = _scored(tiny_model_dir, tmp_path)
+    rows[2]["scores"] = {"a": 1.0, "b": 0.0} if said.startswith("its scores") else rows[2]["scores"]
+    edit(rows[2])
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = invoke(["eval", src, out, "--gold-field", "g"], tmp_path)
+    one_line_error(r, "o.jsonl: row 3: " + said, *([] if "scores" in said or "abstains" in said
+                                                   else ["is not its top score"]))  # fmt: skip
+
+
+def test_labels_that_print_alike_or_break_a_line_are_refused():
+    # "\u200bbilling" beside "billing" was a second label that printed the same; U+2028 was
+    # written raw into JSONL, where splitlines() cut the row
+    from mlxbatch.engine.labels import check_names
+    from mlxbatch.errors import LabelError
+
+    for names in (["\u200bbilling", "billing"], ["bil\u00adling", "billing", "x"]):
+        with pytest.raises(LabelError, match="differ only by invisible"):
+            check_names(names)
+    for names in (["a\u2028b", "c"], ["a\u2029b", "c"]):
+        with pytest.raises(LabelError, match="holds the line break"):
+            check_names(names)
+    assert check_names(["bug\u200dfix", "billing"]) == ("bug\u200dfix", "billing")
+
+
+@pytest.mark.parametrize("weight", ["1_0", "\u0661", "0x10", "nan"])
+def test_a_priors_weight_is_an_ascii_decimal(weight):
+    # float() read "1_0" as 10 and an Arabic-Indic one as 1
+    from mlxbatch.engine.adjust import parse_prior
+
+    with pytest.raises(ValueError, match="is not a number"):
+        parse_prior(f"a={weight}", ("a", "b"))
+
+
+def test_a_request_of_many_unknown_fields_is_answered_in_a_line():
+    # 150,000 unknown keys were all named: a 1.5 MB error reply
+    from mlxbatch.serve.errors import ApiError
+    from mlxbatch.serve.limits import Limits, parse_classify
+
+    body = json.dumps({"input": "x", **{f"k{i}" * 30: 1 for i in range(2000)}}).encode()
+    with pytest.raises(ApiError) as e:
+        parse_classify(body, Limits(), ("m",))
+    assert e.value.status == 400 and "and 1,995 more" in str(e.value) and len(str(e.value)) < 1000

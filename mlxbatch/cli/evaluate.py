@@ -17,8 +17,10 @@ from .common import check_gold_field, fail, plot_target, report_options
 ROUNDING_PER_LABEL = 0.005
 
 
-def _not_a_prediction(res, row, tabular: bool = False) -> str | None:
-    """Why an output row cannot be evaluated against its input row, or None."""
+def _not_a_prediction(res, row, tabular: bool = False, first: tuple[int, dict] | None = None
+                      ) -> str | None:  # fmt: skip
+    """Why an output row cannot be evaluated against its input row (`first`: the first scored
+    row's number and scores, whose labels every row's scores name), or None."""
     if not isinstance(res, dict):
         return "not a JSON object"
     if "error" not in res and not (
@@ -34,6 +36,8 @@ def _not_a_prediction(res, row, tabular: bool = False) -> str | None:
     slack = ROUNDING_PER_LABEL * len(res.get("scores", ())) + 1e-9  # 1e-9: 0.99's float error
     if abs(total - 1) > slack:  # scores of a subset of the labels, or edited by hand
         return f"the scores sum to {total:.4g}, not 1 (one probability for each label)"
+    if problem := _not_classifys("error" not in res and res, first):
+        return problem
     if (
         row.id is not None
         and "id" in res
@@ -42,6 +46,23 @@ def _not_a_prediction(res, row, tabular: bool = False) -> str | None:
     ):  # a CSV/TSV output's ids are text
         return (f"id {res['id']!r} where the input's row {row.number} has id {row.id!r}; "
                 "give the input the predictions were made from, in the same order")  # fmt: skip
+    return None
+
+
+def _not_classifys(res: dict | bool, first: tuple[int, dict] | None) -> str | None:
+    """What `classify` never writes in a scored row: scores of other labels than the other
+    rows', a label that is not the top score, a label on an abstention (each was evaluated)."""
+    if not res:
+        return None
+    scores, label = res["scores"], res.get("label")
+    if first is not None and set(scores) != set(first[1]):
+        return (f"its scores name {', '.join(map(repr, scores))}, row {first[0]}'s "
+                f"{', '.join(map(repr, first[1]))}: one label set for every row")[:300]  # fmt: skip
+    if label is not None and res.get("abstained") is True:
+        return f"it abstains, yet its label is {label!r}"[:200]
+    if label is not None and scores[label] < max(scores.values()):
+        top = max(scores, key=scores.get)
+        return f"its label {label!r} is not its top score ({top!r} is)"[:200]
     return None
 
 
@@ -84,8 +105,11 @@ def evaluate_cmd(input_path, predictions, gold_field, text_field, id_field, inpu
     if len(results) != len(rows):
         fail(f"{predictions}: {len(results)} rows for the {len(rows)} rows of {input_path}; "
              "give the input the predictions were made from")  # fmt: skip
+    first = next(((n, r["scores"]) for n, r in enumerate(results, start=1)
+                  if isinstance(r, dict) and "error" not in r and isinstance(r.get("scores"), dict)),
+                 None)  # fmt: skip
     for n, (row, res) in enumerate(zip(rows, results), start=1):
-        if problem := _not_a_prediction(res, row, tabular):
+        if problem := _not_a_prediction(res, row, tabular, first):
             fail(f"{predictions}: row {n}: {problem}")
     check_gold_field(rows, gold_field, input_path)
     scored = [r for r in results if isinstance(r.get("scores"), dict)]

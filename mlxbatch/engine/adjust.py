@@ -10,6 +10,7 @@ with like. Rows whose top adjusted probability is below `min_confidence` abstain
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +56,9 @@ class Adjustment:
 MAX_PRIOR_RATIO = 1e9
 
 
+DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
+
+
 def parse_prior(
     spec: str | dict, names: tuple[str, ...], option: str = "--prior"
 ) -> tuple[float, ...]:
@@ -78,7 +82,9 @@ def parse_prior(
         if not sep or name not in names:
             raise LabelError(f"{option} {part.strip()!r}: expected LABEL=WEIGHT with a label of "
                              f"{', '.join(names)}")  # fmt: skip
-        try:
+        try:  # a string weight in ASCII decimals: float() also read "1_0" as 10, "١" as 1
+            if isinstance(value, str) and not DECIMAL.fullmatch(value.strip()):
+                raise ValueError(value)
             w = float(value)
         except (TypeError, ValueError):
             raise LabelError(

@@ -40,13 +40,28 @@ def check_names(names) -> tuple[str, ...]:
         if n != n.strip():  # --labels strips them: the API's " billing" must not differ
             raise LabelError(f"label {n!r} begins or ends with whitespace, which classify's "
                              f"--labels strips: write {n.strip()!r}")  # fmt: skip
-        if control := next((c for c in n if unicodedata.category(c) == "Cc"), None):
-            raise LabelError(f"label {n!r} holds the control character {control!r}: a label "
-                             "is one line, written into prompts and output tables")  # fmt: skip
+        # U+2028/U+2029 too: a JSONL output kept them raw, and splitlines() cut its rows there
+        if control := next((c for c in n if unicodedata.category(c) in LINE_BREAKING), None):
+            what = "control character" if unicodedata.category(control) == "Cc" else "line break"
+            raise LabelError(f"label {n!r} holds the {what} {control!r}: a label is one line, "
+                             "written into prompts and output tables")  # fmt: skip
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise LabelError(f"duplicate label(s): {', '.join(map(repr, dupes))}")
+    shown = [_shown(n) for n in names]
+    if twin := next((n for i, n in enumerate(names) if shown.index(shown[i]) != i), None):
+        other = names[shown.index(_shown(twin))]
+        raise LabelError(f"labels {other!r} and {twin!r} differ only by invisible (format) "
+                         "characters: they print the same in every prompt and table")  # fmt: skip
     return names
+
+
+LINE_BREAKING = ("Cc", "Zl", "Zp")  # control characters, line and paragraph separators
+
+
+def _shown(name: str) -> str:
+    """A label as it prints: without its format characters (zero-width, soft hyphen, BOM)."""
+    return "".join(c for c in name if unicodedata.category(c) != "Cf")
 
 
 def visible(name: str) -> bool:
