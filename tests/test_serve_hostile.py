@@ -459,9 +459,9 @@ def test_bytes_that_are_not_http_get_the_json_error_and_are_counted(server, raw)
 def test_the_replies_written_below_the_app_say_their_own_length():
     """The 503 of a refused connection said 96 bytes of a 100-byte body (a client read cut-off
     JSON), the head's 408 91 of 90."""
-    from mlxbatch.serve import connections
+    from mlxbatch.serve import refusals
 
-    for reply in (connections.REFUSED, connections.HEAD_TIMEOUT, connections.INVALID_HTTP):
+    for reply in (refusals.REFUSED, refusals.HEAD_TIMEOUT, refusals.INVALID_HTTP):
         head, body = reply.split(b"\r\n\r\n", 1)
         assert int(head.split(b"content-length: ")[1].split(b"\r\n")[0]) == len(body)
         assert json.loads(body)["error"]["code"] == int(head.split(b" ")[1])
@@ -629,7 +629,7 @@ def test_a_body_in_tiny_chunks_is_refused_before_it_holds_the_loop(server):
     """h11 parses chunks one by one on the event loop: a 1 MB body as 1-byte chunks held
     /health for 2.4 s and was answered after 9.2 s. Past 1,024 chunks they must average 512
     bytes: the 400 names why, and the same body in larger chunks is served."""
-    from mlxbatch.serve.connections import CHUNK_BYTES, FREE_CHUNKS
+    from mlxbatch.serve.refusals import CHUNK_BYTES, FREE_CHUNKS
 
     body = json.dumps({"input": "my invoice is wrong " * 50_000, "truncate": True}).encode()
     tiny = b"".join(b"1\r\n" + body[i : i + 1] + b"\r\n" for i in range(len(body)))

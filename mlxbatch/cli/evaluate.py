@@ -32,11 +32,7 @@ def _not_a_prediction(res, row, tabular: bool = False, first: tuple[int, dict] |
     for label, v in res.get("scores", {}).items() if "error" not in res else ():
         if isinstance(v, bool) or not math.isfinite(v) or not 0 <= v <= 1:  # NaN, 5.0, inf
             return f"the score of {label!r} is {v!r}, not a probability in [0, 1]"[:200]
-    total = math.fsum(res["scores"].values()) if "error" not in res else 1.0
-    slack = ROUNDING_PER_LABEL * len(res.get("scores", ())) + 1e-9  # 1e-9: 0.99's float error
-    if abs(total - 1) > slack:  # scores of a subset of the labels, or edited by hand
-        return f"the scores sum to {total:.4g}, not 1 (one probability for each label)"
-    if problem := _not_classifys("error" not in res and res, first):
+    if "error" not in res and (problem := _not_classifys(res, first)):
         return problem
     if (
         row.id is not None
@@ -49,12 +45,15 @@ def _not_a_prediction(res, row, tabular: bool = False, first: tuple[int, dict] |
     return None
 
 
-def _not_classifys(res: dict | bool, first: tuple[int, dict] | None) -> str | None:
-    """What `classify` never writes in a scored row: scores of other labels than the other
-    rows', a label that is not the top score, a label on an abstention (each was evaluated)."""
-    if not res:
-        return None
+def _not_classifys(res: dict, first: tuple[int, dict] | None) -> str | None:
+    """What `classify` never writes in a scored row: scores that do not sum to 1, of other
+    labels than the other rows', a label that is not the top score, a label on an abstention
+    (each was evaluated)."""
     scores, label = res["scores"], res.get("label")
+    total = math.fsum(scores.values())
+    slack = ROUNDING_PER_LABEL * len(scores) + 1e-9  # 1e-9: 0.99's float error
+    if abs(total - 1) > slack:  # scores of a subset of the labels, or edited by hand
+        return f"the scores sum to {total:.4g}, not 1 (one probability for each label)"
     if first is not None and set(scores) != set(first[1]):
         return (f"its scores name {', '.join(map(repr, scores))}, row {first[0]}'s "
                 f"{', '.join(map(repr, first[1]))}: one label set for every row")[:300]  # fmt: skip

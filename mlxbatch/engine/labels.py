@@ -48,11 +48,11 @@ def check_names(names) -> tuple[str, ...]:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise LabelError(f"duplicate label(s): {', '.join(map(repr, dupes))}")
-    shown = [_shown(n) for n in names]
-    if twin := next((n for i, n in enumerate(names) if shown.index(shown[i]) != i), None):
-        other = names[shown.index(_shown(twin))]
-        raise LabelError(f"labels {other!r} and {twin!r} differ only by invisible (format) "
-                         "characters: they print the same in every prompt and table")  # fmt: skip
+    printed: dict[str, str] = {}
+    for n in names:
+        if (other := printed.setdefault(_shown(n), n)) != n:
+            raise LabelError(f"labels {other!r} and {n!r} differ only by invisible (format) "
+                             "characters: they print the same in every prompt and table")  # fmt: skip
     return names
 
 

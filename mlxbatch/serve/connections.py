@@ -10,67 +10,34 @@ and the cap to uvicorn's h11 protocol; the body deadline is applied where the bo
 
 from __future__ import annotations
 
-import json
 import logging
 import resource
 import time
 from dataclasses import dataclass
-from http import HTTPStatus
 from typing import NoReturn
-from urllib.parse import urlsplit
 
 import h11
-from uvicorn.protocols.http import h11_impl
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .errors import TYPES
 from .metrics import Metrics
+from .refusals import (
+    CHUNK_BYTES,
+    FREE_CHUNKS,
+    HEAD_TIMEOUT,
+    HEAD_TOO_LARGE,
+    INVALID_HTTP,
+    MAX_HEAD,
+    REFUSED,
+    closing_reply,
+    head_size,
+    origin_form,
+)  # fmt: skip
 
 log = logging.getLogger("mlxbatch.serve")
 LINGER_S = 2.0  # how long a refused client may go on sending before the socket closes
 SPARE_FDS = 128  # descriptors beyond the connections: the model's files, logs, pipes
-# h11 parses a chunked body one chunk at a time on the event loop, ~9 us a chunk here: a 1 MB
-# body sent as 1-byte chunks (6 MB on the wire, under the 2 MB cap once decoded) held /health
-# for 2.4 s and took 9.2 s. A body may come in FREE_CHUNKS chunks of any size; past them its
-# chunks must average CHUNK_BYTES, which bounds a 2 MB body at ~5,000 chunks (~50 ms).
-FREE_CHUNKS = 1024
-CHUNK_BYTES = 512
 ANSWERED = "mlxbatch.answered"  # set in a request's scope when the protocol replied for it
-
-
-def closing_reply(status: int, reason: str, message: str) -> bytes:
-    """A whole error reply, in the service's shape, for a connection about to close (written
-    below the app: refused, timed out, unparsable); its length counted, never typed."""
-    body = json.dumps({"error": {"message": message, "type": TYPES[status], "code": status}})
-    head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
-            f"connection: close\r\ncontent-length: {len(body.encode())}\r\n\r\n")  # fmt: skip
-    return (head + body).encode()
-
-
-# typed by hand, the first two said 96 and 91 bytes of bodies of 100 and 90: a cut-off JSON
-REFUSED = closing_reply(503, "Service Unavailable", "too many open connections; retry later")
-HEAD_TIMEOUT = closing_reply(408, "Request Timeout", "the request head came too slowly")
-INVALID_HTTP = closing_reply(400, "Bad Request", "the request is not valid HTTP/1.1")
-# h11's buffer (uvicorn's h11_max_incomplete_event_size is not set): it refuses a head that
-# outgrows it only while it waits for more, so a bigger one in a single read (40 KB and 100 KB
-# were answered 200) is measured again once parsed
-MAX_HEAD = h11_impl.DEFAULT_MAX_INCOMPLETE_EVENT_SIZE  # h11's own, as uvicorn imports it
-HEAD_TOO_LARGE = f"the request line and headers are too large ({MAX_HEAD // 1024} KB at most)"
-
-
-def origin_form(target: bytes) -> bytes | None:
-    """The request target as a path (and query): itself when it is one ("/v1/classify", "*"),
-    the path of an http(s) URL (absolute form, RFC 9112 §3.2.2: what a proxy sends), or None
-    for anything else: another scheme, a host and port, a URL with userinfo, garbage."""
-    if target.startswith(b"/") or target == b"*":
-        return target
-    try:
-        url = urlsplit(target)
-    except ValueError:  # "http://[::1/": a bracket never closed
-        return None
-    if url.scheme not in (b"http", b"https") or not url.hostname or b"@" in url.netloc:
-        return None
-    return (url.path or b"/") + (b"?" + url.query if url.query else b"")
 
 
 @dataclass(frozen=True)
@@ -163,7 +130,7 @@ class GuardedProtocol(H11Protocol):
         """The request with its target as a path, refused (as bytes h11 cannot parse are)
         when it is not HTTP/1.x or its target is neither a path nor an http(s) URL."""
         self.chunks = self.chunk_bytes = 0
-        if len(event.target) + sum(len(k) + len(v) + 4 for k, v in event.headers) > MAX_HEAD:
+        if head_size(event) > MAX_HEAD:
             self.refusal_status = 431
             self.refuse_request(HEAD_TOO_LARGE)
         if event.http_version not in (b"1.0", b"1.1"):  # "PRI * HTTP/2.0" was a 404
@@ -294,7 +261,7 @@ class GuardedProtocol(H11Protocol):
             self.cycle.message_event.set()
         refusal = getattr(self, "refusal", None)
         self.transport.write(INVALID_HTTP if refusal is None else
-                             closing_reply(status, HTTPStatus(status).phrase, refusal))  # fmt: skip
+                             closing_reply(status, refusal))  # fmt: skip
         if status == 431:  # the client is still sending its head: closing with it unread
             self.linger()  # would reset the connection, and the 431 with it
         else:
