@@ -22,14 +22,14 @@ from ..engine.adjust import Adjustment, parse_prior
 from ..engine.calibration import cost_model
 from ..engine.engine import Engine
 from ..engine.item import Item
-from ..engine.labels import LabelSet
+from ..engine.labels import LabelSet, check_names
 from ..engine.planner import DEFAULT_MAX_BATCH, Batch, CostModel, unsort
 from ..engine.prompt import DEFAULT_LABELS, default_system_prompt, description_problem
 from ..engine.scheduler import BatchPolicy, Scheduler, positional_items
 from ..errors import ItemTooLong, LabelError, UsageError, unicode_problem
 from ..model.hub import resolve
 from ..model.load import LoadedModel, load_model
-from ..model.tokenizer import Examples
+from ..model.tokenizer import Examples, label_tokens
 from .limits import Limit, prepare
 from .spec import Names, RunSpec, Settings, flag, item_limit, keyword, resolve_settings
 
@@ -88,19 +88,19 @@ class Classifier:
         for name, value in (("prefix_cache", prefix_cache), ("check_finite", check_finite),
                             ("calibrate", calibrate)):  # fmt: skip
             _flag(name, value)
-        labels = tuple(labels)
         _check_prior(prior)  # None is no prior; an empty one is refused as the CLI's is
-        weights = None if prior is None else parse_prior(prior, labels, "prior")
         if min_confidence is not None and type(min_confidence) not in (int, float):
             min_confidence = float(min_confidence)  # NumPy's, Fraction: a journal records it
-        lm = load_model(resolve(model_dir), dtype=dtype, check_finite=check_finite)
-        label_set = LabelSet.build(labels, lm.tokenizer.label, lm.model.args.vocab_size)
+        labels = check_names(labels)  # what needs no model is refused before it loads
+        weights = None if prior is None else parse_prior(prior, labels, "prior")
         bad = [lab for _, lab in examples if lab not in labels]
         if bad:
             raise LabelError(f"example label(s) {sorted(set(bad))} are not in the label set")
         if system_prompt is None:
             system_prompt = default_system_prompt(labels, descriptions)
-        clf = cls(lm, label_set, system_prompt, prefix_cache, examples)
+        lm = load_model(resolve(model_dir), dtype=dtype, check_finite=check_finite)
+        tokens = label_tokens(labels, lm.tokenizer.label, lm.model.args.vocab_size)
+        clf = cls(lm, LabelSet(labels, tokens), system_prompt, prefix_cache, examples)
         clf.adjust = Adjustment(
             clf.engine.content_free() if calibrate else None, weights, min_confidence
         )  # fmt: skip

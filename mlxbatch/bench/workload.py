@@ -16,7 +16,7 @@ from pathlib import Path
 from ..errors import OutputError
 from ..io.rows import output_format_of, write_records
 from ..io.sinks import is_journal, lock_holder
-from ..runtime.files import write_atomically
+from ..io.streams import write_whole
 
 INTENTS = ("billing", "technical", "account")
 
@@ -185,4 +185,4 @@ def write_tickets(rows: list[dict], path: Path | None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise OutputError(f"{path}: cannot write the tickets ({e.strerror or e})") from None
-    write_atomically(path, lambda f: write_records(f, rows, path.name), "cannot write the tickets")
+    write_whole(path, lambda f: write_records(f, rows, path.name), "cannot write the tickets")

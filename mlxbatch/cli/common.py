@@ -19,7 +19,7 @@ def plot_target(plot_path: Path | None, output: Path | None, name: str) -> Path 
     or FIFO output, in the working directory)."""
     if plot_path is None or str(plot_path) != PLOT_DEFAULT:
         return plot_path
-    from ..runtime.files import is_stream
+    from ..io.streams import is_stream
 
     beside = output is not None and str(output) != "-"
     if beside and (is_stream(Path(output)) or Path(output).exists() and not Path(output).is_file()):

@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import LabelError, unicode_problem
 from ..model.cache import KVCache
 from ..model.decoder import Decoder
+from ..model.tokenizer import label_tokens
 from .layout import RowLayout
 
 
@@ -77,25 +78,10 @@ class LabelSet:
 
     @classmethod
     def build(cls, names: list[str] | tuple[str, ...], encode, vocab_size: int) -> LabelSet:
-        """Validate labels and tokenize them with `encode` (PromptTokenizer.label)."""
+        """Validate labels (`check_names`) and tokenize them with `encode`
+        (PromptTokenizer.label; `model.tokenizer.label_tokens` refuses what scores ambiguously)."""
         names = check_names(names)
-        tokens = tuple(tuple(encode(n)) for n in names)
-        for a in range(len(names)):
-            for b in range(len(names)):
-                if a == b:
-                    continue
-                ta, tb = tokens[a], tokens[b]
-                if ta == tb:
-                    raise LabelError(f"labels {names[a]!r} and {names[b]!r} tokenize identically")
-                if tb[: len(ta)] == ta:
-                    raise LabelError(
-                        f"label {names[a]!r} is a token prefix of {names[b]!r}, so it would always "
-                        "score at least as high; rename one of them"
-                    )
-        bad = [n for n, t in zip(names, tokens) if max(t) >= vocab_size]
-        if bad:
-            raise LabelError(f"label(s) {bad} tokenize outside the model's vocabulary")
-        return cls(names, tokens)
+        return cls(names, label_tokens(names, encode, vocab_size))
 
     @property
     def first_ids(self) -> list[int]:

@@ -10,11 +10,12 @@ import stat
 from pathlib import Path
 
 from ..errors import OutputError
-from ..runtime.files import is_stream, oserror, write_atomically
+from ..runtime.files import oserror
 from .ordered import OrderedStream
 from .rows import output_format_of
 from .sinks import is_journal, journal_path, lock_holder
 from .sources import read_by_a_run
+from .streams import is_stream, write_whole
 
 
 def output_kind(output: Path) -> str:
@@ -219,7 +220,7 @@ def write_json_report(path: Path, data: dict) -> None:
 
     path = Path(path)
     text = json.dumps(data, indent=2, default=str) + "\n"
-    write_atomically(path, lambda f: f.write(text))  # a stream (/dev/stdout) is written straight
+    write_whole(path, lambda f: f.write(text))  # a stream (/dev/stdout) is written straight
 
 
 def open_stream(output: Path, n_rows: int, labels: tuple[str, ...], header: dict) -> OrderedStream:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..errors import OutputError
-from ..runtime.files import is_stream
+from .streams import is_stream
 
 OUTPUT_SUFFIXES = (".jsonl", ".jsonl.gz", ".csv", ".csv.gz", ".tsv", ".tsv.gz")
 _KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv"}

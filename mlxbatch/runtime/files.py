@@ -1,10 +1,9 @@
-"""Files written whole or not at all, and streams written straight: the one atomic writer,
-for the caches of the layers here (BLAS, the planner's calibration) and the outputs above; and
-where those caches live."""
+"""Files written whole or not at all, and appends to a stream: the one atomic writer, for the
+caches of the layers here (BLAS, the planner's calibration) and the outputs above (which of
+those is a stream, io.streams decides); and where those caches live."""
 
 from __future__ import annotations
 
-import io
 import os
 import stat
 import tempfile
@@ -42,24 +41,6 @@ def oserror(path: Path, e: OSError, what: str = "cannot write") -> OutputError:
     return OutputError(f"{path}: {what} ({e.strerror or e})")
 
 
-def is_stream(path: Path) -> bool:
-    """A path written straight, never replaced: a character device or FIFO, or a link through
-    /proc or /dev/fd (/dev/stdout into a shell redirect resolves to the redirect's regular file,
-    which only the descriptor the shell opened may write)."""
-    hop = os.path.abspath(path)
-    for _ in range(40):  # the kernel's own limit on a chain of links
-        if hop.startswith(("/proc/", "/dev/fd/")) or hop in ("/dev/stdout", "/dev/stderr"):
-            return os.path.exists(hop)
-        if not os.path.islink(hop):
-            break
-        hop = os.path.normpath(os.path.join(os.path.dirname(hop), os.readlink(hop)))
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return False
-    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
-
-
 def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
@@ -81,11 +62,7 @@ def write_atomically(
     """`path` written whole or not at all: a new temporary file beside it (mkstemp opens with
     O_EXCL: no existing file is ever touched), fsync'd, renamed over `path`. A link is followed
     (its target is written, the link stays); an existing file keeps its mode, a new one gets
-    0666 & ~umask. A stream (`is_stream`) is written straight."""
-    if is_stream(path):
-        buf = io.StringIO()
-        write(buf)
-        return write_straight(path, buf.getvalue())
+    0666 & ~umask. A user's output that may be a stream goes through io.streams.write_whole."""
     path = Path(os.path.realpath(path))
     try:
         mode = stat.S_IMODE(os.stat(path).st_mode)

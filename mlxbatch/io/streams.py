@@ -1,0 +1,41 @@
+"""Streams and files: a path written straight (a character device, a FIFO, /dev/stdout) is
+told apart from a file written whole, in the one place every output check and writer asks."""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from ..runtime.files import write_atomically, write_straight
+
+
+def is_stream(path: Path) -> bool:
+    """A path written straight, never replaced: a character device or FIFO, or a link through
+    /proc or /dev/fd (/dev/stdout into a shell redirect resolves to the redirect's regular file,
+    which only the descriptor the shell opened may write)."""
+    hop = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on a chain of links
+        if hop.startswith(("/proc/", "/dev/fd/")) or hop in ("/dev/stdout", "/dev/stderr"):
+            return os.path.exists(hop)
+        if not os.path.islink(hop):
+            break
+        hop = os.path.normpath(os.path.join(os.path.dirname(hop), os.readlink(hop)))
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
+def write_whole(path: Path, write: Callable[[TextIO], None], failed: str = "cannot write") -> None:
+    """A user's output written whole or not at all (runtime.files.write_atomically), or, where
+    it is a stream (`is_stream`), straight: a rename over /dev/stdout would replace the device."""
+    if not is_stream(path):
+        return write_atomically(path, write, failed)
+    buf = io.StringIO()
+    write(buf)
+    write_straight(path, buf.getvalue())
