@@ -81,10 +81,11 @@ def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None],
     """The whole classify command; returns its exit code (1 when --verify disagrees)."""
     req, reads = request, request.reads()
     req.check_stdin()
-    cluster = None
+    group = None  # the ranks sharing the job; None: this process alone
     if req.distributed or os.environ.get("MLX_RANK") is not None:  # set by mlx.launch
         cluster = Cluster.join(req.distributed, req.collective_timeout)
-    rank = cluster.rank if cluster else 0
+        group = RankGroup(cluster) if cluster else None
+    rank = group.rank if group else 0
     if req.resume and req.output is None:
         raise JobError("--resume needs -o/--output (the journal lives next to it)")
     kind = "stdout"
@@ -123,7 +124,7 @@ def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None],
         )  # fmt: skip
         result = run_job(clf, rows, spec, req.output if rank == 0 else None, req.resume,
                          req.verify, req.input, fmt, keep_results=bool(req.gold_field),
-                         group=RankGroup(cluster) if cluster else None, hooks=hooks)  # fmt: skip
+                         group=group, hooks=hooks)  # fmt: skip
         if result is None:  # ranks other than 0 write nothing
             return 0
     except KeyboardInterrupt:
@@ -164,7 +165,7 @@ def evaluation(clf, rows, results, gold_field, json_path, plot_path, say) -> dic
     metrics = evaluate_rows(results, gold, clf.labels.names)
     note = " (SYNTHETIC weights: chance level is expected)" if clf.lm.synthetic else ""
     say(format_evaluation(metrics) + ("\n" + note.strip() if note else ""))
-    if json_path:
+    if json_path:  # first: a plot that fails to draw does not lose the report
         write_json_report(json_path, metrics)
     if plot_path:
         plot_confusion(metrics, plot_path)
