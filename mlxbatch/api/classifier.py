@@ -28,8 +28,9 @@ from ..engine.prompt import DEFAULT_LABELS, default_system_prompt, description_p
 from ..engine.scheduler import BatchPolicy, Scheduler, positional_items
 from ..errors import ItemTooLong, LabelError, UsageError, unicode_problem
 from ..model.hub import resolve
+from ..model.label_tokens import label_tokens
 from ..model.load import LoadedModel, load_model
-from ..model.tokenizer import Examples, label_tokens
+from ..model.tokenizer import Examples
 from .limits import Limit, prepare
 from .spec import Names, RunSpec, Settings, flag, item_limit, keyword, resolve_settings
 

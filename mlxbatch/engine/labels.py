@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import LabelError, unicode_problem
 from ..model.cache import KVCache
 from ..model.decoder import Decoder
-from ..model.tokenizer import label_tokens
+from ..model.label_tokens import label_tokens
 from .layout import RowLayout
 
 
@@ -79,7 +79,7 @@ class LabelSet:
     @classmethod
     def build(cls, names: list[str] | tuple[str, ...], encode, vocab_size: int) -> LabelSet:
         """Validate labels (`check_names`) and tokenize them with `encode`
-        (PromptTokenizer.label; `model.tokenizer.label_tokens` refuses what scores ambiguously)."""
+        (PromptTokenizer.label; `model.label_tokens` refuses what would score ambiguously)."""
         names = check_names(names)
         return cls(names, label_tokens(names, encode, vocab_size))
 
