@@ -274,3 +274,34 @@ def test_a_stream_of_small_requests_does_not_starve_a_large_one(clf):
     stream = sum(r.width for r in before if r.width == short.fed)
     assert len(before) < 6 + 40 and stream <= sum(i.fed for i in large_items), (
         [r.width for r in before], stream)  # fmt: skip
+
+
+def test_a_drain_answers_the_requests_nearest_done_first_whole(clf):
+    """Four requests of six texts queued, then the scheduler is closed with a drain: its rounds
+    take the requests one at a time, whole (the first is answered after its own three batches,
+    and each before the next), so a drain cut short by its deadline has answered most of what
+    it scored. The fair rounds brought every request to its end at once: a 20 s drain of 16
+    requests answered none."""
+    from mlxbatch.engine.live import LiveScheduler
+
+    engine, records, hold = clf.engine, [], threading.Event()
+    hold.set()
+    live = LiveScheduler(OneLane(engine), policy(clf, max_batch=2), max_wait=0.001,
+                         on_batch=records.append, held=hold.is_set)  # fmt: skip
+    live.start()
+    done_after = []
+    futures = []
+    for r in range(4):  # each request one text of every length: the planner mixes them
+        texts = [TEXTS[(k + r) % len(TEXTS)] for k in range(0, 36, 6)]
+        futures.append(live.submit([item(engine, None, t) for t in texts]))
+        futures[-1].add_done_callback(lambda f, r=r: done_after.append((len(records), r)))
+    closing = threading.Thread(target=live.close)  # drains: joins the scheduler's thread
+    closing.start()
+    time.sleep(0.05)
+    hold.clear()
+    closing.join(120)
+    assert all(f.result(timeout=1).shape == (6, 3) for f in futures)
+    assert len(records) == 12
+    assert [r for _, r in done_after] == [0, 1, 2, 3], done_after
+    # each answered in its own third batch (delivered before that batch's record is kept)
+    assert [n for n, _ in done_after] == [2, 5, 8, 11], done_after

@@ -76,6 +76,10 @@ class Scheduler:
     def queued(self) -> int:
         return len(self._queue)
 
+    def keys(self) -> list[Hashable]:
+        """The queued items' keys, in arrival order."""
+        return list(self._queue)
+
     def queued_tokens(self) -> int:
         return sum(item.fed for item in self._queue.values())
 
