@@ -603,6 +603,38 @@ def test_a_client_that_never_reads_its_replies_is_dropped(tiny_model_dir, tmp_pa
     assert "Traceback" not in s.log.read_text()
 
 
+def test_a_client_not_reading_when_the_drain_ends_is_dropped_with_a_line(tiny_model_dir,
+                                                                         tmp_path):  # fmt: skip
+    """A client that stops reading its replies, with --drain-timeout shorter than
+    --timeout-reply: the drain's end drops it (one log line, counted), before uvicorn cancels
+    the reply it blocks, which logged "Exception in ASGI application" and a traceback."""
+    s = Server(tiny_model_dir, *SLOW, "--drain-timeout", "3", "--timeout-reply", "600",
+               tmp=tmp_path)  # fmt: skip
+    c = socket.socket()
+    try:
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        c.connect(("127.0.0.1", s.port))
+        c.settimeout(0.5)
+        try:
+            for _ in range(2000):  # until the server stops reading: its replies are unread
+                c.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n" * 50)
+        except (TimeoutError, BlockingIOError):
+            pass
+        served = [-1.0, s.metric('mlxbatch_requests_total{outcome="ok"')]
+        while served[-1] != served[-2] and len(served) < 300:  # until it serves no more: its
+            # replies fill the socket (a bound of 5 min: the client sent a finite number)
+            time.sleep(1.0)
+            served.append(s.metric('mlxbatch_requests_total{outcome="ok"'))
+        s.proc.send_signal(signal.SIGTERM)
+        assert s.proc.wait(120) == 0
+    finally:
+        c.close()
+        s.stop()
+    log = s.log.read_text()
+    assert "Traceback" not in log and "Exception in ASGI" not in log, log[-3000:]
+    assert "did not read its replies by the drain's end" in log
+
+
 def test_a_trailing_slash_an_ambiguous_length_and_a_huge_model_name(server):
     """A trailing slash was a 307 to a Location built from the client's Host header; a request
     with both Content-Length and Transfer-Encoding was served and its connection kept (a

@@ -95,6 +95,7 @@ class GuardedProtocol(H11Protocol):
     metrics: Metrics
     refused_logged = 0.0  # when the cap was last logged: one line a minute, not a flood
     refused_lingering = 0  # refused sockets still open: a flood must not pile them up
+    drain_ends: float | None = None  # the loop's time a drain drops the clients not reading
 
     def connection_made(self, transport) -> None:
         self.head_timer = self.linger_timer = self.reply_timer = None
@@ -192,7 +193,25 @@ class GuardedProtocol(H11Protocol):
         --max-connections, for good; past `reply_s` it is dropped."""
         super().pause_writing()
         if self.reply_timer is None:
-            self.reply_timer = self.loop.call_later(self.limits.reply_s, self.reply_late)
+            self.reply_timer = self.loop.call_later(self.reply_delay(), self.reply_late)
+
+    def reply_delay(self) -> float:
+        """`reply_s`, or what is left of a drain once one began: a client still not reading
+        when the drain ends is dropped here (a log line), not by uvicorn's cancel of the reply
+        it blocks (a traceback at ERROR level, a hostile pass's --drain-timeout 3 with a
+        --timeout-reply of 60)."""
+        if self.drain_ends is None:
+            return self.limits.reply_s
+        return max(0.0, min(self.limits.reply_s, self.drain_ends - self.loop.time()))
+
+    @classmethod
+    def draining(cls, connections, ends: float) -> None:
+        """A drain began (on the loop): the replies not being read get its deadline."""
+        cls.drain_ends = ends
+        for c in connections:
+            if isinstance(c, GuardedProtocol) and c.reply_timer is not None:
+                c.reply_timer.cancel()
+                c.reply_timer = c.loop.call_later(c.reply_delay(), c.reply_late)
 
     def resume_writing(self) -> None:
         super().resume_writing()
@@ -203,8 +222,12 @@ class GuardedProtocol(H11Protocol):
     def reply_late(self) -> None:
         self.reply_timer = None
         self.metrics.connections_dropped.inc()
-        log.info("a client did not read its replies for %g s: its connection is dropped",
-                 self.limits.reply_s)  # fmt: skip
+        if self.drain_ends is not None and self.loop.time() >= self.drain_ends:
+            log.info("a client did not read its replies by the drain's end: its connection is "
+                     "dropped")  # fmt: skip
+        else:
+            log.info("a client did not read its replies for %g s: its connection is dropped",
+                     self.limits.reply_s)  # fmt: skip
         self.raw.abort()  # what is buffered cannot be sent: close without flushing it
 
     def data_received(self, data: bytes) -> None:

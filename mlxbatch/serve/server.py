@@ -5,6 +5,7 @@ model that fails to load stops the server."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import socket
@@ -18,17 +19,29 @@ from .service import Service
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 BACKLOG = 2048  # uvicorn's default
+# how long before uvicorn cancels what is still running (at --drain-timeout) the clients not
+# reading their replies are dropped: uvicorn's own count starts up to a tick (0.1 s) later
+DRAIN_MARGIN_S = 0.5
 
 
 class DrainingServer(uvicorn.Server):
     """uvicorn's server, telling the service to refuse new work the moment a signal arrives
     (uvicorn itself notices it on its next 0.1 s tick and waits for in-flight requests)."""
 
-    def __init__(self, config: uvicorn.Config, service: Service):
+    def __init__(self, config: uvicorn.Config, service: Service, drain_s: float):
         super().__init__(config)
-        self.service, self.signals = service, []
+        self.service, self.signals, self.drain_s = service, [], drain_s
 
     def handle_exit(self, sig, frame) -> None:
+        if not self.signals:
+            try:  # in the signal handler: the loop takes it at its next turn
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None
+            if loop is not None:
+                ends = loop.time() + max(0.0, self.drain_s - DRAIN_MARGIN_S)
+                loop.call_soon_threadsafe(self.config.http_protocol_class.draining,
+                                          self.server_state.connections, ends)  # fmt: skip
         self.signals.append(sig)
         self.service.drain()
         super().handle_exit(sig, frame)
@@ -83,7 +96,7 @@ def serve(service: Service, sock: socket.socket, api_key: bytes | None,
     logging.getLogger("mlxbatch.serve").info(
         "listening on http://%s:%d", f"[{host}]" if ":" in host else host, port
     )
-    server = DrainingServer(config, service)
+    server = DrainingServer(config, service, limits.drain_s)
 
     def stop() -> None:
         server.should_exit = True
