@@ -20,11 +20,13 @@ SCORED_FIELDS = {"id", "label", "scores", "abstained", "truncated"}  # rows.resu
 
 
 def journal_entry(line: bytes, n_rows: int | None = None, labels: tuple[str, ...] | None = None,
-                  min_confidence: float | None = None) -> tuple[int, dict] | str:  # fmt: skip
+                  min_confidence: float | None = None,
+                  truncating: bool | None = None) -> tuple[int, dict] | str:  # fmt: skip
     """A journal line's (row index, result row), or why it is not one this job's run writes:
     a row index inside the input, and a result that the final write can take (an id; an error
     message, or finite probabilities over the labels with the label their top score). Given
-    the job's `labels`, a row abstains exactly where its top score is below `min_confidence`."""
+    the job's `labels`, a row abstains exactly where its top score is below `min_confidence`;
+    given whether the run truncates (`--too-long truncate`), only then may a row be cut."""
     try:
         entry = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError):
@@ -47,6 +49,8 @@ def journal_entry(line: bytes, n_rows: int | None = None, labels: tuple[str, ...
         return f"has fields {extra} that mlxbatch does not write"[:200]
     if "truncated" in result and not _written_cut(result["truncated"]):
         return "has a truncation that mlxbatch did not write"
+    if "truncated" in result and truncating is False:
+        return "is truncated where this run's --too-long does not truncate"
     return _scored(row, result, labels, min_confidence)
 
 

@@ -193,8 +193,11 @@ class Journal:
             os.close(self.fd)
             raise
         good = len(complete[0]) + 1
+        too_long = (header.get("settings") or {}).get("too_long")  # None: not recorded
+        truncating = None if too_long is None else too_long == "truncate"
         for n, line in enumerate(complete[1:], start=2):
-            entry = journal_entry(line, self.n_rows, self.labels, self.min_confidence)
+            entry = journal_entry(line, self.n_rows, self.labels, self.min_confidence,
+                                  truncating)  # fmt: skip
             if isinstance(entry, str) and line and not line.strip(b"\0"):
                 break  # zeros: blocks a crash left unwritten; everything from here is redone
             # (an empty line is no crash's: it was taken for one, and the rows after it dropped)
