@@ -113,3 +113,38 @@ def test_a_cost_model_refuses_what_no_calibration_writes():
                 good | {"per_batch": True}):  # fmt: skip
         with pytest.raises(ValueError, match="cost_model"):
             CostModel.from_dict(bad)
+
+
+def wrong_defaults(engine, monkeypatch) -> None:
+    """Defaults 40x off the timed check: the first job calibrates."""
+    per_token = timed_check(engine) / 40.0 / (calibration.CHECK[0] * calibration.CHECK[1])
+    wrong = CostModel(0.0, per_token, 0.0, engine.lanes, "default")
+    monkeypatch.setattr(calibration, "default_model", lambda e: wrong)
+
+
+@pytest.mark.parametrize("load, warned", [(5.0, True), (0.5, False)])
+def test_a_calibration_beside_other_work_says_the_machine_is_busy(engine, monkeypatch, load,
+                                                                  warned):  # fmt: skip
+    """A newcomer's demo calibrated beside two busy cores (126 s) and cached constants that
+    predicted every later job 1.7-3.4x slower than it ran, without a word."""
+    wrong_defaults(engine, monkeypatch)
+    monkeypatch.setattr(calibration.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(calibration, "usable_cores", lambda: [0, 1])
+    said = []
+    calibration.cost_model(engine, said.append)
+    busy = f"the machine is busy (load {load:.1f} on 2 cores)"
+    assert (busy in said[0]) == warned, said[0]
+    assert ("mlxbatch doctor --calibrate" in said[0]) == warned
+
+
+def test_the_demo_says_how_long_its_calibration_took(engine, tiny_model_dir, monkeypatch,
+                                                     tmp_path):  # fmt: skip
+    """The demo's last line counted a 126 s calibration as "the rest loading"."""
+    from mlxbatch.bench.demo import run_demo
+
+    wrong_defaults(engine, monkeypatch)
+    lines, passed = run_demo(6, tiny_model_dir, tmp_path / "demo", progress=lambda m: None)
+    took = calibration.cached_entry(engine)["measured"]["took_s"]
+    assert passed and lines[-1].endswith(
+        f"also calibrated the planner, once: {took:.0f} s of the rest)"
+    ), lines[-1]

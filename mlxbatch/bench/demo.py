@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..api.classifier import Classifier
 from ..api.spec import RunSpec
-from ..engine.calibration import cached
+from ..engine.calibration import cached, cached_entry
 from ..errors import ResumeError
 from ..io.inputs import read_rows
 from ..io.sinks import journal_path
@@ -70,9 +70,11 @@ def _planner_note(clf: Classifier, first: bool) -> str:
     """What the planner's first job on this machine added to the demo's time, if it ran now."""
     if not first:
         return ""
-    model = cached(clf.engine)
+    model, entry = cached(clf.engine), cached_entry(clf.engine)
     if model is None:  # the cache is not writable: it was checked, perhaps calibrated
         return "; this machine's first job also checked the planner's cost model"
     if model.source == "default":
         return "; this machine's first job also checked the planner's default cost model, once"
-    return "; this machine's first job also calibrated the planner, once"
+    took = (entry or {}).get("measured", {}).get("took_s")
+    spent = f": {took:.0f} s of the rest" if isinstance(took, (int, float)) else ""
+    return f"; this machine's first job also calibrated the planner, once{spent}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import random
 import sys
@@ -24,6 +25,7 @@ import numpy as np
 from ..errors import OutputError
 from ..model import hostops
 from ..runtime import blas, cpu
+from ..runtime.executor import usable_cores
 from ..runtime.files import cache_dir, cache_problem, write_atomically
 from .engine import Engine
 from .planner import CostModel
@@ -58,10 +60,16 @@ def _cache() -> dict:
         return {}
 
 
+def cached_entry(engine: Engine) -> dict | None:
+    """This machine's cache entry for `engine` as saved (the model and what was measured)."""
+    entry = _cache().get(cache_key(engine))
+    return entry if isinstance(entry, dict) else None
+
+
 def cached(engine: Engine) -> CostModel | None:
     """This machine's calibration for `engine`; None where there is none or it is unreadable
     (edited by hand: then it is made again, and saved over it)."""
-    entry = _cache().get(cache_key(engine))
+    entry = cached_entry(engine)
     try:
         return CostModel.from_dict(entry["model"]) if entry else None
     except (TypeError, KeyError, ValueError):
@@ -169,8 +177,26 @@ def cost_model(engine: Engine, notice=None) -> CostModel:
     say = notice or (lambda m: print(m, file=sys.stderr, flush=True))
     say(f"planner: the default cost model predicted {predicted:.3f} s for a batch that took "
         f"{seconds:.3f} s here ({off:.2f}x): calibrating it for this machine "
-        + (f"(not cached: {why})" if (why := cache_problem()) else "once (cached)"))  # fmt: skip
+        + (f"(not cached: {why})" if (why := cache_problem()) else "once (cached)")
+        + busy())  # fmt: skip
     return calibrate(engine, say)[0]
+
+
+def busy() -> str:
+    """A warning where other work shares the cores a calibration times (the load average over
+    the usable cores): a newcomer's demo beside two busy cores calibrated in 126 s, and every
+    later job was predicted 1.7-3.4x slower than it ran; else ""."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return ""
+    cores = len(usable_cores())
+    if load <= cores:
+        return ""
+    return (
+        f"; the machine is busy (load {load:.1f} on {cores} cores): the constants come out "
+        "slow; run `mlxbatch doctor --calibrate` on a quiet machine to measure them again"
+    )
 
 
 def describe(m: CostModel) -> str:
