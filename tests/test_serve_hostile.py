@@ -635,6 +635,25 @@ def test_a_client_not_reading_when_the_drain_ends_is_dropped_with_a_line(tiny_mo
     assert "did not read its replies by the drain's end" in log
 
 
+@pytest.mark.parametrize("head, status, words", [
+    (b"Transfer-Encoding: chunked\r\n", 400, "Transfer-Encoding is not HTTP/1.0"),
+    (b"", 411, "needs Content-Length"),
+])  # fmt: skip
+def test_an_http10_body_is_framed_by_content_length_alone(server, head, status, words):
+    """HTTP/1.0 has no chunked framing (RFC 9112 6.1): such a body was scored (200); a POST
+    without Content-Length was read as empty and answered "the body is not valid JSON"."""
+    body = b'{"input": "hello"}'
+    sent = b"11\r\n" + body[:17] + b"\r\n1\r\n}\r\n0\r\n\r\n" if head else body
+    with connect(server.port) as c:
+        c.sendall(b"POST /v1/classify HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  + head + b"\r\n" + sent)  # fmt: skip
+        if not head:
+            c.shutdown(socket.SHUT_WR)  # an HTTP/1.0 body without a length ends at EOF
+        reply = read_until_closed(c)
+    assert reply.startswith(b"HTTP/1.1 %d" % status), reply[:200]
+    assert words in body_of(reply)["error"]["message"]
+
+
 def test_a_trailing_slash_an_ambiguous_length_and_a_huge_model_name(server):
     """A trailing slash was a 307 to a Location built from the client's Host header; a request
     with both Content-Length and Transfer-Encoding was served and its connection kept (a

@@ -14,6 +14,7 @@ TYPES = {
     404: "not_found",  # an unknown route or model name
     405: "method_not_allowed",  # a known route, another method
     408: "timeout",  # the request head or body came too slowly (--timeout-header, -body)
+    411: "length_required",  # an HTTP/1.0 body without Content-Length (it would be read as none)
     413: "too_large",  # over the body cap or --max-inputs-per-request
     422: "too_long",  # an item over --max-tokens without "truncate": true
     429: "queue_full",  # the scheduler's queue is full: retry after Retry-After seconds
