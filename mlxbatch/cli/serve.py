@@ -109,7 +109,7 @@ def serve(**options):
     """Serve classification over HTTP (POST /v1/classify), batching what arrives."""
     need_serve_extra()
     from ..errors import UsageError
-    from ..serve.connections import ConnectionLimits, reserve_descriptors
+    from ..serve.connection_limits import ConnectionLimits, reserve_descriptors
     from ..serve.limits import Limits
     from ..serve.server import LOOPBACK, listen
     from ..serve.server import serve as run

@@ -26,7 +26,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .connections import ANSWERED, ConnectionLimits
+from .connection_limits import ConnectionLimits
+from .connections import ANSWERED
 from .errors import TYPES, ApiError
 from .limits import CLOSE, parse_body, read_body
 from .service import Service

@@ -11,14 +11,13 @@ and the cap to uvicorn's h11 protocol; the body deadline is applied where the bo
 from __future__ import annotations
 
 import logging
-import resource
 import time
-from dataclasses import dataclass
 from typing import NoReturn
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from .connection_limits import SPARE_FDS, ConnectionLimits
 from .errors import TYPES
 from .metrics import Metrics
 from .refusals import (
@@ -31,42 +30,13 @@ from .refusals import (
     REFUSED,
     closing_reply,
     head_size,
+    http10_framing,
     origin_form,
 )  # fmt: skip
 
 log = logging.getLogger("mlxbatch.serve")
 LINGER_S = 2.0  # how long a refused client may go on sending before the socket closes
-SPARE_FDS = 128  # descriptors beyond the connections: the model's files, logs, pipes
 ANSWERED = "mlxbatch.answered"  # set in a request's scope when the protocol replied for it
-
-
-@dataclass(frozen=True)
-class ConnectionLimits:
-    header_s: float = 10.0  # connect (or the last response) to the request head's end
-    body_s: float = 30.0  # the head's end to the body's last byte (2 MB at ~70 KB/s)
-    keep_alive_s: float = 5.0  # idle between requests (uvicorn's default)
-    reply_s: float = 30.0  # a reply the client does not read: its socket's buffer stays full
-    max_connections: int = 512  # open at once; past it a new one gets 503 and is closed
-    drain_s: float = 30.0  # SIGTERM to exit: what is queued is answered, the rest dropped
-
-    def as_dict(self) -> dict:
-        return {"timeout_header_s": self.header_s, "timeout_body_s": self.body_s,
-                "timeout_keep_alive_s": self.keep_alive_s, "timeout_reply_s": self.reply_s,
-                "max_connections": self.max_connections, "drain_timeout_s": self.drain_s}  # fmt: skip
-
-
-def reserve_descriptors(max_connections: int) -> str | None:
-    """Raise the soft open-files limit to fit the connections; why not, when it cannot (so
-    that accept() never meets EMFILE, which asyncio logs as a traceback per attempt)."""
-    need = max_connections + SPARE_FDS
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or soft >= need:
-        return None
-    if hard != resource.RLIM_INFINITY and hard < need:
-        return (f"--max-connections {max_connections} needs {need} open files and the hard "
-                f"limit is {hard} (ulimit -Hn): lower --max-connections")  # fmt: skip
-    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
-    return None
 
 
 class LingeringTransport:
@@ -139,25 +109,14 @@ class GuardedProtocol(H11Protocol):
         target = origin_form(event.target)
         if target is None:  # "ftp://x/health" or "x:80" was a 404 naming it as a path
             self.refuse_request("the request target is neither a path nor an http(s) URL")
-        if event.http_version == b"1.0":
-            self.check_http10_body(event)
+        if refusal := http10_framing(event):
+            self.refusal_status = refusal[0]
+            self.refuse_request(refusal[1])
         if target == event.target:
             return event
         # read here, once: uvicorn's scope, the routes and the access log see the path
         return h11.Request(method=event.method, headers=event.headers, target=target,
                            http_version=event.http_version)  # fmt: skip
-
-    def check_http10_body(self, event: h11.Request) -> None:
-        """An HTTP/1.0 body is framed by Content-Length alone (RFC 9112 §6.1): one sent chunked
-        was scored (faulty framing, 400), and a POST without a length was read as empty and
-        answered "not valid JSON" (411 says what is missing)."""
-        names = {k.lower() for k, _ in event.headers}
-        if b"transfer-encoding" in names:
-            self.refuse_request("Transfer-Encoding is not HTTP/1.0: send the body with "
-                                "Content-Length")  # fmt: skip
-        if event.method == b"POST" and b"content-length" not in names:
-            self.refusal_status = 411
-            self.refuse_request("an HTTP/1.0 request's body needs Content-Length")
 
     def count_chunk(self, event: h11.Data) -> None:
         """Refuse a body that comes in more and smaller chunks than it may. A chunk is

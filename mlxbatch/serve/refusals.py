@@ -60,3 +60,18 @@ def origin_form(target: bytes) -> bytes | None:
     if url.scheme not in (b"http", b"https") or not url.hostname or b"@" in url.netloc:
         return None
     return (url.path or b"/") + (b"?" + url.query if url.query else b"")
+
+
+def http10_framing(event: h11.Request) -> tuple[int, str] | None:
+    """(status, why) for an HTTP/1.0 request whose body is not framed by Content-Length, the
+    only framing HTTP/1.0 has (RFC 9112 6.1): one sent chunked was scored (faulty framing:
+    400), and a POST without a length was read as empty and answered "not valid JSON" (411
+    says what is missing); None for any other request."""
+    if event.http_version != b"1.0":
+        return None
+    names = {k.lower() for k, _ in event.headers}
+    if b"transfer-encoding" in names:
+        return 400, "Transfer-Encoding is not HTTP/1.0: send the body with Content-Length"
+    if event.method == b"POST" and b"content-length" not in names:
+        return 411, "an HTTP/1.0 request's body needs Content-Length"
+    return None

@@ -14,7 +14,8 @@ import uvicorn
 
 from ..errors import UsageError
 from .app import build_app
-from .connections import ConnectionLimits, guarded_protocol
+from .connection_limits import ConnectionLimits
+from .connections import guarded_protocol
 from .service import Service
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
