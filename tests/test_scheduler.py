@@ -276,9 +276,9 @@ def test_a_stream_of_small_requests_does_not_starve_a_large_one(clf):
         [r.width for r in before], stream)  # fmt: skip
 
 
-def test_a_drain_answers_the_requests_nearest_done_first_whole(clf):
+def test_a_drain_answers_the_requests_nearest_done_first(clf):
     """Four requests of six texts queued, then the scheduler is closed with a drain: its rounds
-    take the requests one at a time, whole (the first is answered after its own three batches,
+    take the requests one at a time (the first is answered after its own three batches,
     and each before the next), so a drain cut short by its deadline has answered most of what
     it scored. The fair rounds brought every request to its end at once: a 20 s drain of 16
     requests answered none."""

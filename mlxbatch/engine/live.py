@@ -43,9 +43,9 @@ class LiveScheduler:
     lane is queued, then steps one round (one batch per lane). A round takes the batches of
     the requests served least so far (fair queueing, counted in padded tokens): with the
     oldest items first, one client's 256 long texts kept every request after it waiting
-    until all of them were scored. Once draining (`close`), a round takes the requests
-    nearest done instead, whole: the drain has a deadline, and fair rounds brought every
-    request to its end at once (16 requests of 64 texts, a 20 s drain: none answered, the
+    until all of them were scored. Once draining (`close`), a round takes the batches of the
+    requests nearest done instead, cut among themselves, so they end one after another: the
+    drain has a deadline, and fair rounds brought every request to its end at once (16 requests of 64 texts, a 20 s drain: none answered, the
     work of ~11 thrown away). The MLX work runs on this thread and the engine's lanes, never
     on the caller's. `held`: a test's hook, asked before each round (True: keep what is
     queued queued).
@@ -200,36 +200,37 @@ class LiveScheduler:
             self.scheduler.remove(lambda key: key[0] in gone)
             self._withdrawn = set()
 
-    def _drain_batches(self) -> list | None:
+    def _drain_plan(self) -> tuple[list, dict] | None:
         """(Holding the lock) while draining, the batches of the requests with the fewest items
-        left (then the oldest), whole, at least a round's worth of items; else None (fair)."""
+        left (then the oldest), at least a round's worth of items, cut among themselves, and
+        each request's rank; else None (the fair round)."""
         if not self._stopped:
             return None
         s, order = self.scheduler, sorted(self._waiting, key=lambda r: (self._waiting[r].left, r))
-        chosen, wanted = set(), s.policy.max_batch * s.engine.lanes
+        chosen, wanted = {}, s.policy.max_batch * s.engine.lanes
         for request in order:
-            chosen.add(request)
+            chosen[request] = (len(chosen),)
             wanted -= self._waiting[request].left
             if wanted <= 0:
                 break
         keys = [k for k in s.keys() if k[0] in chosen]
-        return s.plan(keys) if keys else None  # none: only withdrawn work is left
+        return (s.plan(keys), chosen) if keys else None  # none: only withdrawn work is left
 
     def _round(self) -> None:
         t = time.perf_counter()
         with self._cond:
             # a request withdrawn since is not in it: it goes last
-            served = {request: w.served for request, w in self._waiting.items()}
-            whole = self._drain_batches()
+            rank = {request: (w.served,) for request, w in self._waiting.items()}
+            batches, draining = None, self._drain_plan()
+            if draining is not None:  # one batch a lane still: a round bounds the drain's exit
+                batches, rank = draining
 
-        def first(key: tuple[int, int]) -> tuple:  # the least served request, then the oldest
-            return served.get(key[0], math.inf), key
+        def first(key: tuple[int, int]) -> tuple:  # the first request by rank, then the oldest
+            return rank.get(key[0], (math.inf,)), key
 
         try:
-            if whole is not None:
-                done = list(self.scheduler.step(whole))
-            else:
-                done = list(self.scheduler.step(lanes=self.scheduler.engine.lanes, first=first))
+            lanes = self.scheduler.engine.lanes
+            done = list(self.scheduler.step(batches, lanes=lanes, first=first))
         except Exception as e:  # the engine failed: fail every request queued, go on
             with self._cond:
                 self._fail_requests(e)
