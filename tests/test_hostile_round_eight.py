@@ -1,9 +1,11 @@
 """Round eight: what this stop's hostile pass found open in a journal (a truncation edited into
-a run that does not truncate), each with the case that found it. The service's findings are in
+a run that does not truncate) and in the output checks (a new file under /proc), each with the
+case that found it. The service's findings are in
 tests/test_serve_hostile.py and tests/test_scheduler.py (the drain)."""
 
 from __future__ import annotations
 
+import pytest
 from cli_run import invoke, one_line_error
 from test_hostile_round_six import _edit_rows, _interrupted
 
@@ -46,3 +48,16 @@ def test_a_run_that_truncates_resumes_its_own_truncated_rows(tiny_model_dir, tmp
     r = invoke([*args, "--resume"], tmp_path)
     assert r.exit_code == 0, r.output
     assert len(out.read_text().splitlines()) == 6
+
+
+@pytest.mark.parametrize("option, path", [("-o", "/proc/mlxbatch-new.jsonl"),
+                                          ("--json", "/sys/mlxbatch-new.json")])  # fmt: skip
+def test_a_new_file_under_proc_or_sys_is_refused_before_the_model_loads(option, path,
+                                                                        tmp_path):  # fmt: skip
+    # as root the folder's access check passed: the journal failed once the input was scanned
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"id": "a", "text": "hello", "g": "billing"}\n')
+    extra = ["-o", tmp_path / "o.jsonl", "--gold-field", "g"] if option == "--json" else []
+    r = invoke(["classify", src, "--model", tmp_path / "no-model", option, path, *extra],
+               tmp_path)  # fmt: skip
+    one_line_error(r, option, "holds no new files", alone=True)

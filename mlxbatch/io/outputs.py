@@ -38,6 +38,7 @@ def _where(output: Path) -> str:
     real = os.path.realpath(output)
     if is_stream(output) or real.startswith(("/dev/", "/proc/")) and os.path.exists(real):
         return "stream"  # /dev/stdout and friends: never a journal or a rename there
+    _check_not_new_in_kernel_fs("-o", output, real)
     try:
         mode = os.stat(output).st_mode
     except FileNotFoundError:
@@ -51,6 +52,15 @@ def _where(output: Path) -> str:
     if not stat.S_ISREG(mode):
         raise OutputError(f"{output}: not a regular file, a character device or a FIFO")
     return "file"
+
+
+def _check_not_new_in_kernel_fs(option: str, path: Path, real: str) -> None:
+    """Refuse a new file under /proc or /sys (what exists there is a stream): root's access
+    check passed the folder, and the journal (or a report) failed to be made only once the
+    model was loaded and the input scanned (or computed)."""
+    if real.startswith(("/proc/", "/sys/")) and not os.path.exists(real):
+        raise OutputError(f"{option} {path}: /{real.split('/')[1]} holds no new files; choose "
+                          f"another {option} path")  # fmt: skip
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -210,6 +220,7 @@ def check_reports(json_path: Path | None, plot_path: Path | None, protected: lis
             raise OutputError(f"{option} {path}: the directory {parent} does not exist or is "
                               "not writable")  # fmt: skip
         if not is_stream(path):
+            _check_not_new_in_kernel_fs(option, path, os.path.realpath(path))
             check_writable_file(option, path)
             _check_replaceable_report(option, path)
 
