@@ -29,9 +29,9 @@ class DrainingServer(uvicorn.Server):
     """uvicorn's server, telling the service to refuse new work the moment a signal arrives
     (uvicorn itself notices it on its next 0.1 s tick and waits for in-flight requests)."""
 
-    def __init__(self, config: uvicorn.Config, service: Service, drain_s: float):
+    def __init__(self, config: uvicorn.Config, service: Service):
         super().__init__(config)
-        self.service, self.signals, self.drain_s = service, [], drain_s
+        self.service, self.signals = service, []
 
     def handle_exit(self, sig, frame) -> None:
         if not self.signals:
@@ -40,7 +40,8 @@ class DrainingServer(uvicorn.Server):
             except RuntimeError:
                 loop = None
             if loop is not None:
-                ends = loop.time() + max(0.0, self.drain_s - DRAIN_MARGIN_S)
+                drain_s = self.config.timeout_graceful_shutdown or 0.0  # --drain-timeout
+                ends = loop.time() + max(0.0, drain_s - DRAIN_MARGIN_S)
                 loop.call_soon_threadsafe(self.config.http_protocol_class.draining,
                                           self.server_state.connections, ends)  # fmt: skip
         self.signals.append(sig)
@@ -97,7 +98,7 @@ def serve(service: Service, sock: socket.socket, api_key: bytes | None,
     logging.getLogger("mlxbatch.serve").info(
         "listening on http://%s:%d", f"[{host}]" if ":" in host else host, port
     )
-    server = DrainingServer(config, service, limits.drain_s)
+    server = DrainingServer(config, service)
 
     def stop() -> None:
         server.should_exit = True
