@@ -45,5 +45,11 @@ def unicode_problem(text: str) -> str | None:
     return None
 
 
+class SyntheticWeights(UserWarning):
+    """A model of random weights was loaded (`init-random`, or the built-in default where no
+    converted model exists): its labels are at chance level. The CLI names such a model on its
+    own lines and hides this warning; a Python caller gets it once per load."""
+
+
 class ItemTooLong(UsageError):
     """One item over the per-item token limit, where truncation was not asked for."""

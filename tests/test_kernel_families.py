@@ -97,7 +97,7 @@ from mlxbatch.runtime import sgemm
 sgemm._serving_openblas().openblas_set_num_threads(1)
 found = invariance.invariant_layouts()
 hostops.KERNELS["plain"] = (lambda x, w, bias=None: x @ w.T,  # rows as B columns, unpadded
-                           hostops._plain_attention)
+                           hostops.KERNELS["plain"][1])
 print(json.dumps({"found": found, "chosen": blas.ACTIVE["layout"],
                   "unpadded": invariance.row_invariance("plain")}))
 """

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from ..engine.labels import LabelSet, check_names
 from ..engine.planner import DEFAULT_MAX_BATCH, Batch, CostModel, unsort
 from ..engine.prompt import DEFAULT_LABELS, default_system_prompt, description_problem
 from ..engine.scheduler import BatchPolicy, Scheduler, positional_items
-from ..errors import ItemTooLong, LabelError, UsageError, unicode_problem
+from ..errors import ItemTooLong, LabelError, SyntheticWeights, UsageError, unicode_problem
 from ..model.hub import resolve
 from ..model.label_tokens import label_tokens
 from ..model.load import LoadedModel, load_model
@@ -100,6 +101,9 @@ class Classifier:
         if system_prompt is None:
             system_prompt = default_system_prompt(labels, descriptions)
         lm = load_model(resolve(model_dir), dtype=dtype, check_finite=check_finite)
+        if lm.synthetic:  # a newcomer's first load is often the demo's random model
+            warnings.warn(f"{lm.path}: SYNTHETIC random weights, not a real model: the labels "
+                          "are at chance level", SyntheticWeights, stacklevel=2)  # fmt: skip
         tokens = label_tokens(labels, lm.tokenizer.label, lm.model.args.vocab_size)
         clf = cls(lm, LabelSet(labels, tokens), system_prompt, prefix_cache, examples)
         clf.adjust = Adjustment(

@@ -8,12 +8,13 @@ import platform
 import re
 import signal
 import sys
+import warnings
 from importlib import metadata
 from pathlib import Path
 
 import click
 
-from ..errors import UsageError
+from ..errors import SyntheticWeights, UsageError
 from ..runtime import blas, cpu, files
 from .bench import bench, demo, doctor, tickets
 from .classify import classify
@@ -122,6 +123,7 @@ def _main() -> None:
     if why := blas.startup_problem():  # before OpenBLAS (ours or NumPy's) is loaded
         fail(why)
     blas.activate_in_process()  # before mlx is imported; computing commands warn if it failed
+    warnings.filterwarnings("ignore", category=SyntheticWeights)  # the commands name it
     try:
         cli(standalone_mode=False, obj={"warn_blas": True})
     except click.exceptions.Abort:  # click's own Ctrl-C handling (prompts)

@@ -142,6 +142,8 @@ def report(clf: Classifier, rows, result: JobResult, req: JobRequest, say) -> in
     """The summary, the adjustment, the evaluation and the verification; the exit code."""
     say(f"model: {clf.lm.describe()}")
     say(result.summary())
+    if req.output is not None:  # where the rows went (standard output needs no name)
+        say(f"output: {req.output}")
     if not clf.adjust.identity:
         say(f"adjustment: {clf.adjust.describe(clf.labels.names)}")
     if req.gold_field:
