@@ -80,3 +80,25 @@ def test_version_falls_back_to_pyproject(monkeypatch):
 
     monkeypatch.setattr(cli.metadata, "version", not_installed)
     assert cli.version() == pyproject_version()
+
+
+def _lowest(spec: str) -> tuple[int, ...]:
+    """The lowest Python a `Requires-Python` of the form ">=X.Y" admits."""
+    found = re.search(r">=\s*(\d+(?:\.\d+)*)", spec or "")
+    return tuple(int(x) for x in found.group(1).split(".")) if found else (0,)
+
+
+def test_requires_python_is_what_every_dependency_requires():
+    """`requires-python` promised 3.10 while mlx-lm 0.32 needs 3.11: on 3.10 `pip install`
+    failed with "No matching distribution found for mlx-lm>=0.32" instead of naming Python."""
+    ours = _lowest(re.search(r'^requires-python = "(.+)"', (ROOT / "pyproject.toml").read_text(),
+                             re.M).group(1))  # fmt: skip
+    for req in metadata.requires("mlxbatch") or []:
+        if "extra ==" in req:
+            continue
+        name = re.match(r"[A-Za-z0-9_.-]+", req).group(0)
+        try:
+            theirs = _lowest(metadata.metadata(name).get("Requires-Python"))
+        except metadata.PackageNotFoundError:  # a platform's dependency not on this one
+            continue
+        assert ours >= theirs[:2], f"{name} requires Python {theirs}, pyproject says {ours}"
