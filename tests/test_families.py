@@ -24,6 +24,7 @@ from mlxbatch.engine.labels import LabelSet
 from mlxbatch.engine.planner import plan_batches
 from mlxbatch.engine.prompt import default_system_prompt
 from mlxbatch.engine.scheduler import score_all
+from mlxbatch.errors import ModelError
 from mlxbatch.model.load import LoadedModel, load_model
 from mlxbatch.model.tokenizer import PromptTokenizer
 
@@ -48,6 +49,11 @@ CASES = {
         num_hidden_layers=3, head_dim=16, sliding_window=8, query_pre_attn_scalar=24,
         layer_types=["sliding_attention", "full_attention", "sliding_attention"],
         rope_parameters=_GEMMA_ROPE, hidden_activation="gelu_pytorch_tanh")),
+    # Gemma 3 4B+: the same decoder inside Gemma3ForConditionalGeneration, beside a vision tower
+    "gemma3_vision_language": ("Gemma3Config", dict(
+        num_hidden_layers=3, head_dim=16, sliding_window=8, query_pre_attn_scalar=24,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+        rope_parameters=_GEMMA_ROPE, hidden_activation="gelu_pytorch_tanh")),
     "phi4mini_longrope": ("Phi3Config", dict(tie_word_embeddings=True, partial_rotary_factor=0.75,
                                              rope_parameters=_LONGROPE, max_position_embeddings=4096,
                                              original_max_position_embeddings=256)),
@@ -63,7 +69,15 @@ def make_checkpoint(path: Path, case: str, seed: int = 0) -> Path:
     import transformers
 
     cls_name, kwargs = CASES[case]
-    cfg = getattr(transformers, cls_name)(**(SMALL | kwargs))
+    if cls_name == "Gemma3Config":  # the kwargs are its language model's; a tiny vision tower
+        vision = transformers.SiglipVisionConfig(hidden_size=32, intermediate_size=64,
+                                                 num_hidden_layers=1, num_attention_heads=2,
+                                                 image_size=28, patch_size=14)  # fmt: skip
+        text = transformers.Gemma3TextConfig(**(SMALL | kwargs)).to_dict()
+        cfg = transformers.Gemma3Config(text_config=text, vision_config=vision.to_dict(),
+                                        mm_tokens_per_image=4)  # fmt: skip
+    else:
+        cfg = getattr(transformers, cls_name)(**(SMALL | kwargs))
     torch.manual_seed(seed)
     return save_randomised(transformers.AutoModelForCausalLM.from_config(cfg).float(), path)
 
@@ -361,3 +375,85 @@ def test_init_random_widens_a_smaller_vocabulary_and_zeroes_gemma_norms(tmp_path
     e = make_engine(lm)
     p = e.prompt(TEXTS[0])
     np.testing.assert_allclose(e.score_batch([p])[0], e.score_gold(p), atol=2e-6)
+
+
+def test_a_vision_language_checkpoint_runs_its_language_model(tmp_path):
+    """Gemma 3 4B+ is saved as `gemma3` (Gemma3ForConditionalGeneration): its language model
+    loads (the vision tower's tensors passed over), converts to a plain `gemma3_text` model,
+    and runs quantized in the layout mlx-vlm writes (the language model's prefix kept)."""
+    from mlxbatch.model.convert import convert_hf
+    from mlxbatch.model.hub import describe_dir
+
+    hf = make_checkpoint(tmp_path / "hf", "gemma3_vision_language")
+    from safetensors import safe_open
+
+    with safe_open(str(hf / "model.safetensors"), "np") as f:
+        stored = list(f.keys())
+    assert json.loads((hf / "config.json").read_text())["model_type"] == "gemma3"
+    assert any(k.startswith("vision_tower.") for k in stored)
+    assert all(not k.startswith("model.layers.") for k in stored)  # the language model's prefix
+    lm = load_model(hf)
+    assert lm.model.args.vision_language and lm.model.args.family.name == "Gemma 3"
+    assert describe_dir(hf)["family"] == "Gemma 3 (with vision)"
+    tokens = mx.array([lm.tokenizer.prompt("Be brief.", TEXTS[2])])
+    ours = np.array(lm.model.head(lm.model(tokens)))
+
+    convert_hf(hf, tmp_path / "text")
+    cfg = json.loads((tmp_path / "text" / "config.json").read_text())
+    assert cfg["model_type"] == "gemma3_text" and "vision_config" not in cfg
+    text = load_model(tmp_path / "text")
+    assert not text.model.args.vision_language
+    np.testing.assert_array_equal(np.array(text.model.head(text.model(tokens))), ours)
+
+    # quantized as mlx-vlm leaves it: the text tensors under language_model.model., the config
+    # a gemma3 one holding the quantization
+    convert_hf(hf, tmp_path / "q8", q_bits=8, q_group_size=32)
+    vl = tmp_path / "q8-vl"
+    shutil.copytree(tmp_path / "q8", vl)
+    (vl / "mlxbatch.json").unlink()
+    tensors = mx.load(str(vl / "model.safetensors"))
+    mx.save_safetensors(str(vl / "model.safetensors"),
+                        {"language_model." + k: v for k, v in tensors.items()})  # fmt: skip
+    q_cfg = json.loads((vl / "config.json").read_text())
+    outer = {"model_type": "gemma3", "quantization": q_cfg.pop("quantization"),
+             "text_config": q_cfg | {"model_type": "gemma3_text"}}  # fmt: skip
+    (vl / "config.json").write_text(json.dumps(outer))
+    q = load_model(vl)
+    assert q.quantization["bits"] == 8 and q.model.args.vision_language
+    assert np.abs(np.array(q.model.head(q.model(tokens))) - ours).max() < 0.05
+
+
+def test_a_processors_chat_template_serves_where_the_tokenizer_has_none(gemma_dir, tmp_path):
+    from mlxbatch.model.chat import read_template
+
+    inline = with_template(gemma_dir, tmp_path / "inline", GEMMA3_TEMPLATE)
+    processor = tmp_path / "processor"
+    shutil.copytree(inline, processor)
+    cfg = json.loads((processor / "tokenizer_config.json").read_text())
+    (processor / "chat_template.json").write_text(
+        json.dumps({"chat_template": cfg.pop("chat_template")})
+    )
+    (processor / "tokenizer_config.json").write_text(json.dumps(cfg))
+    assert read_template(processor)[2] == f"{processor / 'chat_template.json'} (chat_template)"
+    a, b = PromptTokenizer(inline), PromptTokenizer(processor)
+    assert a.prompt("Be brief.", "hello") == b.prompt("Be brief.", "hello")
+    (processor / "chat_template.json").write_text("{not json")
+    with pytest.raises(ModelError, match="chat_template.json: cannot be read as JSON"):
+        read_template(processor)
+
+
+def test_a_vision_language_config_is_checked_as_its_language_models():
+    from mlxbatch.model.config import ModelArgs
+
+    with pytest.raises(ModelError, match="text_config must be an object"):
+        ModelArgs.from_dict({"model_type": "gemma3", "text_config": [1]})
+    with pytest.raises(ModelError, match=r"gemma3 \(its language model\)"):
+        ModelArgs.from_dict({"model_type": "llava"})
+    # the published 4B config's text_config: no heads, no vocabulary (transformers' defaults)
+    args = ModelArgs.from_dict({"model_type": "gemma3", "text_config": {
+        "hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+        "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+        "sliding_window": 1024}})  # fmt: skip
+    assert (args.num_attention_heads, args.num_key_value_heads, args.head_dim,
+            args.vocab_size) == (8, 4, 256, 262_208)  # fmt: skip
+    assert args.layer_types[:6] == ("sliding_attention",) * 5 + ("full_attention",)

@@ -57,6 +57,41 @@ def test_the_window_size_changes_no_byte(clf, tickets, tmp_path):
         assert rows[k]["scores"] == rows[4]["scores"] and rows[k]["id"] != rows[4]["id"]
 
 
+def test_a_window_of_long_texts_ends_at_its_characters_and_changes_no_byte(clf, tickets,
+                                                                          tmp_path, monkeypatch):  # fmt: skip
+    """A window ends at WINDOW_CHARS characters of text as well as at its rows: 16,384 rows of
+    27,000 characters were held at once (3.6 GB for a 54 MB input)."""
+    from mlxbatch.io import windows
+    from mlxbatch.jobs import tokens
+
+    ref = tmp_path / "whole.jsonl"
+    assert job(clf, tickets, ref, window=1000).windows == 1
+    sizes = [len(json.loads(x)["text"]) for x in tickets.read_text().splitlines()]
+    total, longest = sum(sizes), max(sizes)
+    for chars in (1, 300, 1000):
+        monkeypatch.setattr(windows, "WINDOW_CHARS", chars)
+        monkeypatch.setattr(tokens, "WINDOW_CHARS", chars)
+        out = tmp_path / f"c{chars}.jsonl"
+        res = job(clf, tickets, out, window=1000)
+        # each window but the last holds from `chars` to `chars` + one row's characters
+        assert total // (chars + longest) <= res.windows <= min(40, total // chars + 1), chars
+        assert res.windows > 1
+        assert out.read_bytes() == ref.read_bytes(), chars
+
+
+def test_the_tokenizer_encodes_long_texts_in_runs_bounded_by_characters(clf, monkeypatch):
+    from mlxbatch.model import tokenizer
+
+    texts = ["short", "a much longer text " * 20, "x", "mid length text " * 5, "y"] * 3
+    monkeypatch.setattr(tokenizer, "BATCH_CHARS", 100)
+    runs = list(tokenizer._chunks(texts))
+    assert [t for run in runs for t in run] == texts
+    assert all(len(run) == 1 or sum(map(len, run[:-1])) < 100 for run in runs)
+    assert len(runs) > 3
+    tok, system = clf.lm.tokenizer, clf.system_prompt
+    assert tok.prompts(system, texts) == [tok.prompt(system, t) for t in texts]
+
+
 def test_duplicates_are_scored_once_within_a_window(clf, tickets, tmp_path):
     res = job(clf, tickets, tmp_path / "o.jsonl", window=8)
     assert res.duplicates == 1  # row 5 (window 0); rows 9 and 31 open windows of their own

@@ -9,7 +9,7 @@ from ..api.classifier import Classifier
 from ..api.limits import prepare
 from ..api.spec import Settings
 from ..io.inputs import Row
-from ..io.windows import JobInput, Scan
+from ..io.windows import WINDOW_CHARS, JobInput, Scan
 
 
 class Tokens:
@@ -22,11 +22,13 @@ class Tokens:
     def __init__(self, window: int):
         self.window = window
         self.kept: list | None = []  # the scan's (text, prompt) pairs while within one window
+        self.chars = 0  # their texts' characters (a window also ends at WINDOW_CHARS)
 
     def scanned(self, texts: list[str], prompts: list[list[int]]) -> None:
         if self.kept is not None:
             self.kept += zip(texts, prompts)
-            if len(self.kept) > self.window:
+            self.chars += sum(map(len, texts))
+            if len(self.kept) > self.window or self.chars >= WINDOW_CHARS:
                 self.kept = None  # several windows: each is tokenized as it is read
 
     def windows(self, clf: Classifier, job_input: JobInput, scanned: Scan):

@@ -63,6 +63,9 @@ PROBES = (
     ("数据 ünïcode 🙂", "a non-ASCII text"),
     (" ".join(["word"] * 400), "a 2,000-character text"),
 )
+PROCESSOR_TEMPLATE = (
+    "chat_template.json"  # where a processor keeps it (vision-language checkpoints)
+)
 SPECIAL_VARS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token")
 
 
@@ -99,7 +102,22 @@ def read_template(model_dir: Path) -> tuple[str | None, dict[str, str], str]:
         source = next((t.get("template") for t in source if isinstance(t, dict)
                        and t.get("name") == "default"), None)  # fmt: skip
     where = f"{model_dir / 'tokenizer_config.json'} (chat_template)"
+    if source is None and (model_dir / PROCESSOR_TEMPLATE).is_file():
+        source, where = _processor_template(model_dir / PROCESSOR_TEMPLATE)
     return (source if isinstance(source, str) and source.strip() else None), variables, where
+
+
+def _processor_template(path: Path) -> tuple[str | None, str]:
+    """A vision-language checkpoint's template where its tokenizer has none: its processor's
+    `chat_template.json` ({"chat_template": "..."}), as transformers' processors save it."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ModelError(f"{path}: cannot be read as JSON ({str(e)[:100]})") from None
+    source = data.get("chat_template") if isinstance(data, dict) else None
+    if source is not None and not isinstance(source, str):
+        raise ModelError(f"{path}: chat_template is not a template")
+    return source, f"{path} (chat_template)"
 
 
 def compile_template(source: str):

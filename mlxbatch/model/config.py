@@ -30,6 +30,7 @@ from .config_fields import (
 from .families import FAMILIES
 from .family import Family, expected_shapes
 from .rope import Rope
+from .vision_language import TEXT_TYPES, is_vision_language, text_config
 
 SUPPORTED_MODEL_TYPES = tuple(FAMILIES)
 
@@ -57,6 +58,7 @@ class ModelArgs:
     sliding_window: int | None = None  # keys a sliding layer sees (only when one exists)
     layer_types: tuple[str, ...] = ()  # per layer: "full_attention" or "sliding_attention"
     query_pre_attn_scalar: float | None = None  # attention scale**-2 (Gemma 3); else head_dim
+    vision_language: bool = False  # the language model of one (vision_language.py: its tensors)
 
     @property
     def family(self) -> Family:
@@ -104,9 +106,12 @@ class ModelArgs:
     def from_dict(cls, cfg: dict, source: str = "config.json") -> ModelArgs:
         if not isinstance(cfg, dict):
             raise ModelError(f"{source}: a JSON {type(cfg).__name__}, not an object")
+        vision_language = is_vision_language(cfg)
+        cfg = text_config(cfg, source)
         model_type = cfg.get("model_type")
         if model_type not in SUPPORTED_MODEL_TYPES:
-            names = ", ".join(f"{t} ({f.name})" for t, f in FAMILIES.items())
+            names = ", ".join([f"{t} ({f.name})" for t, f in FAMILIES.items()]
+                              + [f"{t} (its language model)" for t in TEXT_TYPES])  # fmt: skip
             raise ModelError(f"{source}: model_type {model_type!r} is not supported "
                              f"(mlxbatch runs {names})")  # fmt: skip
         family = FAMILIES[model_type]
@@ -134,7 +139,7 @@ class ModelArgs:
             if not isinstance(known.get(key, False), bool):
                 raise ModelError(f"{source}: {key} must be true or false, got {known[key]!r}")
         check_types(known, source)
-        args = cls(**known)
+        args = cls(**known | {"vision_language": vision_language})
         for key in ("short_factor", "long_factor"):
             f = dict(args.rope_scaling).get(key)
             if f is not None and (not isinstance(f, tuple) or len(f) != args.rope().dims // 2):

@@ -15,7 +15,7 @@ SLIDING, FULL = "sliding_attention", "full_attention"
 _ROPE_KEYS = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor",
               "original_max_position_embeddings"),
               "longrope": ("short_factor", "long_factor", "original_max_position_embeddings")}  # fmt: skip
-_DERIVED = {"rope_scaling", "layer_types", "sliding_window", "query_pre_attn_scalar",
+_DERIVED = {"rope_scaling", "layer_types", "sliding_window", "query_pre_attn_scalar", "vision_language",
             "rope_local_base_freq", "partial_rotary_factor", "rope_theta"}  # fmt: skip
 
 

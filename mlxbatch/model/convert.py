@@ -23,6 +23,7 @@ from .config import ModelArgs
 from .load import DTYPES, read_manifest
 from .presets import PRESETS
 from .tokenizer import TOKENIZER_FILES
+from .vision_language import text_config
 from .weights import check_checkpoint, load_tensors, resolve_head
 
 EXTRA_FILES = (
@@ -30,6 +31,7 @@ EXTRA_FILES = (
     "added_tokens.json",
     "generation_config.json",
     "chat_template.jinja",
+    "chat_template.json",  # a vision-language checkpoint's processor's (model/chat.py)
 )
 
 
@@ -167,7 +169,8 @@ def convert_hf(hf_dir: str | Path, out_dir: str | Path, dtype: str | None = None
     config = json.loads((hf_dir / "config.json").read_text())
     if quantize.quantization(config):
         raise ModelError(f"{hf_dir}: already quantized; mlxbatch runs it as it is (--model)")
-    tensors = load_tensors(check_checkpoint(hf_dir, args))
+    tensors = load_tensors(check_checkpoint(hf_dir, args), vision_language=args.vision_language)
+    config = text_config(config, str(hf_dir / "config.json"))  # a vision tower is not written
     untied = resolve_head(args, tensors, hf_dir)
     if untied != args:  # a distinct head under a tied config: kept, as transformers keeps it
         args, config["tie_word_embeddings"] = untied, False

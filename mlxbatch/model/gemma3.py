@@ -1,4 +1,5 @@
-"""Gemma 3 text decoders (`model_type: gemma3_text`: gemma-3-1b, and the 4B+ text towers).
+"""Gemma 3 text decoders (`model_type: gemma3_text`: gemma-3-1b, and the 4B+ language models,
+which vision_language.py takes out of their `gemma3` checkpoints).
 
 Against Qwen2:
 - the embedding output is multiplied by sqrt(`hidden_size`), that factor first rounded to the
@@ -24,8 +25,11 @@ from __future__ import annotations
 from .family import Family
 
 # transformers' Gemma3TextConfig defaults (see family.Family.defaults): it reads
-# `hidden_activation`, not `hidden_act`
-DEFAULTS = {"num_key_value_heads": 4, "head_dim": 256, "rms_norm_eps": 1e-6,
+# `hidden_activation`, not `hidden_act`; the published 4B+ configs' text_config omits the heads
+# and the vocabulary (vision_language.py)
+DEFAULTS = {"vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216,
+            "num_hidden_layers": 26, "num_attention_heads": 8,
+            "num_key_value_heads": 4, "head_dim": 256, "rms_norm_eps": 1e-6,
             "rope_theta": 1_000_000.0, "rope_local_base_freq": 10000.0,
             "tie_word_embeddings": True, "max_position_embeddings": 131072,
             "hidden_activation": "gelu_pytorch_tanh", "attention_bias": False,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import ModelError
 from .families import FAMILIES
+from .vision_language import text_config
 
 ALLOW_PATTERNS = ["*.json", "model*.safetensors", "tokenizer.model", "*.tiktoken", "*.txt",
                   "*.jinja"]  # fmt: skip
@@ -76,7 +77,11 @@ def describe_dir(path: Path) -> dict | None:
         return None
     if not isinstance(cfg, dict) or not isinstance(cfg.get("model_type"), str):
         return None  # (a list was a TypeError that took the whole listing down)
-    if cfg["model_type"] not in FAMILIES:
+    try:
+        text = text_config(cfg, str(path / "config.json"))  # a vision-language model's own
+    except ModelError:
+        return None
+    if text["model_type"] not in FAMILIES:
         return None
     if not (path / "tokenizer.json").is_file() or not any(path.glob("*.safetensors")):
         return None
@@ -90,8 +95,8 @@ def describe_dir(path: Path) -> dict | None:
     return {
         "path": str(path), "kind": kind, "synthetic": bool(cfg.get("mlxbatch_synthetic")),
         "quantization": f"{q.get('bits')}-bit, group {q.get('group_size')}" if isinstance(q, dict) else None,
-        "family": FAMILIES[cfg["model_type"]].name,
-        "size": f"{cfg.get('hidden_size')} x {cfg.get('num_hidden_layers')} layers",
+        "family": FAMILIES[text["model_type"]].name + (" (with vision)" if text is not cfg else ""),
+        "size": f"{text.get('hidden_size')} x {text.get('num_hidden_layers')} layers",
     }  # fmt: skip
 
 

@@ -89,7 +89,7 @@ def load_model(
     q = quantize.quantization(read_config(model_dir))
     files = check_checkpoint(model_dir, args)
     dt = dtype if isinstance(dtype, mx.Dtype) else parse_dtype(dtype)
-    tensors = load_tensors(files, check_finite=check_finite)
+    tensors = load_tensors(files, check_finite, args.vision_language)
     args = resolve_head(args, tensors, model_dir)
     model = Decoder(args)
     if q:

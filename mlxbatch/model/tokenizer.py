@@ -34,6 +34,10 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "mer
 # Encoding at once and ran slower than per-text encode on this 2-core host (30,000 texts, one
 # Rust thread: 68 s in one call, 27-29 s in calls of 1,024-4,096; BENCHMARKS.md).
 BATCH_TEXTS = 2048
+# ...and at most about this many characters: an Encoding holds ~100 bytes a character of a long
+# text (its tokens' strings, offsets and masks), so 2,048 texts of 27,000 characters held
+# 3.6 GB at once for a 54 MB input (tokens kept: ~8 bytes each, ids shared)
+BATCH_CHARS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -140,15 +144,14 @@ class PromptTokenizer:
         f = self.frame(system, examples)
         head, tail = list(f.head), list(f.tail)
         out = []
-        for start in range(0, len(texts), BATCH_TEXTS):
+        for chunk in _chunks(texts):
             try:
-                encodings = self._tok.encode_batch_fast(
-                    [f.text(text) for text in texts[start : start + BATCH_TEXTS]],
-                    add_special_tokens=False,
-                )
+                encodings = self._tok.encode_batch_fast([f.text(text) for text in chunk],
+                                                        add_special_tokens=False)  # fmt: skip
             except TypeError:  # a text that is not valid Unicode: `prompt` names it
                 return [self.prompt(system, text, examples) for text in texts]
             out += self._joined(head, encodings, tail)
+            del encodings  # before the next chunk's are made
         return out
 
     def _joined(self, head: list[int], encodings: list, tail: list[int]) -> list[list[int]]:
@@ -287,3 +290,18 @@ class PromptTokenizer:
             raise LabelError(f"label {label!r} merges with the prompt's final text "
                              f"{self.answer!r}")  # fmt: skip
         return full[len(head) :]
+
+
+def _chunks(texts: Sequence[str]):
+    """`texts` in runs of at most BATCH_TEXTS texts and about BATCH_CHARS characters (a longer
+    text alone): each text is encoded alone either way, so the runs change no token."""
+    start = 0
+    while start < len(texts):
+        end, chars = start, 0
+        while (
+            end < len(texts) and end - start < BATCH_TEXTS and (end == start or chars < BATCH_CHARS)
+        ):
+            chars += len(texts[end])
+            end += 1
+        yield texts[start:end]
+        start = end

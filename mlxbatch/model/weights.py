@@ -15,6 +15,7 @@ import mlx.core as mx
 
 from ..errors import ModelError
 from .config import ModelArgs
+from .vision_language import text_tensor
 
 _DTYPE_BYTES = {
     "F32": 4,
@@ -134,7 +135,10 @@ def check_checkpoint(model_dir: Path, args: ModelArgs) -> list[Path]:
     found: dict[str, tuple[tuple[int, ...], Path]] = {}
     dtypes: dict[str, str] = {}
     for path in files:
-        for name, t in read_header(path).items():
+        for stored, t in read_header(path).items():
+            name = text_tensor(stored) if args.vision_language else stored
+            if name is None:  # a vision tower's (vision_language.py)
+                continue
             if name in found:  # the later file's values would win, whatever an index says
                 raise ModelError(f"{path}: tensor {name} is also in {found[name][1]}; a "
                                  "checkpoint holds each tensor once")  # fmt: skip
@@ -194,13 +198,19 @@ def _check_quantized(base: str, expected: dict, found: dict, model_dir: Path) ->
     del found[base + ".scales"], found[base + ".biases"]
 
 
-def load_tensors(files: list[Path], check_finite: bool = False) -> dict[str, mx.array]:
+def load_tensors(files: list[Path], check_finite: bool = False,
+                 vision_language: bool = False) -> dict[str, mx.array]:  # fmt: skip
+    """The checkpoint's tensors by the names the decoder's parameters have (`vision_language`:
+    the language model's alone, renamed: vision_language.py)."""
     tensors: dict[str, mx.array] = {}
     for path in files:
         try:
             tensors.update(mx.load(str(path)))
         except Exception as e:  # MLX raises RuntimeError/ValueError with terse texts
             raise ModelError(f"{path}: cannot be read as safetensors ({e})") from None
+    if vision_language:
+        named = ((text_tensor(k), v) for k, v in tensors.items())
+        tensors = {k: v for k, v in named if k is not None}
     tensors = {k: v for k, v in tensors.items() if not k.endswith(DERIVED_SUFFIXES)}
     if check_finite:
         for name, t in tensors.items():

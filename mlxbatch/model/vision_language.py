@@ -1,0 +1,51 @@
+"""Vision-language checkpoints whose language model is a supported family: Gemma 3 4B, 12B and
+27B (`model_type: gemma3`, `Gemma3ForConditionalGeneration`) are a `gemma3_text` decoder
+beside a SigLIP vision tower and a projector. mlxbatch classifies text, so it runs the language
+model alone, as mlx-lm does with such a checkpoint: the config's `text_config` (transformers'
+`Gemma3TextConfig` defaults for what it omits: the published 4B config names neither its heads
+nor its vocabulary), and the tensors under the language model's prefix; the vision tower's and
+the projector's tensors are passed over. Text-only prompts never reach the image tokens, so the
+language model's logits are the whole model's (tests/test_families.py compares them with
+transformers' `Gemma3ForConditionalGeneration`)."""
+
+from __future__ import annotations
+
+from ..errors import ModelError
+
+# a vision-language model_type -> its language model's
+TEXT_TYPES = {"gemma3": "gemma3_text"}
+# the language model's tensors as transformers 5 and the published checkpoints name them, as
+# transformers 4.52-4.57 saved them, and the head's (mlx-lm's and mlx-vlm's converts keep the first)
+RENAMES = (("language_model.model.", "model."), ("model.language_model.", "model."),
+           ("language_model.lm_head.", "lm_head."))  # fmt: skip
+OTHER_TOWERS = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                "model.multi_modal_projector.")  # fmt: skip
+
+
+def is_vision_language(cfg: dict) -> bool:
+    return cfg.get("model_type") in TEXT_TYPES
+
+
+def text_config(cfg: dict, source: str) -> dict:
+    """The language model's config of a vision-language `cfg`; any other `cfg` as it is. A key
+    the text config omits that the outer one gives (`tie_word_embeddings`, `vocab_size`) is
+    taken from the outer one, as transformers ties the head by it."""
+    if not is_vision_language(cfg):
+        return cfg
+    inner = cfg.get("text_config", {})  # absent: every default (transformers does the same)
+    if not isinstance(inner, dict):
+        raise ModelError(f"{source}: text_config must be an object, got "
+                         f"{type(inner).__name__}")  # fmt: skip
+    outer = {k: cfg[k] for k in ("tie_word_embeddings", "vocab_size") if k in cfg}
+    return outer | inner | {"model_type": TEXT_TYPES[cfg["model_type"]]}
+
+
+def text_tensor(name: str) -> str | None:
+    """A vision-language checkpoint's tensor by the language model's name; None for the vision
+    tower's and the projector's."""
+    if name.startswith(OTHER_TOWERS):
+        return None
+    for old, new in RENAMES:
+        if name.startswith(old):
+            return new + name[len(old) :]
+    return name
