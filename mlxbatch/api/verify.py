@@ -3,7 +3,9 @@
 A file job checks every item (`--verify`) or a sample (`--verify-sample`) window by window
 (jobs/verify.py); the service checks a sample of live traffic while idle (serve/verify.py).
 Both compare here, on the scores as served (calibration and prior applied): the top label,
-and the largest score difference.
+whether the answer abstains (under `min_confidence`: a fast score 6e-8 below the gold loop's,
+at the threshold, wrote an abstention where the gold loop answered, and passed), and the
+largest score difference.
 """
 
 from __future__ import annotations
@@ -21,17 +23,21 @@ class Check:
     served: str | None  # the served scores' top label (None: not finite)
     diff: float  # the largest |gold - served| score difference (nan when either is not finite)
     margin: float  # the gold loop's top two scores apart (how close the call was)
+    abstains: tuple[bool, bool] = (False, False)  # (the gold loop's answer, the served one)
 
     @property
     def agrees(self) -> bool:
-        return self.gold is not None and self.gold == self.served
+        return self.gold is not None and self.gold == self.served and len(set(self.abstains)) == 1
 
     def disagreement(self, item_id) -> dict:
         """The report line of a check that does not agree."""
         if self.gold is None or self.served is None:
             return {"id": item_id, "gold": self.gold, "fast": self.served,
                     "error": "non-finite scores"}  # fmt: skip
-        return {"id": item_id, "gold": self.gold, "fast": self.served, "gold_margin": self.margin}
+        line = {"id": item_id, "gold": self.gold, "fast": self.served, "gold_margin": self.margin}
+        if self.abstains[0] != self.abstains[1]:  # the labels agree; one answer abstains
+            line |= {"gold_abstained": self.abstains[0], "fast_abstained": self.abstains[1]}
+        return line
 
 
 def check(clf: Classifier, prompt: list[int], served: np.ndarray) -> Check:
@@ -44,4 +50,6 @@ def check(clf: Classifier, prompt: list[int], served: np.ndarray) -> Check:
     top2 = np.sort(gold)[-2:] if gold_ok else np.zeros(2)
     return Check(names[int(np.argmax(gold))] if gold_ok else None,
                  names[int(np.argmax(served))] if served_ok else None, diff,
-                 float(top2[-1] - top2[0]) if len(top2) == 2 else 0.0)  # fmt: skip
+                 float(top2[-1] - top2[0]) if len(top2) == 2 else 0.0,
+                 (gold_ok and clf.adjust.abstains(gold),
+                  served_ok and clf.adjust.abstains(served)))  # fmt: skip
