@@ -67,6 +67,10 @@ INPUTS = {  # name: (file name, bytes)
     "gzip csv, no suffix": ("tickets", lambda: gzip.compress(table(ITEMS, ","))),
     "parquet, no suffix": ("data", lambda: parquet(ITEMS)),
     "two gzip members": ("in.jsonl.gz", lambda: gzip.compress(jsonl(ITEMS[:9])) + gzip.compress(jsonl(ITEMS[9:]))),
+    # pzstd's files start with a skippable frame (magic 0x184D2A50, its size, 4 bytes): they
+    # were read as raw bytes, "not UTF-8"
+    "zstd after a skippable frame": ("in.jsonl.zst", lambda: b"\x50\x2a\x4d\x18\x04\x00\x00\x00"
+                                     b"\x00\x01\x02\x03" + zstd(jsonl(ITEMS))),
 }  # fmt: skip
 
 

@@ -13,6 +13,7 @@ from ..model.defaults import model_dir
 from .common import (
     LABELS_HELP,
     FiniteRange,
+    check_stdout,
     echo,
     fail,
     max_batch_option,
@@ -34,12 +35,15 @@ from .common import (
 )
 @click.option(
     "-o", "--output", type=click.Path(path_type=Path),
-    help="A .jsonl or .csv file, .gz for gzip (default: JSONL on stdout; the tickets hold line breaks, which TSV cannot).",
+    help="A .jsonl or .csv file, .gz for gzip (default, or -: JSONL on stdout; the tickets hold line breaks, which TSV cannot).",
 )  # fmt: skip
 def tickets(n, seed, mix, output):
     """Generate N synthetic support tickets (id, text, intent)."""
     from ..bench.workload import generate, write_tickets
 
+    if output is None or str(output) == "-":  # as classify reads `-o -`: standard output
+        check_stdout("the tickets")
+        output = None
     write_tickets(generate(n, seed, mix), output)
 
 

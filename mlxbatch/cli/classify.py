@@ -12,6 +12,7 @@ from .common import (
     LABELS_HELP,
     FiniteRange,
     by_name,
+    check_stdout,
     echo,
     fail,
     max_batch_option,
@@ -124,6 +125,8 @@ def classify(**options):
     opt = dict(options)
     output = opt["output"]
     opt["output"] = None if output is None or str(output) == "-" else output  # -o -: stdout
+    if opt["output"] is None:
+        check_stdout("the rows")
     opt["plot_path"] = plot_target(opt["plot_path"], opt["output"], "confusion")
     opt["prefix_cache"] = not opt.pop("no_prefix_cache")
     opt["input"], opt["window"] = opt.pop("input_path"), opt.pop("window_rows")

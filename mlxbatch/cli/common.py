@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -12,6 +13,34 @@ import click
 from ..engine.planner import DEFAULT_MAX_BATCH
 
 PLOT_DEFAULT = "__mlxbatch_default_plot__"  # `--plot` given without a path
+CLOSED_STREAMS: set[int] = set()  # standard streams closed by the caller (`>&-`): see cli.main
+
+
+def hold_closed_streams() -> None:
+    """Open /dev/null on each standard stream the caller closed (`<&-`, `>&-`, `2>&-`). A file
+    opened next takes the lowest free descriptor, so with 1 closed the first file the job
+    opened became standard output; and Python leaves such a stream None (a traceback at the
+    first message, or exit 1 and no word with 2 closed). Rows are never sent to a closed
+    standard output (`check_stdout`)."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            CLOSED_STREAMS.add(fd)
+    for fd in sorted(CLOSED_STREAMS):
+        null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        stream = open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        setattr(sys, ("stdin", "stdout", "stderr")[fd], stream)
+
+
+def check_stdout(what: str) -> None:
+    """Refuse to write `what` to a standard output the caller closed: it would be lost."""
+    if 1 in CLOSED_STREAMS:
+        raise click.UsageError(f"standard output is closed (>&-): {what} would be lost; give "
+                               "-o FILE")  # fmt: skip
 
 
 def plot_target(plot_path: Path | None, output: Path | None, name: str) -> Path | None:

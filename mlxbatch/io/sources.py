@@ -38,6 +38,8 @@ def compression_of(head: bytes) -> str | None:
         return "xz"
     if head.startswith(b"\x28\xb5\x2f\xfd"):
         return "zstd"
+    if len(head) >= 4 and head[0] & 0xF0 == 0x50 and head[1:4] == b"\x2a\x4d\x18":
+        return "zstd"  # a skippable frame first (pzstd writes one): 0x184D2A50-5F, little-endian
     if _BZIP2.match(head):
         return "bzip2"
     return None

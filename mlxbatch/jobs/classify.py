@@ -128,9 +128,10 @@ def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None],
         if result is None:  # ranks other than 0 write nothing
             return 0
     except KeyboardInterrupt:
-        if req.output and kind == "file" and clf is not None:
-            raise Interrupted(f"interrupted; finished batches are saved in {req.output}.part. Run "
-                              "the same command with --resume to continue.") from None  # fmt: skip
+        if req.output and kind == "file" and journal_path(req.output).exists():  # not before
+            raise Interrupted(f"interrupted; finished batches are saved in "
+                              f"{journal_path(req.output)}. Run the same command with --resume "
+                              "to continue.") from None  # fmt: skip
         raise Interrupted("interrupted") from None
     finally:
         if isinstance(rows, JobInput):
