@@ -331,5 +331,5 @@ def test_a_resume_with_another_mode_names_the_settings_not_an_edit(tiny_model_di
     the settings changed."""
     src, out = interrupted
     r = resume(tiny_model_dir, src, out, "--mode", "naive")
-    refused(r, "was written for a different settings (--mode")
+    refused(r, "was written for a different setting (one of --mode")
     assert "edited" not in r.output and "batch shape" not in r.output

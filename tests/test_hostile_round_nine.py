@@ -87,3 +87,62 @@ def test_tickets_dash_o_dash_is_standard_output(tmp_path):
     r = invoke(["tickets", "3", "-o", "-"], tmp_path)
     assert r.exit_code == 0 and len(r.stdout.splitlines()) == 3, r.output
     assert not (tmp_path / "-").exists()
+
+
+def test_a_system_prompt_file_saved_on_windows_is_the_prompt_typed(tmp_path):
+    """A BOM and CRLF line ends were kept in the prompt: the same words scored otherwise."""
+    from mlxbatch.io.promptspec import system_prompt_from
+
+    typed = "You classify tickets.\nAnswer with one label."
+    for raw in (typed.encode(), b"\xef\xbb\xbf" + typed.encode(),
+                typed.replace("\n", "\r\n").encode() + b"\r\n"):  # fmt: skip
+        path = tmp_path / "p.txt"
+        path.write_bytes(raw)
+        assert system_prompt_from(None, path) == typed, raw
+
+
+def test_a_report_into_a_pipe_its_reader_left_is_a_broken_pipe(tmp_path):
+    """`eval ... --json /dev/stdout | head -c 10` exited 2 ("cannot write (Broken pipe)"),
+    where rows into such a pipe exit 141, as a shell reports a tool its pipe stopped."""
+    import os
+
+    import pytest
+
+    from mlxbatch.io.outputs import write_json_report
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        with pytest.raises(BrokenPipeError):
+            write_json_report(f"/proc/self/fd/{write}", {"accuracy": 1.0})
+    finally:
+        os.close(write)
+
+
+def test_a_request_with_numbers_json_does_not_have_is_a_400():
+    """`NaN`, `Infinity` and `1e999` were read (Python's json takes them) and answered 200."""
+    import pytest
+
+    from mlxbatch.serve.errors import ApiError
+    from mlxbatch.serve.limits import Limits, parse_classify
+
+    for body, said in ((b'{"input": "a", "user": NaN}', "NaN is not a JSON number"),
+                       (b'{"input": "a", "user": -Infinity}', "-Infinity is not a JSON number"),
+                       (b'{"input": "a", "user": 1e999}', "1e999 is past a float's range")):  # fmt: skip
+        with pytest.raises(ApiError) as e:
+            parse_classify(body, Limits(), ("m",))
+        assert e.value.status == 400 and said in str(e.value), str(e.value)
+    assert parse_classify(b'{"input": "a", "user": 1.5e3}', Limits(), ("m",)).texts == ["a"]
+
+
+def test_copies_of_a_few_texts_are_not_priced_at_their_pace():
+    """20,000 copies of one text: "~10998.0 s saved at this job's pace" for a 50 s job (the
+    one item scored alone carried the job's fixed cost)."""
+    from mlxbatch.jobs.result import JobResult
+
+    base = dict(errors=0, padding_overhead=0.0, batch_tokens=1024, peak_memory=0,
+                memory_bound=0)  # fmt: skip
+    one = JobResult(rows=20_000, scored=20_000, seconds=0.55, duplicates=19_999, **base)
+    assert "19999 duplicates scored once (100.0% of the rows)" in one.summary(), one.summary()
+    many = JobResult(rows=2_000, scored=2_000, seconds=10.0, duplicates=1_000, **base)
+    assert "(50.0% of the rows, ~10.0 s saved at this job's pace)" in many.summary()

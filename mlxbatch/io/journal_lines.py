@@ -127,9 +127,9 @@ def _compute_change(head: dict, header: dict) -> str:
 
 PARTS = {"model": "model (its weights or path)", "dtype": "--dtype", "input": "input",
          "labels": "labels", "prompt": "system prompt or examples",
-         "settings": "settings (--mode, --planner, --max-tokens, --too-long, --on-error, "
-                     "--no-prefix-cache)",
-         "adjustment": "adjustment (--calibrate, --prior, --min-confidence)",
+         "settings": "setting (one of --mode, --planner, --max-tokens, --too-long, "
+                     "--on-error, --no-prefix-cache)",
+         "adjustment": "adjustment (one of --calibrate, --prior, --min-confidence)",
          "shape": "batch shape (the journal's recorded settings were edited)",
          "compute": "compute path"}  # fmt: skip
 

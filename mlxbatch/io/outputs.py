@@ -188,7 +188,8 @@ def _check_replaceable_report(option: str, path: Path) -> None:
     magic = REPORT_MAGIC.get(path.suffix.lower(), ())
     if not any(head.startswith(m) for m in magic):
         where = f" (it is {real})" if str(real) != os.path.abspath(path) else ""
-        raise OutputError(f"{option} {path}: exists and is not a {path.suffix} report{where}; "
+        kind = f"{path.suffix} report" if path.suffix else "report"  # `--json -`: "a  report"
+        raise OutputError(f"{option} {path}: exists and is not a {kind}{where}; "
                           "mlxbatch will not replace it: move it away or choose another path")  # fmt: skip
     if _of_a_model(real):
         raise OutputError(f"{option} {path}: exists and is a file of a model ({real}); "

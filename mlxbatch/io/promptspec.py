@@ -27,7 +27,10 @@ def system_prompt_from(text: str | None, file: Path | None) -> str | None:
     if file is not None:
         try:
             data = read_capped(file, PROMPT_FILE_BYTES, "--system-prompt-file")
-            return data.decode("utf-8").strip("\n")
+            # as a text editor shows it: no BOM, Windows line ends as \n (a file saved on
+            # Windows scored other than the same prompt typed: "...\r" is another prompt)
+            text = data.decode("utf-8-sig").replace("\r\n", "\n")
+            return text.strip("\n")
         except (OSError, UnicodeDecodeError) as e:
             raise UsageError(f"{file}: cannot read the system prompt ({e})") from None
     if text is not None and (problem := unicode_problem(text)):

@@ -52,6 +52,8 @@ def write_straight(path: Path, text: str) -> None:
     try:
         with open(path, "a", encoding="utf-8", newline="") as f:
             f.write(text)
+    except BrokenPipeError:  # its reader went away (`--json /dev/stdout | head`): exit 141
+        raise
     except OSError as e:
         raise oserror(path, e) from None
 

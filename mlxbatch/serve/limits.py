@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import json
+import math
 import sys
 from dataclasses import dataclass
 
@@ -102,7 +103,10 @@ async def parse_body(body: bytes, limits: Limits, models: tuple[str, ...]) -> Cl
 def parse_classify(body: bytes, limits: Limits, models: tuple[str, ...]) -> ClassifyBody:
     """The request's texts, or the ApiError (400, 404, 413) naming the field or the item."""
     try:
-        doc = json.loads(body, object_pairs_hook=_unique, parse_int=_int)
+        doc = json.loads(body, object_pairs_hook=_unique, parse_int=_int, parse_float=_float,
+                         parse_constant=_not_json)  # fmt: skip
+    except _NotJson as e:
+        raise ApiError(400, f"the body is not valid JSON ({e.args[0]})") from None
     except _LongNumber as e:
         raise ApiError(400, f"the body holds a number of {e.args[0]:,} digits (the most is "
                        f"{sys.get_int_max_str_digits():,})") from None  # fmt: skip
@@ -177,6 +181,23 @@ def _int(digits: str) -> int:
         return int(digits)
     except ValueError:
         raise _LongNumber(len(digits.lstrip("-"))) from None
+
+
+class _NotJson(ValueError):
+    pass
+
+
+def _not_json(word: str):
+    """NaN, Infinity and -Infinity, which Python's json reads and JSON does not have."""
+    raise _NotJson(f"{word} is not a JSON number")
+
+
+def _float(text: str) -> float:
+    """A JSON number; one past a float's range (1e999) is no number a client means."""
+    value = float(text)
+    if math.isinf(value):
+        raise _NotJson(f"{text[:40]} is past a float's range")
+    return value
 
 
 def _unique(pairs: list) -> dict:
