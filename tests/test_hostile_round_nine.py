@@ -146,3 +146,14 @@ def test_copies_of_a_few_texts_are_not_priced_at_their_pace():
     assert "19999 duplicates scored once (100.0% of the rows)" in one.summary(), one.summary()
     many = JobResult(rows=2_000, scored=2_000, seconds=10.0, duplicates=1_000, **base)
     assert "(50.0% of the rows, ~10.0 s saved at this job's pace)" in many.summary()
+
+
+def test_an_output_named_as_a_folder_is_refused(tiny_model_dir, tmp_path):
+    """`-o newdir/` (no such folder) wrote a regular file named newdir and exited 0."""
+    from cli_run import one_line_error
+
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "hello"}\n')
+    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", f"{tmp_path}/newdir/"])
+    one_line_error(r, "names a folder", alone=True)
+    assert not (tmp_path / "newdir").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -50,7 +51,7 @@ from .common import (
 @click.option(
     "-o",
     "--output",
-    type=click.Path(path_type=Path),
+    type=click.Path(),  # a str: Path would drop the "/" that says "a folder" (checked below)
     help="Output file: .jsonl, .csv or .tsv, each optionally .gz (default: JSONL on stdout).",
 )
 @click.option(
@@ -124,7 +125,10 @@ def classify(**options):
 
     opt = dict(options)
     output = opt["output"]
-    opt["output"] = None if output is None or str(output) == "-" else output  # -o -: stdout
+    if output is not None and output.endswith(os.sep) and output != os.sep:
+        raise click.UsageError(f"-o {output}: names a folder; give a file in it "
+                               f"({output}labels.jsonl, say)")  # fmt: skip
+    opt["output"] = None if output is None or output == "-" else Path(output)  # -o -: stdout
     if opt["output"] is None:
         check_stdout("the rows")
     opt["plot_path"] = plot_target(opt["plot_path"], opt["output"], "confusion")
