@@ -403,6 +403,10 @@ def test_a_vision_language_checkpoint_runs_its_language_model(tmp_path):
     assert cfg["model_type"] == "gemma3_text" and "vision_config" not in cfg
     text = load_model(tmp_path / "text")
     assert not text.model.args.vision_language
+    from mlxbatch.engine.calibration import cache_key
+
+    # one decoder, one calibration (the flag is where the weights came from, no shape)
+    assert cache_key(make_engine(lm)) == cache_key(make_engine(text))
     np.testing.assert_array_equal(np.array(text.model.head(text.model(tokens))), ours)
 
     # quantized as mlx-vlm leaves it: the text tensors under language_model.model., the config

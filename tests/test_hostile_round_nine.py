@@ -73,6 +73,8 @@ def test_closed_standard_streams_never_take_a_files_place(tiny_model_dir, tmp_pa
 
     r = run(cmd, 1)
     assert r.returncode == 2 and "standard output is closed" in r.stderr, r.stderr
+    r = run([*cmd, "-o", "/dev/stdout"], 1)  # fd 1 is /dev/null by then: rows lost, exit 0
+    assert r.returncode == 2 and "-o /dev/stdout: standard output is closed" in r.stderr
     out = tmp_path / "o.jsonl"
     r = run([*cmd, "-o", str(out)], 2)
     assert r.returncode == 0 and out.read_text().count("\n") == 1
@@ -156,4 +158,20 @@ def test_an_output_named_as_a_folder_is_refused(tiny_model_dir, tmp_path):
     src.write_text('{"text": "hello"}\n')
     r = invoke(["classify", src, "--model", tiny_model_dir, "-o", f"{tmp_path}/newdir/"])
     one_line_error(r, "names a folder", alone=True)
+    r = invoke(["tickets", "3", "-o", f"{tmp_path}/newdir/"])
+    one_line_error(r, "names a folder", alone=True)
     assert not (tmp_path / "newdir").exists()
+
+
+def test_a_check_disagrees_where_one_answer_abstains():
+    """The rule itself, on crafted results (the CLI case above needs a row whose fast score
+    falls under its gold one, which the machine's kernels decide)."""
+    from mlxbatch.api.verify import Check
+
+    both = Check("billing", "billing", 6e-8, 0.2, (False, False))
+    one = Check("billing", "billing", 6e-8, 0.2, (False, True))
+    assert both.agrees and not one.agrees
+    assert one.answers() == ("billing", "billing (abstains)")
+    assert one.disagreement("t1") == {"id": "t1", "gold": "billing", "fast": "billing",
+                                      "gold_margin": 0.2, "gold_abstained": False,
+                                      "fast_abstained": True}  # fmt: skip

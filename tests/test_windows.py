@@ -61,22 +61,34 @@ def test_a_window_of_long_texts_ends_at_its_characters_and_changes_no_byte(clf, 
                                                                           tmp_path, monkeypatch):  # fmt: skip
     """A window ends at WINDOW_CHARS characters of text as well as at its rows: 16,384 rows of
     27,000 characters were held at once (3.6 GB for a 54 MB input)."""
-    from mlxbatch.io import windows
-    from mlxbatch.jobs import tokens
+    from mlxbatch.api import spec
 
     ref = tmp_path / "whole.jsonl"
     assert job(clf, tickets, ref, window=1000).windows == 1
     sizes = [len(json.loads(x)["text"]) for x in tickets.read_text().splitlines()]
     total, longest = sum(sizes), max(sizes)
     for chars in (1, 300, 1000):
-        monkeypatch.setattr(windows, "WINDOW_CHARS", chars)
-        monkeypatch.setattr(tokens, "WINDOW_CHARS", chars)
+        monkeypatch.setattr(spec, "WINDOW_CHARS", chars)  # what a fresh run's settings take
         out = tmp_path / f"c{chars}.jsonl"
         res = job(clf, tickets, out, window=1000)
         # each window but the last holds from `chars` to `chars` + one row's characters
         assert total // (chars + longest) <= res.windows <= min(40, total // chars + 1), chars
         assert res.windows > 1
         assert out.read_bytes() == ref.read_bytes(), chars
+
+
+def test_the_character_bound_is_recorded_and_a_journal_without_it_resumes_without_it(clf):
+    """A resume cuts the windows its journal's run cut: the bound is in the recorded settings
+    (and their shape); a journal written before it had none, and its shape stays as it was."""
+    from mlxbatch.api.spec import RunSpec
+    from mlxbatch.io.windows import WINDOW_CHARS
+
+    fresh = clf.settings(RunSpec())
+    assert fresh.window_chars == WINDOW_CHARS and fresh.record()["window_chars"] == WINDOW_CHARS
+    assert clf.settings(RunSpec(), fresh.record()) == fresh
+    old = {k: v for k, v in fresh.record().items() if k != "window_chars"}
+    before = clf.settings(RunSpec(), old)
+    assert before.window_chars is None and before.shape() == fresh.shape()[:-1]
 
 
 def test_the_tokenizer_encodes_long_texts_in_runs_bounded_by_characters(clf, monkeypatch):

@@ -17,6 +17,7 @@ from ..engine.footprint import Footprint
 from ..engine.planner import DEFAULT_MAX_BATCH, CostModel
 from ..engine.scheduler import BatchPolicy
 from ..errors import JobError, ResumeError, UsageError
+from ..io.windows import WINDOW_CHARS
 from ..runtime.memory import amount, available_bytes, available_source
 from .limits import Limit, context_limit
 
@@ -96,6 +97,9 @@ class Settings:
     labels: tuple[str, ...]
     system_prompt: str
     examples: tuple[tuple[str, str], ...] = ()
+    # the characters of text at which a window also ends (io/windows.py); None: at its rows
+    # alone, as a journal written before the bound was resumes
+    window_chars: int | None = None
 
     @property
     def truncating(self) -> bool:
@@ -111,7 +115,8 @@ class Settings:
         it: a journal whose recorded shape was edited is refused, not followed)."""
         p = self.policy
         return [p.batch_tokens, p.max_batch, p.cost.to_dict() if p.cost else None,
-                [self.limit.tokens, self.limit.source], self.window]  # fmt: skip
+                [self.limit.tokens, self.limit.source], self.window,
+                *([self.window_chars] if self.window_chars else [])]  # fmt: skip
 
     def record(self) -> dict:
         """What a journal records (the options, with the budget, cost model, item limit and
@@ -120,7 +125,8 @@ class Settings:
         return asdict(self.spec) | {"batch_tokens": p.batch_tokens, "max_batch": p.max_batch,
                                     "cost_model": cost.to_dict() if cost else None,
                                     "item_limit": [self.limit.tokens, self.limit.source],
-                                    "window": self.window}  # fmt: skip
+                                    "window": self.window,
+                                    "window_chars": self.window_chars}  # fmt: skip
 
     def planner_label(self) -> str:
         """The planner in words, for the summary: the sorted mode's alone (the other modes name
@@ -147,10 +153,10 @@ def resolve_settings(
     the item limit `item_limit` gave earlier (a classifier keeps the first it measured)."""
     step = spec.step
     if recorded is not None:
-        budget, max_batch, cost, limit, window = _recorded(recorded, spec)
+        budget, max_batch, cost, limit, window, window_chars = _recorded(recorded, spec)
     else:
         limit = limit or item_limit(engine, spec, names)
-        max_batch, window = spec.max_batch, spec.window
+        max_batch, window, window_chars = spec.max_batch, spec.window, WINDOW_CHARS
         budget = spec.batch_tokens or engine.default_budget(spec.max_batch, 1)
         if step.planner != "cost":
             cost = None
@@ -161,11 +167,11 @@ def resolve_settings(
     policy = BatchPolicy(step.planner, step.scorer, budget, max_batch,
                          cost if step.planner == "cost" else None)  # fmt: skip
     return Settings(spec, policy, limit, window, engine.labels.names, engine.system_prompt,
-                    engine.examples)  # fmt: skip
+                    engine.examples, window_chars)  # fmt: skip
 
 
 def _recorded(recorded: dict, spec: RunSpec) -> tuple:
-    """(budget, max_batch, cost model, item limit, window) as a journal recorded them, each
+    """(budget, max_batch, cost model, item limit, window, window_chars) as a journal recorded them, each
     checked: a journal is a file a person can edit, and a value no run writes (0, -5, inf, a
     string) would fail deep inside the planner or pass silently into the output."""
     try:
@@ -173,9 +179,11 @@ def _recorded(recorded: dict, spec: RunSpec) -> tuple:
         if not isinstance(limit, list) or len(limit) != 2 or not isinstance(limit[1], str):
             raise ValueError(f"item_limit {limit!r}")
         window = recorded["window"] if "window" in recorded else spec.window  # 0 is refused
+        chars = recorded.get("window_chars")  # absent or null: a journal from before the bound
         return (_count("batch_tokens", recorded["batch_tokens"]),
                 _count("max_batch", recorded["max_batch"]), _cost(recorded.get("cost_model")),
-                Limit(_count("item_limit", limit[0]), limit[1]), _count("window", window))  # fmt: skip
+                Limit(_count("item_limit", limit[0]), limit[1]), _count("window", window),
+                None if chars is None else _count("window_chars", chars))  # fmt: skip
     except (KeyError, TypeError, ValueError) as e:
         raise ResumeError(f"the journal's recorded settings are unreadable ({e}); delete the "
                           "journal to start over") from None  # fmt: skip

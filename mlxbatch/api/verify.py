@@ -29,13 +29,19 @@ class Check:
     def agrees(self) -> bool:
         return self.gold is not None and self.gold == self.served and len(set(self.abstains)) == 1
 
+    def answers(self) -> tuple[str | None, str | None]:
+        """(the gold loop's answer, the served one) in words: the top label, "abstains" after
+        it where the answer abstains."""
+        return tuple(label if label is None or not out else f"{label} (abstains)"
+                     for label, out in zip((self.gold, self.served), self.abstains))  # fmt: skip
+
     def disagreement(self, item_id) -> dict:
         """The report line of a check that does not agree."""
         if self.gold is None or self.served is None:
             return {"id": item_id, "gold": self.gold, "fast": self.served,
                     "error": "non-finite scores"}  # fmt: skip
         line = {"id": item_id, "gold": self.gold, "fast": self.served, "gold_margin": self.margin}
-        if self.abstains[0] != self.abstains[1]:  # the labels agree; one answer abstains
+        if self.abstains[0] != self.abstains[1]:  # one answer abstains, the other does not
             line |= {"gold_abstained": self.abstains[0], "fast_abstained": self.abstains[1]}
         return line
 

@@ -18,7 +18,7 @@ from ..errors import SyntheticWeights, UsageError
 from ..runtime import blas, cpu, files
 from .bench import bench, demo, doctor, tickets
 from .classify import classify
-from .common import fail, hold_closed_streams
+from .common import fail
 from .evaluate import evaluate_cmd
 from .models import convert, init_random_cmd, models, parity
 from .serve import bench_serve, serve
@@ -120,7 +120,7 @@ def main() -> None:
 
 
 def _main() -> None:
-    hold_closed_streams()  # first: before any file is opened
+    files.hold_closed_streams()  # first: before any file is opened
     if why := blas.startup_problem():  # before OpenBLAS (ours or NumPy's) is loaded
         fail(why)
     blas.activate_in_process()  # before mlx is imported; computing commands warn if it failed

@@ -13,11 +13,11 @@ from ..model.defaults import model_dir
 from .common import (
     LABELS_HELP,
     FiniteRange,
-    check_stdout,
     echo,
     fail,
     max_batch_option,
     model_option,
+    output_path,
     plot_target,
     report_options,
 )
@@ -34,17 +34,14 @@ from .common import (
     show_default=True,
 )
 @click.option(
-    "-o", "--output", type=click.Path(path_type=Path),
+    "-o", "--output", type=click.Path(),  # a str: output_path reads a trailing "/"
     help="A .jsonl or .csv file, .gz for gzip (default, or -: JSONL on stdout; the tickets hold line breaks, which TSV cannot).",
 )  # fmt: skip
 def tickets(n, seed, mix, output):
     """Generate N synthetic support tickets (id, text, intent)."""
     from ..bench.workload import generate, write_tickets
 
-    if output is None or str(output) == "-":  # as classify reads `-o -`: standard output
-        check_stdout("the tickets")
-        output = None
-    write_tickets(generate(n, seed, mix), output)
+    write_tickets(generate(n, seed, mix), output_path(output, "the tickets"))
 
 
 @click.command()

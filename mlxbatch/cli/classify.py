@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -13,11 +12,11 @@ from .common import (
     LABELS_HELP,
     FiniteRange,
     by_name,
-    check_stdout,
     echo,
     fail,
     max_batch_option,
     model_option,
+    output_path,
     plot_target,
     prompt_options,
     report_options,
@@ -51,7 +50,7 @@ from .common import (
 @click.option(
     "-o",
     "--output",
-    type=click.Path(),  # a str: Path would drop the "/" that says "a folder" (checked below)
+    type=click.Path(),  # a str: a Path would drop the "/" that says "a folder" (output_path)
     help="Output file: .jsonl, .csv or .tsv, each optionally .gz (default: JSONL on stdout).",
 )
 @click.option(
@@ -124,13 +123,7 @@ def classify(**options):
     from ..runtime import testhold
 
     opt = dict(options)
-    output = opt["output"]
-    if output is not None and output.endswith(os.sep) and output != os.sep:
-        raise click.UsageError(f"-o {output}: names a folder; give a file in it "
-                               f"({output}labels.jsonl, say)")  # fmt: skip
-    opt["output"] = None if output is None or output == "-" else Path(output)  # -o -: stdout
-    if opt["output"] is None:
-        check_stdout("the rows")
+    opt["output"] = output_path(opt["output"], "the rows")
     opt["plot_path"] = plot_target(opt["plot_path"], opt["output"], "confusion")
     opt["prefix_cache"] = not opt.pop("no_prefix_cache")
     opt["input"], opt["window"] = opt.pop("input_path"), opt.pop("window_rows")

@@ -11,34 +11,28 @@ from pathlib import Path
 import click
 
 from ..engine.planner import DEFAULT_MAX_BATCH
+from ..runtime import files
 
 PLOT_DEFAULT = "__mlxbatch_default_plot__"  # `--plot` given without a path
-CLOSED_STREAMS: set[int] = set()  # standard streams closed by the caller (`>&-`): see cli.main
 
 
-def hold_closed_streams() -> None:
-    """Open /dev/null on each standard stream the caller closed (`<&-`, `>&-`, `2>&-`). A file
-    opened next takes the lowest free descriptor, so with 1 closed the first file the job
-    opened became standard output; and Python leaves such a stream None (a traceback at the
-    first message, or exit 1 and no word with 2 closed). Rows are never sent to a closed
-    standard output (`check_stdout`)."""
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            CLOSED_STREAMS.add(fd)
-    for fd in sorted(CLOSED_STREAMS):
-        null = os.open(os.devnull, os.O_RDWR)
-        if null != fd:
-            os.dup2(null, fd)
-            os.close(null)
-        stream = open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False)  # noqa: SIM115
-        setattr(sys, ("stdin", "stdout", "stderr")[fd], stream)
+def output_path(value: str | None, what: str) -> Path | None:
+    """An `-o` value: None for standard output (none given, or `-`; refused where the caller
+    closed it), else the file. A value ending in "/" names a folder: a Path would drop the "/"
+    and write a file named like the folder."""
+    if value is None or value == "-":
+        check_stdout(what)
+        return None
+    if value.endswith(os.sep) and value != os.sep:
+        raise click.UsageError(f"-o {value}: names a folder; give a file in it "
+                               f"({value}{what.split()[-1]}.jsonl, say)")  # fmt: skip
+    return Path(value)
 
 
 def check_stdout(what: str) -> None:
-    """Refuse to write `what` to a standard output the caller closed: it would be lost."""
-    if 1 in CLOSED_STREAMS:
+    """Refuse to write `what` to a standard output the caller closed: it would be lost (a path
+    naming it, /dev/stdout, is refused by io.outputs)."""
+    if 1 in files.CLOSED_STREAMS:
         raise click.UsageError(f"standard output is closed (>&-): {what} would be lost; give "
                                "-o FILE")  # fmt: skip
 

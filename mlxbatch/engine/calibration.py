@@ -43,7 +43,9 @@ def cache_key(engine: Engine) -> str:
     a = engine.lm.model.args
     fast = engine.scorers["fast"]
     lanes, host_kernels = fast.executor.lanes, fast.host_kernels
-    parts = [asdict(a), str(engine.lm.dtype), lanes, host_kernels, str(mx.default_device()),
+    shape = asdict(a)
+    shape.pop("vision_language")  # where the weights came from: the same decoder computes
+    parts = [shape, str(engine.lm.dtype), lanes, host_kernels, str(mx.default_device()),
              mx.device_info().get("device_name", "?"), cpu.model_name(), mx.__version__,
              blas.ACTIVE.get("source", "none"), blas.ACTIVE.get("corename"),
              engine.lm.quantization, ENGINE_REVISION]  # fmt: skip

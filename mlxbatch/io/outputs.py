@@ -10,12 +10,12 @@ import stat
 from pathlib import Path
 
 from ..errors import OutputError
-from ..runtime.files import oserror
+from ..runtime.files import CLOSED_STREAMS, oserror
 from .ordered import OrderedStream
 from .rows import output_format_of
 from .sinks import is_journal, journal_path, lock_holder
 from .sources import read_by_a_run
-from .streams import is_stream, write_whole
+from .streams import is_stream, names_stdout, write_whole
 
 
 def output_kind(output: Path) -> str:
@@ -86,6 +86,7 @@ def _overlap(writes: list[tuple[str, Path | None]], others: list[Path]):
 
 def check_output(output: Path, inputs: list[Path], resume: bool) -> str:
     """Refuse, before anything is read or written, an output that could destroy data."""
+    _check_open_stdout("-o", output)
     kind = output_kind(output)
     hit = _overlap([("-o", output), ("the journal of -o", journal_path(output))], inputs)
     if hit:
@@ -196,6 +197,14 @@ def _check_replaceable_report(option: str, path: Path) -> None:
                           "mlxbatch will not replace it: choose another path")  # fmt: skip
 
 
+def _check_open_stdout(option: str, path: Path) -> None:
+    """A closed standard output is /dev/null (runtime.files.hold_closed_streams): what a path
+    naming it were to get would be lost without a word."""
+    if 1 in CLOSED_STREAMS and names_stdout(path):
+        raise OutputError(f"{option} {path}: standard output is closed (>&-): what it would "
+                          "write would be lost; give a file")  # fmt: skip
+
+
 def check_reports(json_path: Path | None, plot_path: Path | None, protected: list[Path]) -> None:
     """Refuse, before anything is computed, a --json/--plot path that would overwrite an input,
     the output or its journal (`protected`) or the other report, or that cannot be written."""
@@ -211,6 +220,7 @@ def check_reports(json_path: Path | None, plot_path: Path | None, protected: lis
         raise OutputError("--plot needs matplotlib: pip install 'mlxbatch[plot]' (checked before "
                           "anything is computed)")  # fmt: skip
     for path, option in reports:
+        _check_open_stdout(option, path)
         _check_name(option, path)
         if option == "--plot" and path.suffix.lower() not in PLOT_SUFFIXES:
             raise OutputError(f"--plot {path}: the name must end in {', '.join(PLOT_SUFFIXES)}")

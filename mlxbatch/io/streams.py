@@ -39,3 +39,9 @@ def write_whole(path: Path, write: Callable[[TextIO], None], failed: str = "cann
     buf = io.StringIO()
     write(buf)
     write_straight(path, buf.getvalue())
+
+
+def names_stdout(path: Path) -> bool:
+    """Whether `path` is a name of this process's standard output (/dev/stdout, its fd 1)."""
+    return os.path.abspath(path) in ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1",
+                                     f"/proc/{os.getpid()}/fd/1")  # fmt: skip

@@ -91,22 +91,29 @@ class JobInput:
 
         return cls(reopen, path, found, identity, held)
 
-    def windows(self, size: int, scanned: Scan | None = None) -> Iterator[tuple[int, list[Row]]]:
-        """(first row's index, rows) of `size` rows at a time, read as each is asked for;
-        after a `scan`, with the duplicate ids it found (no table of ids held again)."""
+    def windows(self, size: int, scanned: Scan | None = None,
+                chars: int | None = None) -> Iterator[tuple[int, list[Row]]]:  # fmt: skip
+        """(first row's index, rows) of `size` rows at a time, or fewer whose texts reach
+        `chars` characters (WINDOW_CHARS, as a job's settings record it; None: no such bound),
+        read as each is asked for; after a `scan`, with the duplicate ids it found (no table
+        of ids held again)."""
         rows, start = iter(self.reopen(scanned.duplicates if scanned else None)), 0
-        while window := _window(rows, size):
+        while window := _window(rows, size, chars):
             yield start, window
             start += len(window)
 
 
-def _window(rows: Iterator[Row], size: int) -> list[Row]:
-    """The next `size` rows, or fewer whose texts reach WINDOW_CHARS characters."""
+def window_full(rows: int, chars: int, size: int, limit: int | None) -> bool:
+    """Whether a window of `rows` rows whose texts hold `chars` characters ends there."""
+    return rows >= size or (limit is not None and chars >= limit)
+
+
+def _window(rows: Iterator[Row], size: int, limit: int | None) -> list[Row]:
     window, chars = [], 0
     for row in rows:
         window.append(row)
         chars += len(row.text or "")
-        if len(window) >= size or chars >= WINDOW_CHARS:
+        if window_full(len(window), chars, size, limit):
             break
     return window
 

@@ -116,7 +116,7 @@ class Job:
         )
         self.settings = self.group.share(mine, clf, spec)
         self._start_clock()
-        self.tokens = Tokens(self.settings.window)
+        self.tokens = Tokens(self.settings.window, self.settings.window_chars)
         refused = too_long(clf, self.settings, self.tokens)
         self.scanned = scan(job_input, refused)
         if not self.scanned.rows:

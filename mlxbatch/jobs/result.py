@@ -6,9 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..api.classifier import Classifier
+from ..engine.planner import DEFAULT_MAX_BATCH
 from .plan import JobPlan
-
-FEW_PRICED = 64  # scored items below which their pace does not price more copies than them
 
 
 @dataclass
@@ -78,8 +77,10 @@ class JobResult:
         rows, duplicates = self._this_run()
         distinct = rows - duplicates
         share = f"{self.duplicates / self.rows:.1%} of the rows"
-        if distinct < FEW_PRICED and duplicates > distinct:  # the pace of a few items is mostly
-            return share  # fixed cost: 20,000 copies of one text were "~10998.0 s" of a 50 s job
+        # under one full batch of scored items their pace is mostly a batch's fixed cost: 20,000
+        # copies of one text were "~10998.0 s saved" in a 50 s job; priced only as many again
+        if distinct < DEFAULT_MAX_BATCH and duplicates > distinct:
+            return share
         saved = self.seconds * duplicates / distinct if distinct else 0.0
         return f"{share}, ~{saved:.1f} s saved at this job's pace"
 

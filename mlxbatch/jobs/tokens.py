@@ -9,7 +9,7 @@ from ..api.classifier import Classifier
 from ..api.limits import prepare
 from ..api.spec import Settings
 from ..io.inputs import Row
-from ..io.windows import WINDOW_CHARS, JobInput, Scan
+from ..io.windows import JobInput, Scan, window_full
 
 
 class Tokens:
@@ -19,17 +19,22 @@ class Tokens:
     by default) its prompts are kept and the window pass uses them; a longer input is
     tokenized twice rather than held whole (memory stays flat in the input's length)."""
 
-    def __init__(self, window: int):
-        self.window = window
+    def __init__(self, window: int, window_chars: int | None):
+        self.window, self.window_chars = window, window_chars
         self.kept: list | None = []  # the scan's (text, prompt) pairs while within one window
-        self.chars = 0  # their texts' characters (a window also ends at WINDOW_CHARS)
+        self.chars = 0  # their texts' characters
 
     def scanned(self, texts: list[str], prompts: list[list[int]]) -> None:
+        """Kept while they may be the first window (the window pass checks that they are:
+        bad rows count in a window but are not kept)."""
         if self.kept is not None:
+            if self.kept and window_full(
+                len(self.kept), self.chars, self.window, self.window_chars
+            ):
+                self.kept = None  # several windows: each is tokenized as it is read
+                return
             self.kept += zip(texts, prompts)
             self.chars += sum(map(len, texts))
-            if len(self.kept) > self.window or self.chars >= WINDOW_CHARS:
-                self.kept = None  # several windows: each is tokenized as it is read
 
     def windows(self, clf: Classifier, job_input: JobInput, scanned: Scan):
         """(start, rows, prompts of the good rows) window by window; the next window is read
@@ -47,7 +52,7 @@ class Tokens:
                 return start, rows, [prompt for _, prompt in kept]
             return start, rows, clf.engine.prompts(good)
 
-        windows = job_input.windows(self.window, scanned)
+        windows = job_input.windows(self.window, scanned, self.window_chars)
         with ThreadPoolExecutor(1, thread_name_prefix="mlxbatch-read") as pool:
             ahead = pool.submit(read, windows)
             while (item := ahead.result()) is not None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import ModelError
 from .families import FAMILIES
-from .vision_language import text_config
+from .vision_language import is_vision_language, text_config
 
 ALLOW_PATTERNS = ["*.json", "model*.safetensors", "tokenizer.model", "*.tiktoken", "*.txt",
                   "*.jinja"]  # fmt: skip
@@ -95,7 +95,8 @@ def describe_dir(path: Path) -> dict | None:
     return {
         "path": str(path), "kind": kind, "synthetic": bool(cfg.get("mlxbatch_synthetic")),
         "quantization": f"{q.get('bits')}-bit, group {q.get('group_size')}" if isinstance(q, dict) else None,
-        "family": FAMILIES[text["model_type"]].name + (" (with vision)" if text is not cfg else ""),
+        "family": FAMILIES[text["model_type"]].name
+        + (" (with vision)" if is_vision_language(cfg) else ""),
         "size": f"{text.get('hidden_size')} x {text.get('num_hidden_layers')} layers",
     }  # fmt: skip
 

@@ -32,7 +32,7 @@ def text_config(cfg: dict, source: str) -> dict:
     taken from the outer one, as transformers ties the head by it."""
     if not is_vision_language(cfg):
         return cfg
-    inner = cfg.get("text_config", {})  # absent: every default (transformers does the same)
+    inner = cfg.get("text_config") or {}  # absent or null: every default, as transformers
     if not isinstance(inner, dict):
         raise ModelError(f"{source}: text_config must be an object, got "
                          f"{type(inner).__name__}")  # fmt: skip

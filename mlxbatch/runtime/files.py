@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -88,3 +89,26 @@ def write_atomically(
         if isinstance(e, OSError):
             raise oserror(path, e, failed) from None
         raise
+
+
+CLOSED_STREAMS: set[int] = set()  # standard streams the caller closed (`>&-`): hold_closed_streams
+
+
+def hold_closed_streams() -> None:
+    """Open /dev/null on each standard stream the caller closed (`<&-`, `>&-`, `2>&-`). A file
+    opened next takes the lowest free descriptor, so with 1 closed the first file the job
+    opened became standard output; and Python leaves such a stream None (a traceback at the
+    first message, or exit 1 and no word with 2 closed). Rows are never sent to a closed
+    standard output (cli.common.check_stdout, io.outputs)."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            CLOSED_STREAMS.add(fd)
+    for fd in sorted(CLOSED_STREAMS):
+        null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        stream = open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        setattr(sys, ("stdin", "stdout", "stderr")[fd], stream)

@@ -59,8 +59,9 @@ class Verifier:
         got = self.check(s.prompt, s.probs)
         if not got.agrees:
             self.mismatches += 1
+            gold, served = got.answers()
             log.warning("verification failed: request %s item %d was served %r, the gold loop "
                         "says %r (largest score difference %.3g)", s.request_id, s.index,
-                        got.served, got.gold, got.diff)  # fmt: skip
+                        served, gold, got.diff)  # fmt: skip
         self.on_result(not got.agrees, got.diff)
         return True
