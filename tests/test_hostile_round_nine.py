@@ -53,6 +53,18 @@ def test_ctrl_c_before_the_journal_promises_none(tiny_model_dir, tmp_path, monke
     assert r.exit_code == 130 and "interrupted" in r.stderr, r.output
     assert ".part" not in r.stderr and "--resume" not in r.stderr
     assert not out.exists() and not (tmp_path / "o.jsonl.part").exists()
+    monkeypatch.undo()  # once a batch is journaled, the hint is given, naming the journal
+    from mlxbatch.runtime import testhold
+
+    def stop(done):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(testhold, "after_batch", stop)
+    src.write_text("".join(f'{{"text": "ticket {i}"}}\n' for i in range(6)))
+    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out, "--max-batch", "2"])
+    assert r.exit_code == 130 and (tmp_path / "o.jsonl.part").exists(), r.output
+    assert f"finished batches are saved in {tmp_path / 'o.jsonl.part'}. Run the same command " \
+           "with --resume to continue." in r.stderr  # fmt: skip
 
 
 def test_closed_standard_streams_never_take_a_files_place(tiny_model_dir, tmp_path):

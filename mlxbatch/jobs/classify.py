@@ -128,15 +128,20 @@ def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None],
         if result is None:  # ranks other than 0 write nothing
             return 0
     except KeyboardInterrupt:
-        if req.output and kind == "file" and journal_path(req.output).exists():  # not before
-            raise Interrupted(f"interrupted; finished batches are saved in "
-                              f"{journal_path(req.output)}. Run the same command with --resume "
-                              "to continue.") from None  # fmt: skip
-        raise Interrupted("interrupted") from None
+        raise interrupted(req.output if kind == "file" else None) from None
     finally:
         if isinstance(rows, JobInput):
             rows.close()  # the job's input may be written again
     return report(clf, rows, result, req, say)
+
+
+def interrupted(output: Path | None) -> Interrupted:
+    """Why the job stopped, and how to go on where its journal (beside `output`, a file) holds
+    finished batches: before the job made it, there is none to resume."""
+    if output is not None and journal_path(output).exists():
+        return Interrupted(f"interrupted; finished batches are saved in {journal_path(output)}. "
+                           "Run the same command with --resume to continue.")  # fmt: skip
+    return Interrupted("interrupted")
 
 
 def report(clf: Classifier, rows, result: JobResult, req: JobRequest, say) -> int:
