@@ -32,7 +32,7 @@ from ..model.hub import resolve
 from ..model.label_tokens import label_tokens
 from ..model.load import LoadedModel, load_model
 from ..model.tokenizer import Examples
-from .limits import Limit, prepare
+from .limits import Limit, prepare, prepare_distinct
 from .spec import Names, RunSpec, Settings, flag, item_limit, keyword, resolve_settings
 
 API_HINT = " (see max_tokens, truncate)"  # what to change, as the Python API names it
@@ -198,15 +198,11 @@ class Classifier:
         if not texts:
             return []
         settings = self.settings(spec, names=keyword)
-        items = []
-        for i, text in enumerate(texts):
-            item = prepare(self.engine, text, settings.limit, settings.truncating, i, hint=API_HINT)
-            if isinstance(item, str):
-                raise ItemTooLong(f"texts[{i}]: {item}")
-            items.append(item)
+        items, slot = prepare_distinct(self.engine, texts, settings.limit, settings.truncating,
+                                       API_HINT)  # fmt: skip
         scheduler = Scheduler(self.engine, settings.policy, items)
         done = [(batch, list(probs)) for batch, probs, _ in scheduler.step()]
-        return self.predictions(np.stack(unsort(done, len(items))))
+        return self.predictions(np.stack(unsort(done, len(items)))[slot])
 
     def _prediction(self, probs: np.ndarray) -> Prediction:
         names = self.labels.names

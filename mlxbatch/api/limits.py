@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ..engine.engine import Engine
 from ..engine.item import Item
+from ..errors import ItemTooLong
 
 MARK = " […] "
 
@@ -85,3 +86,23 @@ def prepare(
         return f"{n} tokens, {where}, and too few tokens remain to truncate into"
     cut, m = done
     return Item(key, tokenized(engine, cut), m, {"from_tokens": n, "to_tokens": m})
+
+
+def prepare_distinct(engine: Engine, texts: list[str], limit: Limit, truncating: bool,
+                     hint: str) -> tuple[list[Item], list[int]]:  # fmt: skip
+    """The items of `texts`, one per distinct prompt (the same tokens give the same answer:
+    20,000 copies of one text took 53 s through the Python API, 1.1 s through classify's file
+    job, which scored them once), keyed 0, 1, ...; and the key whose answer each text takes.
+    A text that cannot be an item is refused at its first place in `texts`."""
+    first: dict[str, int] = {}
+    for i, text in enumerate(texts):
+        first.setdefault(text, i)
+    items, by_prompt, key_of = [], {}, {}
+    for text, i in first.items():
+        item = prepare(engine, text, limit, truncating, len(items), hint=hint)
+        if isinstance(item, str):
+            raise ItemTooLong(f"texts[{i}]: {item}")
+        key_of[text] = by_prompt.setdefault(tuple(item.prompt), item.key)
+        if key_of[text] == item.key:
+            items.append(item)
+    return items, [key_of[text] for text in texts]
