@@ -444,6 +444,17 @@ def test_a_processors_chat_template_serves_where_the_tokenizer_has_none(gemma_di
     (processor / "chat_template.json").write_text("{not json")
     with pytest.raises(ModelError, match="chat_template.json: cannot be read as JSON"):
         read_template(processor)
+    # a file there without a template was read as absent: ChatML ran in its place, silently
+    for held in ('"x"', "{}", '{"chat_template": ""}', '{"chat_template": null}', "[]"):
+        (processor / "chat_template.json").write_text(held)
+        with pytest.raises(ModelError, match="chat_template.json: holds no template"):
+            read_template(processor)
+    named = [
+        {"name": "tool_use", "template": "x"},
+        {"name": "default", "template": GEMMA3_TEMPLATE},
+    ]
+    (processor / "chat_template.json").write_text(json.dumps({"chat_template": named}))
+    assert PromptTokenizer(processor).prompt("Be brief.", "hello") == a.prompt("Be brief.", "hello")
 
 
 def test_a_vision_language_config_is_checked_as_its_language_models():

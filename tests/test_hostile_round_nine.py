@@ -87,12 +87,16 @@ def test_closed_standard_streams_never_take_a_files_place(tiny_model_dir, tmp_pa
     assert r.returncode == 2 and "standard output is closed" in r.stderr, r.stderr
     r = run([*cmd, "-o", "/dev/stdout"], 1)  # fd 1 is /dev/null by then: rows lost, exit 0
     assert r.returncode == 2 and "-o /dev/stdout: standard output is closed" in r.stderr
+    for printing in (["models"], ["--help"]):  # a listing printed into nothing, exit 0
+        r = run([sys.executable, "-m", "mlxbatch", *printing], 1)
+        assert r.returncode == 2 and r.stderr.startswith("error: standard output is closed")
+        assert len(r.stderr.splitlines()) == 1, r.stderr
     out = tmp_path / "o.jsonl"
     r = run([*cmd, "-o", str(out)], 2)
     assert r.returncode == 0 and out.read_text().count("\n") == 1
     assert not (tmp_path / "o.jsonl.part").exists()
     r = run([*cmd[:4], "-", *cmd[5:], "-o", "-"], 0)
-    assert r.returncode == 2 and "empty input" in r.stderr, r.stderr
+    assert r.returncode == 2 and "-: standard input is closed (<&-)" in r.stderr, r.stderr
 
 
 def test_tickets_dash_o_dash_is_standard_output(tmp_path):
@@ -213,3 +217,39 @@ def test_the_python_api_scores_each_distinct_prompt_once(tiny_model_dir, monkeyp
     assert sizes == [3] and got == [alone[t] for t in texts]
     with pytest.raises(ItemTooLong, match=r"^texts\[1\]: "):  # its first place, as before
         clf.classify(["ok", "word " * 300, "ok", "word " * 300], max_tokens=64)
+
+
+def test_parity_says_in_one_line_when_mlx_lm_cannot_run_a_checkpoint(tied_pair, monkeypatch):
+    """mlx-lm's Gemma 3 indexes its cache at layer 6: on a smaller checkpoint `parity` ended in
+    a traceback after the transformers line, exit 1 (the code of a parity failure)."""
+    from mlxbatch.bench import parity
+
+    def crashes(*args):
+        return [][5]  # what mlx-lm raised: IndexError
+
+    monkeypatch.setattr(parity, "_mlx_lm_report", crashes)
+    hf, mlx = tied_pair
+    r = invoke(["parity", hf, "--mlx", mlx])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "transformers" in r.stdout and "PASS" in r.stdout
+    last = r.stderr.splitlines()[-1]  # (transformers' loading bar comes before it)
+    assert last.startswith("error: parity: mlx-lm could not run the checkpoint (IndexError: ")
+    assert "--no-mlx-lm compares with transformers alone" in r.stderr
+
+
+def test_a_drain_that_ends_with_work_cancelled_is_a_warning(caplog):
+    """uvicorn logged the documented end of --drain-timeout (those clients got 503) at ERROR."""
+    import logging
+
+    from mlxbatch.serve.server import DrainEnded
+
+    log = logging.getLogger("uvicorn.error")
+    ended = DrainEnded()
+    log.addFilter(ended)
+    try:
+        with caplog.at_level(logging.INFO, logger="uvicorn.error"):
+            log.error("Cancel %s running task(s), timeout graceful shutdown exceeded", 2)
+            log.error("Exception in ASGI application")  # any other error stays one
+    finally:
+        log.removeFilter(ended)
+    assert [r.levelname for r in caplog.records] == ["WARNING", "ERROR"]

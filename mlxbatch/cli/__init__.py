@@ -135,5 +135,7 @@ def _main() -> None:
         fail(e.format_message())
     except click.ClickException as e:
         fail(e.format_message(), e.exit_code)
+    except UsageError as e:  # outside a command: `--help` into a closed standard output
+        fail(str(e))
     except BrokenPipeError:  # e.g. `mlxbatch classify ... | head`
         broken_pipe()

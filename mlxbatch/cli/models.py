@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..model.presets import PRESETS
+from .common import fail
 
 
 @click.command()
@@ -74,7 +75,7 @@ def parity(hf_dir, mlx_dir, no_mlx_lm):
     import importlib.util
     import tempfile
 
-    from ..bench.parity import run_parity
+    from ..bench.parity import NotCompared, run_parity
     from ..errors import UsageError
 
     missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
@@ -91,6 +92,9 @@ def parity(hf_dir, mlx_dir, no_mlx_lm):
             convert_hf(hf_dir, mlx_dir, "float32")
         reports = run_parity(hf_dir, mlx_dir, with_mlx_lm=not no_mlx_lm)
     for r in reports:
+        if isinstance(r, NotCompared):
+            fail(f"parity: {r.reference} could not run the checkpoint ({r.why}); --no-mlx-lm "
+                 "compares with transformers alone")  # fmt: skip
         click.echo(r.line())
     sys.exit(0 if all(r.passed for r in reports) else 1)
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import InputError
+from ..runtime.files import CLOSED_STREAMS
 
 BUFFER = 1 << 16
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz", ".zst": "zstd"}
@@ -94,6 +95,8 @@ class Source:
 
 def open_source(path: str) -> Source:
     """`path` ('-' for standard input) opened for streaming; refused by name if it cannot be."""
+    if path == "-" and 0 in CLOSED_STREAMS:  # /dev/null by now: "empty input" misled
+        raise InputError("-: standard input is closed (<&-); give INPUT a file, or open it")
     raw = sys.stdin.buffer if path == "-" else _open_file(path)
     head, stream = peek(raw, 16, owned=path != "-")
     name = path

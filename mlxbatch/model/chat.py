@@ -97,27 +97,34 @@ def read_template(model_dir: Path) -> tuple[str | None, dict[str, str], str]:
     file = model_dir / "chat_template.jinja"
     if file.is_file():
         return file.read_text(encoding="utf-8"), variables, str(file)
-    source = cfg.get("chat_template")
-    if isinstance(source, list):  # named templates: the default one
-        source = next((t.get("template") for t in source if isinstance(t, dict)
-                       and t.get("name") == "default"), None)  # fmt: skip
+    source = _default_of(cfg.get("chat_template"))  # named templates: the default one
     where = f"{model_dir / 'tokenizer_config.json'} (chat_template)"
     if source is None and (model_dir / PROCESSOR_TEMPLATE).is_file():
         source, where = _processor_template(model_dir / PROCESSOR_TEMPLATE)
     return (source if isinstance(source, str) and source.strip() else None), variables, where
 
 
-def _processor_template(path: Path) -> tuple[str | None, str]:
+def _processor_template(path: Path) -> tuple[str, str]:
     """A vision-language checkpoint's template where its tokenizer has none: its processor's
-    `chat_template.json` ({"chat_template": "..."}), as transformers' processors save it."""
+    `chat_template.json` ({"chat_template": "..."}), as transformers' processors save it. A
+    file there that holds no template is refused: read as absent, ChatML ran in its place."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise ModelError(f"{path}: cannot be read as JSON ({str(e)[:100]})") from None
-    source = data.get("chat_template") if isinstance(data, dict) else None
-    if source is not None and not isinstance(source, str):
-        raise ModelError(f"{path}: chat_template is not a template")
+    source = _default_of(data.get("chat_template")) if isinstance(data, dict) else None
+    if not isinstance(source, str) or not source.strip():
+        raise ModelError(f'{path}: holds no template (expected {{"chat_template": "..."}}); '
+                         "mend it or remove it (ChatML runs without one)")  # fmt: skip
     return source, f"{path} (chat_template)"
+
+
+def _default_of(source):
+    """A template, or of a list of named ones the one named "default" (None if none is)."""
+    if isinstance(source, list):
+        return next((t.get("template") for t in source if isinstance(t, dict)
+                     and t.get("name") == "default"), None)  # fmt: skip
+    return source
 
 
 def compile_template(source: str):

@@ -4,6 +4,7 @@ those is a stream, io.streams decides); and where those caches live."""
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 import sys
@@ -111,4 +112,21 @@ def hold_closed_streams() -> None:
             os.dup2(null, fd)
             os.close(null)
         stream = open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False)  # noqa: SIM115
-        setattr(sys, ("stdin", "stdout", "stderr")[fd], stream)
+        setattr(sys, ("stdin", "stdout", "stderr")[fd], ClosedStdout() if fd == 1 else stream)
+
+
+class ClosedStdout(io.TextIOBase):
+    """Standard output the caller closed: what a command prints there is refused in one line
+    (`models >&-` printed its listing into nothing and exited 0)."""
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return 1
+
+    def write(self, text: str) -> int:
+        if not text:
+            return 0
+        raise OutputError("standard output is closed (>&-): what this command prints would be "
+                          "lost; give -o FILE where it has one, or leave standard output open")  # fmt: skip

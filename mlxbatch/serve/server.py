@@ -60,6 +60,16 @@ class PathOnly(logging.Filter):
         return True
 
 
+class DrainEnded(logging.Filter):
+    """uvicorn says at ERROR that it cancelled the requests a drain did not finish: the
+    documented end of `--drain-timeout` (those clients got 503), said as a warning."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.ERROR and "timeout graceful shutdown" in record.getMessage():
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 def listen(host: str, port: int) -> socket.socket:
     """The listening socket, bound before the model loads or any thread starts: a port in
     use is one line (uvicorn's own bind failure exits while the loading thread runs)."""
@@ -94,6 +104,7 @@ def serve(service: Service, sock: socket.socket, api_key: bytes | None,
         timeout_graceful_shutdown=limits.drain_s,
     )  # fmt: skip
     logging.getLogger("uvicorn.access").addFilter(PathOnly())
+    logging.getLogger("uvicorn.error").addFilter(DrainEnded())
     host, port = sock.getsockname()[:2]  # uvicorn's own line is not printed for a given socket
     logging.getLogger("mlxbatch.serve").info(
         "listening on http://%s:%d", f"[{host}]" if ":" in host else host, port
