@@ -253,3 +253,14 @@ def test_a_drain_that_ends_with_work_cancelled_is_a_warning(caplog):
     finally:
         log.removeFilter(ended)
     assert [r.levelname for r in caplog.records] == ["WARNING", "ERROR"]
+
+
+def test_the_python_api_says_which_texts_it_cut(tiny_model_dir):
+    """`truncate=True` cut texts without a word to a Python caller (classify's rows and the
+    service name the cut: `truncated`)."""
+    clf = Classifier.load(tiny_model_dir, labels=["spam", "ham"])
+    long = "word " * 300
+    got = clf.classify(["short", long, "short", long], max_tokens=64, truncate=True)
+    cut = clf.prepare(long, max_tokens=64, truncate=True).truncated
+    assert cut and cut["to_tokens"] <= 64 < cut["from_tokens"]
+    assert [p.truncated for p in got] == [None, cut, None, cut]

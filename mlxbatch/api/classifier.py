@@ -13,7 +13,7 @@ import threading
 import warnings
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from numbers import Real
 from pathlib import Path
 
@@ -43,6 +43,7 @@ class Prediction:
     label: str | None  # None when the classifier abstains (below min_confidence)
     scores: dict[str, float]
     abstained: bool = False
+    truncated: dict | None = None  # {"from_tokens", "to_tokens"} where `truncate` cut the text
 
 
 class Classifier:
@@ -202,7 +203,9 @@ class Classifier:
                                        API_HINT)  # fmt: skip
         scheduler = Scheduler(self.engine, settings.policy, items)
         done = [(batch, list(probs)) for batch, probs, _ in scheduler.step()]
-        return self.predictions(np.stack(unsort(done, len(items)))[slot])
+        answers = self.predictions(np.stack(unsort(done, len(items)))[slot])
+        cut = [items[k].truncated for k in slot]  # as classify's rows and the service say
+        return [replace(p, truncated=c) if c else p for p, c in zip(answers, cut)]
 
     def _prediction(self, probs: np.ndarray) -> Prediction:
         names = self.labels.names
