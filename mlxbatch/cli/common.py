@@ -11,7 +11,6 @@ from pathlib import Path
 import click
 
 from ..engine.planner import DEFAULT_MAX_BATCH
-from ..runtime import files
 
 PLOT_DEFAULT = "__mlxbatch_default_plot__"  # `--plot` given without a path
 
@@ -19,22 +18,16 @@ PLOT_DEFAULT = "__mlxbatch_default_plot__"  # `--plot` given without a path
 def output_path(value: str | None, what: str) -> Path | None:
     """An `-o` value: None for standard output (none given, or `-`; refused where the caller
     closed it), else the file. A value ending in "/" names a folder: a Path would drop the "/"
-    and write a file named like the folder."""
+    and write a file named like the folder. `what`: what it writes, for the folder's hint."""
+    from ..io.outputs import check_stdout_open
+
     if value is None or value == "-":
-        check_stdout(what)
+        check_stdout_open("-o", None)
         return None
     if value.endswith(os.sep) and value != os.sep:
         raise click.UsageError(f"-o {value}: names a folder; give a file in it "
                                f"({value}{what.split()[-1]}.jsonl, say)")  # fmt: skip
     return Path(value)
-
-
-def check_stdout(what: str) -> None:
-    """Refuse to write `what` to a standard output the caller closed: it would be lost (a path
-    naming it, /dev/stdout, is refused by io.outputs)."""
-    if 1 in files.CLOSED_STREAMS:
-        raise click.UsageError(f"standard output is closed (>&-): {what} would be lost; give "
-                               "-o FILE")  # fmt: skip
 
 
 def plot_target(plot_path: Path | None, output: Path | None, name: str) -> Path | None:

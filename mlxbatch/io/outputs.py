@@ -86,7 +86,7 @@ def _overlap(writes: list[tuple[str, Path | None]], others: list[Path]):
 
 def check_output(output: Path, inputs: list[Path], resume: bool) -> str:
     """Refuse, before anything is read or written, an output that could destroy data."""
-    _check_open_stdout("-o", output)
+    check_stdout_open("-o", output)
     kind = output_kind(output)
     hit = _overlap([("-o", output), ("the journal of -o", journal_path(output))], inputs)
     if hit:
@@ -197,12 +197,13 @@ def _check_replaceable_report(option: str, path: Path) -> None:
                           "mlxbatch will not replace it: choose another path")  # fmt: skip
 
 
-def _check_open_stdout(option: str, path: Path) -> None:
-    """A closed standard output is /dev/null (runtime.files.hold_closed_streams): what a path
-    naming it were to get would be lost without a word."""
-    if 1 in CLOSED_STREAMS and names_stdout(path):
-        raise OutputError(f"{option} {path}: standard output is closed (>&-): what it would "
-                          "write would be lost; give a file")  # fmt: skip
+def check_stdout_open(option: str, path: Path | None) -> None:
+    """A closed standard output is /dev/null (runtime.files.hold_closed_streams): what `option`
+    writes there (`path` None: standard output itself, `-o -`; or a path naming it,
+    /dev/stdout) would be lost without a word."""
+    if 1 in CLOSED_STREAMS and (path is None or names_stdout(path)):
+        raise OutputError(f"{option} {path or '-'}: standard output is closed (>&-): what it "
+                          "would write would be lost; give a file")  # fmt: skip
 
 
 def check_reports(json_path: Path | None, plot_path: Path | None, protected: list[Path]) -> None:
@@ -220,7 +221,7 @@ def check_reports(json_path: Path | None, plot_path: Path | None, protected: lis
         raise OutputError("--plot needs matplotlib: pip install 'mlxbatch[plot]' (checked before "
                           "anything is computed)")  # fmt: skip
     for path, option in reports:
-        _check_open_stdout(option, path)
+        check_stdout_open(option, path)
         _check_name(option, path)
         if option == "--plot" and path.suffix.lower() not in PLOT_SUFFIXES:
             raise OutputError(f"--plot {path}: the name must end in {', '.join(PLOT_SUFFIXES)}")

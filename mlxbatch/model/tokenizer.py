@@ -295,13 +295,12 @@ class PromptTokenizer:
 def _chunks(texts: Sequence[str]):
     """`texts` in runs of at most BATCH_TEXTS texts and about BATCH_CHARS characters (a longer
     text alone): each text is encoded alone either way, so the runs change no token."""
-    start = 0
-    while start < len(texts):
-        end, chars = start, 0
-        while (
-            end < len(texts) and end - start < BATCH_TEXTS and (end == start or chars < BATCH_CHARS)
-        ):
-            chars += len(texts[end])
-            end += 1
-        yield texts[start:end]
-        start = end
+    run, chars = [], 0
+    for text in texts:
+        if run and (len(run) == BATCH_TEXTS or chars >= BATCH_CHARS):
+            yield run
+            run, chars = [], 0
+        run.append(text)
+        chars += len(text)
+    if run:
+        yield run

@@ -99,8 +99,9 @@ def hold_closed_streams() -> None:
     """Open /dev/null on each standard stream the caller closed (`<&-`, `>&-`, `2>&-`). A file
     opened next takes the lowest free descriptor, so with 1 closed the first file the job
     opened became standard output; and Python leaves such a stream None (a traceback at the
-    first message, or exit 1 and no word with 2 closed). Rows are never sent to a closed
-    standard output (cli.common.check_stdout, io.outputs)."""
+    first message, or exit 1 and no word with 2 closed). Nothing is written to a closed
+    standard output: `ClosedStdout` refuses what is printed, io.outputs.check_stdout_open
+    what a job would write there."""
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
@@ -111,8 +112,12 @@ def hold_closed_streams() -> None:
         if null != fd:
             os.dup2(null, fd)
             os.close(null)
-        stream = open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False)  # noqa: SIM115
-        setattr(sys, ("stdin", "stdout", "stderr")[fd], ClosedStdout() if fd == 1 else stream)
+    if 0 in CLOSED_STREAMS:
+        sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+    if 1 in CLOSED_STREAMS:
+        sys.stdout = ClosedStdout()
+    if 2 in CLOSED_STREAMS:
+        sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
 
 
 class ClosedStdout(io.TextIOBase):
