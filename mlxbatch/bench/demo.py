@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..api.classifier import Classifier
 from ..api.spec import RunSpec
-from ..engine.calibration import cached, cached_entry
+from ..engine.calibration import cached, cached_entry, model_of
 from ..errors import ResumeError
 from ..io.inputs import read_rows
 from ..io.sinks import journal_path
@@ -70,7 +70,8 @@ def _planner_note(clf: Classifier, first: bool) -> str:
     """What the planner's first job on this machine added to the demo's time, if it ran now."""
     if not first:
         return ""
-    model, entry = cached(clf.engine), cached_entry(clf.engine)
+    entry = cached_entry(clf.engine)  # the cache read once: its model and what was measured
+    model = model_of(entry)
     if model is None:  # the cache is not writable: it was checked, perhaps calibrated
         return "; this machine's first job also checked the planner's cost model"
     if model.source == "default":

@@ -71,7 +71,11 @@ def cached_entry(engine: Engine) -> dict | None:
 def cached(engine: Engine) -> CostModel | None:
     """This machine's calibration for `engine`; None where there is none or it is unreadable
     (edited by hand: then it is made again, and saved over it)."""
-    entry = cached_entry(engine)
+    return model_of(cached_entry(engine))
+
+
+def model_of(entry: dict | None) -> CostModel | None:
+    """A cache entry's cost model (`cached`), None where it holds no readable one."""
     try:
         return CostModel.from_dict(entry["model"]) if entry else None
     except (TypeError, KeyError, ValueError):
