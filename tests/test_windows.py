@@ -80,8 +80,7 @@ def test_a_window_of_long_texts_ends_at_its_characters_and_changes_no_byte(clf, 
 def test_the_character_bound_is_recorded_and_a_journal_without_it_resumes_without_it(clf):
     """A resume cuts the windows its journal's run cut: the bound is in the recorded settings
     (and their shape); a journal written before it had none, and its shape stays as it was."""
-    from mlxbatch.api.spec import RunSpec
-    from mlxbatch.io.windows import WINDOW_CHARS
+    from mlxbatch.api.spec import WINDOW_CHARS, RunSpec
 
     fresh = clf.settings(RunSpec())
     assert fresh.window_chars == WINDOW_CHARS and fresh.record()["window_chars"] == WINDOW_CHARS

@@ -20,12 +20,6 @@ from .inputs import Row, describe_errors, open_rows, read_rows
 from .sources import hold_for_reading
 
 BAD_KEPT = 30  # bad rows a scan keeps for the refusal message (it counts all of them)
-# A window ends at its row count or once its texts reach this many characters: what a window
-# holds grows with its texts' length (2,000 rows of 27,000 characters, 54 MB, one window: 3.6 GB
-# peak RSS, 1.0 GB once the tokenizer's runs were bounded too; 0.73 GB in windows of 8 Mi
-# characters, 0.56 GB in windows of 100 rows); 16,384 tickets of up to 512 characters stay one
-# window. Windows change no score (a row's bits are its own), only the planning.
-WINDOW_CHARS = 1 << 23
 
 
 @dataclass(frozen=True)
@@ -94,7 +88,8 @@ class JobInput:
     def windows(self, size: int, scanned: Scan | None = None,
                 chars: int | None = None) -> Iterator[tuple[int, list[Row]]]:  # fmt: skip
         """(first row's index, rows) of `size` rows at a time, or fewer whose texts reach
-        `chars` characters (WINDOW_CHARS, as a job's settings record it; None: no such bound),
+        `chars` characters (api/spec.WINDOW_CHARS, as a job's settings record it; None: no such
+        bound),
         read as each is asked for; after a `scan`, with the duplicate ids it found (no table
         of ids held again)."""
         rows, start = iter(self.reopen(scanned.duplicates if scanned else None)), 0
