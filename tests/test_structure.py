@@ -170,6 +170,14 @@ def test_imports_point_down_the_layers():
                 assert LAYERS.index(dep) <= layer, f"{'/'.join(rel)} imports {dep}"
 
 
+def test_the_python_api_and_the_file_io_are_siblings():
+    """api/ (texts in, predictions out) imports nothing of io/ (the job's files), nor io/ of
+    api/: a constant of one imported by the other put a whole layer between them."""
+    for inner, outer in (("api", "io"), ("io", "api")):
+        for path in (PACKAGE / inner).rglob("*.py"):
+            assert outer not in _imports(path), f"{inner}/{path.name} imports {outer}"
+
+
 def test_no_function_is_longer_than_a_screen():
     """A longer function hides its steps and their order: split it into named ones."""
     long = []

@@ -11,6 +11,7 @@ from ..engine.prompt import built_in_prompt
 from ..errors import UsageError
 from ..io.outputs import check_reports, write_json_report
 from ..io.promptspec import PromptSpec, prompt_spec
+from ..io.streams import report_stream
 from ..model.defaults import model_dir
 from .job import BenchOptions, bench_job, load_tickets
 from .llamacpp import LlamaCppOptions
@@ -59,7 +60,7 @@ def run_bench_command(req: BenchRequest, say: Callable[[str], None]) -> int:
     read = [Path(p) for p in (req.system_prompt_file, req.labels_file, req.examples) if p]
     check_reports(req.json_path, req.plot_path, read + tickets_file)
     result, report = bench_job(bench_options(req, say), lambda m: model_dir(m, say), progress=say)
-    print(report)
+    print(report, file=report_stream(req.json_path))
     if any(m["agreement"] is not None and m["agreement"] < 1.0 for m in result["modes"]):
         say("error: a batched mode disagrees with the gold loop")
         return 1

@@ -5,13 +5,14 @@ a 10M projection computed from the measurements. How one run is made and measure
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..io.outputs import write_json_report
+from ..io.streams import report_stream
 from .scale_runs import (
     TOKENIZER_SAMPLE,
     WINDOW_ROWS,
@@ -248,9 +249,9 @@ def plot_scale(r: dict, path: Path) -> None:
 def scale_command(request: ScaleRequest, echo) -> int:
     """`bench --scale`: run, print the table, write the JSON and the plot; 0 if every run ran."""
     r = run_scale(request, echo)
-    print(format_scale(r))
+    print(format_scale(r), file=report_stream(request.json_path))
     if request.json_path:
-        request.json_path.write_text(json.dumps(r, indent=2))
+        write_json_report(request.json_path, r)  # whole, or straight into a stream (--json -)
     if request.plot_path and r["tiny"]:
         plot_scale(r, request.plot_path)
     return 0

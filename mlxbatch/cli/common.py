@@ -56,9 +56,15 @@ def report_options(what: str, default_name: str):
             f"./{default_name}.png.",
         )(f)  # fmt: skip
         return click.option("--json", "json_path", type=click.Path(path_type=Path),
-                            help=f"Write {what} as JSON.")(f)  # fmt: skip
+                            callback=_dash_is_stdout,
+                            help=f"Write {what} as JSON (- for standard output).")(f)  # fmt: skip
 
     return apply
+
+
+def _dash_is_stdout(ctx, param, value: Path | None) -> Path | None:
+    """`--json -`: standard output, as `-o -` is (it wrote a file named "-")."""
+    return Path("/dev/stdout") if value is not None and str(value) == "-" else value
 
 
 LABELS_HELP = "Comma-separated labels (default: billing,technical,account)."

@@ -90,6 +90,7 @@ def evaluate_cmd(input_path, predictions, gold_field, text_field, id_field, inpu
     from ..io.outputs import check_reports, write_json_report
     from ..io.promptspec import parse_labels
     from ..io.rows import read_results, results_format
+    from ..io.streams import report_stream
 
     plot_path = plot_target(plot_path, predictions, "confusion")
     check_reports(json_path, plot_path, [Path(input_path), predictions])
@@ -122,7 +123,7 @@ def evaluate_cmd(input_path, predictions, gold_field, text_field, id_field, inpu
     else:
         fail(f"{predictions}: no scored rows to evaluate")
     m = evaluate_rows(results, [r.fields.get(gold_field) for r in rows], names)
-    click.echo(format_evaluation(m))
+    click.echo(format_evaluation(m), file=report_stream(json_path))
     if json_path:
         write_json_report(json_path, m)
     if plot_path:

@@ -176,6 +176,7 @@ def bench_serve(model, n, mix, loads, seconds, sequential, soak_seconds, max_que
     from ..bench.serve_load import LoadOptions, format_report, plot, run
     from ..bench.workload import generate
     from ..io.outputs import check_reports, write_json_report
+    from ..io.streams import report_stream
 
     try:
         rates = tuple(float(x) for x in loads.split(",") if x.strip())
@@ -198,7 +199,7 @@ def bench_serve(model, n, mix, loads, seconds, sequential, soak_seconds, max_que
                           max_queue=max_queue)  # fmt: skip
     result = run(options, progress=echo)
     tmp.cleanup()
-    click.echo(format_report(result))
+    click.echo(format_report(result), file=report_stream(json_path))
     if json_path:
         write_json_report(json_path, result)
     if plot_path:

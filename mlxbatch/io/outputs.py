@@ -206,10 +206,16 @@ def check_stdout_open(option: str, path: Path | None) -> None:
                           "would write would be lost; give a file")  # fmt: skip
 
 
-def check_reports(json_path: Path | None, plot_path: Path | None, protected: list[Path]) -> None:
+def check_reports(json_path: Path | None, plot_path: Path | None, protected: list[Path],
+                  stdout_holds: str | None = None) -> None:  # fmt: skip
     """Refuse, before anything is computed, a --json/--plot path that would overwrite an input,
-    the output or its journal (`protected`) or the other report, or that cannot be written."""
+    the output or its journal (`protected`) or the other report, or that cannot be written;
+    or that names standard output where `stdout_holds` (what else goes there) is given."""
     reports = [(p, o) for p, o in ((json_path, "--json"), (plot_path, "--plot")) if p is not None]
+    for path, option in reports:
+        if stdout_holds and names_stdout(path):
+            raise OutputError(f"{option} {path}: standard output holds {stdout_holds}; give "
+                              f"{option} a file, or -o a file")  # fmt: skip
     if len(reports) == 2 and _same_path(json_path, plot_path):
         raise OutputError(f"--json and --plot are both {json_path}; give them different paths")
     hit = _overlap([(o, p) for p, o in reports], protected)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import stat
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
@@ -39,6 +40,12 @@ def write_whole(path: Path, write: Callable[[TextIO], None], failed: str = "cann
     buf = io.StringIO()
     write(buf)
     write_straight(path, buf.getvalue())
+
+
+def report_stream(json_path: Path | None) -> TextIO:
+    """Where a command prints its report for people: standard output, or standard error where
+    its --json report goes to standard output (`--json -`), so that the JSON pipes whole."""
+    return sys.stderr if json_path is not None and names_stdout(json_path) else sys.stdout
 
 
 def names_stdout(path: Path) -> bool:

@@ -95,7 +95,8 @@ def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None],
         raise JobError("--json and --plot report the evaluation: give --gold-field too")
     written = [req.output, journal_path(req.output)] if req.output is not None else []
     if rank == 0:
-        check_reports(req.json_path, req.plot_path, reads + written)
+        check_reports(req.json_path, req.plot_path, reads + written,
+                      None if req.output is not None else "the rows (no -o)")  # fmt: skip
     prompt = prompt_spec(req.labels, req.labels_file, req.system_prompt, req.system_prompt_file,
                          req.examples, req.text_field)  # fmt: skip
     writes_as = output_format(str(req.output))[0] if req.output is not None else "jsonl"
