@@ -485,7 +485,8 @@ def test_ctrl_c_twice_exits_130_with_a_clean_log(tiny_model_dir, tmp_path):
 def test_long_requests_are_prepared_one_at_a_time(monkeypatch):
     """Sixteen 2 MB texts under "truncate" were tokenized at once: ~170 MB each (3.2 GB), and
     a SIGTERM waited for every worker thread (8.9 s past a 2 s --drain-timeout). Requests over
-    LONG_CHARS now wait their turn on the event loop, where a drain's cancel reaches them."""
+    LONG_CHARS now take turns on a thread of their own; a turn not begun ends with its
+    request (a drain's cancel reaches it)."""
     import asyncio
 
     from mlxbatch.serve import service as service_module
@@ -516,6 +517,49 @@ def test_long_requests_are_prepared_one_at_a_time(monkeypatch):
     long = service_module.LONG_CHARS + 1
     assert asyncio.run(burst(long)) == 1
     assert asyncio.run(burst(100)) > 1  # short ones still run side by side
+    svc.close()
+
+
+def test_a_long_request_whose_client_left_keeps_its_turn_until_its_thread_ends(monkeypatch):
+    """The turn was held by the request: a client that sent 2 MB and left (its request
+    cancelled) released it while its thread still tokenized, and the next ran beside it (20
+    such clients: 14 more threads, +1.7 GB). The turns its request had not begun never run."""
+    import asyncio
+
+    from mlxbatch.serve import service as service_module
+    from mlxbatch.serve.errors import ApiError
+    from mlxbatch.serve.limits import ClassifyBody
+    from mlxbatch.serve.service import ServeSpec, Service
+
+    svc = Service(ServeSpec(model=Path("/nonexistent-model"), name="m", labels=("a", "b")))
+    running, most, calls = [0], [0], [0]
+
+    def prepare(req):
+        running[0] += 1
+        calls[0] += 1
+        most[0] = max(most[0], running[0])
+        time.sleep(0.3)
+        running[0] -= 1
+        raise ApiError(422, "stop here")
+
+    monkeypatch.setattr(svc, "_prepare", prepare)
+    body = ClassifyBody(["x" * (service_module.LONG_CHARS + 1)], True)
+
+    async def clients_leave_then_others_come() -> None:
+        left = [asyncio.create_task(svc.classify(body)) for _ in range(5)]
+        await asyncio.sleep(0.05)  # the first is tokenizing, four wait their turn
+        for task in left:
+            task.cancel()
+        await asyncio.gather(*left, return_exceptions=True)
+        after = [svc.classify(body) for _ in range(3)]
+        results = await asyncio.gather(*after, return_exceptions=True)
+        assert all(isinstance(r, ApiError) and r.status == 422 for r in results), results
+
+    try:
+        asyncio.run(clients_leave_then_others_come())
+    finally:
+        svc.close()
+    assert most[0] == 1 and calls[0] == 4, (most, calls)
 
 
 # -- clients that leave their work behind, or never read -----------------------------------

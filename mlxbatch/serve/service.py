@@ -8,7 +8,6 @@ new requests get 503, queued ones finish). A failed load is "failed" and stops t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import math
@@ -16,6 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,9 +39,9 @@ from .metrics import Metrics
 from .verify import Verifier
 
 log = logging.getLogger("mlxbatch.serve")
-# A request whose texts hold more characters is tokenized one at a time: a 2 MB text under
-# "truncate" held ~170 MB and ~1 s of a worker thread; 16 at once held 3.2 GB, and a SIGTERM
-# waited for every thread (8.9 s on a 2 s --drain-timeout)
+# A request whose texts hold more characters is tokenized one at a time, on a thread of its
+# own: a 2 MB text under "truncate" held ~170 MB and ~1 s of a worker thread; 16 at once held
+# 3.2 GB, and a SIGTERM waited for every thread (8.9 s on a 2 s --drain-timeout)
 LONG_CHARS = 1 << 16
 
 
@@ -86,7 +86,11 @@ class Service:
         self.startup: dict[str, float] = {}
         self.created = int(time.time())
         self.on_failed: Callable[[], None] = lambda: None  # set by the server: stop serving
-        self.long_requests = asyncio.Semaphore(1)  # prepared one at a time (LONG_CHARS)
+        # long requests' tokenizing (LONG_CHARS), one at a time: a turn held by the thread,
+        # not by the request, whose cancel (the client gone, the drain) ends it but not its
+        # thread (a semaphore the request held let 20 clients that sent 2 MB and left run 14
+        # more threads at once, +1.7 GB); a turn not yet begun is cancelled with its request
+        self.long_requests = ThreadPoolExecutor(1, thread_name_prefix="mlxbatch-long")
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -142,6 +146,7 @@ class Service:
     def close(self, drain: bool = True) -> None:
         """Stop the scheduler: with `drain`, after what is queued is scored."""
         self.drain()
+        self.long_requests.shutdown(wait=False)  # what it holds still ends (the drain's deadline)
         if self.scheduler is not None:
             self.scheduler.close(drain=drain)
 
@@ -154,9 +159,14 @@ class Service:
     async def classify(self, req: ClassifyBody) -> dict:
         """The reply to one request; ApiError for 422, 429 and 503."""
         # off the event loop however short: a few 1 MB texts held it for seconds
-        long = sum(len(t) for t in req.texts) > LONG_CHARS
-        # a long one waits its turn here, not in a thread: a drain's cancel stops it at once
-        async with self.long_requests if long else contextlib.nullcontext():
+        if sum(len(t) for t in req.texts) > LONG_CHARS:
+            try:
+                turn = asyncio.get_running_loop().run_in_executor(self.long_requests,
+                                                                  self._prepare, req)  # fmt: skip
+            except RuntimeError:  # closed: the service is ending
+                raise ApiError(503, "the server is shutting down") from None
+            items = await turn
+        else:
             items = await anyio.to_thread.run_sync(self._prepare, req)
         try:
             future = self.scheduler.submit(items)
