@@ -456,6 +456,39 @@ def test_bytes_that_are_not_http_get_the_json_error_and_are_counted(server, raw)
     assert server.metric('mlxbatch_requests_total{outcome="disconnected"') == gone
 
 
+def test_a_refused_head_is_answered_to_a_client_still_sending_and_logged_with_its_reason(server):
+    """A bad Content-Length refused the head and closed the socket with the body unread: the
+    kernel reset the connection, and the 400 with it (5 of 5 clients that sent 1 MB read a
+    reset). The log said "Invalid HTTP request received." with neither client nor reason; an
+    Upgrade header logged "pip install 'uvicorn[standard]'"."""
+    body = b"x" * 1_000_000
+    with connect(server.port) as s:
+        sending = threading.Thread(target=lambda: _send_all(s, HEAD + b"Content-Length: abc"
+                                                            b"\r\n\r\n" + body))  # fmt: skip
+        sending.start()
+        reply = read_until_closed(s)
+        sending.join()
+    assert reply.startswith(b"HTTP/1.1 400"), reply[:200]
+    with connect(server.port) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n"
+                  b"Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+                  b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")  # fmt: skip
+        assert s.recv(65536).startswith(b"HTTP/1.1 200")
+    wait_for(lambda: "refused 400: the request is not valid HTTP/1.1" in server.log.read_text(),
+             "the refusal logged")  # fmt: skip
+    log = server.log.read_text()
+    assert "Invalid HTTP request received" not in log and "WebSocket" not in log, log[-3000:]
+    line = next(x for x in log.splitlines() if "refused 400" in x)
+    assert re.search(r"127\.0\.0\.1:\d+ - refused 400", line), line
+
+
+def _send_all(s: socket.socket, data: bytes) -> None:
+    try:
+        s.sendall(data)
+    except OSError:  # the server may close its side once it has read what it needs
+        pass
+
+
 def test_the_replies_written_below_the_app_say_their_own_length():
     """The 503 of a refused connection said 96 bytes of a 100-byte body (a client read cut-off
     JSON), the head's 408 91 of 90."""

@@ -27,6 +27,7 @@ from .refusals import (
     HEAD_TOO_LARGE,
     INVALID_HTTP,
     MAX_HEAD,
+    NOT_HTTP,
     REFUSED,
     closing_reply,
     head_size,
@@ -256,12 +257,16 @@ class GuardedProtocol(H11Protocol):
             self.cycle.disconnected = True
             self.cycle.message_event.set()
         refusal = getattr(self, "refusal", None)
+        # one line with the client and the reason (uvicorn's own said "Invalid HTTP request
+        # received." and no more: server.UvicornNoise drops it)
+        host, port = self.client or ("?", 0)
+        log.info("%s:%s - refused %d: %s", host, port, status, refusal or NOT_HTTP)
         self.transport.write(INVALID_HTTP if refusal is None else
                              closing_reply(status, refusal))  # fmt: skip
-        if status in (411, 431):  # the client is still sending (its head, or a body to EOF):
-            self.linger()  # closing with it unread would reset the connection, and the reply
-        else:
-            self.transport.close()
+        # the client may still be sending (its head, a body behind a bad Content-Length):
+        # closing with it unread resets the connection, and the reply with it (5 of 5 clients
+        # that sent 1 MB behind "Content-Length: abc" read a reset, not the 400)
+        self.linger()
 
     def linger(self) -> None:
         """Half-close (our reply is complete), read and drop what the client still sends

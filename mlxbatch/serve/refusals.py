@@ -34,7 +34,8 @@ def closing_reply(status: int, message: str) -> bytes:
 # typed by hand, the first two said 96 and 91 bytes of bodies of 100 and 90: a cut-off JSON
 REFUSED = closing_reply(503, "too many open connections; retry later")
 HEAD_TIMEOUT = closing_reply(408, "the request head came too slowly")
-INVALID_HTTP = closing_reply(400, "the request is not valid HTTP/1.1")
+NOT_HTTP = "the request is not valid HTTP/1.1"
+INVALID_HTTP = closing_reply(400, NOT_HTTP)
 # h11's buffer (uvicorn's h11_max_incomplete_event_size is not set): it refuses a head that
 # outgrows it only while it waits for more, so a bigger one in a single read (40 KB and 100 KB
 # were answered 200) is measured again once parsed

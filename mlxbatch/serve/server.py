@@ -70,6 +70,19 @@ class DrainEnded(logging.Filter):
         return True
 
 
+class UvicornNoise(logging.Filter):
+    """uvicorn's "Invalid HTTP request received." names neither the client nor the reason
+    (connections.GuardedProtocol logs its own line for each refusal instead); an Upgrade header
+    (answered as a plain request: nothing here speaks WebSocket) logged advice to install a
+    WebSocket library, whatever `ws` was set to."""
+
+    NOISE = ("Invalid HTTP request received.", "Unsupported upgrade request.",
+             "No supported WebSocket library detected.")  # fmt: skip
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.NOISE)
+
+
 def listen(host: str, port: int) -> socket.socket:
     """The listening socket, bound before the model loads or any thread starts: a port in
     use is one line (uvicorn's own bind failure exits while the loading thread runs)."""
@@ -105,6 +118,7 @@ def serve(service: Service, sock: socket.socket, api_key: bytes | None,
     )  # fmt: skip
     logging.getLogger("uvicorn.access").addFilter(PathOnly())
     logging.getLogger("uvicorn.error").addFilter(DrainEnded())
+    logging.getLogger("uvicorn.error").addFilter(UvicornNoise())
     host, port = sock.getsockname()[:2]  # uvicorn's own line is not printed for a given socket
     logging.getLogger("mlxbatch.serve").info(
         "listening on http://%s:%d", f"[{host}]" if ":" in host else host, port
