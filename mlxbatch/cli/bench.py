@@ -40,8 +40,12 @@ from .common import (
 def tickets(n, seed, mix, output):
     """Generate N synthetic support tickets (id, text, intent)."""
     from ..bench.workload import generate, write_tickets
+    from ..io.outputs import check_output
 
-    write_tickets(generate(n, seed, mix), output_path(output, "the tickets"))
+    path = output_path(output, "the tickets")
+    if path is not None:  # as classify's -o: not a file another run reads, nor a journal
+        check_output(path, [], resume=False)
+    write_tickets(generate(n, seed, mix), path)
 
 
 @click.command()

@@ -84,8 +84,19 @@ def _overlap(writes: list[tuple[str, Path | None]], others: list[Path]):
     return None
 
 
-def check_output(output: Path, inputs: list[Path], resume: bool) -> str:
-    """Refuse, before anything is read or written, an output that could destroy data."""
+def check_output(output: Path | None, inputs: list[Path], resume: bool) -> str:
+    """Refuse, before anything is read or written, an output that could destroy data; None:
+    standard output, which a redirect may have opened on an input (`>> input.jsonl` appended
+    the rows to the file the job was reading)."""
+    if output is None:
+        if hit := _overlap([("standard output", Path("/dev/stdout"))], inputs):
+            named = (
+                os.path.realpath(hit[2]) if is_stream(hit[2]) else hit[2]
+            )  # /dev/stdin: its file
+            raise OutputError(f"standard output is the input file {named} (a redirect onto it): "
+                              "the rows would be written into what the job reads; give -o "
+                              "another file")  # fmt: skip
+        return "stdout"
     check_stdout_open("-o", output)
     kind = output_kind(output)
     hit = _overlap([("-o", output), ("the journal of -o", journal_path(output))], inputs)

@@ -89,7 +89,7 @@ def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None],
     if req.resume and req.output is None:
         raise JobError("--resume needs -o/--output (the journal lives next to it)")
     kind = "stdout"
-    if req.output is not None and rank == 0:  # before anything is read or written
+    if rank == 0:  # before anything is read or written
         kind = check_output(req.output, reads, req.resume)
     if (req.json_path or req.plot_path) and not req.gold_field:
         raise JobError("--json and --plot report the evaluation: give --gold-field too")
