@@ -89,3 +89,56 @@ def test_tickets_does_not_replace_a_file_another_run_reads(tmp_path):
     assert src.read_bytes() == before
     assert invoke(["tickets", "5", "-o", src], tmp_path).exit_code == 0  # once it is done
     assert len(src.read_text().splitlines()) == 5
+
+
+def test_a_partial_rotary_factor_is_read_only_by_the_family_that_rotates_part_of_a_head(tmp_path):
+    """transformers' Qwen2 (Llama, Qwen3, Gemma 3) rotates the whole head whatever
+    `partial_rotary_factor` says; mlxbatch rotated half of it (max logit diff 7e-3)."""
+    import mlx.core as mx
+    import numpy as np
+    import torch
+    import transformers
+    from conftest import save_randomised
+
+    from mlxbatch.model.load import load_model
+
+    cfg = transformers.Qwen2Config(vocab_size=151936, hidden_size=64, intermediate_size=96,
+                                   num_attention_heads=4, num_key_value_heads=2,
+                                   num_hidden_layers=2, partial_rotary_factor=0.5)  # fmt: skip
+    torch.manual_seed(0)
+    path = save_randomised(transformers.AutoModelForCausalLM.from_config(cfg).float(),
+                           tmp_path / "qwen2")  # fmt: skip
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    lm = load_model(path)
+    tokens = lm.tokenizer.prompt("Classify.", "the app crashes when I log in " * 4)
+    ours = np.array(lm.model.head(lm.model(mx.array([tokens])))[0])
+    with torch.no_grad():
+        ref = hf(input_ids=torch.tensor([tokens])).logits[0].numpy()
+    np.testing.assert_allclose(ours, ref, atol=1e-4)
+
+
+def test_gemma_configs_whose_attention_mlxbatch_does_not_run_are_refused():
+    """EmbeddingGemma's `use_bidirectional_attention` (max logit diff 1.16 against
+    transformers, and --verify at 100%: the gold loop shares the forward) and a rope scaling
+    of the sliding layers (0.71) were read past in silence."""
+    import pytest
+
+    from mlxbatch.errors import ModelError
+    from mlxbatch.model.config import ModelArgs
+
+    base = dict(model_type="gemma3_text", hidden_size=64, intermediate_size=96,
+                num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+                head_dim=16, vocab_size=300)  # fmt: skip
+    ModelArgs.from_dict(base)
+    for extra, said in (
+        ({"use_bidirectional_attention": True}, "use_bidirectional_attention"),
+        ({"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                              "sliding_attention": {"rope_type": "linear", "factor": 4.0,
+                                                    "rope_theta": 1e4}}},
+         "rope_parameters.sliding_attention: rope scaling 'linear'"),
+    ):  # fmt: skip
+        with pytest.raises(ModelError, match=said):
+            ModelArgs.from_dict(base | extra)
+    vision = {"model_type": "gemma3", "text_config": base | {"use_bidirectional_attention": True}}
+    with pytest.raises(ModelError, match="use_bidirectional_attention"):
+        ModelArgs.from_dict(vision)

@@ -120,6 +120,9 @@ class ModelArgs:
         for key in ("attn_logit_softcapping", "final_logit_softcapping"):
             if cfg.get(key) is not None:
                 raise ModelError(f"{source}: {key} {cfg[key]!r} is not supported")
+        if cfg.get("use_bidirectional_attention"):  # EmbeddingGemma's: not a causal model
+            raise ModelError(f"{source}: use_bidirectional_attention is not supported (mlxbatch "
+                             "runs causal language models)")  # fmt: skip
         d = family.defaults
         act_key = "hidden_activation" if "hidden_activation" in d else "hidden_act"
         act = cfg.get(act_key) or d[act_key]

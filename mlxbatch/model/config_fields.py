@@ -36,6 +36,13 @@ def rope_fields(cfg: dict, family: Family, source: str) -> dict:
     local = {}
     if FULL in params or SLIDING in params:  # transformers >= 5, per layer type (Gemma 3)
         local, params = params.get(SLIDING) or {}, params.get(FULL) or {}
+        if not isinstance(local, dict):
+            raise ModelError(f"{source}: rope_parameters.{SLIDING} must be an object, got "
+                             f"{local!r}")  # fmt: skip
+        if (local.get("rope_type") or local.get("type") or "default") != "default":
+            raise ModelError(f"{source}: rope_parameters.{SLIDING}: rope scaling "
+                             f"{local.get('rope_type') or local.get('type')!r} is not supported "
+                             "(the sliding layers rotate with plain rope)")  # fmt: skip
     scaling = cfg.get("rope_scaling") or params
     if not isinstance(scaling, dict):
         raise ModelError(f"{source}: rope_scaling must be an object, got {scaling!r}")
@@ -57,6 +64,7 @@ def rope_fields(cfg: dict, family: Family, source: str) -> dict:
     if local_theta is not None:
         out["rope_local_base_freq"] = local_theta
     prf = first(params.get("partial_rotary_factor"), cfg.get("partial_rotary_factor"), 1.0)
+    prf = prf if family.partial_rotary else 1.0  # (see Family.partial_rotary)
     if isinstance(prf, bool) or not isinstance(prf, (int, float)) or not 0 < prf <= 1:
         raise ModelError(f"{source}: partial_rotary_factor must be in (0, 1], got {prf!r}")
     out["partial_rotary_factor"] = float(prf)

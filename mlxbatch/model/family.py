@@ -23,6 +23,9 @@ class Family:
     activations: tuple[str, ...] = ("silu",)
     rope_types: tuple[str, ...] = ("default",)
     sliding: str = "never"  # "never" | "all" (`sliding_window` on every layer) | "pattern"
+    # rotates the first `partial_rotary_factor` of each head (Phi-3); the others' transformers
+    # classes rotate the whole head whatever the config says (Qwen2 with 0.5: max diff 7e-3)
+    partial_rotary: bool = False
     # transformers' value of each config.json key mlxbatch reads, for a config that omits it
     # (its configuration class's default for this model_type); None for num_key_value_heads /
     # head_dim: num_attention_heads / hidden_size // num_attention_heads. A bias switch not

@@ -22,5 +22,5 @@ DEFAULTS = {"num_key_value_heads": None, "head_dim": None, "rms_norm_eps": 1e-5,
             "max_position_embeddings": 4096, "original_max_position_embeddings": 4096,
             "hidden_act": "silu", "sliding_window": None}  # fmt: skip
 FAMILY = Family("Phi-3 / Phi-4-mini", fused=True, rope_types=("default", "longrope"),
-                sliding="all", defaults=DEFAULTS,
+                sliding="all", partial_rotary=True, defaults=DEFAULTS,
                 rope_aliases={"su": "longrope", "yarn": "longrope"})  # fmt: skip
