@@ -142,3 +142,29 @@ def test_gemma_configs_whose_attention_mlxbatch_does_not_run_are_refused():
     vision = {"model_type": "gemma3", "text_config": base | {"use_bidirectional_attention": True}}
     with pytest.raises(ModelError, match="use_bidirectional_attention"):
         ModelArgs.from_dict(vision)
+
+
+def test_a_checkpoint_whose_weights_file_is_cut_is_not_the_default_model(tiny_model_dir,
+                                                                        tmp_path, monkeypatch):  # fmt: skip
+    """A model folder with a 2-byte model.safetensors was taken as runnable: `models` did not
+    mark it BROKEN and classify with no --model chose it, then failed ("truncated safetensors
+    file"). Its tensor table is read now (headers alone)."""
+    import shutil
+
+    from mlxbatch.model.defaults import default_model_dir, not_runnable
+
+    weights = tmp_path / "w"
+    cut = shutil.copytree(tiny_model_dir, weights / "a-cut")
+    (cut / "model.safetensors").write_bytes(b"\x00\x01")
+    good = shutil.copytree(tiny_model_dir, weights / "b-good")
+    for d in (cut, good):  # converted checkpoints, not synthetic ones (passed over)
+        manifest = json.loads((d / "mlxbatch.json").read_text()) | {"synthetic": False}
+        (d / "mlxbatch.json").write_text(json.dumps(manifest))
+    assert "truncated safetensors file" in not_runnable(cut)
+    assert not_runnable(good) is None
+    monkeypatch.setenv("MLXBATCH_WEIGHTS", str(weights))
+    said = []
+    assert default_model_dir(said.append) == good
+    assert "passing over" in said[0] and "a-cut" in said[0] and "truncated" in said[0]
+    listed = json.loads(invoke(["models", "--json"], tmp_path).stdout)
+    assert "truncated" in {m["name"]: m["broken"] for m in listed}["a-cut"]

@@ -16,20 +16,23 @@ def weights_dir() -> Path:
 
 
 def not_runnable(model_dir: Path) -> str | None:
-    """Why a model directory cannot run, from cheap checks (config, weight files' presence,
-    tokenizer), or None; the weights themselves are checked when a run loads them. The one
-    check behind `mlxbatch models` (BROKEN) and the default model's choice."""
+    """Why a model directory cannot run, from cheap checks (config, the weight files' tensor
+    tables, tokenizer), or None; the weights' values are checked when a run loads them. The
+    one check behind `mlxbatch models` (BROKEN) and the default model's choice (a 2-byte
+    model.safetensors was chosen, and the job failed: "truncated safetensors file")."""
     from ..errors import ModelError
     from .config import ModelArgs
     from .quantize import quantization
+    from .weights import check_checkpoint
 
-    try:
-        ModelArgs.load(model_dir)
-        quantization(json.loads((model_dir / "config.json").read_text()))
-    except ModelError as e:
-        return str(e).removeprefix(f"{model_dir / 'config.json'}: ")
     if not list(model_dir.glob("*.safetensors")):
         return "no *.safetensors weights"
+    try:
+        args = ModelArgs.load(model_dir)
+        quantization(json.loads((model_dir / "config.json").read_text()))
+        check_checkpoint(model_dir, args)  # the headers alone: milliseconds
+    except ModelError as e:
+        return str(e).removeprefix(f"{model_dir / 'config.json'}: ")
     if not (model_dir / "tokenizer.json").is_file():
         return "no tokenizer.json"
     return None
