@@ -168,3 +168,27 @@ def test_a_checkpoint_whose_weights_file_is_cut_is_not_the_default_model(tiny_mo
     assert "passing over" in said[0] and "a-cut" in said[0] and "truncated" in said[0]
     listed = json.loads(invoke(["models", "--json"], tmp_path).stdout)
     assert "truncated" in {m["name"]: m["broken"] for m in listed}["a-cut"]
+
+
+def test_per_layer_quantization_that_contradicts_the_weights_is_one_line(tmp_path):
+    """A converted 2-bit model whose config.json gives one layer an entry of its own (false,
+    8 bits in groups of 32, a string): a traceback, exit 1 ("Received 2 parameters not in
+    model", "Expected shape", "class_predicate must return a bool")."""
+    import shutil
+
+    from conftest import make_hf_checkpoint
+
+    from mlxbatch.model.convert import convert_hf
+
+    q2 = tmp_path / "q2"
+    convert_hf(make_hf_checkpoint(tmp_path / "hf", "tied_gqa"), q2, q_bits=2, q_group_size=32)
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"text": "charged twice"}) + "\n")
+    layer = "model.layers.0.mlp.down_proj"
+    for n, entry in enumerate((False, {"bits": 8, "group_size": 32}, "weird")):
+        model = shutil.copytree(q2, tmp_path / f"m{n}")
+        cfg = json.loads((model / "config.json").read_text())
+        cfg["quantization"][layer] = entry
+        (model / "config.json").write_text(json.dumps(cfg))
+        r = invoke(["classify", src, "--model", model, "--labels", "spam,ham"], tmp_path)
+        one_line_error(r, "quantization")

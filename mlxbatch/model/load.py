@@ -95,8 +95,12 @@ def load_model(
     if q:
         quantize.apply(model, q, tensors)
     # floating tensors take the run's dtype; packed quantized weights stay uint32
-    model.load_weights([(k, v.astype(dt) if mx.issubdtype(v.dtype, mx.floating) else v)
-                        for k, v in tensors.items()], strict=True)  # fmt: skip
+    try:
+        model.load_weights([(k, v.astype(dt) if mx.issubdtype(v.dtype, mx.floating) else v)
+                            for k, v in tensors.items()], strict=True)  # fmt: skip
+    except ValueError as e:  # a quantized layer config.json describes otherwise than stored
+        raise ModelError(f"{model_dir}: the weights do not fit the layers config.json's "
+                         f"quantization makes ({' '.join(str(e).split())[:200]})") from None  # fmt: skip
     note = ""
     if q and mx.default_device() == mx.cpu:
         quantize.dequantize(model, dt)

@@ -50,7 +50,16 @@ def quantization(config: dict) -> dict | None:
 
 
 def apply(model: nn.Module, q: dict, weights: dict[str, mx.array]) -> None:
-    """Turn the layers the checkpoint stores quantized into quantized layers, in place."""
+    """Turn the layers the checkpoint stores quantized into quantized layers, in place; a
+    per-layer entry that is neither parameters nor false, or parameters MLX cannot run, is a
+    ModelError (a ValueError or TypeError deep in MLX was a traceback)."""
+    try:
+        _apply(model, q, weights)
+    except (ValueError, TypeError) as e:
+        raise ModelError(f"config.json: quantization: {' '.join(str(e).split())[:200]}") from None
+
+
+def _apply(model: nn.Module, q: dict, weights: dict[str, mx.array]) -> None:
     from mlx_lm.utils import infer_quant_config
 
     def predicate(path: str, module: nn.Module):
