@@ -192,3 +192,23 @@ def test_per_layer_quantization_that_contradicts_the_weights_is_one_line(tmp_pat
         (model / "config.json").write_text(json.dumps(cfg))
         r = invoke(["classify", src, "--model", model, "--labels", "spam,ham"], tmp_path)
         one_line_error(r, "quantization")
+
+
+def test_parity_says_in_one_line_when_transformers_cannot_run_a_checkpoint(tied_pair,
+                                                                          monkeypatch):  # fmt: skip
+    """transformers' own crash (a Qwen2 config with sliding layers and no window; Gemma with a
+    partial rotary factor) was a traceback, exit 1, where mlx-lm's is one line, exit 2; the
+    mlx-lm comparison still runs and is printed."""
+    from mlxbatch.bench import parity
+
+    def crashes(*args):
+        raise TypeError("unsupported operand type(s) for -: 'NoneType' and 'int'")
+
+    monkeypatch.setattr(parity, "hf_logits", crashes)
+    hf, mlx = tied_pair
+    r = invoke(["parity", hf, "--mlx", mlx])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "mlx-lm" in r.stdout and "PASS" in r.stdout
+    last = r.stderr.splitlines()[-1]
+    assert last.startswith("error: parity: transformers could not run the checkpoint (TypeError: ")
+    assert "--no-mlx-lm" not in last

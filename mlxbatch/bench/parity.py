@@ -16,6 +16,7 @@ import json
 import os
 import tempfile
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -178,15 +179,24 @@ def run_parity(
     del lm  # one float32 model in memory at a time: Phi-4-mini's is 15 GB
     gc.collect()
     mx.clear_cache()
-    hf = AutoModelForCausalLM.from_pretrained(Path(hf_dir), dtype=torch.float32).eval()
-    reports = [compare("transformers", ours, [x for b in batches for x in hf_logits(hf, b)])]
-    del hf
+
+    def transformers() -> ParityReport:
+        hf = AutoModelForCausalLM.from_pretrained(Path(hf_dir), dtype=torch.float32).eval()
+        return compare("transformers", ours, [x for b in batches for x in hf_logits(hf, b)])
+
+    reports = [_reference("transformers", transformers)]
     gc.collect()
     if with_mlx_lm:
-        try:
-            reports.append(_mlx_lm_report(Path(mlx_dir), ours, batches))
-        except Exception as e:  # mlx-lm's own limits: its Gemma 3 indexes layer 6 of 2
-            where = traceback.extract_tb(e.__traceback__)[-1]
-            reports.append(NotCompared("mlx-lm", f"{type(e).__name__}: {e} (in "
-                                       f"{Path(where.filename).name}:{where.lineno})"))  # fmt: skip
+        reports.append(_reference("mlx-lm", lambda: _mlx_lm_report(Path(mlx_dir), ours, batches)))
     return reports
+
+
+def _reference(name: str, report: Callable[[], ParityReport]) -> ParityReport | NotCompared:
+    """A reference's report, or why it could not run the checkpoint: its own limits (mlx-lm's
+    Gemma 3 indexes layer 6 of 2; transformers' Qwen2 with sliding layers and no window)."""
+    try:
+        return report()
+    except Exception as e:
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        return NotCompared(name, f"{type(e).__name__}: {' '.join(str(e).split())[:300]} (in "
+                                 f"{Path(where.filename).name}:{where.lineno})")  # fmt: skip

@@ -91,11 +91,15 @@ def parity(hf_dir, mlx_dir, no_mlx_lm):
             mlx_dir = Path(tmp) / "mlx"
             convert_hf(hf_dir, mlx_dir, "float32")
         reports = run_parity(hf_dir, mlx_dir, with_mlx_lm=not no_mlx_lm)
+    for r in reports:  # every comparison made, then why one could not be
+        if not isinstance(r, NotCompared):
+            click.echo(r.line())
     for r in reports:
         if isinstance(r, NotCompared):
-            fail(f"parity: {r.reference} could not run the checkpoint ({r.why}); --no-mlx-lm "
-                 "compares with transformers alone")  # fmt: skip
-        click.echo(r.line())
+            hint = (
+                "; --no-mlx-lm compares with transformers alone" if r.reference == "mlx-lm" else ""
+            )
+            fail(f"parity: {r.reference} could not run the checkpoint ({r.why}){hint}")
     sys.exit(0 if all(r.passed for r in reports) else 1)
 
 
