@@ -212,3 +212,21 @@ def test_parity_says_in_one_line_when_transformers_cannot_run_a_checkpoint(tied_
     last = r.stderr.splitlines()[-1]
     assert last.startswith("error: parity: transformers could not run the checkpoint (TypeError: ")
     assert "--no-mlx-lm" not in last
+
+
+def test_a_truncation_that_keeps_none_of_the_text_is_refused(tiny_model_dir):
+    """Where the prompt's suffix left room for the marker and nothing else, every row became
+    the bare " […] ": one label for all, "59 duplicates scored once", --verify at 100%."""
+    from mlxbatch import Classifier
+    from mlxbatch.api.limits import MARK, Limit, prepare, tokenized, truncate
+
+    engine = Classifier.load(tiny_model_dir).engine
+    bare = len(engine.fed(tokenized(engine, MARK)))
+    one = len(engine.fed(tokenized(engine, "w" + MARK)))
+    assert one > bare  # else this limit would not be the case
+    text = "the app crashes when I log in " * 10
+    assert truncate(engine, text, bare) is None
+    said = prepare(engine, text, Limit(bare, "--max-tokens"), truncating=True)
+    assert isinstance(said, str) and "too few tokens remain to truncate into" in said
+    cut, n = truncate(engine, text, one)
+    assert cut.startswith("t") and MARK in cut and n <= one  # one character or more of it

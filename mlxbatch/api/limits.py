@@ -17,7 +17,8 @@ MARK = " […] "
 
 def truncate(engine: Engine, text: str, limit: int) -> tuple[str, int] | None:
     """The longest head + tail of `text` (cut between characters, never inside one) whose fed
-    tokens fit `limit`: (text, tokens); None when not even the marker alone fits."""
+    tokens fit `limit`: (text, tokens); None when not even one character of it fits beside the
+    marker (every text became the bare marker: one answer for all, and --verify agreed)."""
 
     def cut(k: int) -> str:
         return text[: k - k // 2] + MARK + (text[len(text) - k // 2 :] if k // 2 else "")
@@ -28,7 +29,7 @@ def truncate(engine: Engine, text: str, limit: int) -> tuple[str, int] | None:
             return limit + 1
         return len(engine.fed(tokenized(engine, piece)))
 
-    if size(0) > limit:
+    if size(1) > limit:
         return None
     lo, hi = 0, len(text)  # size(lo) fits; find the largest k that fits (sizes grow with k)
     while lo < hi:
