@@ -340,7 +340,7 @@ ERRORS = {
     "no tokenizer": (c_model(lambda m: (m / "tokenizer.json").unlink()), "tokenizer.json"),
     "nan weights": (c_model(_nan_weights), "non-finite scores"),
     # other commands
-    "tickets -o a directory": (lambda t, m: (["tickets", "5", "-o", t], None), "cannot write the tickets"),
+    "tickets -o a directory": (lambda t, m: (["tickets", "5", "-o", t], None), "is a directory"),
     "init-random negative seed": (lambda t, m: (["init-random", t / "x", "--preset", "tiny", "--seed", -1], None), "--seed"),
     "init-random over a model": (lambda t, m: (["init-random", m, "--preset", "tiny"], None), "--force"),
     "convert onto its source": (lambda t, m: (["convert", m, m], None), "source checkpoint"),

@@ -230,3 +230,42 @@ def test_a_truncation_that_keeps_none_of_the_text_is_refused(tiny_model_dir):
     assert isinstance(said, str) and "too few tokens remain to truncate into" in said
     cut, n = truncate(engine, text, one)
     assert cut.startswith("t") and MARK in cut and n <= one  # one character or more of it
+
+
+def test_the_python_api_gives_no_label_for_scores_that_are_not_finite(tiny_model_dir, tmp_path):
+    """`predictions` of NaN scores answered the first label (argmax reads NaN first), and
+    `classify` on a model with NaN weights answered it for every text, where classify's rows
+    are error rows."""
+    import shutil
+
+    import mlx.core as mx
+    import numpy as np
+    import pytest
+
+    from mlxbatch import Classifier
+    from mlxbatch.errors import ModelError
+
+    clf = Classifier.load(tiny_model_dir, labels=["spam", "ham", "eggs"])
+    (said,) = clf.predictions(np.full((1, 3), np.nan, np.float32))
+    assert said.label is None and not said.abstained
+    model = shutil.copytree(tiny_model_dir, tmp_path / "nan")
+    t = mx.load(str(model / "model.safetensors"))
+    t["model.norm.weight"] = mx.full(t["model.norm.weight"].shape, float("nan"))
+    mx.save_safetensors(str(model / "model.safetensors"), t)
+    with pytest.raises(ModelError, match=r"^texts\[0\]: the model gave non-finite scores"):
+        Classifier.load(model, labels=["spam", "ham"]).classify(["charged twice"])
+
+
+def test_python_api_numbers_past_a_float_are_short_refusals(tiny_model_dir):
+    """A prior weight of 10**400 raised a bare OverflowError; a min_confidence of 10**400 was
+    refused with its 401 digits in the message."""
+    import pytest
+
+    from mlxbatch import Classifier
+    from mlxbatch.errors import LabelError
+
+    with pytest.raises(LabelError, match="past a float's range"):
+        Classifier.load(tiny_model_dir, labels=["spam", "ham"], prior={"spam": 10**400, "ham": 1})
+    with pytest.raises(LabelError) as e:
+        Classifier.load(tiny_model_dir, labels=["spam", "ham"], min_confidence=10**400)
+    assert len(str(e.value)) < 120 and "not between 0 and 1" in str(e.value)

@@ -11,7 +11,7 @@ import pytest
 from cli_run import invoke, one_line_error
 
 from mlxbatch import Classifier
-from mlxbatch.errors import InputError, JobError, LabelError, UsageError
+from mlxbatch.errors import InputError, ItemTooLong, JobError, LabelError, UsageError
 from mlxbatch.io.prompts import read_labels_file
 
 GOOD = '{"id": "a", "text": "I was charged twice"}\n{"id": "b", "text": "the app crashes"}\n'
@@ -70,12 +70,24 @@ def test_classify_takes_the_item_limits_the_api_and_serve_take(tiny_model_dir, t
     src = tmp_path / "in.jsonl"
     src.write_text(GOOD)
     out = tmp_path / "o.jsonl"
+    clf = Classifier.load(tiny_model_dir)
+    texts = ["I was charged twice", "the app crashes"]
+    # 7: taken, and refused alike (the prompt's end leaves no token of text beside the marker)
     r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out, "--max-tokens", 7,
+                "--too-long", "truncate"], tmp_path)  # fmt: skip
+    assert r.exit_code == 0, r.output  # error rows, as every row over a limit is
+    for row in map(json.loads, out.read_text().splitlines()):
+        assert "over the limit of 7 set by --max-tokens 7" in row["error"], row
+        assert "too few tokens remain to truncate into" in row["error"], row
+    with pytest.raises(ItemTooLong, match="over the limit of 7 set by max_tokens=7, and too few"):
+        clf.classify(texts, max_tokens=7, truncate=True)
+    fits = len(clf.engine.fed(clf.engine.prompt(texts[0]))) - 1  # the first text is cut
+    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out, "--max-tokens", fits,
                 "--too-long", "truncate"], tmp_path)  # fmt: skip
     assert r.exit_code == 0, r.output
     rows = [json.loads(x) for x in out.read_text().splitlines()]
-    clf = Classifier.load(tiny_model_dir)
-    api = clf.classify(["I was charged twice", "the app crashes"], max_tokens=7, truncate=True)
+    api = clf.classify(texts, max_tokens=fits, truncate=True)
+    assert rows[0]["truncated"] and api[0].truncated == rows[0]["truncated"]
     assert [row["label"] for row in rows] == [p.label for p in api]
     assert [row["scores"] for row in rows] == [p.scores for p in api]  # the same bits
 

@@ -27,7 +27,14 @@ from ..engine.labels import LabelSet, check_names
 from ..engine.planner import DEFAULT_MAX_BATCH, Batch, CostModel, unsort
 from ..engine.prompt import DEFAULT_LABELS, default_system_prompt, description_problem
 from ..engine.scheduler import BatchPolicy, Scheduler, positional_items
-from ..errors import ItemTooLong, LabelError, SyntheticWeights, UsageError, unicode_problem
+from ..errors import (
+    ItemTooLong,
+    LabelError,
+    ModelError,
+    SyntheticWeights,
+    UsageError,
+    unicode_problem,  # fmt: skip
+)
 from ..model.hub import resolve
 from ..model.label_tokens import label_tokens
 from ..model.load import LoadedModel, load_model
@@ -204,12 +211,20 @@ class Classifier:
         scheduler = Scheduler(self.engine, settings.policy, items)
         done = [(batch, list(probs)) for batch, probs, _ in scheduler.step()]
         answers = self.predictions(np.stack(unsort(done, len(items)))[slot])
+        for i, said in enumerate(answers):
+            if not said.abstained and said.label is None:  # as the file job's rows are refused
+                dtype = str(self.lm.dtype).split(".")[-1]
+                raise ModelError(f"texts[{i}]: the model gave non-finite scores (NaN/inf) in "
+                                 f"{dtype}; load it with dtype='float32', or check_finite=True "
+                                 "to check its weights")  # fmt: skip
         cut = [items[k].truncated for k in slot]  # as classify's rows and the service say
         return [replace(p, truncated=c) if c else p for p, c in zip(answers, cut)]
 
     def _prediction(self, probs: np.ndarray) -> Prediction:
         names = self.labels.names
         scores = dict(zip(names, map(float, probs)))
+        if not np.isfinite(probs).all():  # no answer: argmax read NaN as the first label
+            return Prediction(None, scores)
         if self.adjust.abstains(probs):
             return Prediction(None, scores, True)
         return Prediction(names[int(np.argmax(probs))], scores)
@@ -249,7 +264,7 @@ def _check_load_args(model_dir, labels, system_prompt, examples, min_confidence,
         raise UsageError(f"min_confidence: expected a number, got "
                          f"{type(min_confidence).__name__}")  # fmt: skip
     if min_confidence is not None and not 0 <= min_confidence <= 1:  # NaN included
-        raise LabelError(f"min_confidence {min_confidence} is not between 0 and 1")
+        raise LabelError(f"min_confidence {str(min_confidence)[:40]} is not between 0 and 1")
     if descriptions is not None and not isinstance(descriptions, dict):
         raise UsageError(f"descriptions: expected a dict, got {type(descriptions).__name__}")
     for label, line in (descriptions or {}).items():  # as --labels-file checks its entries

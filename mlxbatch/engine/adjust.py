@@ -86,9 +86,12 @@ def parse_prior(
             if isinstance(value, str) and not DECIMAL.fullmatch(value.strip()):
                 raise ValueError(value)
             w = float(value)
+        except OverflowError:  # 10**400: a number, past a float's range
+            raise LabelError(f"{option} {part.strip()[:60]!r}: the weight is past a float's "
+                             "range") from None  # fmt: skip
         except (TypeError, ValueError):
             raise LabelError(
-                f"{option} {part.strip()!r}: {str(value).strip()!r} is not a number"
+                f"{option} {part.strip()[:60]!r}: {str(value).strip()[:40]!r} is not a number"
             ) from None
         if not np.isfinite(w) or w <= 0:
             raise LabelError(f"{option} {part.strip()!r}: weights must be positive")
