@@ -269,3 +269,24 @@ def test_python_api_numbers_past_a_float_are_short_refusals(tiny_model_dir):
     with pytest.raises(LabelError) as e:
         Classifier.load(tiny_model_dir, labels=["spam", "ham"], min_confidence=10**400)
     assert len(str(e.value)) < 120 and "not between 0 and 1" in str(e.value)
+
+
+def test_an_empty_chat_template_is_refused_not_read_as_none(tiny_model_dir, tmp_path):
+    """`"chat_template": ""` in tokenizer_config.json (or an empty chat_template.jinja) was read
+    as no template, and ChatML ran in its place; an empty chat_template.json was refused."""
+    import shutil
+
+    import pytest
+
+    from mlxbatch import Classifier
+    from mlxbatch.errors import ModelError
+
+    for n, where in enumerate(("tokenizer_config.json", "chat_template.jinja")):
+        model = shutil.copytree(tiny_model_dir, tmp_path / f"m{n}")
+        if where == "tokenizer_config.json":
+            cfg = json.loads((model / where).read_text())
+            (model / where).write_text(json.dumps(cfg | {"chat_template": "  \n"}))
+        else:
+            (model / where).write_text("")
+        with pytest.raises(ModelError, match=f"{where}.*an empty template"):
+            Classifier.load(model, labels=["spam", "ham"])

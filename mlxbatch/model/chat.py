@@ -95,13 +95,15 @@ def read_template(model_dir: Path) -> tuple[str | None, dict[str, str], str]:
         if isinstance(v, str):
             variables[key] = v
     file = model_dir / "chat_template.jinja"
+    source, where = _default_of(cfg.get("chat_template")), f"{path} (chat_template)"
     if file.is_file():
-        return file.read_text(encoding="utf-8"), variables, str(file)
-    source = _default_of(cfg.get("chat_template"))  # named templates: the default one
-    where = f"{model_dir / 'tokenizer_config.json'} (chat_template)"
-    if source is None and (model_dir / PROCESSOR_TEMPLATE).is_file():
+        source, where = file.read_text(encoding="utf-8"), str(file)
+    elif source is None and (model_dir / PROCESSOR_TEMPLATE).is_file():
         source, where = _processor_template(model_dir / PROCESSOR_TEMPLATE)
-    return (source if isinstance(source, str) and source.strip() else None), variables, where
+    if isinstance(source, str) and not source.strip():  # read as absent, ChatML ran silently
+        raise ModelError(f"{where}: an empty template; mend it, or remove it (ChatML runs "
+                         "without one)")  # fmt: skip
+    return (source if isinstance(source, str) else None), variables, where
 
 
 def _processor_template(path: Path) -> tuple[str, str]:
