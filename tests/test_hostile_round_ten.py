@@ -290,3 +290,18 @@ def test_an_empty_chat_template_is_refused_not_read_as_none(tiny_model_dir, tmp_
             (model / where).write_text("")
         with pytest.raises(ModelError, match=f"{where}.*an empty template"):
             Classifier.load(model, labels=["spam", "ham"])
+
+
+def test_a_yaml_label_read_as_a_boolean_says_to_quote_it(tmp_path):
+    """`yes:` / `no:` keys failed with "label True is not a non-empty string" and no hint."""
+    import pytest
+
+    from mlxbatch.errors import LabelError
+    from mlxbatch.io.prompts import read_labels_file
+
+    path = tmp_path / "labels.yaml"
+    path.write_text("yes: the customer agrees\nno: the customer refuses\n")
+    with pytest.raises(LabelError, match="label True is not a non-empty string .*quote the label"):
+        read_labels_file(path)
+    path.write_text('"yes": the customer agrees\n"no": the customer refuses\n')
+    assert list(read_labels_file(path)) == ["yes", "no"]

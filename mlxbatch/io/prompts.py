@@ -36,7 +36,9 @@ def read_labels_file(path: str | Path) -> dict[str, str]:
     out = {}
     for label, desc in data.items():
         if not isinstance(label, str) or not label.strip():
-            raise LabelError(f"{path}: label {label!r} is not a non-empty string")
+            quote = (" (YAML reads yes, no, on, off, true and false unquoted as booleans, and "
+                     "digits as numbers: quote the label)") if not isinstance(label, str) else ""  # fmt: skip
+            raise LabelError(f"{path}: label {label!r} is not a non-empty string{quote}")
         if problem := unicode_problem(label):
             raise InputError(f"{path}: the label {label!r} holds {problem}")
         if problem := description_problem(desc):
