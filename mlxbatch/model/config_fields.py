@@ -27,22 +27,27 @@ def _items(d: dict) -> tuple:
     return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in d.items()))
 
 
+def _by_layer_type(params, source: str) -> tuple[dict, dict]:
+    """(the sliding layers', the others') rope parameters: transformers >= 5 gives them per
+    layer type (Gemma 3), else one set for every layer. The sliding layers' rope is plain."""
+    if not isinstance(params, dict):
+        raise ModelError(f"{source}: rope_parameters must be an object, got {params!r}")
+    if FULL not in params and SLIDING not in params:
+        return {}, params
+    local, params = params.get(SLIDING) or {}, params.get(FULL) or {}
+    if not isinstance(local, dict):
+        raise ModelError(f"{source}: rope_parameters.{SLIDING} must be an object, got {local!r}")
+    if (local.get("rope_type") or local.get("type") or "default") != "default":
+        raise ModelError(f"{source}: rope_parameters.{SLIDING}: rope scaling "
+                         f"{local.get('rope_type') or local.get('type')!r} is not supported "
+                         "(the sliding layers rotate with plain rope)")  # fmt: skip
+    return local, params
+
+
 def rope_fields(cfg: dict, family: Family, source: str) -> dict:
     """rope_theta, rope_scaling, rope_local_base_freq and partial_rotary_factor, from either
     spelling (see the module docstring)."""
-    params = cfg.get("rope_parameters") or {}
-    if not isinstance(params, dict):
-        raise ModelError(f"{source}: rope_parameters must be an object, got {params!r}")
-    local = {}
-    if FULL in params or SLIDING in params:  # transformers >= 5, per layer type (Gemma 3)
-        local, params = params.get(SLIDING) or {}, params.get(FULL) or {}
-        if not isinstance(local, dict):
-            raise ModelError(f"{source}: rope_parameters.{SLIDING} must be an object, got "
-                             f"{local!r}")  # fmt: skip
-        if (local.get("rope_type") or local.get("type") or "default") != "default":
-            raise ModelError(f"{source}: rope_parameters.{SLIDING}: rope scaling "
-                             f"{local.get('rope_type') or local.get('type')!r} is not supported "
-                             "(the sliding layers rotate with plain rope)")  # fmt: skip
+    local, params = _by_layer_type(cfg.get("rope_parameters") or {}, source)
     scaling = cfg.get("rope_scaling") or params
     if not isinstance(scaling, dict):
         raise ModelError(f"{source}: rope_scaling must be an object, got {scaling!r}")
