@@ -84,15 +84,32 @@ def _overlap(writes: list[tuple[str, Path | None]], others: list[Path]):
     return None
 
 
+def _stdout_is_one_of(inputs: list[Path]) -> Path | None:
+    """The input that standard output writes into: only a regular file can be both (a terminal,
+    /dev/null or a socket is both streams of many a run, and writing there destroys nothing)."""
+    try:
+        out = os.fstat(1)
+    except OSError:
+        return None
+    if not stat.S_ISREG(out.st_mode):
+        return None
+    for path in inputs:
+        try:
+            st = os.stat(path)  # /dev/stdin: the file standard input reads
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (out.st_dev, out.st_ino):
+            return path
+    return None
+
+
 def check_output(output: Path | None, inputs: list[Path], resume: bool) -> str:
     """Refuse, before anything is read or written, an output that could destroy data; None:
     standard output, which a redirect may have opened on an input (`>> input.jsonl` appended
     the rows to the file the job was reading)."""
     if output is None:
-        if hit := _overlap([("standard output", Path("/dev/stdout"))], inputs):
-            named = (
-                os.path.realpath(hit[2]) if is_stream(hit[2]) else hit[2]
-            )  # /dev/stdin: its file
+        if hit := _stdout_is_one_of(inputs):
+            named = os.path.realpath(hit) if is_stream(hit) else hit  # /dev/stdin: its file
             raise OutputError(f"standard output is the input file {named} (a redirect onto it): "
                               "the rows would be written into what the job reads; give -o "
                               "another file")  # fmt: skip
