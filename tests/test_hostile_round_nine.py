@@ -227,7 +227,7 @@ def test_parity_says_in_one_line_when_mlx_lm_cannot_run_a_checkpoint(tied_pair, 
     def crashes(*args):
         return [][5]  # what mlx-lm raised: IndexError
 
-    monkeypatch.setattr(parity, "_mlx_lm_report", crashes)
+    monkeypatch.setattr(parity, "_mlx_lm_logits", crashes)
     hf, mlx = tied_pair
     r = invoke(["parity", hf, "--mlx", mlx])
     assert r.exit_code == 2 and "Traceback" not in r.output, r.output

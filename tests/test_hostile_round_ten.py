@@ -310,3 +310,28 @@ def test_a_yaml_label_read_as_a_boolean_says_to_quote_it(tmp_path):
         read_labels_file(path)
     path.write_text('"yes": the customer agrees\n"no": the customer refuses\n')
     assert list(read_labels_file(path)) == ["yes", "no"]
+
+
+def test_the_service_answers_non_finite_scores_with_its_json_500(tiny_model_dir):
+    """A reply holding NaN scores failed in the JSON encoder: a text/plain 500 and a traceback
+    in the log, after the request was counted a 200."""
+    from pathlib import Path
+
+    import numpy as np
+    import pytest
+
+    from mlxbatch import Classifier
+    from mlxbatch.api.limits import Limit, prepare
+    from mlxbatch.serve.errors import ApiError
+    from mlxbatch.serve.service import ServeSpec, Service
+
+    svc = Service(ServeSpec(model=Path(tiny_model_dir), name="m", labels=("spam", "ham")))
+    svc.clf = Classifier.load(tiny_model_dir, labels=["spam", "ham"])
+    items = [prepare(svc.clf.engine, t, Limit(512, "x"), False, i) for i, t in enumerate("ab")]
+    probs = np.array([[0.4, 0.6], [np.nan, np.nan]], np.float32)
+    with pytest.raises(ApiError) as e:
+        svc._reply("r", items, probs)
+    assert e.value.status == 500 and e.value.message.startswith(
+        "input[1]: the model gave non-finite"
+    )
+    svc.close()

@@ -47,7 +47,7 @@ API_HINT = " (see max_tokens, truncate)"  # what to change, as the Python API na
 
 @dataclass(frozen=True)
 class Prediction:
-    label: str | None  # None when the classifier abstains (below min_confidence)
+    label: str | None  # None: abstained (below min_confidence), or scores not finite
     scores: dict[str, float]
     abstained: bool = False
     truncated: dict | None = None  # {"from_tokens", "to_tokens"} where `truncate` cut the text

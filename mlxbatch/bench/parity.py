@@ -152,7 +152,8 @@ def mlx_lm_config(cfg: dict) -> tuple[dict, str]:
     return cfg, note
 
 
-def _mlx_lm_report(mlx_dir: Path, ours: list[np.ndarray], batches) -> ParityReport:
+def _mlx_lm_logits(mlx_dir: Path, batches) -> tuple[str, list[np.ndarray]]:
+    """mlx-lm's name in the report (with what its model leaves out) and its logits."""
     from mlx_lm.utils import load_model as mlx_lm_load
 
     cfg, note = mlx_lm_config(json.loads((mlx_dir / "config.json").read_text()))
@@ -162,8 +163,7 @@ def _mlx_lm_report(mlx_dir: Path, ours: list[np.ndarray], batches) -> ParityRepo
                 os.symlink(f.resolve(), Path(tmp) / f.name)
         (Path(tmp) / "config.json").write_text(json.dumps(cfg))
         peer, _ = mlx_lm_load(Path(tmp))
-        ref = [x for b in batches for x in mlx_lm_logits(peer, b)]
-    return compare("mlx-lm" + note, ours, ref)
+        return "mlx-lm" + note, [x for b in batches for x in mlx_lm_logits(peer, b)]
 
 
 def run_parity(
@@ -180,23 +180,26 @@ def run_parity(
     gc.collect()
     mx.clear_cache()
 
-    def transformers() -> ParityReport:
+    def transformers() -> tuple[str, list[np.ndarray]]:
         hf = AutoModelForCausalLM.from_pretrained(Path(hf_dir), dtype=torch.float32).eval()
-        return compare("transformers", ours, [x for b in batches for x in hf_logits(hf, b)])
+        return "transformers", [x for b in batches for x in hf_logits(hf, b)]
 
-    reports = [_reference("transformers", transformers)]
+    reports = [_reference("transformers", transformers, ours)]
     gc.collect()
     if with_mlx_lm:
-        reports.append(_reference("mlx-lm", lambda: _mlx_lm_report(Path(mlx_dir), ours, batches)))
+        reports.append(_reference("mlx-lm", lambda: _mlx_lm_logits(Path(mlx_dir), batches), ours))
     return reports
 
 
-def _reference(name: str, report: Callable[[], ParityReport]) -> ParityReport | NotCompared:
-    """A reference's report, or why it could not run the checkpoint: its own limits (mlx-lm's
-    Gemma 3 indexes layer 6 of 2; transformers' Qwen2 with sliding layers and no window)."""
+def _reference(name: str, logits: Callable[[], tuple[str, list[np.ndarray]]],
+               ours: list[np.ndarray]) -> ParityReport | NotCompared:  # fmt: skip
+    """A reference's logits compared with ours, or why it could not run the checkpoint: its
+    own limits (mlx-lm's Gemma 3 indexes layer 6 of 2; transformers' Qwen2 with sliding layers
+    and no window). Our comparison's own errors are not the reference's."""
     try:
-        return report()
+        shown, ref = logits()
     except Exception as e:
         where = traceback.extract_tb(e.__traceback__)[-1]
         return NotCompared(name, f"{type(e).__name__}: {' '.join(str(e).split())[:300]} (in "
                                  f"{Path(where.filename).name}:{where.lineno})")  # fmt: skip
+    return compare(shown, ours, ref)

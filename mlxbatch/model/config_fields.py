@@ -69,10 +69,9 @@ def rope_fields(cfg: dict, family: Family, source: str) -> dict:
     if local_theta is not None:
         out["rope_local_base_freq"] = local_theta
     prf = first(params.get("partial_rotary_factor"), cfg.get("partial_rotary_factor"), 1.0)
-    prf = prf if family.partial_rotary else 1.0  # (see Family.partial_rotary)
     if isinstance(prf, bool) or not isinstance(prf, (int, float)) or not 0 < prf <= 1:
         raise ModelError(f"{source}: partial_rotary_factor must be in (0, 1], got {prf!r}")
-    out["partial_rotary_factor"] = float(prf)
+    out["partial_rotary_factor"] = float(prf) if family.partial_rotary else 1.0  # (Family's)
     if kind == "default":
         return out
     if kind == "longrope":

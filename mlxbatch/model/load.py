@@ -99,6 +99,8 @@ def load_model(
         model.load_weights([(k, v.astype(dt) if mx.issubdtype(v.dtype, mx.floating) else v)
                             for k, v in tensors.items()], strict=True)  # fmt: skip
     except ValueError as e:  # a quantized layer config.json describes otherwise than stored
+        if not q:
+            raise
         raise ModelError(f"{model_dir}: the weights do not fit the layers config.json's "
                          f"quantization makes ({' '.join(str(e).split())[:200]})") from None  # fmt: skip
     note = ""

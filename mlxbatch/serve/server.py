@@ -115,6 +115,7 @@ def serve(service: Service, sock: socket.socket, api_key: bytes | None,
         build_app(service, api_key, limits), log_level=log_level, server_header=False,
         http=guarded_protocol(limits, service.metrics), timeout_keep_alive=limits.keep_alive_s,
         timeout_graceful_shutdown=limits.drain_s,
+        ws="none",  # `Upgrade: websocket` would leave GuardedProtocol where a library is installed
     )  # fmt: skip
     logging.getLogger("uvicorn.access").addFilter(PathOnly())
     logging.getLogger("uvicorn.error").addFilter(DrainEnded())
