@@ -335,3 +335,24 @@ def test_the_service_answers_non_finite_scores_with_its_json_500(tiny_model_dir)
         "input[1]: the model gave non-finite"
     )
     svc.close()
+
+
+def test_json_dash_into_a_socket_is_written_to_the_open_stream(tiny_model_dir, tmp_path):
+    """`--json -` opened /dev/stdout again, which Linux refuses on a socket (ENXIO), after the
+    whole job had run."""
+    import socket
+
+    src, out = _rows(tmp_path), tmp_path / "rows.jsonl"
+    assert invoke(["classify", src, "--model", tiny_model_dir, "--labels", "spam,ham",
+                   "-o", out], tmp_path).exit_code == 0  # fmt: skip
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        r = subprocess.run([sys.executable, "-m", "mlxbatch", "eval", str(src), str(out),
+                            "--gold-field", "gold", "--json", "-"], stdout=theirs,
+                           stderr=subprocess.PIPE, text=True, timeout=300)  # fmt: skip
+        theirs.close()
+        got = b""
+        while data := ours.recv(65536):
+            got += data
+    assert r.returncode == 0, r.stderr
+    assert json.loads(got)["evaluated"] == 6

@@ -39,6 +39,10 @@ def write_whole(path: Path, write: Callable[[TextIO], None], failed: str = "cann
         return write_atomically(path, write, failed)
     buf = io.StringIO()
     write(buf)
+    if names_stdout(path):  # the stream itself: /dev/stdout cannot be opened on a socket (ENXIO)
+        sys.stdout.write(buf.getvalue())
+        sys.stdout.flush()
+        return
     write_straight(path, buf.getvalue())
 
 
