@@ -515,67 +515,67 @@ def test_ctrl_c_twice_exits_130_with_a_clean_log(tiny_model_dir, tmp_path):
         s.stop()
 
 
+def _watched_service(monkeypatch, seconds: float):
+    """A service whose tokenizing only counts how many run at once, and in all, then refuses."""
+    from mlxbatch.serve.errors import ApiError
+    from mlxbatch.serve.service import ServeSpec, Service
+
+    svc = Service(ServeSpec(model=Path("/nonexistent-model"), name="m", labels=("a", "b")))
+    seen, lock = {"running": 0, "most": 0, "calls": 0}, threading.Lock()
+
+    def prepare(req):  # what a worker thread does
+        with lock:
+            seen["running"] += 1
+            seen["calls"] += 1
+            seen["most"] = max(seen["most"], seen["running"])
+        time.sleep(seconds)
+        with lock:
+            seen["running"] -= 1
+        raise ApiError(422, "stop here")
+
+    monkeypatch.setattr(svc, "_prepare", prepare)
+    return svc, seen
+
+
 def test_long_requests_are_prepared_one_at_a_time(monkeypatch):
     """Sixteen 2 MB texts under "truncate" were tokenized at once: ~170 MB each (3.2 GB), and
     a SIGTERM waited for every worker thread (8.9 s past a 2 s --drain-timeout). Requests over
-    LONG_CHARS now take turns on a thread of their own; a turn not begun ends with its
-    request (a drain's cancel reaches it)."""
+    LONG_CHARS now take turns on a thread of their own."""
     import asyncio
 
     from mlxbatch.serve import service as service_module
     from mlxbatch.serve.errors import ApiError
     from mlxbatch.serve.limits import ClassifyBody
-    from mlxbatch.serve.service import ServeSpec, Service
 
-    svc = Service(ServeSpec(model=Path("/nonexistent-model"), name="m", labels=("a", "b")))
-    running, most = [0], [0]
-
-    def prepare(req):  # what the worker thread does, observed: how many at once
-        running[0] += 1
-        most[0] = max(most[0], running[0])
-        time.sleep(0.1)
-        running[0] -= 1
-        raise ApiError(422, "stop here")
-
-    monkeypatch.setattr(svc, "_prepare", prepare)
+    svc, seen = _watched_service(monkeypatch, 0.1)
 
     async def burst(chars: int) -> int:
-        most[0] = 0
+        seen["most"] = 0
         body = ClassifyBody(["x" * chars], True)
         calls = [svc.classify(body) for _ in range(6)]
         results = await asyncio.gather(*calls, return_exceptions=True)
         assert all(isinstance(r, ApiError) for r in results)
-        return most[0]
+        return seen["most"]
 
-    long = service_module.LONG_CHARS + 1
-    assert asyncio.run(burst(long)) == 1
-    assert asyncio.run(burst(100)) > 1  # short ones still run side by side
-    svc.close()
+    try:
+        assert asyncio.run(burst(service_module.LONG_CHARS + 1)) == 1
+        assert asyncio.run(burst(100)) > 1  # short ones still run side by side
+    finally:
+        svc.close()
 
 
 def test_a_long_request_whose_client_left_keeps_its_turn_until_its_thread_ends(monkeypatch):
     """The turn was held by the request: a client that sent 2 MB and left (its request
     cancelled) released it while its thread still tokenized, and the next ran beside it (20
-    such clients: 14 more threads, +1.7 GB). The turns its request had not begun never run."""
+    such clients: 14 more threads, +1.7 GB). The turns its request had not begun never run,
+    and a request after the service closed is a 503."""
     import asyncio
 
     from mlxbatch.serve import service as service_module
     from mlxbatch.serve.errors import ApiError
     from mlxbatch.serve.limits import ClassifyBody
-    from mlxbatch.serve.service import ServeSpec, Service
 
-    svc = Service(ServeSpec(model=Path("/nonexistent-model"), name="m", labels=("a", "b")))
-    running, most, calls = [0], [0], [0]
-
-    def prepare(req):
-        running[0] += 1
-        calls[0] += 1
-        most[0] = max(most[0], running[0])
-        time.sleep(0.3)
-        running[0] -= 1
-        raise ApiError(422, "stop here")
-
-    monkeypatch.setattr(svc, "_prepare", prepare)
+    svc, seen = _watched_service(monkeypatch, 0.3)
     body = ClassifyBody(["x" * (service_module.LONG_CHARS + 1)], True)
 
     async def clients_leave_then_others_come() -> None:
@@ -588,11 +588,17 @@ def test_a_long_request_whose_client_left_keeps_its_turn_until_its_thread_ends(m
         results = await asyncio.gather(*after, return_exceptions=True)
         assert all(isinstance(r, ApiError) and r.status == 422 for r in results), results
 
+    async def after_close() -> None:
+        with pytest.raises(ApiError) as e:
+            await svc.classify(body)
+        assert e.value.status == 503
+
     try:
         asyncio.run(clients_leave_then_others_come())
     finally:
         svc.close()
-    assert most[0] == 1 and calls[0] == 4, (most, calls)
+    assert seen["most"] == 1 and seen["calls"] == 4, seen
+    asyncio.run(after_close())
 
 
 # -- clients that leave their work behind, or never read -----------------------------------
