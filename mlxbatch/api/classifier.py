@@ -52,6 +52,11 @@ class Prediction:
     abstained: bool = False
     truncated: dict | None = None  # {"from_tokens", "to_tokens"} where `truncate` cut the text
 
+    @property
+    def not_finite(self) -> bool:
+        """No answer, and no abstention: the scores are not finite (`Classifier.predictions`)."""
+        return self.label is None and not self.abstained
+
 
 class Classifier:
     def __init__(
@@ -212,13 +217,15 @@ class Classifier:
         done = [(batch, list(probs)) for batch, probs, _ in scheduler.step()]
         answers = self.predictions(np.stack(unsort(done, len(items)))[slot])
         for i, said in enumerate(answers):
-            if not said.abstained and said.label is None:  # as the file job's rows are refused
-                dtype = str(self.lm.dtype).split(".")[-1]
-                raise ModelError(f"texts[{i}]: the model gave non-finite scores (NaN/inf) in "
-                                 f"{dtype}; load it with dtype='float32', or check_finite=True "
-                                 "to check its weights")  # fmt: skip
+            if said.not_finite:  # as the file job's rows are refused
+                raise ModelError(f"texts[{i}]: {self.non_finite()}; load it with "
+                                 "dtype='float32', or check_finite=True to check its weights")  # fmt: skip
         cut = [items[k].truncated for k in slot]  # as classify's rows and the service say
         return [replace(p, truncated=c) if c else p for p, c in zip(answers, cut)]
+
+    def non_finite(self) -> str:
+        """Why a row of scores that are not finite has no answer, before each entry's hint."""
+        return f"the model gave non-finite scores (NaN/inf) in {str(self.lm.dtype).split('.')[-1]}"
 
     def _prediction(self, probs: np.ndarray) -> Prediction:
         names = self.labels.names

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
 
+import mlx.core as mx
 import numpy as np
 from tqdm import tqdm
 
@@ -21,10 +22,9 @@ from .plan import JobPlan
 
 
 def non_finite_error(clf: Classifier) -> str:
-    dtype = str(clf.lm.dtype).split(".")[-1]
-    hint = ("run with --dtype float32" if dtype != "float32"
+    hint = ("run with --dtype float32" if clf.lm.dtype != mx.float32
             else "check the weights with --check-weights")  # fmt: skip
-    return f"the model gave non-finite scores (NaN/inf) in {dtype}; {hint}"
+    return f"{clf.non_finite()}; {hint}"
 
 
 def batch_rows(

@@ -203,9 +203,8 @@ class Service:
         names = self.clf.labels.names
         data = []
         for i, (item, said) in enumerate(zip(items, self.clf.predictions(probs))):
-            if said.label is None and not said.abstained:  # (a NaN reply was a text/plain 500)
-                raise ApiError(500, f"input[{i}]: the model gave non-finite scores (NaN/inf) in "
-                                    f"{str(self.clf.lm.dtype).split('.')[-1]}")  # fmt: skip
+            if said.not_finite:  # (a NaN reply was a text/plain 500)
+                raise ApiError(500, f"input[{i}]: {self.clf.non_finite()}")
             row = {"index": i, "label": said.label, "probs": [said.scores[n] for n in names],
                    "num_classes": len(names), "scores": said.scores,
                    "abstained": said.abstained}  # fmt: skip
