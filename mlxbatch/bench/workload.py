@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from ..errors import OutputError
+from ..io.outputs import check_output
 from ..io.rows import output_format_of, write_records
-from ..io.sinks import is_journal, lock_holder
 from ..io.streams import write_whole
 
 INTENTS = ("billing", "technical", "account")
@@ -175,14 +175,8 @@ def write_tickets(rows: list[dict], path: Path | None) -> None:
         sys.stdout.write("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in rows))
         return
     fmt = output_format_of(path)
-    if path.is_file() and (is_journal(path) or lock_holder(path)):
-        raise OutputError(f"{path}: is the journal of an mlxbatch run, or another process is "
-                          "writing it; the tickets go elsewhere")  # fmt: skip
+    check_output(path, [], resume=False)  # as classify's -o: no journal, no file a run holds
     if fmt != ("jsonl", False) and path.exists() and not path.is_file():
         raise OutputError(f"{path}: cannot write the tickets as {''.join(path.suffixes[-2:])} "
                           "there (not a regular file); drop the suffix for JSONL")  # fmt: skip
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise OutputError(f"{path}: cannot write the tickets ({e.strerror or e})") from None
     write_whole(path, lambda f: write_records(f, rows, path.name), "cannot write the tickets")

@@ -40,12 +40,8 @@ from .common import (
 def tickets(n, seed, mix, output):
     """Generate N synthetic support tickets (id, text, intent)."""
     from ..bench.workload import generate, write_tickets
-    from ..io.outputs import check_output
 
-    path = output_path(output, "the tickets")
-    if path is not None:  # as classify's -o: not a file another run reads, nor a journal
-        check_output(path, [], resume=False)
-    write_tickets(generate(n, seed, mix), path)
+    write_tickets(generate(n, seed, mix), output_path(output, "the tickets"))
 
 
 @click.command()

@@ -95,11 +95,10 @@ def _stdout_is_one_of(inputs: list[Path]) -> Path | None:
         return None
     for path in inputs:
         try:
-            st = os.stat(path)  # /dev/stdin: the file standard input reads
+            if os.path.samestat(os.stat(path), out):  # /dev/stdin: the file stdin reads
+                return path
         except OSError:
             continue
-        if (st.st_dev, st.st_ino) == (out.st_dev, out.st_ino):
-            return path
     return None
 
 

@@ -89,8 +89,7 @@ class JobInput:
                 chars: int | None = None) -> Iterator[tuple[int, list[Row]]]:  # fmt: skip
         """(first row's index, rows) of `size` rows at a time, or fewer whose texts reach
         `chars` characters (api/spec.WINDOW_CHARS, as a job's settings record it; None: no such
-        bound),
-        read as each is asked for; after a `scan`, with the duplicate ids it found (no table
+        bound), read as each is asked for; after a `scan`, with the duplicate ids it found (no table
         of ids held again)."""
         rows, start = iter(self.reopen(scanned.duplicates if scanned else None)), 0
         while window := _window(rows, size, chars):
