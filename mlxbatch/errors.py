@@ -34,6 +34,12 @@ class OutputError(UsageError):
     """An output path that cannot be written safely."""
 
 
+def one_line(error: BaseException, most: int) -> str:
+    """An exception's message on one line, at most `most` characters: a library's message
+    (MLX's names its parameters a line each) quoted inside one of ours."""
+    return " ".join(str(error).split())[:most]
+
+
 def unicode_problem(text: str) -> str | None:
     """Why `text` is not valid Unicode, or None: a lone surrogate, which JSON's "\\ud800" escape
     and command-line bytes that are not UTF-8 both produce, and which no tokenizer or UTF-8

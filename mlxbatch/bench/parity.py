@@ -24,6 +24,7 @@ import mlx.core as mx
 import numpy as np
 
 from ..engine.layout import batch_mask
+from ..errors import one_line
 from ..model.load import LoadedModel, load_model
 
 PARITY_TEXTS = (
@@ -200,6 +201,6 @@ def _reference(name: str, logits: Callable[[], tuple[str, list[np.ndarray]]],
         shown, ref = logits()
     except Exception as e:
         where = traceback.extract_tb(e.__traceback__)[-1]
-        return NotCompared(name, f"{type(e).__name__}: {' '.join(str(e).split())[:300]} (in "
+        return NotCompared(name, f"{type(e).__name__}: {one_line(e, 300)} (in "
                                  f"{Path(where.filename).name}:{where.lineno})")  # fmt: skip
     return compare(shown, ours, ref)

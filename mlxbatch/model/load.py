@@ -8,7 +8,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from ..errors import ModelError
+from ..errors import ModelError, one_line
 from . import quantize
 from .config import ModelArgs
 from .decoder import Decoder
@@ -102,7 +102,7 @@ def load_model(
         if not q:
             raise
         raise ModelError(f"{model_dir}: the weights do not fit the layers config.json's "
-                         f"quantization makes ({' '.join(str(e).split())[:200]})") from None  # fmt: skip
+                         f"quantization makes ({one_line(e, 200)})") from None  # fmt: skip
     note = ""
     if q and mx.default_device() == mx.cpu:
         quantize.dequantize(model, dt)

@@ -17,7 +17,7 @@ import io
 import mlx.core as mx
 import mlx.nn as nn
 
-from ..errors import ModelError
+from ..errors import ModelError, one_line
 
 
 def quantization(config: dict) -> dict | None:
@@ -56,7 +56,7 @@ def apply(model: nn.Module, q: dict, weights: dict[str, mx.array]) -> None:
     try:
         _apply(model, q, weights)
     except (ValueError, TypeError) as e:
-        raise ModelError(f"config.json: quantization: {' '.join(str(e).split())[:200]}") from None
+        raise ModelError(f"config.json: quantization: {one_line(e, 200)}") from None
 
 
 def _apply(model: nn.Module, q: dict, weights: dict[str, mx.array]) -> None:
