@@ -109,7 +109,7 @@ class ModelArgs:
         vision_language = is_vision_language(cfg)
         cfg = text_config(cfg, source)
         model_type = cfg.get("model_type")
-        if model_type not in SUPPORTED_MODEL_TYPES:
+        if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
             names = ", ".join([f"{t} ({f.name})" for t, f in FAMILIES.items()]
                               + [f"{t} (its language model)" for t in TEXT_TYPES])  # fmt: skip
             raise ModelError(f"{source}: model_type {model_type!r} is not supported "

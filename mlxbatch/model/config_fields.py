@@ -54,10 +54,10 @@ def rope_fields(cfg: dict, family: Family, source: str) -> dict:
     scaling = {k: v for k, v in scaling.items() if k not in ("rope_theta", "type")} | {
         "rope_type": scaling.get("rope_type") or scaling.get("type") or "default"
     }
-    kind = scaling["rope_type"] = family.rope_aliases.get(
-        scaling["rope_type"], scaling["rope_type"]
-    )  # Phi-3's `su`, `yarn`
-    if kind not in ROPE_TYPES or kind not in family.rope_types:
+    kind = scaling["rope_type"]
+    if isinstance(kind, str):  # (a list or an object: unhashable, refused below)
+        kind = scaling["rope_type"] = family.rope_aliases.get(kind, kind)  # Phi-3's `su`, `yarn`
+    if not isinstance(kind, str) or kind not in ROPE_TYPES or kind not in family.rope_types:
         raise ModelError(f"{source}: rope scaling {kind!r} is not supported for {family.name} "
                          f"({', '.join(family.rope_types)})")  # fmt: skip
     d = family.defaults

@@ -73,4 +73,5 @@ def model_dir(model: str | Path | None, announce: Callable[[str], None] = print)
     default (announced); every command resolves its model here."""
     from .hub import resolve
 
-    return resolve(model) if model else default_model_dir(announce=announce)
+    # (an empty one is refused, not taken for no --model: it wrote and ran a synthetic model)
+    return default_model_dir(announce=announce) if model is None else resolve(model)

@@ -40,6 +40,9 @@ def offline() -> bool:
 
 def resolve(spec: str | Path) -> Path:
     """A local model directory for `spec`: a path, or a hub id (cached or downloaded)."""
+    if not str(spec).strip():  # Path("") is the working directory; a script's unset $MODEL
+        raise ModelError(f"the model is named by an empty string ({spec!r}): give a model "
+                         "directory or a hub id")  # fmt: skip
     path = Path(spec).expanduser()
     if path.exists():
         if not path.is_dir():

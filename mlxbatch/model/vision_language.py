@@ -23,7 +23,8 @@ OTHER_TOWERS = ("vision_tower.", "multi_modal_projector.", "model.vision_tower."
 
 
 def is_vision_language(cfg: dict) -> bool:
-    return cfg.get("model_type") in TEXT_TYPES
+    model_type = cfg.get("model_type")
+    return isinstance(model_type, str) and model_type in TEXT_TYPES  # (a list: unhashable)
 
 
 def text_config(cfg: dict, source: str) -> dict:

@@ -33,7 +33,8 @@ def closing_reply(status: int, message: str) -> bytes:
 
 # typed by hand, the first two said 96 and 91 bytes of bodies of 100 and 90: a cut-off JSON
 REFUSED = closing_reply(503, "too many open connections; retry later")
-HEAD_TIMEOUT = closing_reply(408, "the request head came too slowly")
+HEAD_SLOW = "the request head came too slowly"
+HEAD_TIMEOUT = closing_reply(408, HEAD_SLOW)
 NOT_HTTP = "the request is not valid HTTP/1.1"
 INVALID_HTTP = closing_reply(400, NOT_HTTP)
 # h11's buffer (uvicorn's h11_max_incomplete_event_size is not set): it refuses a head that
