@@ -9,6 +9,7 @@ import mlx.core as mx
 from ..model.config import ModelArgs
 from ..model.hostops import BLOCK, EDGE, TILE
 from ..runtime.memory import available_bytes
+from .labels import LOGIT_COPIES, continuation_rows
 
 MAX_BUDGET = 16384  # the largest default budget memory can justify
 MIN_BUDGET = 64
@@ -66,17 +67,24 @@ class Footprint:
         rows = max_batch * (self.n_labels if self.label_len > 1 else 1)
         kv = 2 * a.num_hidden_layers * rows * a.num_key_value_heads * a.head_dim
         kv *= context * self.dtype_bytes
-        t = batch_tokens
+        # the forward over the batch's tokens, then the one over its labels' earlier tokens
+        # (multi-token labels: each row's label rows, teacher-forced), one after the other
+        positions = self.n_labels * max(self.label_len - 1, 0)  # later label tokens a row
+        t = max(batch_tokens, max_batch * positions)
         mlp = 3 * t * a.intermediate_size * self.dtype_bytes
         attn = 3 * t * a.num_attention_heads * context * 4 + 5 * t * context  # + the masks
         hidden = 8 * t * a.hidden_size * self.dtype_bytes
-        head = max_batch * self.n_labels * max(self.label_len - 1, 0) * a.vocab_size * 4
+        chunk = min(max_batch, continuation_rows(positions, a.vocab_size))
+        head = LOGIT_COPIES * chunk * positions * a.vocab_size * 4  # (labels.py)
         # the host path's attention pads each row's query rows to whole tiles between zero
-        # rows (hostops.attention): per row and KV head at most one tile more of scores and
-        # of the tiled mask, the padded queries and the accumulator
-        depth = max(a.head_dim, BLOCK)
+        # rows (host_attention.tiled_attention): per row and KV head at most one tile more of
+        # scores (twice: the product and the mask), the padded queries and the accumulator.
+        # Label rows, a few queries each, are nearly all padding, and their scores were alive
+        # about four times over: 100 four-token labels behind one ticket peaked at 1.09 GiB
+        # where two copies gave 0.27 (tiny model, 2 lanes)
+        depth, copies = max(a.head_dim, BLOCK), 4 if self.label_len > 1 else 2
         pad = rows * a.num_key_value_heads * (TILE + 2 * EDGE)
-        pad *= (2 * context + 2 * depth + 1) * 4
+        pad *= (copies * context + 2 * depth + 1) * 4
         return BudgetCost(kv * self.lanes, (mlp + attn + hidden + head + pad) * self.lanes)
 
     def longest_item(self, available: int, cap: int, share: float = 0.5) -> int:

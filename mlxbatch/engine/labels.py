@@ -110,22 +110,48 @@ def first_token_logits(model: Decoder, h_last: mx.array, labels: LabelSet) -> mx
     return model.head(h_last, mx.array(labels.first_ids))
 
 
+# The fp32 logits of later label tokens held at once, at most: the continuation pass takes a
+# batch's rows a few at a time (each row's positions whole), so its memory does not grow with
+# rows x labels x tokens (300 four-token labels behind 20 rows held 20 x 900 positions x a
+# 151,936-word vocabulary in fp32, 11 GB, about three times over in the log-sum-exp: the
+# kernel killed the job at 23.7 GB)
+LOGIT_BYTES = 1 << 26
+# arrays of that size alive at once: on the host path (hostops.matmul_t) the product's tiles,
+# their transposed slices and the concatenation, then the log-sum-exp's two working arrays
+LOGIT_COPIES = 5
+
+
+def continuation_rows(positions: int, vocab_size: int) -> int:
+    """Rows whose `positions` later label tokens' logits fit LOGIT_BYTES (at least one)."""
+    return max(1, LOGIT_BYTES // max(1, positions * vocab_size * 4))
+
+
 def continuation_logprobs(
     model: Decoder, h_lab: mx.array, labels: LabelSet, host_kernels: bool = False
 ) -> mx.array:
     """(B, J): sum over each label's tokens after the first of their full-vocab log-probs.
 
     `h_lab` (B * J, max_len - 1, D) are the hidden states of the teacher-forced label inputs,
-    row r * J + j holding label j behind prompt r.
+    row r * J + j holding label j behind prompt r. Rows are taken `continuation_rows` at a
+    time: a row's log-probs are the same in any company (the head's rows are independent).
     """
     J, T = len(labels.names), labels.max_len - 1
     B = h_lab.shape[0] // J
     j, slot, tok = labels.continuation_slots()
     flat = (np.arange(B)[:, None] * J + j[None, :]) * T + slot[None, :]  # (B, S)
-    h = h_lab.reshape(B * J * T, -1)[mx.array(flat.reshape(-1))]  # (B * S, D)
-    logits = model.head(h, host_kernels=host_kernels).astype(mx.float32)  # at these positions
-    target = mx.take_along_axis(logits, mx.array(np.tile(tok, B))[:, None], axis=-1)[:, 0]
-    lp = (target - mx.logsumexp(logits, axis=-1)).reshape(B, len(j))
+    h_all = h_lab.reshape(B * J * T, -1)
+    step = continuation_rows(len(j), model.args.vocab_size)
+    parts = []
+    for first in range(0, B, step):
+        rows = flat[first : first + step]  # (n, S)
+        h = h_all[mx.array(rows.reshape(-1))]  # (n * S, D)
+        logits = model.head(h, host_kernels=host_kernels).astype(mx.float32)  # these positions
+        target = mx.take_along_axis(logits, mx.array(np.tile(tok, len(rows)))[:, None],
+                                    axis=-1)[:, 0]  # fmt: skip
+        parts.append((target - mx.logsumexp(logits, axis=-1)).reshape(len(rows), len(j)))
+        if step < B:
+            mx.eval(parts[-1])  # this chunk's logits freed before the next chunk's are made
+    lp = parts[0] if len(parts) == 1 else mx.concatenate(parts, axis=0)
     sums = []  # each label's tokens added one by one, in order: a matmul's order is the BLAS's
     for label in range(J):
         total = mx.zeros((B,), lp.dtype)
