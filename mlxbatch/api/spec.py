@@ -162,7 +162,8 @@ def resolve_settings(
         budget, max_batch, cost, limit, window, window_chars = _recorded(recorded, spec)
     else:
         limit = limit or item_limit(engine, spec, names)
-        max_batch, window, window_chars = spec.max_batch, spec.window, WINDOW_CHARS
+        window, window_chars = spec.window, WINDOW_CHARS
+        max_batch = engine.footprint.most_rows(spec.max_batch)  # (rows heavy with labels)
         budget = spec.batch_tokens or engine.default_budget(spec.max_batch, 1)
         if step.planner != "cost":
             cost = None

@@ -12,7 +12,6 @@ from ..runtime.memory import available_bytes
 from .labels import LOGIT_COPIES, continuation_rows
 
 MAX_BUDGET = 16384  # the largest default budget memory can justify
-MIN_BUDGET = 64
 # The preferred padded-token budget per batch: the default cap of both planners, so that the
 # largest batch, hence peak memory, does not grow with the job. On the CPU each batch runs on
 # one core (a lane; a 1-core machine has one), and at 2,048 tokens its fixed cost (the weights
@@ -105,14 +104,25 @@ class Footprint:
     def memory_budget(
         self, max_batch: int, longest: int, available: int | None = None, share: float = 0.5
     ) -> int:
-        """The largest power-of-two budget (at most MAX_BUDGET) within `share` of memory."""
+        """The largest power-of-two budget (at most MAX_BUDGET) within `share` of memory, as
+        few tokens as that takes (a plan raises a budget below its longest item to fit it)."""
         avail = (available if available is not None else available_bytes()) * share
         fits = MAX_BUDGET
-        while fits > MIN_BUDGET:
-            if self.batch_cost(fits, max_batch, longest).total <= avail:
-                break
+        while fits > 1 and self.batch_cost(fits, max_batch, longest).total > avail:
             fits //= 2
         return fits
+
+    def most_rows(self, max_batch: int, available: int | None = None, share: float = 0.5) -> int:
+        """The most rows a batch may have (at most `max_batch`, at least 1) within `share` of
+        memory, each row one token behind the prefix. Only a row that carries much besides its
+        tokens (multi-token labels: the row's cache and attention once per label) lowers it: a
+        budget raised to fit the longest item let 200 four-token labels run 3 rows a batch
+        where one row's label pass took 3.6 GB."""
+        avail = (available if available is not None else available_bytes()) * share
+        rows = max_batch
+        while rows > 1 and self.batch_cost(rows, rows, 1).total > avail:
+            rows //= 2
+        return rows
 
     def default_budget(
         self, max_batch: int, longest: int, available: int | None = None, share: float = 0.5,

@@ -78,19 +78,21 @@ def _available() -> int:
     return total_bytes()
 
 
-def keep_freed_buffers(nbytes: int) -> None:
-    """Let MLX keep up to `nbytes` of freed buffers for reuse (raised, never lowered).
+def keep_freed_buffers(nbytes: int, ceiling: int | None = None) -> None:
+    """Let MLX keep up to `nbytes` of freed buffers for reuse (raised, never lowered but to
+    `ceiling`).
 
     MLX's CPU buffer cache keeps 32 MB by default, so every large intermediate of a big batch
     (a 2,048-token lane's MLP output is 40 MB) was a fresh allocation whose pages were faulted
-    in again: 20 ms for an addition that takes 2 ms from a reused buffer (measured). The
-    cached buffers are the batch's own transients, already inside the job's memory bound.
+    in again: 20 ms for an addition that takes 2 ms from a reused buffer (measured). Buffers
+    kept and not reused are memory beside the job's bound: the caller keeps `nbytes` within
+    what the bound leaves (Engine._keep_buffers).
     """
     import mlx.core as mx
 
     previous = mx.set_cache_limit(nbytes)
     if previous > nbytes:
-        mx.set_cache_limit(previous)
+        mx.set_cache_limit(previous if ceiling is None else min(previous, max(nbytes, ceiling)))
 
 
 def return_freed_memory() -> None:
