@@ -115,3 +115,66 @@ def test_the_continuation_pass_gives_the_same_bits_a_few_rows_at_a_time(tiny_mod
     assert lab.continuation_rows(10, model.args.vocab_size) == 1
     rows = np.array(lab.continuation_logprobs(model, h_lab, labels, host_kernels=True))
     assert np.array_equal(whole, rows)
+
+
+def test_rows_heavy_with_labels_are_planned_as_few_a_batch_as_memory_needs(tiny_model_dir):
+    """200 four-token labels: each row carries its cache and attention once per label, and a
+    budget floor of 64 tokens, raised to fit the longest item, planned 3 rows a batch where
+    one row's label pass took 3.6 GB; with the buffers MLX kept (7 GB, not in the bound) a
+    24 GB machine killed the job. The rows and the budget now come down as far as memory
+    needs; an ordinary label set keeps its 64 rows."""
+    from mlxbatch import Classifier
+
+    many = Classifier.load(tiny_model_dir, [f"label{i:03d}" for i in range(200)]).footprint
+    few = Classifier.load(tiny_model_dir, ["spam", "ham"]).footprint
+    avail = int(2.5 * many.batch_cost(1, 1, 1).total)  # half of it holds one such row, not 2
+    assert many.batch_cost(2, 2, 1).total > avail / 2
+    assert many.most_rows(64, avail) == 1 and few.most_rows(64, avail) == 64
+    assert many.memory_budget(64, 1, avail) == 1
+    assert few.memory_budget(64, 1, avail) == few.memory_budget(64, 1, 1 << 40) >= 64
+
+
+def test_buffers_kept_for_reuse_are_lowered_to_what_the_bound_leaves():
+    """MLX's cache of freed buffers was raised to a window's largest activations and never
+    lowered: beside batches that took most of the memory it kept gigabytes more."""
+    import mlx.core as mx
+
+    from mlxbatch.runtime.memory import keep_freed_buffers
+
+    before = mx.set_cache_limit(32 << 20)
+    try:
+        keep_freed_buffers(256 << 20)
+        keep_freed_buffers(1 << 20)  # lower, with no ceiling: kept
+        assert mx.set_cache_limit(256 << 20) == 256 << 20
+        keep_freed_buffers(1 << 20, 64 << 20)  # what the bound leaves: 64 MB
+        assert mx.set_cache_limit(64 << 20) == 64 << 20
+    finally:
+        mx.set_cache_limit(before)
+
+
+def test_a_job_refused_before_its_first_row_leaves_no_journal(tiny_model_dir, tmp_path):
+    """A naive batch refused for memory, after the scan, left a journal holding only its
+    header: the run the refusal advised (a lower --max-batch) was refused ("holds an
+    interrupted run: add --resume"), and with --resume it ran the shape the journal recorded,
+    the one just refused, unchecked as a resumed plan."""
+    import subprocess
+    import sys
+
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    rows = [{"text": f"ticket {i} about a refund"} for i in range(24)]
+    rows[3]["text"] = " ".join(f"word{i}" for i in range(600))  # ~2,600 tokens: under the limit
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    env = {**__import__("os").environ, "MLXBATCH_MEMORY_LIMIT": "3G"}
+
+    def classify(*extra):
+        return subprocess.run([sys.executable, "-m", "mlxbatch", "classify", str(src), "--model",
+                               str(tiny_model_dir), "--labels", "spam,ham", "-o", str(out),
+                               "--mode", "naive", *extra],
+                              capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+
+    r = classify()
+    assert r.returncode == 2 and "one batch needs about" in r.stderr, r.stderr[-2000:]
+    assert not out.exists() and not (tmp_path / "out.jsonl.part").exists()
+    r = classify("--max-batch", "1")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert len(out.read_text().splitlines()) == 24

@@ -43,6 +43,9 @@ class OrderedStream:
             raise RuntimeError(f"only {self.next} of {self.n} rows were printed")
         self.close()
 
+    def abandon(self) -> None:
+        self.close()
+
     def close(self) -> None:
         if self.stream is not None and not self.stream.closed:
             try:

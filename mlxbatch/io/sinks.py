@@ -84,6 +84,7 @@ class Sink(Protocol):
     def append(self, rows: list[tuple[int, dict]]) -> None: ...
     def finish(self, n_rows: int, labels: tuple[str, ...]) -> None: ...
     def close(self) -> None: ...
+    def abandon(self) -> None: ...
 
 
 def journal_path(output: Path) -> Path:
@@ -134,6 +135,7 @@ class Journal:
         if not fresh and _unwritten(_first_line(self.fd)):
             os.ftruncate(self.fd, 0)  # a header never finished (a full disk): no rows to lose
             fresh = True
+        self.made = fresh  # this run wrote the header
         if fresh:
             self.header = header
             self._write((dumps({"mlxbatch_journal": JOURNAL_VERSION, **header}) + "\n").encode())
@@ -241,6 +243,14 @@ class Journal:
         write_atomically(self.output, lambda f: write_rows(f, rows, labels, self.output.name),
                          "cannot write (the journal keeps every row)")  # fmt: skip
         self._unlink_own()
+        self.close()
+
+    def abandon(self) -> None:
+        """Closed as the job fails. A journal this run made that holds no row has nothing to
+        resume: removed (a batch refused for memory left a bare header, which refused the next
+        run without --resume, and with it ran the refused shape, unchecked as a resumed plan)."""
+        if self.fd >= 0 and self.made and len(self.done) == 0:
+            self._unlink_own()
         self.close()
 
     def _unlink_own(self) -> None:

@@ -194,7 +194,7 @@ class Job:
                                               self.settings, True))  # fmt: skip
         except BaseException:  # Ctrl-C included: what is in the journal stays there
             if self.sink is not None:
-                self.sink.close()
+                self.sink.abandon()
             raise
         finally:
             if self.bar is not None:
