@@ -178,3 +178,22 @@ def test_a_job_refused_before_its_first_row_leaves_no_journal(tiny_model_dir, tm
     r = classify("--max-batch", "1")
     assert r.returncode == 0, r.stderr[-2000:]
     assert len(out.read_text().splitlines()) == 24
+
+
+def test_a_body_in_utf16_is_refused_and_a_utf8_byte_order_mark_is_passed_over():
+    """JSON in UTF-16 (with its byte order mark) was scored: `json.loads` on bytes guesses
+    UTF-16 and UTF-32. RFC 8259 asks for UTF-8; a UTF-8 byte order mark is passed over."""
+    import codecs
+
+    from mlxbatch.serve.errors import ApiError
+    from mlxbatch.serve.limits import Limits, parse_classify
+
+    doc = '{"input": ["a refund, please"]}'
+    for body in (doc.encode("utf-16"), doc.encode("utf-32"), b'{"input": "caf\xe9"}'):
+        with pytest.raises(ApiError, match="the body is not UTF-8") as e:
+            parse_classify(body, Limits(), ("m",))
+        assert e.value.status == 400
+    with pytest.raises(ApiError, match="not valid JSON"):  # no mark: NULs between the bytes
+        parse_classify(doc.encode("utf-16-le"), Limits(), ("m",))
+    for body in (doc.encode(), codecs.BOM_UTF8 + doc.encode()):
+        assert parse_classify(body, Limits(), ("m",)).texts == ["a refund, please"]

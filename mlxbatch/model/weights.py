@@ -31,7 +31,9 @@ _DTYPE_BYTES = {
     "U8": 1,
     "BOOL": 1,
 }
-FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
+# the float dtypes MLX reads from safetensors (F64 it refuses: "unsupported dtype F64", where
+# this list once named it as allowed)
+FLOAT_DTYPES = ("F32", "F16", "BF16")
 # Tensors a Hugging Face Qwen2 checkpoint may carry that the forward pass derives itself.
 DERIVED_SUFFIXES = ("rotary_emb.inv_freq",)
 
