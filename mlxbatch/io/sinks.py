@@ -246,8 +246,8 @@ class Journal:
         self.close()
 
     def abandon(self) -> None:
-        """Closed as the job fails. A journal this run made that holds no row has nothing to
-        resume: removed (a batch refused for memory left a bare header, which refused the next
+        """Closed as the job fails with an error. A journal this run made that holds no row
+        has nothing to resume: removed (a batch refused for memory left a bare header, which refused the next
         run without --resume, and with it ran the refused shape, unchecked as a resumed plan)."""
         if self.fd >= 0 and self.made and len(self.done) == 0:
             self._unlink_own()

@@ -192,9 +192,11 @@ class Job:
                            for i in self.held.prompts}  # fmt: skip
                 verified.append(verify_window(self.clf, self.held.ids, prompts, self.sink.done,
                                               self.settings, True))  # fmt: skip
-        except BaseException:  # Ctrl-C included: what is in the journal stays there
-            if self.sink is not None:
-                self.sink.abandon()
+        except BaseException as e:  # Ctrl-C included: what is in the journal stays there
+            if self.sink is not None and isinstance(e, Exception):
+                self.sink.abandon()  # an error: a journal with no row has nothing to resume
+            elif self.sink is not None:  # interrupted: --resume continues its settings
+                self.sink.close()
             raise
         finally:
             if self.bar is not None:
