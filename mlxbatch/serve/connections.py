@@ -1,5 +1,6 @@
 """What a connection may cost the server: deadlines for the request head, the body and an
-idle keep-alive, a cap on open connections, the drain's deadline, and a lingering close.
+idle keep-alive, a cap on open connections, the drain's deadline, a lingering close and a
+bound on the requests read ahead of their answers (the last two: flow.py).
 
 uvicorn times out only an idle keep-alive connection, and only after a first response: a
 client that connects and sends nothing, or half a request head, held its socket forever
@@ -13,7 +14,6 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
 from typing import NoReturn
 
 import h11
@@ -21,6 +21,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .connection_limits import SPARE_FDS, ConnectionLimits
 from .errors import TYPES
+from .flow import HeldFlow, LingeringTransport, unparsed
 from .metrics import Metrics
 from .refusals import (
     CHUNK_BYTES,
@@ -40,58 +41,8 @@ from .refusals import (
 
 log = logging.getLogger("mlxbatch.serve")
 LINGER_S = 2.0  # how long a refused client may go on sending before the socket closes
-# unparsed bytes a connection may hold (requests pipelined behind the one being answered):
-# past them reading pauses; above a head's most (MAX_HEAD) and one socket read (256 KiB)
-PIPELINED_BYTES = 1 << 20
 NON_BLANK = re.compile(rb"[^ \t\r\n]")
 ANSWERED = "mlxbatch.answered"  # set in a request's scope when the protocol replied for it
-
-
-class LingeringTransport:
-    """The connection's transport, except that closing it while the client is still sending
-    its body lingers instead: closing a socket with unread bytes sends a reset, and a client
-    that writes its whole body before reading (urllib) then never sees the 413 (or 408)."""
-
-    def __init__(self, transport, protocol: H11Protocol):
-        self.raw, self.protocol = transport, protocol
-
-    def close(self) -> None:
-        if self.protocol.conn.their_state is h11.SEND_BODY:
-            self.protocol.linger()
-        else:
-            self.raw.close()
-
-    def __getattr__(self, name: str):
-        return getattr(self.raw, name)
-
-
-def unparsed(conn: h11.Connection) -> bytes | bytearray:
-    """The bytes h11 has received and not parsed yet, not copied where h11 allows (its public
-    `trailing_data` copies them all: after every reply to a pipelining client, megabytes)."""
-    data = getattr(getattr(conn, "_receive_buffer", None), "_data", None)
-    return data if isinstance(data, bytearray) else conn.trailing_data[0]
-
-
-class HeldFlow:
-    """uvicorn's flow control, whose reading stays paused while `full()` says so. uvicorn
-    resumes reading each time the app awaits the request (a body, a disconnect) and after
-    each reply: a client pipelining small requests as fast as it could had all it sent read
-    into h11's buffer, far ahead of the answers (RSS 464 MB to 1,076 MB for 600 MB sent in
-    22 s, and /health at 681 ms)."""
-
-    def __init__(self, flow, full: Callable[[], bool]):
-        self.flow, self.full = flow, full
-
-    def resume_reading(self) -> None:
-        if not self.full():
-            self.flow.resume_reading()
-
-    def release(self) -> None:
-        """Reading resumed whatever is held (a lingering close reads and drops)."""
-        self.flow.resume_reading()
-
-    def __getattr__(self, name: str):
-        return getattr(self.flow, name)
 
 
 class GuardedProtocol(H11Protocol):
@@ -112,7 +63,7 @@ class GuardedProtocol(H11Protocol):
             self.refuse(transport)
             return
         super().connection_made(LingeringTransport(transport, self))
-        self.flow = HeldFlow(self.flow, self.buffer_full)  # the cycles take this one
+        self.flow = HeldFlow(self.flow, self.conn)  # the cycles take this one
         self.chunks = self.chunk_bytes = 0
         self.refusal = None  # why the protocol refuses the request, if it does
         self.refusal_status = 400  # and with which status
@@ -241,17 +192,12 @@ class GuardedProtocol(H11Protocol):
                      self.limits.reply_s)  # fmt: skip
         self.raw.abort()  # what is buffered cannot be sent: close without flushing it
 
-    def buffer_full(self) -> bool:
-        """Whether h11 holds more unparsed bytes than the connection may: then reading stays
-        paused until the requests ahead of them are answered."""
-        return len(unparsed(self.conn)) > PIPELINED_BYTES
-
     def data_received(self, data: bytes) -> None:
         if self.lingering:  # the reply is sent: what still arrives is read and dropped
             return
         self.heard = True
         super().data_received(data)
-        if self.buffer_full():
+        if self.flow.full():  # until the requests ahead of what it holds are answered
             self.flow.pause_reading()
             # (uvicorn resumes the transport itself once, past its flow control, which then
             # still says paused)

@@ -1,0 +1,62 @@
+"""What wraps uvicorn's transport and flow control for one connection: a close that lingers
+while the client still sends its body, and reading held while h11 holds more unparsed bytes
+than a connection may (connections.GuardedProtocol uses both)."""
+
+from __future__ import annotations
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+# unparsed bytes a connection may hold (requests pipelined behind the one being answered):
+# past them reading pauses; above a head's most (refusals.MAX_HEAD) and one socket read (256 KiB)
+PIPELINED_BYTES = 1 << 20
+
+
+class LingeringTransport:
+    """The connection's transport, except that closing it while the client is still sending
+    its body lingers instead: closing a socket with unread bytes sends a reset, and a client
+    that writes its whole body before reading (urllib) then never sees the 413 (or 408)."""
+
+    def __init__(self, transport, protocol: H11Protocol):
+        self.raw, self.protocol = transport, protocol
+
+    def close(self) -> None:
+        if self.protocol.conn.their_state is h11.SEND_BODY:
+            self.protocol.linger()
+        else:
+            self.raw.close()
+
+    def __getattr__(self, name: str):
+        return getattr(self.raw, name)
+
+
+def unparsed(conn: h11.Connection) -> bytes | bytearray:
+    """The bytes h11 has received and not parsed yet, not copied where h11 allows (its public
+    `trailing_data` copies them all: after every reply to a pipelining client, megabytes)."""
+    data = getattr(getattr(conn, "_receive_buffer", None), "_data", None)
+    return data if isinstance(data, bytearray) else conn.trailing_data[0]
+
+
+class HeldFlow:
+    """uvicorn's flow control, whose reading stays paused while `full()`: h11 holds more than
+    PIPELINED_BYTES unparsed. uvicorn resumes reading each time the app awaits the request (a
+    body, a disconnect) and after each reply: a client pipelining small requests as fast as
+    it could had all it sent read into h11's buffer, far ahead of the answers (RSS 464 MB to
+    1,076 MB for 600 MB sent in 22 s, and /health at 681 ms)."""
+
+    def __init__(self, flow, conn: h11.Connection):
+        self.flow, self.conn = flow, conn
+
+    def full(self) -> bool:
+        return len(unparsed(self.conn)) > PIPELINED_BYTES
+
+    def resume_reading(self) -> None:
+        if not self.full():
+            self.flow.resume_reading()
+
+    def release(self) -> None:
+        """Reading resumed whatever is held (a lingering close reads and drops)."""
+        self.flow.resume_reading()
+
+    def __getattr__(self, name: str):
+        return getattr(self.flow, name)
