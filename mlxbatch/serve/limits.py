@@ -115,7 +115,7 @@ def parse_classify(body: bytes, limits: Limits, models: tuple[str, ...]) -> Clas
     except _LongNumber as e:
         raise ApiError(400, f"the body holds a number of {e.args[0]:,} digits (the most is "
                        f"{sys.get_int_max_str_digits():,})") from None  # fmt: skip
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except json.JSONDecodeError as e:
         raise ApiError(400, f"the body is not valid JSON ({e})") from None
     except RecursionError:
         raise ApiError(400, "the body nests too deeply to be a request") from None
