@@ -127,9 +127,9 @@ class Engine:
         bound, and 200 four-token labels' 7 GB of them beside 6 GB in use took a 24 GB
         machine's memory."""
         if batches:
-            fp, costs = self.footprint, [self.footprint.cost_of(b) for b in batches]
-            room = memory.available_bytes() - fp.weight_bytes - max(c.total for c in costs)
-            room = max(0, room)
+            costs = [self.footprint.cost_of(b) for b in batches]
+            bound = self.footprint.weight_bytes + max(c.total for c in costs)
+            room = max(0, memory.available_bytes() - bound)
             memory.keep_freed_buffers(min(max(c.activations for c in costs), room), room)
 
     def release_buffers(self) -> None:
