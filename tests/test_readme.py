@@ -1,0 +1,161 @@
+"""The README's first screen runs as written: every shell and Python block is run here on the
+tiny model, the two set-up blocks are checked against `.ci/run` and `pyproject.toml` instead
+(they install the package and run the whole suite), and every link of the README and the pages
+under docs/ leads somewhere. The docs name no issue, stop or round numbers."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DEMO = "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && mlxbatch demo"
+# A block preceded by this comment is not run; only for what cannot run on one machine here.
+OPT_OUT = "<!-- readme-test: not run"
+
+
+def blocks(text: str) -> list[tuple[str, str, bool]]:
+    """(info string, body, opted out) for each fenced block, in order."""
+    found = []
+    for m in re.finditer(r"^```(\w*)[^\n]*\n(.*?)^```", text, re.M | re.S):
+        before = text[: m.start()].rstrip().splitlines()[-1:] or [""]
+        found.append((m.group(1), m.group(2), before[0].startswith(OPT_OUT)))
+    return found
+
+
+def readme_blocks(kind: str) -> list[str]:
+    return [body for info, body, skip in blocks(README.read_text()) if info == kind and not skip]
+
+
+def is_setup(body: str) -> bool:
+    return "python3 -m venv" in body
+
+
+def test_the_demo_block_is_the_one_line_set_up():
+    setups = [b.strip() for b in readme_blocks("bash") if is_setup(b)]
+    assert setups[0] == DEMO
+
+
+def test_the_test_block_is_what_ci_runs():
+    """The README's test command installs what `.ci/run` installs and runs what it runs."""
+    (tests,) = [b.strip() for b in readme_blocks("bash") if is_setup(b) and "pytest" in b]
+    ci = (ROOT / ".ci" / "run").read_text()
+    torch = re.search(r'"(torch==[^"]+)"', ci).group(1)
+    steps = [s.strip() for s in tests.split("&&")]
+    assert steps[:2] == ["python3 -m venv .venv", ". .venv/bin/activate"]
+    assert f"pip install {torch}" in steps
+    assert 'pip install -e ".[dev]"' in steps and '-e ".[dev]"' in ci
+    assert steps[-1] == "python -m pytest" and ci.rstrip().endswith("python -m pytest")
+    assert "\ndev = [" in (ROOT / "pyproject.toml").read_text()
+
+
+def test_the_python_floor_is_pyprojects():
+    floor = re.search(r'^requires-python = ">=(\S+)"', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert f"Python {floor.group(1)} or later" in README.read_text()
+
+
+def test_json_blocks_are_json_lines():
+    for body in readme_blocks("json"):
+        for line in body.splitlines():
+            json.loads(line)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def newcomer(tiny_model_dir, tmp_path) -> tuple[Path, dict]:
+    """A folder where the demo has run (the tiny model stands in for its synthetic one) and an
+    environment whose `mlxbatch` and `python` are this checkout's."""
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights" / "qwen2.5-0.5b-synthetic").symlink_to(tiny_model_dir)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "mlxbatch"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m mlxbatch "$@"\n')
+    shim.chmod(0o755)
+    (bin_dir / "python").symlink_to(sys.executable)
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", PYTHONPATH=str(ROOT))
+    env.pop("MLXBATCH_WEIGHTS", None)
+    return tmp_path, env
+
+
+RUNNABLE = [b for b in readme_blocks("bash") if not is_setup(b)]
+
+
+@pytest.mark.parametrize("body", RUNNABLE, ids=[b.split()[1] for b in RUNNABLE])
+def test_shell_block_runs(newcomer, body):
+    cwd, env = newcomer
+    port = str(free_port())  # the default 8765 may be taken on a shared machine
+    script = body.replace("mlxbatch serve", f"mlxbatch serve --port {port}")
+    script = script.replace("localhost:8765", f"localhost:{port}")
+    # `wait`: a server sent SIGTERM by the block has drained and exited before the test ends
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script + "\nwait\n"], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, f"{script}\n{done.stdout}\n{done.stderr}"
+    if "mlxbatch classify" in script:
+        rows = [json.loads(x) for x in (cwd / "labels.jsonl").read_text().splitlines()]
+        assert len(rows) == 40 and all(r["label"] in {"billing", "technical", "account"}
+                                       for r in rows)  # fmt: skip
+        assert "verify: 100.00% label agreement" in done.stderr, done.stderr
+    if "mlxbatch serve" in script:
+        reply = json.loads(done.stdout)
+        assert {d["label"] for d in reply["data"]} <= {"billing", "technical", "account"}
+        assert [d["index"] for d in reply["data"]] == [0, 1]
+
+
+@pytest.mark.parametrize("body", readme_blocks("python"))
+def test_python_block_runs(newcomer, body):
+    cwd, env = newcomer
+    done = subprocess.run([sys.executable, "-c", body], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == 2, done.stdout
+
+
+DOCS = [README, ROOT / "CHANGELOG.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+@pytest.mark.parametrize("page", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_links_lead_somewhere(page):
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.M | re.S)
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        assert dest.exists(), f"{page.name}: {target}"
+        if anchor and dest.suffix == ".md":
+            heads = {slug(h) for h in re.findall(r"^#+ (.+)$", dest.read_text(), re.M)}
+            assert anchor in heads, f"{page.name}: {target}"
+
+
+HISTORY = re.compile(
+    r"\bissues? ?#?\d+|(?<![\w&/])#\d+\b|\bstop \d+|\b(?:this|the previous|the next|a later|"
+    r"that) stop\b|\bround (?:\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven)\b"
+    r"|\bfound by (?:this|a|the)\b",
+    re.I,
+)
+
+
+@pytest.mark.parametrize("page", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_docs_tell_no_history(page):
+    """Readers want what the tool does, not which issue, stop or round of work changed it."""
+    found = [m.group(0) for m in HISTORY.finditer(page.read_text())]
+    assert not found, f"{page.name}: {found}"
