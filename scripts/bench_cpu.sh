@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark runs behind BENCHMARKS.md's issue #8 section, one after another on a quiet
+# The CPU benchmark runs behind docs/benchmarks.md's headline table, one after another on a quiet
 # machine (nothing else may run meanwhile: every ratio would be distorted). About 70 minutes on
 # the 2-core CI machine. Each run writes bench/NAME.txt (the report), .log (progress), .json.
 # The greedy budget is the default (2,048 tokens a batch); the sweep adds 1,024 and 4,096.
