@@ -1,7 +1,7 @@
 """CPU seconds of one batch of N synthetic tickets on one stream (OpenBLAS on one thread) under
 each OpenBLAS kernel family named, in fresh processes taken in turn (A B A B ...), and each
 family's ratio to the first: what running an invariant family costs against the one OpenBLAS
-picks itself (BENCHMARKS.md, Kernel families). A family is used here as named, invariant or
+picks itself (docs/benchmarks.md, "Which CPU kernel family?"). A family is used here as named, invariant or
 not (the probe's choice is bypassed); the printed `invariant` is the probe's verdict.
 
     python scripts/family_cost.py MODEL_DIR N ROUNDS Haswell SandyBridge [...]

@@ -1,6 +1,6 @@
 """CPU seconds of scoring one batch of N synthetic tickets on one stream (OpenBLAS on one
 thread), the second of two passes: run it with PYTHONPATH pointing at two trees to compare
-them (BENCHMARKS.md, Batch invariance).
+them (docs/benchmarks.md, "What does batch invariance cost?").
 
     python scripts/invariance_cost.py MODEL_DIR N
 """

@@ -1,7 +1,7 @@
 """CPU seconds of one batch of 8 synthetic tickets under one OpenBLAS kernel family, this
 tree against another checkout (a `git worktree` of an older commit) or against this tree
 under another environment setting, in fresh processes taken in turn (A B A B ...): what a
-change of the host kernels' layout costs (BENCHMARKS.md, SkylakeX). The child is
+change of the host kernels' layout costs (docs/benchmarks.md, "Which CPU kernel family?"). The child is
 `family_cost.py`'s.
 
     git worktree add ../old b0074cc

@@ -1,4 +1,4 @@
-"""The CPU measurements behind the host kernels and the kept buffers (BENCHMARKS.md, Profile).
+"""The CPU measurements behind the host kernels and the kept buffers (docs/benchmarks.md, "Where a batch's time goes").
 
     python scripts/microbench_cpu.py
 

@@ -1,4 +1,4 @@
-"""Per-stage time of one batch on one CPU lane: where a batch's time goes (BENCHMARKS.md).
+"""Per-stage time of one batch on one CPU lane: where a batch's time goes (docs/benchmarks.md).
 
     python scripts/profile_batch.py [MODEL] [--rows 16] [--width 96]
 

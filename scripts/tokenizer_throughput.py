@@ -1,4 +1,4 @@
-"""Does tokenization keep up with the lanes? Tokens/s of the tokenizer against the lanes' (issue 22).
+"""Does tokenization keep up with the lanes? Tokens/s of the tokenizer against the lanes' (docs/benchmarks.md, "Tokenization").
 
     python scripts/tokenizer_throughput.py --tickets 100000 --threads 1 2 --repeats 3 \\
         --model /tmp/tok_tiny --model /tmp/tok_q05b

@@ -124,7 +124,12 @@ def test_python_block_runs(newcomer, body):
     assert len(done.stdout.splitlines()) == 2, done.stdout
 
 
-DOCS = [README, ROOT / "CHANGELOG.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [
+    README,
+    ROOT / "CHANGELOG.md",
+    ROOT / "BENCHMARKS.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+]
 
 
 def slug(heading: str) -> str:

@@ -61,11 +61,11 @@ class Cluster:
             group = mx.distributed.init(strict=required)
         except Exception as e:  # MLX raises RuntimeError with the backend's reason
             raise JobError(f"--distributed: no distributed group could be formed ({e}); start "
-                           "the job with mlx.launch (see README)") from None  # fmt: skip
+                           "the job with mlx.launch (see docs/distributed.md)") from None  # fmt: skip
         if group.size() < 2:
             if required:
                 raise JobError("--distributed: this process is the only rank; start the job "
-                               "with mlx.launch -n N (see README)")  # fmt: skip
+                               "with mlx.launch -n N (see docs/distributed.md)")  # fmt: skip
             return None
         return cls(group, timeout)
 

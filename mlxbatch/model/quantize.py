@@ -5,7 +5,7 @@ and optionally per-layer entries); each quantized layer stores packed `weight` (
 `scales` and `biases`. Loading applies `mlx.nn.quantize` with mlx-lm's class predicate (a layer
 is quantized only where the checkpoint has its `.scales`, with the parameters inferred from its
 shapes), so unquantized layers stay unquantized. Writing reuses mlx-lm's `quantize_model`.
-On the CPU, MLX's quantized matmul is slower than fp32 through OpenBLAS (see BENCHMARKS.md),
+On the CPU, MLX's quantized matmul is slower than fp32 through OpenBLAS (docs/benchmarks.md),
 so the CPU path dequantizes once at load: the same values a quantized matmul would use.
 """
 

@@ -32,7 +32,7 @@ Examples = tuple[tuple[str, str], ...]  # few-shot (text, label) pairs, earlier 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
 # Texts per encode_batch_fast call in `prompts`: one call over 100,000 tickets holds every
 # Encoding at once and ran slower than per-text encode on this 2-core host (30,000 texts, one
-# Rust thread: 68 s in one call, 27-29 s in calls of 1,024-4,096; BENCHMARKS.md).
+# Rust thread: 68 s in one call, 27-29 s in calls of 1,024-4,096; docs/benchmarks.md).
 BATCH_TEXTS = 2048
 # ...and at most about this many characters: an Encoding holds ~100 bytes a character of a long
 # text (its tokens' strings, offsets and masks), so 2,048 texts of 27,000 characters held

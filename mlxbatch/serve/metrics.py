@@ -1,6 +1,6 @@
 """The service's Prometheus metrics, in a registry of their own (not the process-wide default).
 
-Every name starts with `mlxbatch_`; README "Serving" says what each one means.
+Every name starts with `mlxbatch_`; docs/serving.md, "Metrics", says what each one means.
 """
 
 from __future__ import annotations
