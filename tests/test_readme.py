@@ -100,9 +100,11 @@ def test_shell_block_runs(newcomer, body):
     port = str(free_port())  # the default 8765 may be taken on a shared machine
     script = body.replace("mlxbatch serve", f"mlxbatch serve --port {port}")
     script = script.replace("localhost:8765", f"localhost:{port}")
-    # `wait`: a server sent SIGTERM by the block has drained and exited before the test ends
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script + "\nwait\n"], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    # `wait`: a server sent SIGTERM by the block has drained and exited before the test ends;
+    # the trap ends one the block left running when a command of it failed
+    script = f"trap 'kill $(jobs -p) 2>/dev/null' EXIT\n{script}\nwait\n"
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, f"{script}\n{done.stdout}\n{done.stderr}"
     if "mlxbatch classify" in script:
         rows = [json.loads(x) for x in (cwd / "labels.jsonl").read_text().splitlines()]
