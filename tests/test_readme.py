@@ -102,7 +102,7 @@ def test_shell_block_runs(newcomer, body):
     script = script.replace("localhost:8765", f"localhost:{port}")
     # `wait`: a server sent SIGTERM by the block has drained and exited before the test ends;
     # the trap ends one the block left running when a command of it failed
-    script = f"trap 'kill $(jobs -p) 2>/dev/null' EXIT\n{script}\nwait\n"
+    script = f"trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n{script}\nwait\n"
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, f"{script}\n{done.stdout}\n{done.stderr}"
