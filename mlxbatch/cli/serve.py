@@ -38,6 +38,24 @@ def need_serve_extra(modules: tuple[str, ...] = SERVES_ON) -> None:
              "pip install 'mlxbatch[serve]'")  # fmt: skip
 
 
+# The service subclasses uvicorn's private H11Protocol (serve/connections.py): a uvicorn past
+# the versions it is tested with may change what it overrides, so another one is refused.
+UVICORN_RANGE = ((0, 29), (0, 56))
+
+
+def need_uvicorn(found: str | None = None) -> None:
+    """One line and exit 2 when the installed uvicorn is outside `UVICORN_RANGE`."""
+    import importlib.metadata
+    import re
+
+    found = found or importlib.metadata.version("uvicorn")
+    low, high = (".".join(map(str, v)) for v in UVICORN_RANGE)
+    parts = re.match(r"(\d+)\.(\d+)", found)
+    if parts is None or not UVICORN_RANGE[0] <= tuple(map(int, parts.groups())) < UVICORN_RANGE[1]:
+        fail(f"mlxbatch serve needs uvicorn >={low},<{high} (found {found}): "
+             f"pip install 'uvicorn>={low},<{high}'")  # fmt: skip
+
+
 def read_api_key(path: Path) -> bytes:
     try:
         # an editor's UTF-8 byte-order mark is not part of the key: kept, it is invisible
@@ -108,6 +126,7 @@ def server_units(options: dict) -> dict:
 def serve(**options):
     """Serve classification over HTTP (POST /v1/classify), batching what arrives."""
     need_serve_extra()
+    need_uvicorn()
     from ..errors import UsageError
     from ..serve.connection_limits import ConnectionLimits, reserve_descriptors
     from ..serve.limits import Limits
