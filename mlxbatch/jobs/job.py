@@ -33,7 +33,7 @@ from .plan import JobPlan, plan_window
 from .result import JobResult, Totals
 from .resume import Held, check_held
 from .rows import Window, error_rows, execute, non_finite_error
-from .tokens import Tokens, too_long
+from .tokens import WindowTokenizer, too_long
 from .verify import merge_reports, verify_window
 
 
@@ -116,7 +116,7 @@ class Job:
         )
         self.settings = self.group.share(mine, clf, spec)
         self._start_clock()
-        self.tokens = Tokens(self.settings.window, self.settings.window_chars)
+        self.tokens = WindowTokenizer(self.settings.window, self.settings.window_chars)
         refused = too_long(clf, self.settings, self.tokens)
         self.scanned = scan(job_input, refused)
         if not self.scanned.rows:
