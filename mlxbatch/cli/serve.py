@@ -70,6 +70,23 @@ def read_api_key(path: Path) -> bytes:
     return key  # compared as bytes: a non-ASCII key matches the UTF-8 a client sends
 
 
+def access_key(options: dict) -> bytes | None:
+    """The API key, once the options that decide who may reach the service are checked; a
+    warning when it serves beyond this machine."""
+    from ..serve.server import LOOPBACK
+
+    if options["max_inputs"] > options["max_queue"]:
+        fail(f"--max-inputs-per-request {options['max_inputs']} is over --max-queue "
+             f"{options['max_queue']}: such a request could never be queued")  # fmt: skip
+    key = read_api_key(options["api_key_file"]) if options["api_key_file"] else None
+    if options["host"] not in LOOPBACK:
+        echo(
+            f"warning: --host {options['host']} serves beyond this machine"
+            + ("" if key else "; anyone who can reach it may classify (see --api-key-file)")
+        )
+    return key
+
+
 def server_units(options: dict) -> dict:
     """The options typed in human units (MB, ms), in the units the server counts in."""
     from ..serve.limits import MB
@@ -130,20 +147,12 @@ def serve(**options):
     from ..errors import UsageError
     from ..serve.connection_limits import ConnectionLimits, reserve_descriptors
     from ..serve.limits import Limits
-    from ..serve.server import LOOPBACK, listen
+    from ..serve.server import listen
     from ..serve.server import serve as run
     from ..serve.service import ServeSpec, Service, preflight
 
     host, model = options["host"], options["model"]
-    if options["max_inputs"] > options["max_queue"]:
-        fail(f"--max-inputs-per-request {options['max_inputs']} is over --max-queue "
-             f"{options['max_queue']}: such a request could never be queued")  # fmt: skip
-    key = read_api_key(options["api_key_file"]) if options["api_key_file"] else None
-    if host not in LOOPBACK:
-        echo(
-            f"warning: --host {host} serves beyond this machine"
-            + ("" if key else "; anyone who can reach it may classify (see --api-key-file)")
-        )
+    key = access_key(options)
     spec = prompt_spec(options["labels"], options["labels_file"], options["system_prompt"],
                        options["system_prompt_file"], options["examples"])  # fmt: skip
     path = model_dir(model, echo)
