@@ -7,10 +7,11 @@ import random
 import mlx.core as mx
 import numpy as np
 import pytest
+from fast_path import score_batch
 
 from mlxbatch.engine.engine import Engine
 from mlxbatch.engine.labels import LabelSet
-from mlxbatch.engine.layout import batch_mask
+from mlxbatch.engine.layout import batch_mask, split
 from mlxbatch.engine.planner import plan_batches
 from mlxbatch.engine.prompt import default_system_prompt
 from mlxbatch.engine.scheduler import score_all
@@ -94,13 +95,13 @@ def test_prefix_cache_reuse_equals_a_fresh_cache(lm):
     prompts = [reused.prompt(t) for t in texts]
     fed = reused.fed_lengths(prompts)
     batches = plan_batches(fed, "naive", 10**6, 4)  # 10 consecutive batches of the same size
-    reused_out = [reused.score_batch([prompts[i] for i in b.indices]) for b in batches]
+    reused_out = [score_batch(reused, [prompts[i] for i in b.indices]) for b in batches]
     assert reused.scorers["fast"]._lane_kv and all(
         kv.offset == len(reused.prefix) for kv in reused.scorers["fast"]._lane_kv.values()
     )
     for b, out in zip(batches, reused_out):
         fresh = engine(lm, MULTI)  # a new prefix cache and new buffers for every batch
-        np.testing.assert_array_equal(out, fresh.score_batch([prompts[i] for i in b.indices]))
+        np.testing.assert_array_equal(out, score_batch(fresh, [prompts[i] for i in b.indices]))
 
 
 def test_cache_buffers_serve_every_batch_size_exactly(lm):
@@ -114,8 +115,8 @@ def test_cache_buffers_serve_every_batch_size_exactly(lm):
     for n in sizes:
         batch = prompts[start : start + n]
         start += n
-        out = reused.score_batch(batch)
-        np.testing.assert_array_equal(out, engine(lm, MULTI).score_batch(batch))
+        out = score_batch(reused, batch)
+        np.testing.assert_array_equal(out, score_batch(engine(lm, MULTI), batch))
     kvs = reused.scorers["fast"]._lane_kv.values()
     assert max(kv.allocated for kv in kvs) >= 4  # the large batch's buffers were kept
 
@@ -139,11 +140,11 @@ def test_lane_buffers_stay_within_the_largest_batch(lm):
         batch = [prompts[i] for i in order[a:b]]
         need = RowLayout.build(batch, e.prefix, e.labels.max_len - 1)
         largest = max(largest, need.batch * need.capacity)
-        out = e.score_batch(batch)
+        out = score_batch(e, batch)
         (kv,) = e.scorers["fast"]._lane_kv.values()
         assert kv.allocated * kv.capacity <= largest
         fresh = Engine(e.lm, e.labels, e.system_prompt, executor=SingleStream())
-        np.testing.assert_array_equal(out, fresh.score_batch(batch))
+        np.testing.assert_array_equal(out, score_batch(fresh, batch))
 
 
 def test_batch_mask_table_is_exact():
@@ -162,10 +163,10 @@ def test_rows_use_their_own_positions(lm):
     """A row's hidden states do not depend on its batch mates or on padding."""
     e = engine(lm, SINGLE)
     prompts = [e.prompt(t) for t in ("short", "\n\nmerges with the prefix", "a much longer " * 9)]
-    together = e.score_batch(prompts)
+    together = score_batch(e, prompts)
     for i, p in enumerate(prompts):
-        np.testing.assert_allclose(together[i], e.score_batch([p])[0], atol=1e-6)
-    assert e.split(prompts[1])[0] == len(e.prefix) - 1  # BPE merged "\n" with the text
+        np.testing.assert_allclose(together[i], score_batch(e, [p])[0], atol=1e-6)
+    assert split(prompts[1], e.prefix)[0] == len(e.prefix) - 1  # BPE merged "\n" with the text
 
 
 def test_kv_cache_crop_expand_and_overflow():
@@ -195,7 +196,7 @@ TRICKY = ["\n\nHi", "\nHi", " Hi", "   spaced", "\t\ttabbed", "<|im_end|>", "<|i
 def test_fast_path_feeds_exactly_the_gold_tokens(lm, text):
     e = engine(lm, SINGLE)
     gold = e.prompt(text)
-    k, own = e.split(gold)
+    k, own = split(gold, e.prefix)
     assert e.prefix[:k] + own == gold
     tok = lm.tokenizer
     # the user text never yields a control token: specials occur only where the template has them

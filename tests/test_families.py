@@ -18,6 +18,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 from conftest import save_randomised
+from fast_path import score_batch
 
 from mlxbatch.engine.engine import Engine
 from mlxbatch.engine.labels import LabelSet
@@ -374,7 +375,7 @@ def test_init_random_widens_a_smaller_vocabulary_and_zeroes_gemma_norms(tmp_path
     assert float(mx.abs(lm.model.model.norm.weight).max()) == 0.0  # (1 + w): unit scale
     e = make_engine(lm)
     p = e.prompt(TEXTS[0])
-    np.testing.assert_allclose(e.score_batch([p])[0], e.score_gold(p), atol=2e-6)
+    np.testing.assert_allclose(score_batch(e, [p])[0], e.score_gold(p), atol=2e-6)
 
 
 def test_a_vision_language_checkpoint_runs_its_language_model(tmp_path):

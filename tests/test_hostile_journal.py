@@ -9,6 +9,7 @@ import pytest
 from cli_run import invoke, one_line_error
 
 from mlxbatch.io.sinks import journal_path
+from mlxbatch.runtime import testhold
 
 GOOD = "".join(f'{{"id": "r{i}", "text": "ticket number {i} about billing"}}\n' for i in range(6))
 
@@ -333,3 +334,205 @@ def test_a_resume_with_another_mode_names_the_settings_not_an_edit(tiny_model_di
     r = resume(tiny_model_dir, src, out, "--mode", "naive")
     refused(r, "was written for a different setting (one of --mode")
     assert "edited" not in r.output and "batch shape" not in r.output
+
+
+def _interrupted(tiny_model_dir, tmp_path, monkeypatch, *extra):
+    src, out = tmp_path / "in.jsonl", tmp_path / "o.jsonl"
+    src.write_text(GOOD)
+
+    def stop(done):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(testhold, "after_batch", stop)
+    args = ["classify", src, "--model", tiny_model_dir, "-o", out, "--max-batch", "2", *extra]
+    assert invoke(args, tmp_path).exit_code == 130
+    monkeypatch.undo()
+    return args
+
+
+def _edit_rows(out, edit):
+    lines = journal_path(out).read_text().splitlines()
+    rows = [json.loads(x) for x in lines[1:]]
+    for row in rows:
+        edit(row["result"])
+    journal_path(out).write_text("\n".join([lines[0], *map(json.dumps, rows)]) + "\n")
+    return journal_path(out).read_bytes()
+
+
+def _abstain(result):
+    result["label"], result["abstained"] = None, True
+
+
+def _label(result):
+    scores = result["scores"]
+    result.pop("abstained", None)
+    result["label"] = max(scores, key=scores.get)
+
+
+def _cut(result):
+    result["truncated"] = {"from_tokens": 900, "to_tokens": 64}
+
+
+def test_an_interrupted_demo_says_how_to_resume_and_resumes(tiny_model_dir, tmp_path, monkeypatch):
+    """A newcomer's Ctrl-C during the demo left a journal; the next `mlxbatch demo` told them
+    to add --resume, an option the demo did not have, after writing its tickets over the
+    interrupted run's input."""
+    from mlxbatch.runtime import testhold
+
+    out = tmp_path / "demo"
+    args = ["demo", "--tickets", 12, "--model", tiny_model_dir, "--out", out]
+
+    def stop(done):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(testhold, "after_batch", stop)
+    r = invoke(args, tmp_path)
+    assert r.exit_code == 130, r.output
+    assert "mlxbatch demo --resume" in r.stderr and (out / "predictions.jsonl.part").exists()
+    monkeypatch.undo()
+    tickets = (out / "tickets.jsonl").read_bytes()
+    journal = (out / "predictions.jsonl.part").read_bytes()
+    for again in (args, [*args[:2], 13, *args[3:], "--resume"]):  # as it was; other tickets
+        one_line_error(invoke(again, tmp_path), "predictions.jsonl.part", alone=True)
+        assert (out / "tickets.jsonl").read_bytes() == tickets  # the interrupted run's input
+        assert (out / "predictions.jsonl.part").read_bytes() == journal
+    r = invoke([*args, "--resume"], tmp_path)
+    assert r.exit_code == 0, r.output
+    assert "100.0% label agreement" in r.stdout
+    assert len((out / "predictions.jsonl").read_text().splitlines()) == 12
+
+
+@pytest.mark.parametrize("floor,edit,words", [
+    (None, _abstain, "abstains where this run's --min-confidence (none) does not"),
+    ("0.99", _label, "has a label where this run's --min-confidence 0.99 abstains"),
+])  # fmt: skip
+def test_an_abstention_forged_in_a_journal_is_refused(floor, edit, words, tiny_model_dir,
+                                                      tmp_path, monkeypatch):  # fmt: skip
+    # a run without --min-confidence resumed rows edited to abstain, and wrote them as its own
+    extra = ["--min-confidence", floor] if floor else []
+    args = _interrupted(tiny_model_dir, tmp_path, monkeypatch, *extra)
+    out = tmp_path / "o.jsonl"
+    before = _edit_rows(out, edit)
+    r = invoke([*args, "--resume"], tmp_path)
+    one_line_error(r, "line 2", words, alone=True)
+    assert journal_path(out).read_bytes() == before and not out.exists()
+
+
+@pytest.mark.parametrize("floor", [None, "0.99"])
+def test_a_journal_with_the_run_s_own_abstentions_resumes(floor, tiny_model_dir, tmp_path,
+                                                          monkeypatch):  # fmt: skip
+    extra = ["--min-confidence", floor] if floor else []
+    args = _interrupted(tiny_model_dir, tmp_path, monkeypatch, *extra)
+    r = invoke([*args, "--resume"], tmp_path)
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert len(rows) == 6 and all(("abstained" in x) == bool(floor) for x in rows)
+
+
+def test_a_truncation_edited_into_a_run_that_does_not_truncate_is_refused(tiny_model_dir,
+                                                                         tmp_path, monkeypatch):  # fmt: skip
+    # under --too-long error no row is ever cut: an edited "truncated" reached the output
+    args = _interrupted(tiny_model_dir, tmp_path, monkeypatch)
+    out = tmp_path / "o.jsonl"
+    before = _edit_rows(out, _cut)
+    r = invoke([*args, "--resume"], tmp_path)
+    one_line_error(r, "line 2", "is truncated where this run's --too-long does not truncate",
+                   alone=True)  # fmt: skip
+    assert journal_path(out).read_bytes() == before and not out.exists()
+
+
+def test_a_run_that_truncates_resumes_its_own_truncated_rows(tiny_model_dir, tmp_path,
+                                                            monkeypatch):  # fmt: skip
+    src, out = tmp_path / "in.jsonl", tmp_path / "o.jsonl"
+    words = " ".join(f"word{k}" for k in range(40))
+    src.write_text("".join(f'{{"id": "r{i}", "text": "{words} ticket {i}"}}\n' for i in range(6)))
+
+    def stop(done):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(testhold, "after_batch", stop)
+    args = ["classify", src, "--model", tiny_model_dir, "-o", out, "--max-batch", "2",
+            "--too-long", "truncate", "--max-tokens", "24"]  # fmt: skip
+    assert invoke(args, tmp_path).exit_code == 130
+    monkeypatch.undo()
+    rows = journal_path(out).read_text().splitlines()[1:]
+    assert rows and all('"truncated"' in x for x in rows)  # the run's own cut rows
+    r = invoke([*args, "--resume"], tmp_path)
+    assert r.exit_code == 0, r.output
+    assert len(out.read_text().splitlines()) == 6
+
+
+def test_ctrl_c_before_the_journal_promises_none(tiny_model_dir, tmp_path, monkeypatch):
+    """Ctrl-C once the model had loaded said "finished batches are saved in OUT.part" before
+    the job had made its journal: there was none."""
+    from mlxbatch.jobs import classify
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(classify, "run_job", interrupted)
+    src, out = tmp_path / "in.jsonl", tmp_path / "o.jsonl"
+    src.write_text('{"text": "hello"}\n')
+    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out])
+    assert r.exit_code == 130 and "interrupted" in r.stderr, r.output
+    assert ".part" not in r.stderr and "--resume" not in r.stderr
+    assert not out.exists() and not (tmp_path / "o.jsonl.part").exists()
+    monkeypatch.undo()  # once a batch is journaled, the hint is given, naming the journal
+    from mlxbatch.runtime import testhold
+
+    def stop(done):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(testhold, "after_batch", stop)
+    src.write_text("".join(f'{{"text": "ticket {i}"}}\n' for i in range(6)))
+    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out, "--max-batch", "2"])
+    assert r.exit_code == 130 and (tmp_path / "o.jsonl.part").exists(), r.output
+    assert f"finished batches are saved in {tmp_path / 'o.jsonl.part'}. Run the same command " \
+           "with --resume to continue." in r.stderr  # fmt: skip
+
+
+def test_a_job_refused_before_its_first_row_leaves_no_journal(tiny_model_dir, tmp_path):
+    """A naive batch refused for memory, after the scan, left a journal holding only its
+    header: the run the refusal advised (a lower --max-batch) was refused ("holds an
+    interrupted run: add --resume"), and with --resume it ran the shape the journal recorded,
+    the one just refused, unchecked as a resumed plan."""
+    import subprocess
+    import sys
+
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    rows = [{"text": f"ticket {i} about a refund"} for i in range(24)]
+    rows[3]["text"] = " ".join(f"word{i}" for i in range(600))  # ~2,600 tokens: under the limit
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    env = {**__import__("os").environ, "MLXBATCH_MEMORY_LIMIT": "3G"}
+
+    def classify(*extra):
+        return subprocess.run([sys.executable, "-m", "mlxbatch", "classify", str(src), "--model",
+                               str(tiny_model_dir), "--labels", "spam,ham", "-o", str(out),
+                               "--mode", "naive", *extra],
+                              capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+
+    r = classify()
+    assert r.returncode == 2 and "one batch needs about" in r.stderr, r.stderr[-2000:]
+    assert not out.exists() and not (tmp_path / "out.jsonl.part").exists()
+    r = classify("--max-batch", "1")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert len(out.read_text().splitlines()) == 24
+
+
+def test_two_names_of_one_output_share_one_journal_and_its_lock(tmp_path):
+    from mlxbatch.errors import UsageError
+    from mlxbatch.io.sinks import Journal, journal_path
+
+    out, alias = tmp_path / "out.jsonl", tmp_path / "alias.jsonl"
+    out.write_text("")
+    alias.symlink_to(out)
+    assert journal_path(alias) == journal_path(out)
+    first = Journal(out, {"fingerprint": "f"}, resume=False)
+    try:
+        try:
+            Journal(alias, {"fingerprint": "f"}, resume=False)
+            raise AssertionError("a second run through a link was let in")
+        except UsageError as e:  # another process is told its pid; this one, the journal
+            assert "another run is writing" in str(e) or "holds an interrupted run" in str(e)
+    finally:
+        first.close()

@@ -149,7 +149,8 @@ def test_a_resume_with_less_free_memory_keeps_the_first_runs_item_limit(tiny_mod
     from mlxbatch.api.classifier import Classifier
     from mlxbatch.api.spec import RunSpec
     from mlxbatch.io.inputs import read_rows
-    from mlxbatch.jobs.job import Hooks, run_job
+    from mlxbatch.jobs.job import run_job
+    from mlxbatch.runtime import testhold
 
     src, ref, out = tmp_path / "t.jsonl", tmp_path / "ref.jsonl", tmp_path / "out.jsonl"
     write_jsonl(generate(60, seed=4, mix="heavy-tail"), src)
@@ -162,8 +163,9 @@ def test_a_resume_with_less_free_memory_keeps_the_first_runs_item_limit(tiny_mod
         if n == 3:
             raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):
-        run_job(clf, rows, spec, out, keep_results=False, hooks=Hooks(stop))
+    with monkeypatch.context() as m, pytest.raises(KeyboardInterrupt):
+        m.setattr(testhold, "after_batch", stop)
+        run_job(clf, rows, spec, out, keep_results=False)
     # now the free memory holds one item of 8 tokens fewer than the longest row feeds
     longest = max(len(clf.engine.fed(clf.engine.prompt(r.text))) for r in rows)
     fp = clf.footprint
@@ -177,13 +179,14 @@ def test_a_resume_with_less_free_memory_keeps_the_first_runs_item_limit(tiny_mod
     assert out.read_bytes() == ref.read_bytes()
 
 
-def test_a_resumes_rate_counts_only_the_rows_it_scored(tiny_model_dir, tmp_path):
+def test_a_resumes_rate_counts_only_the_rows_it_scored(tiny_model_dir, tmp_path, monkeypatch):
     """A newcomer found: after --resume the summary's items/s divided every row of the job, the
     journal's too, by the time of the rows the resume scored."""
     from mlxbatch.api.classifier import Classifier
     from mlxbatch.api.spec import RunSpec
     from mlxbatch.io.inputs import read_rows
-    from mlxbatch.jobs.job import Hooks, run_job
+    from mlxbatch.jobs.job import run_job
+    from mlxbatch.runtime import testhold
 
     src, out = tmp_path / "t.jsonl", tmp_path / "out.jsonl"
     tickets = generate(40, seed=6)
@@ -198,8 +201,9 @@ def test_a_resumes_rate_counts_only_the_rows_it_scored(tiny_model_dir, tmp_path)
         if n == 5:
             raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):
-        run_job(clf, rows, spec, out, keep_results=False, hooks=Hooks(stop))
+    with monkeypatch.context() as m, pytest.raises(KeyboardInterrupt):
+        m.setattr(testhold, "after_batch", stop)
+        run_job(clf, rows, spec, out, keep_results=False)
     journaled = journal_rows(out)
     assert 0 < journaled < 40
     result = run_job(clf, rows, spec, out, resume=True, keep_results=False)

@@ -10,6 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from mlxbatch.runtime import testhold
+
 TEXTS = [f"ticket {k}: " + "my invoice is wrong and the app crashes " * (k % 7 + 1)
          for k in range(40)]  # fmt: skip
 
@@ -217,7 +219,7 @@ class OneLane:  # the engine, stepped one batch a round whatever this machine's 
         return getattr(self._engine, name)
 
 
-def test_a_small_request_is_not_kept_behind_a_large_one(clf):
+def test_a_small_request_is_not_kept_behind_a_large_one(clf, monkeypatch):
     """Twelve texts of one request, then one of another, queued together, a batch a round:
     the second request is scored in the second round. Taking the batches that hold the oldest
     items first, it waited for all twelve (a client's 256 long texts held the requests after
@@ -226,8 +228,9 @@ def test_a_small_request_is_not_kept_behind_a_large_one(clf):
 
     engine, records, hold = clf.engine, [], threading.Event()
     hold.set()
+    monkeypatch.setattr(testhold, "held", hold.is_set)
     live = LiveScheduler(OneLane(engine), policy(clf, max_batch=1), max_wait=0.001,
-                         on_batch=records.append, held=hold.is_set)  # fmt: skip
+                         on_batch=records.append)  # fmt: skip
     live.start()
     long = [t for t in TEXTS if t.count("crashes") == 7][:1] * 12
     large = live.submit([item(engine, None, t) for t in long])
@@ -276,7 +279,7 @@ def test_a_stream_of_small_requests_does_not_starve_a_large_one(clf):
         [r.width for r in before], stream)  # fmt: skip
 
 
-def test_a_drain_answers_the_requests_nearest_done_first(clf):
+def test_a_drain_answers_the_requests_nearest_done_first(clf, monkeypatch):
     """Four requests of six texts queued, then the scheduler is closed with a drain: its rounds
     take the requests one at a time (the first is answered after its own three batches,
     and each before the next), so a drain cut short by its deadline has answered most of what
@@ -286,8 +289,9 @@ def test_a_drain_answers_the_requests_nearest_done_first(clf):
 
     engine, records, hold = clf.engine, [], threading.Event()
     hold.set()
+    monkeypatch.setattr(testhold, "held", hold.is_set)
     live = LiveScheduler(OneLane(engine), policy(clf, max_batch=2), max_wait=0.001,
-                         on_batch=records.append, held=hold.is_set)  # fmt: skip
+                         on_batch=records.append)  # fmt: skip
     live.start()
     done_after = []
     futures = []

@@ -862,3 +862,121 @@ def test_a_partial_head_pipelined_behind_a_request_gets_its_408(server):
                   + b"GET /health HTTP/1.1\r\n")  # fmt: skip
         replies = read_until_closed(s)
     assert re.findall(rb"HTTP/1\.1 (\d{3}) ", replies) == [b"200", b"408"], replies[:300]
+
+
+def test_an_api_key_file_saved_with_a_bom_holds_the_key_without_it(tmp_path, capsys):
+    # Notepad's UTF-8 starts with EF BB BF: the key kept it, and every request was a 401
+    from mlxbatch.cli.serve import read_api_key
+
+    key = tmp_path / "key"
+    key.write_bytes(b"\xef\xbb\xbfs3cret\r\n")
+    assert read_api_key(key) == b"s3cret"
+    key.write_bytes(b"\xef\xbb\xbf\n")
+    with pytest.raises(SystemExit) as e:
+        read_api_key(key)
+    assert e.value.code == 2 and "the file is empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "body, said",
+    [(b"[1]", "not an array"), (b'{"input": 5}', "not a number"),
+     (b'{"input": {"a": 1}}', "not an object"), (b'{"input": ["x", null]}', "input[1] must be "
+     "a string, not null"), (b'{"input": "x", "truncate": "yes"}', "not a string")],
+)  # fmt: skip
+def test_a_request_names_a_wrong_value_in_jsons_words(body, said):
+    # the service said "not a list" and "not a null": its own copy of io/formats.json_kind
+    from mlxbatch.serve.errors import ApiError
+    from mlxbatch.serve.limits import Limits, parse_classify
+
+    with pytest.raises(ApiError) as e:
+        parse_classify(body, Limits(), ("m",))
+    assert e.value.status == 400 and said in str(e.value), str(e.value)
+
+
+def test_a_request_of_many_unknown_fields_is_answered_in_a_line():
+    # 150,000 unknown keys were all named: a 1.5 MB error reply
+    from mlxbatch.serve.errors import ApiError
+    from mlxbatch.serve.limits import Limits, parse_classify
+
+    body = json.dumps({"input": "x", **{f"k{i}" * 30: 1 for i in range(2000)}}).encode()
+    with pytest.raises(ApiError) as e:
+        parse_classify(body, Limits(), ("m",))
+    assert e.value.status == 400 and "and 1,995 more" in str(e.value) and len(str(e.value)) < 1000
+
+
+def test_a_request_with_numbers_json_does_not_have_is_a_400():
+    """`NaN`, `Infinity` and `1e999` were read (Python's json takes them) and answered 200."""
+    import pytest
+
+    from mlxbatch.serve.errors import ApiError
+    from mlxbatch.serve.limits import Limits, parse_classify
+
+    for body, said in ((b'{"input": "a", "user": NaN}', "NaN is not a JSON number"),
+                       (b'{"input": "a", "user": -Infinity}', "-Infinity is not a JSON number"),
+                       (b'{"input": "a", "user": 1e999}', "1e999 is past a float's range")):  # fmt: skip
+        with pytest.raises(ApiError) as e:
+            parse_classify(body, Limits(), ("m",))
+        assert e.value.status == 400 and said in str(e.value), str(e.value)
+    assert parse_classify(b'{"input": "a", "user": 1.5e3}', Limits(), ("m",)).texts == ["a"]
+
+
+def test_a_drain_that_ends_with_work_cancelled_is_a_warning(caplog):
+    """uvicorn logged the documented end of --drain-timeout (those clients got 503) at ERROR."""
+    import logging
+
+    from mlxbatch.serve.server import DrainEnded
+
+    log = logging.getLogger("uvicorn.error")
+    ended = DrainEnded()
+    log.addFilter(ended)
+    try:
+        with caplog.at_level(logging.INFO, logger="uvicorn.error"):
+            log.error("Cancel %s running task(s), timeout graceful shutdown exceeded", 2)
+            log.error("Exception in ASGI application")  # any other error stays one
+    finally:
+        log.removeFilter(ended)
+    assert [r.levelname for r in caplog.records] == ["WARNING", "ERROR"]
+
+
+def test_the_service_answers_non_finite_scores_with_its_json_500(tiny_model_dir):
+    """A reply holding NaN scores failed in the JSON encoder: a text/plain 500 and a traceback
+    in the log, after the request was counted a 200."""
+    from pathlib import Path
+
+    import numpy as np
+    import pytest
+
+    from mlxbatch import Classifier
+    from mlxbatch.api.limits import Limit, prepare
+    from mlxbatch.serve.errors import ApiError
+    from mlxbatch.serve.service import ServeSpec, Service
+
+    svc = Service(ServeSpec(model=Path(tiny_model_dir), name="m", labels=("spam", "ham")))
+    svc.clf = Classifier.load(tiny_model_dir, labels=["spam", "ham"])
+    items = [prepare(svc.clf.engine, t, Limit(512, "x"), False, i) for i, t in enumerate("ab")]
+    probs = np.array([[0.4, 0.6], [np.nan, np.nan]], np.float32)
+    with pytest.raises(ApiError) as e:
+        svc._reply("r", items, probs)
+    assert e.value.status == 500 and e.value.message.startswith(
+        "input[1]: the model gave non-finite"
+    )
+    svc.close()
+
+
+def test_a_body_in_utf16_is_refused_and_a_utf8_byte_order_mark_is_passed_over():
+    """JSON in UTF-16 (with its byte order mark) was scored: `json.loads` on bytes guesses
+    UTF-16 and UTF-32. RFC 8259 asks for UTF-8; a UTF-8 byte order mark is passed over."""
+    import codecs
+
+    from mlxbatch.serve.errors import ApiError
+    from mlxbatch.serve.limits import Limits, parse_classify
+
+    doc = '{"input": ["a refund, please"]}'
+    for body in (doc.encode("utf-16"), doc.encode("utf-32"), b'{"input": "caf\xe9"}'):
+        with pytest.raises(ApiError, match="the body is not UTF-8") as e:
+            parse_classify(body, Limits(), ("m",))
+        assert e.value.status == 400
+    with pytest.raises(ApiError, match="not valid JSON"):  # no mark: NULs between the bytes
+        parse_classify(doc.encode("utf-16-le"), Limits(), ("m",))
+    for body in (doc.encode(), codecs.BOM_UTF8 + doc.encode()):
+        assert parse_classify(body, Limits(), ("m",)).texts == ["a refund, please"]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fast_path import score_batch
 
 from mlxbatch.engine.layout import PAD_ID, RowLayout, batch_mask
 
@@ -64,7 +65,7 @@ def test_both_executors_give_the_same_scores(tiny_model_dir):
     out = {}
     for name, ex in (("single", SingleStream()), ("lanes", CpuLanes(2)), ("three", CpuLanes(3))):
         e = Engine(lm, labels, default_system_prompt(names), executor=ex)
-        out[name] = e.score_batch([e.prompt(t) for t in texts])
+        out[name] = score_batch(e, [e.prompt(t) for t in texts])
     np.testing.assert_allclose(out["single"], out["lanes"], atol=1e-6)
     np.testing.assert_allclose(out["single"], out["three"], atol=1e-6)
 

@@ -116,7 +116,7 @@ class Settings:
         """Whether scored items are verified against the gold loop (all, or a sample)."""
         return bool(self.spec.verify_sample)
 
-    def shape(self) -> list:
+    def resume_record(self) -> list:
         """What a resume takes from the journal instead of resolving (the fingerprint covers
         it: a journal whose recorded shape was edited is refused, not followed)."""
         p = self.policy

@@ -14,15 +14,14 @@ from ..errors import ResumeError
 from ..io.inputs import read_rows
 from ..io.sinks import journal_path
 from ..jobs.classify import Interrupted
-from ..jobs.job import Hooks, run_job
+from ..jobs.job import run_job
 from .workload import generate, jsonl_text, write_jsonl
 
 
-def run_demo(n: int, model: Path, out_dir: Path, progress=print, resume: bool = False,
-             hooks: Hooks | None = None) -> tuple[list[str], bool]:  # fmt: skip
+def run_demo(n: int, model: Path, out_dir: Path, progress=print,
+             resume: bool = False) -> tuple[list[str], bool]:  # fmt: skip
     """Classify `n` synthetic tickets with sorted batching and --verify; (report lines, passed).
-    `resume`: continue the demo a Ctrl-C stopped (its journal checks the tickets are its own);
-    `hooks`: run_job's."""
+    `resume`: continue the demo a Ctrl-C stopped (its journal checks the tickets are its own)."""
     t0 = time.perf_counter()
     src, out = out_dir / "tickets.jsonl", out_dir / "predictions.jsonl"
     tickets = generate(n)
@@ -41,8 +40,7 @@ def run_demo(n: int, model: Path, out_dir: Path, progress=print, resume: bool = 
     # off a terminal (a log, CI) a line every 10 s: else minutes pass with nothing printed
     spec = RunSpec(progress_every=10.0)
     try:
-        res = run_job(clf, rows, spec, out, resume=resume, verify=True, source=str(src), fmt=fmt,
-                      hooks=hooks)  # fmt: skip
+        res = run_job(clf, rows, spec, out, resume=resume, verify=True, source=str(src), fmt=fmt)
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted; finished batches are saved in {journal_path(out)}: "
                           "`mlxbatch demo --resume` continues") from None  # fmt: skip

@@ -256,13 +256,10 @@ def demo(n, model, out_dir, resume):
     """The main job on the built-in default: synthetic tickets, sorted batching, verified."""
     from ..bench.demo import run_demo
     from ..jobs.classify import Interrupted
-    from ..jobs.job import Hooks
-    from ..runtime import testhold
 
     try:
         lines, passed = run_demo(n, model_dir(model, echo), out_dir,
-                                 progress=lambda m: click.echo(m, err=True), resume=resume,
-                                 hooks=Hooks(testhold.after_batch))  # fmt: skip
+                                 progress=lambda m: click.echo(m, err=True), resume=resume)  # fmt: skip
     except Interrupted as e:
         fail(str(e), 130)
     for line in lines:

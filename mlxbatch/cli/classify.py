@@ -119,8 +119,6 @@ def classify(**options):
     """Classify every row of INPUT (JSONL, CSV, TSV, text, Parquet, or - for stdin) into one label."""
     from ..api.spec import RunSpec
     from ..jobs.classify import Interrupted, JobRequest, run_classify
-    from ..jobs.job import Hooks
-    from ..runtime import testhold
 
     opt = dict(options)
     opt["output"] = output_path(opt["output"], "the rows")
@@ -130,7 +128,7 @@ def classify(**options):
     spec = by_name(RunSpec, opt, progress_every=None)
     request = by_name(JobRequest, opt)
     try:
-        code = run_classify(request, spec, echo, Hooks(testhold.after_batch))
+        code = run_classify(request, spec, echo)
     except Interrupted as e:
         fail(str(e), 130)
     if code:

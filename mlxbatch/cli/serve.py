@@ -38,6 +38,24 @@ def need_serve_extra(modules: tuple[str, ...] = SERVES_ON) -> None:
              "pip install 'mlxbatch[serve]'")  # fmt: skip
 
 
+# The service subclasses uvicorn's private H11Protocol (serve/connections.py): a uvicorn past
+# the versions it is tested with may change what it overrides, so another one is refused.
+UVICORN_RANGE = ((0, 29), (0, 56))
+
+
+def need_uvicorn(found: str | None = None) -> None:
+    """One line and exit 2 when the installed uvicorn is outside `UVICORN_RANGE`."""
+    import importlib.metadata
+    import re
+
+    found = found or importlib.metadata.version("uvicorn")
+    low, high = (".".join(map(str, v)) for v in UVICORN_RANGE)
+    parts = re.match(r"(\d+)\.(\d+)", found)
+    if parts is None or not UVICORN_RANGE[0] <= tuple(map(int, parts.groups())) < UVICORN_RANGE[1]:
+        fail(f"mlxbatch serve needs uvicorn >={low},<{high} (found {found}): "
+             f"pip install 'uvicorn>={low},<{high}'")  # fmt: skip
+
+
 def read_api_key(path: Path) -> bytes:
     try:
         # an editor's UTF-8 byte-order mark is not part of the key: kept, it is invisible
@@ -50,6 +68,23 @@ def read_api_key(path: Path) -> bytes:
     if any(b < 0x21 or b == 0x7F for b in key):  # a header cannot carry it
         fail(f"--api-key-file {path}: the key holds a space or a control character")
     return key  # compared as bytes: a non-ASCII key matches the UTF-8 a client sends
+
+
+def access_key(options: dict) -> bytes | None:
+    """The API key, once the options that decide who may reach the service are checked; a
+    warning when it serves beyond this machine."""
+    from ..serve.server import LOOPBACK
+
+    if options["max_inputs"] > options["max_queue"]:
+        fail(f"--max-inputs-per-request {options['max_inputs']} is over --max-queue "
+             f"{options['max_queue']}: such a request could never be queued")  # fmt: skip
+    key = read_api_key(options["api_key_file"]) if options["api_key_file"] else None
+    if options["host"] not in LOOPBACK:
+        echo(
+            f"warning: --host {options['host']} serves beyond this machine"
+            + ("" if key else "; anyone who can reach it may classify (see --api-key-file)")
+        )
+    return key
 
 
 def server_units(options: dict) -> dict:
@@ -108,23 +143,16 @@ def server_units(options: dict) -> dict:
 def serve(**options):
     """Serve classification over HTTP (POST /v1/classify), batching what arrives."""
     need_serve_extra()
+    need_uvicorn()
     from ..errors import UsageError
     from ..serve.connection_limits import ConnectionLimits, reserve_descriptors
     from ..serve.limits import Limits
-    from ..serve.server import LOOPBACK, listen
+    from ..serve.server import listen
     from ..serve.server import serve as run
     from ..serve.service import ServeSpec, Service, preflight
 
     host, model = options["host"], options["model"]
-    if options["max_inputs"] > options["max_queue"]:
-        fail(f"--max-inputs-per-request {options['max_inputs']} is over --max-queue "
-             f"{options['max_queue']}: such a request could never be queued")  # fmt: skip
-    key = read_api_key(options["api_key_file"]) if options["api_key_file"] else None
-    if host not in LOOPBACK:
-        echo(
-            f"warning: --host {host} serves beyond this machine"
-            + ("" if key else "; anyone who can reach it may classify (see --api-key-file)")
-        )
+    key = access_key(options)
     spec = prompt_spec(options["labels"], options["labels_file"], options["system_prompt"],
                        options["system_prompt_file"], options["examples"])  # fmt: skip
     path = model_dir(model, echo)

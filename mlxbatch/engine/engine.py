@@ -91,10 +91,6 @@ class Engine:
         """`prompt` of each text, encoded in one batch by the tokenizer's threads (no GIL)."""
         return self.tokenizer.prompts(self.system_prompt, texts, self.examples)
 
-    def split(self, prompt: list[int]) -> tuple[int, list[int]]:
-        """(prefix slots the item shares, the tokens it feeds itself): see layout.split."""
-        return split(prompt, self.prefix)
-
     def fed(self, prompt: list[int]) -> list[int]:
         """The tokens an item feeds through the model itself (its prompt minus the prefix)."""
         return split(prompt, self.prefix)[1]
@@ -106,11 +102,6 @@ class Engine:
         """Average gold-loop label probabilities of the content-free inputs (see adjust.py)."""
         probs = np.stack([self.score_gold(self.prompt(t)) for t in CONTENT_FREE])
         return tuple(float(x) for x in probs.mean(axis=0))
-
-    def score_batch(self, prompts: list[list[int]]) -> np.ndarray:
-        """(B, J) probabilities of one batch on the fast path."""
-        self._keep_buffers([self._whole(prompts)])
-        return self.scorers["fast"].score(prompts)
 
     def score_batches(self, batches: list[list[list[int]]]) -> list[np.ndarray]:
         """Probabilities of several batches on the fast path, run as a job runs them."""

@@ -13,6 +13,7 @@ from concurrent.futures import Future
 
 import numpy as np
 
+from ..runtime import testhold
 from .engine import Engine
 from .item import Item
 from .scheduler import BatchPolicy, BatchRecord, Scheduler
@@ -47,18 +48,18 @@ class LiveScheduler:
     requests nearest done instead, cut among themselves, so they end one after another: the
     drain has a deadline, and fair rounds brought every request to its end at once (16 requests of 64 texts, a 20 s drain: none answered, the
     work of ~11 thrown away). The MLX work runs on this thread and the engine's lanes, never
-    on the caller's. `held`: a test's hook, asked before each round (True: keep what is
-    queued queued).
+    on the caller's. Before each round it asks the test seam `testhold.held()` (True: keep
+    what is queued queued).
     """
 
     def __init__(
         self, engine: Engine, policy: BatchPolicy, max_wait: float = 0.005,
         max_queue: int = 1024, on_batch: Callable[[BatchRecord], None] | None = None,
-        on_idle: Callable[[], None] | None = None, held: Callable[[], bool] = lambda: False,
+        on_idle: Callable[[], None] | None = None,
     ):  # fmt: skip
         self.scheduler = Scheduler(engine, policy)
         self.max_wait, self.max_queue = max_wait, max_queue
-        self.on_batch, self.on_idle, self.held = on_batch, on_idle, held
+        self.on_batch, self.on_idle = on_batch, on_idle
         self._cond = threading.Condition()
         # request -> its record. A request starts served level with the most served one
         # waiting (it joins the round at its end), not at 0 or the least: new requests then
@@ -146,7 +147,7 @@ class LiveScheduler:
     def _ready(self) -> bool:
         """Whether to step a round now: the oldest item has waited long enough, a full budget
         per lane is queued, or the scheduler is draining (never while a test holds it)."""
-        if self.held():
+        if testhold.held():
             return False
         if self._stopped:
             return True
@@ -163,7 +164,7 @@ class LiveScheduler:
                     return
                 while self.scheduler.queued and not self._ready():
                     wait = max(0.0, self.scheduler.oldest() + self.max_wait - time.monotonic())
-                    self._cond.wait(min(wait, 0.02) if self.held() else wait)
+                    self._cond.wait(min(wait, 0.02) if testhold.held() else wait)
                     self._take_pending()
                 if self._dropped:
                     self.scheduler.clear()

@@ -22,7 +22,7 @@ from ..io.sinks import journal_path
 from ..io.windows import JobInput
 from ..model.defaults import model_dir
 from .distributed import Cluster, RankGroup
-from .job import Hooks, run_job
+from .job import run_job
 from .result import JobResult
 
 
@@ -76,8 +76,7 @@ class Interrupted(Exception):
     """Ctrl-C or SIGTERM stopped the job; the message says how to continue."""
 
 
-def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None],
-                 hooks: Hooks | None = None) -> int:  # fmt: skip
+def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None]) -> int:
     """The whole classify command; returns its exit code (1 when --verify disagrees)."""
     req, reads = request, request.reads()
     req.check_stdin()
@@ -125,7 +124,7 @@ def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None],
         )  # fmt: skip
         result = run_job(clf, rows, spec, req.output if rank == 0 else None, req.resume,
                          req.verify, req.input, fmt, keep_results=bool(req.gold_field),
-                         group=group, hooks=hooks)  # fmt: skip
+                         group=group)  # fmt: skip
         if result is None:  # ranks other than 0 write nothing
             return 0
     except KeyboardInterrupt:

@@ -33,6 +33,7 @@ from ..api.spec import RunSpec, Settings
 from ..engine.planner import Batch
 from ..errors import JobError
 from ..io.sinks import Journal, Sink
+from ..runtime import testhold
 from .plan import JobPlan
 from .rows import append_batch, batch_rows, todo_batches
 from .verify import merge_reports, verify_window
@@ -167,8 +168,8 @@ class RankGroup:
         _on_sigterm(sink, output)
 
     def score(self, clf: Classifier, window, plan: JobPlan, sink: Sink | None,
-              settings: Settings, verify: bool, bar,
-              hooks) -> tuple[list[tuple[int, dict]], dict | None]:  # fmt: skip
+              settings: Settings, verify: bool,
+              bar) -> tuple[list[tuple[int, dict]], dict | None]:  # fmt: skip
         """The window's batches not in rank 0's journal, dealt to the ranks and scored in
         rounds; rank 0's rows written, and the verification of every rank's items (rank 0)."""
         c = self.cluster
@@ -185,7 +186,7 @@ class RankGroup:
         shares = deal([b for b, d in zip(plan.batches, done) if not d], c.size)
         checking = verify or settings.checking
         written, mine = self._rounds(clf, window, plan, shares, sink, settings.spec.on_error,
-                                     bar, checking, hooks)  # fmt: skip
+                                     bar, checking)  # fmt: skip
         if not checking:
             return written, None
         prompts = {i: plan.items[i].prompt for i in mine}
@@ -198,7 +199,7 @@ class RankGroup:
             merged["seconds"] = max(r["seconds"] for r in reports if r is not None)
         return written, merged
 
-    def _rounds(self, clf, window, plan, shares, sink, on_error, bar, keep_own: bool, hooks):
+    def _rounds(self, clf, window, plan, shares, sink, on_error, bar, keep_own: bool):
         """Rounds of one batch per CPU lane on every rank (each batch whole on one lane, as in a
         single process); rank 0 journals every round's results. Returns rank 0's rows written
         and, with `keep_own`, this rank's scored rows (input row -> output row, to verify)."""
@@ -228,7 +229,7 @@ class RankGroup:
                     out = append_batch(clf, window, plan, sink, batch, got, on_error)
                     written += out
                     bar.update(len(out))
-            hooks.after_batch(r + 1)
+            testhold.after_batch(r + 1)  # the test seam: a test stops a job here
         return written, {i: row for i, row in own.items() if i in plan.items}
 
     def ranks(self) -> list[dict]:

@@ -98,7 +98,7 @@ def fingerprint(input_digest: str, clf: Classifier, s: Settings, compute: dict) 
             [o.mode, clf.engine.prefix_cache, o.too_long, o.max_tokens, o.on_error, o.planner]
         ),  # fmt: skip
         "adjustment": digest([clf.adjust.p_cf, clf.adjust.prior, clf.adjust.min_confidence]),
-        "shape": digest(s.shape()),  # a resume's is the journal's: an edited one differs
+        "shape": digest(s.resume_record()),  # a resume's is the journal's: an edited one differs
         "compute": digest(
             [compute.get(k) for k in DECIDING]
             + [x for x in [compute.get("layout", TILED)] if x != TILED]

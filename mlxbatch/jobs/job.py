@@ -32,8 +32,8 @@ from .fingerprint import compute_path, fingerprint
 from .plan import JobPlan, plan_window
 from .result import JobResult, Totals
 from .resume import Held, check_held
-from .rows import Hooks, Window, error_rows, execute, non_finite_error
-from .tokens import Tokens, too_long
+from .rows import Window, error_rows, execute, non_finite_error
+from .tokens import WindowTokenizer, too_long
 from .verify import merge_reports, verify_window
 
 
@@ -61,11 +61,11 @@ class LocalGroup:
         return None
 
     def score(self, clf: Classifier, window: Window, plan: JobPlan, sink: Sink,
-              settings: Settings, verify: bool, bar: tqdm,
-              hooks: Hooks) -> tuple[list[tuple[int, dict]], dict | None]:  # fmt: skip
+              settings: Settings, verify: bool,
+              bar: tqdm) -> tuple[list[tuple[int, dict]], dict | None]:  # fmt: skip
         """The window's batches not yet in the sink, scored and appended; the rows written and
         the verification of the items scored."""
-        written = execute(clf, window, plan, sink, settings.spec.on_error, bar, hooks)
+        written = execute(clf, window, plan, sink, settings.spec.on_error, bar)
         if not verify and not settings.checking:
             return written, None
         results = dict(written)
@@ -79,7 +79,7 @@ class LocalGroup:
 def run_job(
     clf: Classifier, rows: list[Row] | JobInput, spec: RunSpec, output: Path | None,
     resume: bool = False, verify: bool = False, source: str = "input", fmt: str = "jsonl",
-    keep_results: bool = True, group: LocalGroup | None = None, hooks: Hooks | None = None,
+    keep_results: bool = True, group: LocalGroup | None = None,
 ) -> JobResult | None:  # fmt: skip
     """Classify `rows` (a list, or a `JobInput` read in windows of `spec.window` rows) into
     `output` (None: standard output). With `keep_results`, the result rows come back in the
@@ -87,7 +87,7 @@ def run_job(
     share the work (`distributed.RankGroup`); every rank reads the same windows and plans them
     alike, rank 0 writes; the others return None."""
     clf.check_process()
-    job = Job(clf, spec, output, resume, verify, group or LocalGroup(), hooks or Hooks())
+    job = Job(clf, spec, output, resume, verify, group or LocalGroup())
     job_input = rows if isinstance(rows, JobInput) else JobInput.of_rows(rows, source, fmt)
     job.prepare(job_input)
     totals, verified = job.windows(job_input, keep_results)
@@ -100,9 +100,9 @@ class Job:
     """One run of `run_job`: its steps, in order (see the module docstring)."""
 
     def __init__(self, clf: Classifier, spec: RunSpec, output: Path | None, resume: bool,
-                 verify: bool, group: LocalGroup, hooks: Hooks):  # fmt: skip
+                 verify: bool, group: LocalGroup):  # fmt: skip
         self.clf, self.spec, self.output, self.resume = clf, spec, output, resume
-        self.verify, self.group, self.hooks = verify, group, hooks
+        self.verify, self.group = verify, group
         self.lead = group.rank == 0
         self.sink = self.bar = self.held = None
         self.recorded = False  # settings read back from a journal (a resume)
@@ -116,7 +116,7 @@ class Job:
         )
         self.settings = self.group.share(mine, clf, spec)
         self._start_clock()
-        self.tokens = Tokens(self.settings.window, self.settings.window_chars)
+        self.tokens = WindowTokenizer(self.settings.window, self.settings.window_chars)
         refused = too_long(clf, self.settings, self.tokens)
         self.scanned = scan(job_input, refused)
         if not self.scanned.rows:
@@ -216,7 +216,7 @@ class Job:
         if self.held is not None and (self.verify or self.settings.checking):
             self.held.keep(window, plan, self.settings, self.verify)
         written, report = self.group.score(clf, window, plan, self.sink, self.settings,
-                                           self.verify, self.bar, self.hooks)  # fmt: skip
+                                           self.verify, self.bar)  # fmt: skip
         totals.add(clf, plan, done, written, keep and self.lead)
         return report
 

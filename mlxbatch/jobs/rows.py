@@ -4,9 +4,7 @@ write; `execute` steps a window's scheduler through the batches the sink lacks."
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import closing
-from dataclasses import dataclass
 
 import mlx.core as mx
 import numpy as np
@@ -18,6 +16,7 @@ from ..errors import JobError
 from ..io.inputs import Row
 from ..io.rows import error_row, result_row
 from ..io.sinks import Sink
+from ..runtime import testhold
 from .plan import JobPlan
 
 
@@ -99,16 +98,8 @@ def error_rows(rows, plan: JobPlan, indices) -> list[tuple[int, dict]]:
     return out
 
 
-@dataclass
-class Hooks:
-    """What a caller (a test) may pass into a job's loop: `after_batch(n)` once n batches are
-    durable (tests stop a job there, at a known point)."""
-
-    after_batch: Callable[[int], None] = lambda n: None
-
-
 def execute(clf: Classifier, rows, plan: JobPlan, sink: Sink, on_error: str,
-            bar: tqdm, hooks: Hooks) -> list[tuple[int, dict]]:  # fmt: skip
+            bar: tqdm) -> list[tuple[int, dict]]:  # fmt: skip
     """Score every batch of `plan` not yet in the sink (one step of its scheduler), appending
     each as it completes; the rows appended."""
     written = []
@@ -119,5 +110,5 @@ def execute(clf: Classifier, rows, plan: JobPlan, sink: Sink, on_error: str,
             rows_out = append_batch(clf, rows, plan, sink, batch, probs, on_error)
             bar.update(len(rows_out))
             written += rows_out
-            hooks.after_batch(n)
+            testhold.after_batch(n)  # the test seam: a test stops a job here
     return written

@@ -12,7 +12,7 @@ from ..io.inputs import Row
 from ..io.windows import JobInput, Scan, window_full
 
 
-class Tokens:
+class WindowTokenizer:
     """A job's tokenizing. The window pass tokenizes each window's rows once, ahead. The scan
     under --on-error fail with --too-long error tokenizes every row first, to refuse the
     too-long ones before anything is computed: when the whole input is one window (16,384 rows
@@ -60,7 +60,7 @@ class Tokens:
                 yield item
 
 
-def too_long(clf: Classifier, settings: Settings, tokens: Tokens):
+def too_long(clf: Classifier, settings: Settings, tokens: WindowTokenizer):
     """Under --on-error fail with --too-long error, the scan's check of each row against the
     item limit (too long: refused before computing); else None."""
     spec = settings.spec

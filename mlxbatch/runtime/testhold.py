@@ -1,6 +1,13 @@
-"""A hold point for tests: MLXBATCH_TEST_HOLD_AFTER=N stops a job for good once N batches are
-durable, so a test that interrupts it (Ctrl-C, SIGKILL, a killed rank) does so at a known
-point instead of racing a job that may already have finished."""
+"""The test seam: the one place where a job or the service can be paused at a named moment.
+
+A job's row loop calls `after_batch(n)` once n batches are durable, and the live scheduler asks
+`held()` before each round; both are no-ops unless a test sets them. In-process tests
+monkeypatch these functions; subprocess tests (a real CLI or service, to interrupt or signal
+at a known point instead of racing it) set an environment variable read here and nowhere else:
+
+- `MLXBATCH_TEST_HOLD_AFTER=N`: a job blocks for good once N batches are durable.
+- `MLXBATCH_TEST_HOLD_FILE=PATH`: the service starts no round while PATH exists.
+"""
 
 from __future__ import annotations
 

@@ -32,7 +32,6 @@ from ..engine.labels import LabelSet
 from ..engine.live import LiveScheduler, QueueFull
 from ..errors import LabelError
 from ..model.tokenizer import PromptTokenizer
-from ..runtime import testhold
 from .errors import ApiError
 from .limits import ClassifyBody, Limits
 from .metrics import Metrics
@@ -118,7 +117,7 @@ class Service:
             self.scheduler = LiveScheduler(
                 clf.engine, self.settings.policy, max_wait=self.limits.max_wait_s,
                 max_queue=self.limits.max_queue, on_batch=self.metrics.batch,
-                on_idle=self.verifier.step, held=testhold.held,
+                on_idle=self.verifier.step,
             )  # fmt: skip
             self.scheduler.start()
             self.metrics.track_queue(lambda: self.scheduler.queued)
