@@ -56,3 +56,32 @@ def test_a_link_to_a_directory_is_refused_and_a_link_to_a_file_is_followed(tiny_
     with pytest.raises(ModelError, match=r"chat_template.jinja: is not a regular file \(a dir"):
         check_regular_files(model)
     assert "is not a regular file" in not_runnable(model)
+
+
+GOLD = "".join(f'{{"id": {i}, "text": "ticket {i} about billing", "intent": "billing"}}\n'
+               for i in range(3))  # fmt: skip
+
+
+def test_no_output_of_any_command_lands_in_a_model_directory(tiny_model_dir, tmp_path):
+    """A new file there becomes part of the model (a `--json m/chat_template.json` is read as
+    its template by every later run): refused, by name, before anything is written."""
+    from cli_run import invoke, one_line_error
+
+    model = own_model(tiny_model_dir, tmp_path)
+    (model / "runs").mkdir()
+    before = sorted(p.name for p in model.iterdir())
+    src, preds = tmp_path / "in.jsonl", tmp_path / "preds.jsonl"
+    src.write_text(GOLD)
+    base = ["classify", src, "--model", model]
+    assert invoke([*base, "-o", preds], tmp_path).exit_code == 0
+    for args in (
+        ["eval", src, preds, "--gold-field", "intent", "--json", model / "chat_template.json"],
+        [*base, "-o", model / "preds.jsonl"],
+        [*base, "-o", tmp_path / "p2.jsonl", "--gold-field", "intent", "--json",
+         model / "runs" / "eval.json"],
+        ["tickets", "3", "-o", model / "tickets.jsonl"],
+    ):  # fmt: skip
+        r = invoke(args, tmp_path)
+        one_line_error(r, str(model))
+        assert sorted(p.name for p in model.iterdir()) == before
+        assert not any((model / "runs").iterdir()) and not (tmp_path / "p2.jsonl").exists()

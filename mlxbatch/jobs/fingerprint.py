@@ -45,18 +45,18 @@ def weights_digest(model_dir: Path) -> list:
     return out
 
 
-def model_record(clf: Classifier, s: Settings) -> dict:
+def model_record(clf: Classifier) -> dict:
     """What of the model decides a row's bits, file by file, so a refusal can name the file
     that changed: each weight file sampled (`weights_digest`), config.json and every tokenizer
     file hashed whole (None where there is none: one appearing counts), the directory's path,
-    and the chat template as rendered around this run's prompt."""
+    and the chat template as rendered around a fixed prompt (this run's is the prompt part)."""
     model_dir = Path(clf.lm.path)
     files = {name: digest(entry) for name, *entry in weights_digest(model_dir)}
     for name in (CONFIG, *TOKENIZER_FILES, INDEX):
         data = read_regular(model_dir / name)
         files[name] = None if data is None else hashlib.sha256(data).hexdigest()[:16]
     tok = clf.lm.tokenizer
-    f = tok.frame(s.system_prompt, tuple(map(tuple, s.examples)))
+    f = tok.frame("A fixed system prompt.", (("an example", "a label"),))
     rendered = digest([f.head, f.lead, f.trail, f.tail, f.trim, tok.answer])
     return {"path": str(model_dir.resolve()), "files": files, "template": rendered}
 

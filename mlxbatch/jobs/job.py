@@ -121,7 +121,7 @@ class Job:
         self.scanned = scan(job_input, refused)
         if not self.scanned.rows:
             raise InputError(f"{job_input.source}: empty input (no rows)")
-        compute, model = compute_path(clf), model_record(clf, self.settings)
+        compute, model = compute_path(clf), model_record(clf)
         header = {"fingerprint": fingerprint(self.scanned.digest, clf, self.settings, compute,
                                              model),
                   "compute": compute, "model": model}  # fmt: skip
