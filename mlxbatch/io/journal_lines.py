@@ -109,8 +109,9 @@ def _check_model(path: Path, head: dict, header: dict) -> None:
     into a file mixing rows scored under both."""
     old, new = head.get("model"), header.get("model")
     recorded = fingerprint_parts(head.get("fingerprint")).get("model")
-    if not isinstance(new, dict) or recorded == fingerprint_parts(header["fingerprint"])["model"]:
-        return
+    current = fingerprint_parts(header["fingerprint"])
+    if not isinstance(new, dict) or recorded in (None, current["model"]):
+        return  # the same model, or no fingerprint of parts: the parts' words say what differs
     again = "restore it, or delete the journal to start over"
     if not isinstance(old, dict) or not isinstance(old.get("files"), dict):
         raise ResumeError(f"{path} was written by an earlier mlxbatch, which did not record the "
