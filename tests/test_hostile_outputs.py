@@ -176,7 +176,7 @@ def test_resume_names_the_part_that_differs(tiny_model_dir, tmp_path, monkeypatc
     assert weights.stat().st_size == st.st_size
     src = tmp_path / "in.jsonl"
     r = classify(model, src, out, "--on-error", "skip", "--resume", cwd=tmp_path)
-    assert r.exit_code == 2 and "different model (its weights" in r.stderr, r.output
+    assert r.exit_code == 2 and "the model's model.safetensors changed" in r.stderr, r.output
     shutil.copyfile(tiny_model_dir / "model.safetensors", weights)  # the first model back
     os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))
     r = classify(model, src, out, "--on-error", "skip", "--resume", "--system-prompt", "Sort.",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..engine.prompt import built_in_prompt
 from ..errors import UsageError
-from ..io.outputs import check_reports, write_json_report
+from ..io.outputs import check_model_untouched, check_reports, write_json_report
 from ..io.promptspec import PromptSpec, prompt_spec
 from ..io.streams import report_stream
 from ..model.defaults import model_dir
@@ -59,6 +59,8 @@ def run_bench_command(req: BenchRequest, say: Callable[[str], None]) -> int:
         return _ranks(req, tickets_file, say)
     read = [Path(p) for p in (req.system_prompt_file, req.labels_file, req.examples) if p]
     check_reports(req.json_path, req.plot_path, read + tickets_file)
+    for model in (m for m in (req.model, req.against) if m and Path(m).is_dir()):
+        check_model_untouched([("--json", req.json_path), ("--plot", req.plot_path)], Path(model))
     result, report = bench_job(bench_options(req, say), lambda m: model_dir(m, say), progress=say)
     print(report, file=report_stream(req.json_path))
     if any(m["agreement"] is not None and m["agreement"] < 1.0 for m in result["modes"]):

@@ -12,6 +12,7 @@ from ..api.spec import RunSpec
 from ..engine.calibration import cached, cached_entry, model_of
 from ..errors import ResumeError
 from ..io.inputs import read_rows
+from ..io.outputs import check_model_untouched
 from ..io.sinks import journal_path
 from ..jobs.classify import Interrupted
 from ..jobs.job import run_job
@@ -23,6 +24,7 @@ def run_demo(n: int, model: Path, out_dir: Path, progress=print,
     """Classify `n` synthetic tickets with sorted batching and --verify; (report lines, passed).
     `resume`: continue the demo a Ctrl-C stopped (its journal checks the tickets are its own)."""
     t0 = time.perf_counter()
+    check_model_untouched([("--out", out_dir)], model)
     src, out = out_dir / "tickets.jsonl", out_dir / "predictions.jsonl"
     tickets = generate(n)
     if journal_path(out).exists():  # checked before its tickets are written again

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..engine.layout import batch_mask
 from ..errors import one_line
+from ..model.files import check_regular_files
 from ..model.load import LoadedModel, load_model
 
 PARITY_TEXTS = (
@@ -174,6 +175,7 @@ def run_parity(
     import torch
     from transformers import AutoModelForCausalLM
 
+    check_regular_files(Path(hf_dir))  # transformers would block on a FIFO there
     lm = load_model(mlx_dir, dtype="float32")
     batches = parity_batches(lm)
     ours = [x for b in batches for x in mlx_logits(lm, b)]

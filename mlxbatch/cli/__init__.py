@@ -119,11 +119,28 @@ def main() -> None:
         raise
 
 
+def asks_for_text(args: list[str]) -> bool:
+    """Whether the command line only asks for help or the version (`mlxbatch`, `mlxbatch
+    --version`, `mlxbatch classify --help`): command names before it, no option taking a value
+    that could be the flag's text."""
+    if not args:
+        return True
+    words = []
+    for arg in args:
+        if arg in ("--help", "--version"):
+            return arg == "--help" or not words
+        if arg.startswith("-"):
+            return False
+        words.append(arg)
+    return False
+
+
 def _main() -> None:
     files.hold_closed_streams()  # first: before any file is opened
-    if why := blas.startup_problem():  # before OpenBLAS (ours or NumPy's) is loaded
-        fail(why)
-    blas.activate_in_process()  # before mlx is imported; computing commands warn if it failed
+    if not asks_for_text(sys.argv[1:]):  # --help and --version compute nothing: no BLAS, no cache
+        if why := blas.startup_problem():  # before OpenBLAS (ours or NumPy's) is loaded
+            fail(why)
+        blas.activate_in_process()  # before mlx is imported; computing commands warn if it failed
     warnings.filterwarnings("ignore", category=SyntheticWeights)  # the commands name it
     try:
         cli(standalone_mode=False, obj={"warn_blas": True})

@@ -203,7 +203,7 @@ def bench_serve(model, n, mix, loads, seconds, sequential, soak_seconds, max_que
 
     from ..bench.serve_load import LoadOptions, format_report, plot, run
     from ..bench.workload import generate
-    from ..io.outputs import check_reports, write_json_report
+    from ..io.outputs import check_model_untouched, check_reports, write_json_report
     from ..io.streams import report_stream
 
     try:
@@ -222,7 +222,9 @@ def bench_serve(model, n, mix, loads, seconds, sequential, soak_seconds, max_que
         init_random(model, preset="tiny", seed=0, dtype="float32")
         n, seconds, sequential = min(n, 60), min(seconds, 2.0), min(sequential, 10)
     texts = tuple(r["text"] for r in generate(n, seed=0, mix=mix))
-    options = LoadOptions(model=model_dir(model, echo), texts=texts, loads=rates, seconds=seconds,
+    path = model_dir(model, echo)
+    check_model_untouched([("--json", json_path), ("--plot", plot_path)], path)
+    options = LoadOptions(model=path, texts=texts, loads=rates, seconds=seconds,
                           sequential=sequential, soak_seconds=soak_seconds,
                           max_queue=max_queue)  # fmt: skip
     result = run(options, progress=echo)

@@ -95,11 +95,43 @@ def checked_head(path: Path, first_line: bytes, header: dict | None) -> dict:
     if not isinstance(head, dict) or head.get("mlxbatch_journal") != JOURNAL_VERSION:
         raise ResumeError(f"{path}: not an mlxbatch journal; delete it to start over")
     if header is not None and head.get("fingerprint") != header.get("fingerprint"):
+        _check_model(path, head, header)
         differ = _differing_parts(head.get("fingerprint"), header.get("fingerprint"))
         differ = differ.replace(PARTS["compute"], _compute_change(head, header))
         raise ResumeError(f"{path} was written for a different {differ}; run with what the "
                           "first run had, or delete it to start over")  # fmt: skip
     return head
+
+
+def _check_model(path: Path, head: dict, header: dict) -> None:
+    """Refuse a journal written for another state of the model, naming what changed: a model
+    directory edited in place (config.json, a tokenizer file, the chat template) would resume
+    into a file mixing rows scored under both."""
+    old, new = head.get("model"), header.get("model")
+    recorded = fingerprint_parts(head.get("fingerprint")).get("model")
+    current = fingerprint_parts(header["fingerprint"])
+    if not isinstance(new, dict) or recorded in (None, current["model"]):
+        return  # the same model, or no fingerprint of parts: the parts' words say what differs
+    again = "restore it, or delete the journal to start over"
+    if not isinstance(old, dict) or not isinstance(old.get("files"), dict):
+        raise ResumeError(f"{path} was written by an earlier mlxbatch, which did not record the "
+                          "model's config and tokenizer files: a resume cannot tell whether "
+                          "they changed; delete it to start over")  # fmt: skip
+    if old.get("path") != new["path"]:
+        raise ResumeError(f"the model's path changed since {path} was written "
+                          f"({str(old.get('path'))[:200]}, now {new['path'][:200]}); run with "
+                          "the first run's --model, or delete the journal to start over")  # fmt: skip
+    was, now = old["files"], new["files"]
+    said = [f"{name} {_file_change(was.get(name), now.get(name))}"
+            for name in sorted(set(was) | set(now)) if was.get(name) != now.get(name)]  # fmt: skip
+    if not said and old.get("template") != new.get("template"):
+        said = ["chat template (as rendered) changed"]
+    what = said[0] if len(said) == 1 else f"files changed ({', '.join(said)})"
+    raise ResumeError(f"the model's {what[:300]} since {path} was written; {again}")
+
+
+def _file_change(old, new) -> str:
+    return "appeared" if old is None else "was removed" if new is None else "changed"
 
 
 COMPUTE_WORDS = {"blas": "BLAS", "kernels": "BLAS kernel family", "library": "BLAS library",
@@ -125,7 +157,7 @@ def _compute_change(head: dict, header: dict) -> str:
     return f"{PARTS['compute']} ({'; '.join(said)})" if said else PARTS["compute"]
 
 
-PARTS = {"model": "model (its weights or path)", "dtype": "--dtype", "input": "input",
+PARTS = {"model": "model (its files or path)", "dtype": "--dtype", "input": "input",
          "labels": "labels", "prompt": "system prompt or examples",
          "settings": "setting (one of --mode, --planner, --max-tokens, --too-long, "
                      "--on-error, --no-prefix-cache)",

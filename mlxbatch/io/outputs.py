@@ -156,6 +156,7 @@ def check_writable_file(option: str, path: Path) -> None:
     """Refuse a regular file path that cannot be written, or whose writing would destroy
     another run's work: its journal, or a file another process holds locked."""
     _check_name(option, path)
+    _check_not_in_a_model(option, path)
     if not path.exists():
         return
     if not os.access(path, os.W_OK):
@@ -176,13 +177,28 @@ PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
 
 
 def check_model_untouched(writes: list[tuple[str, Path | None]], model_dir: Path) -> None:
-    """Refuse an output (`(option, path)` pairs) that would replace a file of the model the run
-    loads: its config, weights or tokenizer."""
-    hit = _overlap(writes, [p for p in Path(model_dir).iterdir() if p.is_file()])
-    if hit:
-        option, path, f = hit
-        raise OutputError(f"{option} {path} is a file of the model ({f}); choose another "
-                          f"{option} path")  # fmt: skip
+    """Refuse an output (`(option, path)` pairs) that would land in the directory of the model
+    the run loads, or under it, through any link: it would replace one of the model's files or
+    become one (a new `chat_template.jinja` or `*.safetensors` there is read by every later
+    run)."""
+    root = os.path.realpath(model_dir)
+    for option, path in writes:
+        if path is None or str(path) == "-":
+            continue
+        real = os.path.realpath(path)
+        if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
+            raise OutputError(f"{option} {path} is inside the model directory {model_dir}; "
+                              f"mlxbatch writes nothing there: choose another {option} path")  # fmt: skip
+
+
+def _check_not_in_a_model(option: str, path: Path) -> None:
+    """Refuse an output that lands in any model's directory (weights there, or its config and
+    tokenizer), existing or new: a new file there may become part of that model."""
+    real = Path(os.path.realpath(path))
+    if not real.is_dir() and _of_a_model(real):
+        raise OutputError(f"{option} {path}: would be a file of a model (in {real.parent}, "
+                          f"beside its config and weights); mlxbatch writes nothing there: "
+                          f"choose another {option} path")  # fmt: skip
 
 
 # What an existing report file starts with, by the name's suffix: anything else (a link onto

@@ -17,6 +17,7 @@ import mlx.core as mx
 from ..api.classifier import Classifier
 from ..api.spec import Settings
 from ..model import hostops
+from ..model.files import CONFIG, INDEX, TOKENIZER_FILES, read_regular, weight_paths
 from ..runtime.blas import TILED
 from ..runtime.sgemm import sgemm_provider
 
@@ -34,7 +35,7 @@ def weights_digest(model_dir: Path) -> list:
     the mtime (a flipped weight followed by `touch -r`); hashing every byte would catch it at
     the cost of reading the whole model again on every run."""
     out = []
-    for path in sorted(Path(model_dir).glob("*.safetensors")):
+    for path in weight_paths(model_dir):
         st, h = path.stat(), hashlib.sha256()
         step = max(SAMPLE_BYTES, st.st_size // SAMPLES)
         with open(path, "rb") as f:
@@ -42,6 +43,22 @@ def weights_digest(model_dir: Path) -> list:
                 h.update(os.pread(f.fileno(), SAMPLE_BYTES, offset))
         out.append([path.name, st.st_size, st.st_mtime_ns, h.hexdigest()])
     return out
+
+
+def model_record(clf: Classifier) -> dict:
+    """What of the model decides a row's bits, file by file, so a refusal can name the file
+    that changed: each weight file sampled (`weights_digest`), config.json and every tokenizer
+    file hashed whole (None where there is none: one appearing counts), the directory's path,
+    and the chat template as rendered around a fixed prompt (this run's is the prompt part)."""
+    model_dir = Path(clf.lm.path)
+    files = {name: digest(entry) for name, *entry in weights_digest(model_dir)}
+    for name in (CONFIG, *TOKENIZER_FILES, INDEX):
+        data = read_regular(model_dir / name)
+        files[name] = None if data is None else hashlib.sha256(data).hexdigest()[:16]
+    tok = clf.lm.tokenizer
+    f = tok.frame("A fixed system prompt.", (("an example", "a label"),))
+    rendered = digest([f.head, f.lead, f.trail, f.tail, f.trim, tok.answer])
+    return {"path": str(model_dir.resolve()), "files": files, "template": rendered}
 
 
 def digest(value) -> str:
@@ -82,14 +99,15 @@ def compute_path(clf: Classifier) -> dict:
 DECIDING = ("blas", "kernels", "host_kernels", "device", "mlx", "prefix_threads")
 
 
-def fingerprint(input_digest: str, clf: Classifier, s: Settings, compute: dict) -> str:
+def fingerprint(input_digest: str, clf: Classifier, s: Settings, compute: dict,
+                model: dict) -> str:  # fmt: skip
     """`model=… dtype=… input=… labels=… prompt=… settings=… adjustment=… shape=… compute=…` (16 hex
     digits a part): the journal records it and `--resume` names the parts that differ.
     `input_digest`: the input's rows hashed (`io.windows.hash_row`, by the job's scan); `compute`: the
-    `compute_path`."""
+    `compute_path`; `model`: the `model_record`."""
     o = s.spec
     parts = {
-        "model": digest([weights_digest(clf.lm.path), str(Path(clf.lm.path).resolve())]),
+        "model": digest(model),
         "dtype": digest(str(clf.lm.dtype)),
         "input": input_digest,
         "labels": digest([list(s.labels), [list(t) for t in clf.labels.tokens]]),

@@ -28,7 +28,7 @@ from ..io.outputs import open_stream, output_kind
 from ..io.sinks import Journal, Sink, journal_path, recorded_header
 from ..io.windows import JobInput, scan
 from ..runtime import memory, progress
-from .fingerprint import compute_path, fingerprint
+from .fingerprint import compute_path, fingerprint, model_record
 from .plan import JobPlan, plan_window
 from .result import JobResult, Totals
 from .resume import Held, check_held
@@ -121,9 +121,10 @@ class Job:
         self.scanned = scan(job_input, refused)
         if not self.scanned.rows:
             raise InputError(f"{job_input.source}: empty input (no rows)")
-        compute = compute_path(clf)
-        header = {"fingerprint": fingerprint(self.scanned.digest, clf, self.settings, compute),
-                  "compute": compute}  # fmt: skip
+        compute, model = compute_path(clf), model_record(clf)
+        header = {"fingerprint": fingerprint(self.scanned.digest, clf, self.settings, compute,
+                                             model),
+                  "compute": compute, "model": model}  # fmt: skip
         self.group.agree(header["fingerprint"])
         if unreadable is not None and head and _but_shape(head) == _but_shape(header):
             raise unreadable  # this run's journal (but for its shape), with settings unreadable

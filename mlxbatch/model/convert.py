@@ -20,6 +20,7 @@ from tokenizers import Tokenizer
 from ..errors import ModelError
 from . import quantize
 from .config import ModelArgs
+from .files import check_regular_files
 from .load import DTYPES, read_manifest
 from .presets import PRESETS
 from .tokenizer import TOKENIZER_FILES
@@ -163,6 +164,7 @@ def convert_hf(hf_dir: str | Path, out_dir: str | Path, dtype: str | None = None
     `q_bits` quantizes (MLX's affine format, mlx-lm's layout, so mlx-lm loads it too)."""
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     check_destination(out_dir, force, hf_dir)
+    check_regular_files(hf_dir)
     args = ModelArgs.load(hf_dir)
     if not (hf_dir / "tokenizer.json").is_file():
         raise ModelError(f"{hf_dir}: tokenizer.json not found (needed next to the weights)")

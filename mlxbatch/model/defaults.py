@@ -22,12 +22,14 @@ def not_runnable(model_dir: Path) -> str | None:
     model.safetensors was chosen, and the job failed: "truncated safetensors file")."""
     from ..errors import ModelError
     from .config import ModelArgs
+    from .files import check_regular_files
     from .quantize import quantization
     from .weights import check_checkpoint
 
     if not list(model_dir.glob("*.safetensors")):
         return "no *.safetensors weights"
     try:
+        check_regular_files(model_dir)
         args = ModelArgs.load(model_dir)
         quantization(json.loads((model_dir / "config.json").read_text()))
         check_checkpoint(model_dir, args)  # the headers alone: milliseconds

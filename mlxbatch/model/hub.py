@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import ModelError
 from .families import FAMILIES
+from .files import check_regular_files
 from .vision_language import is_vision_language, text_config
 
 ALLOW_PATTERNS = ["*.json", "model*.safetensors", "tokenizer.model", "*.tiktoken", "*.txt",
@@ -75,8 +76,9 @@ def resolve(spec: str | Path) -> Path:
 def describe_dir(path: Path) -> dict | None:
     """What `mlxbatch models` shows of a directory, or None if mlxbatch cannot run it."""
     try:
+        check_regular_files(path)  # a FIFO would block the listing: refused by `models` BROKEN
         cfg = json.loads((path / "config.json").read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, ModelError):
         return None
     if not isinstance(cfg, dict) or not isinstance(cfg.get("model_type"), str):
         return None  # (a list was a TypeError that took the whole listing down)

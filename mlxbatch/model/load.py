@@ -12,6 +12,7 @@ from ..errors import ModelError, one_line
 from . import quantize
 from .config import ModelArgs
 from .decoder import Decoder
+from .files import check_regular_files, read_regular
 from .tokenizer import PromptTokenizer
 from .weights import check_checkpoint, load_tensors, resolve_head
 
@@ -33,16 +34,16 @@ def parse_dtype(name: str | None) -> mx.Dtype:
 
 def read_manifest(model_dir: Path) -> dict:
     try:
-        m = json.loads((model_dir / "mlxbatch.json").read_text())
-    except (OSError, ValueError):
+        m = json.loads(read_regular(model_dir / "mlxbatch.json") or b"null")
+    except (OSError, ValueError, ModelError):  # a FIFO there is refused by the load
         return {}
     return m if isinstance(m, dict) else {}
 
 
 def read_config(model_dir: Path) -> dict:
     try:
-        cfg = json.loads((model_dir / "config.json").read_text())
-    except (OSError, ValueError):
+        cfg = json.loads(read_regular(model_dir / "config.json") or b"null")
+    except (OSError, ValueError, ModelError):
         return {}
     return cfg if isinstance(cfg, dict) else {}
 
@@ -78,6 +79,7 @@ def load_model(
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise ModelError(f"{model_dir}: model directory not found")
+    check_regular_files(model_dir)  # before any is opened: a FIFO would block the first read
     args = ModelArgs.load(model_dir)
     tokenizer = PromptTokenizer(model_dir)
     if tokenizer.vocab_size > args.vocab_size:

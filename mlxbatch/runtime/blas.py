@@ -23,7 +23,7 @@ import platform
 import sys
 from dataclasses import dataclass
 
-from . import cpu, scipy_openblas
+from . import cpu, files, scipy_openblas
 from .cpu import CORETYPE
 from .probe import LAYOUTS, PROBE, TILED, Candidate, env_for, family_key, measured
 from .scipy_openblas import SCIPY
@@ -120,8 +120,8 @@ def _layout(result: dict) -> str:
 def startup_problem() -> str | None:
     """Why no command may start, or None: an OPENBLAS_CORETYPE this CPU cannot run (OpenBLAS,
     NumPy's too, would die of SIGILL at its first product), or an MLXBATCH_HOST_LAYOUT that is
-    not a choice. Checked by the CLI and the Python API before anything is loaded."""
-    return cpu.unrunnable_coretype() or layout_problem()
+    not a choice, or an XDG_CACHE_HOME too long to hold the cache. Checked by the CLI and the Python API before anything is loaded."""
+    return cpu.unrunnable_coretype() or layout_problem() or files.cache_env_problem()
 
 
 def layout_problem() -> str | None:

@@ -26,6 +26,32 @@ def cache_dir() -> Path:
     return Path(base) / "mlxbatch"
 
 
+NAME_MAX, PATH_MAX = 255, 4096  # Linux's and macOS's (1024 there: checked by the OS itself)
+CACHE_ROOM = 100  # what mlxbatch puts under the cache (blas-libs/<key>/.libopenblas.<pid>.map)
+
+
+def cache_env_problem() -> str | None:
+    """Why XDG_CACHE_HOME cannot hold mlxbatch's cache at all (a folder name longer than a
+    name may be, or a path too long to put the cache's files under), or None: every path
+    under it failed with "File name too long", a traceback in every command."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):
+        return None  # ignored (cache_dir)
+    raw = os.fsencode(base)
+    longest = max(len(part) for part in raw.split(b"/"))
+    if longest > NAME_MAX:
+        why = f"one of its folder names is {longest} bytes long, more than the {NAME_MAX} a name may have"
+    elif len(raw) + CACHE_ROOM > PATH_MAX:
+        why = f"it is {len(raw)} bytes long, too long for the cache's files under it ({PATH_MAX - CACHE_ROOM} at most)"
+    else:
+        return None
+    shown = base if len(base) <= 60 else base[:60] + "..."
+    return (
+        f"XDG_CACHE_HOME ({shown}) cannot hold mlxbatch's cache: {why}; set it to "
+        "a shorter directory, or unset it (~/.cache)"
+    )
+
+
 def cache_problem() -> str | None:
     """Why mlxbatch's cache cannot be written (then the BLAS probe, the renamed library and the
     planner's calibration are redone by every run), or None."""
