@@ -16,12 +16,12 @@ import sys
 from dataclasses import dataclass
 
 from ..errors import OutputError
-from . import cpu
+from . import cpu, flags
 from .cpu import CORETYPE
 from .files import cache_dir, write_atomically
 
 _PROBED: dict[str, dict] = {}  # measured() by key where the cache cannot keep them
-PROBE = "MLXBATCH_BLAS_PROBE"  # set in the probe subprocess: never recurse
+PROBE = flags.BLAS_PROBE  # set in the probe subprocess: never recurse
 ENGINE_ROWS = 4  # bump when model/hostops.py's layouts or model/invariance.py's checks change
 TILED = "tiled"  # that layout: journals and calibrations from before it was recorded ran in it
 # the host kernels' row layouts (model/hostops.py), fastest first; "tiled" held under every
