@@ -4,6 +4,7 @@ cache, and an OPENBLAS_CORETYPE this CPU cannot run (a hostile pass found each).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import subprocess
@@ -43,6 +44,58 @@ def test_a_copy_cut_short_is_made_again_not_loaded(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split() == ["scipy-openblas32"]
     assert copy.stat().st_size == whole and elf.whole(copy)
+
+
+LOADS = ("import mlxbatch; from mlxbatch import Classifier; import mlx.core as mx;"
+         "a = mx.ones((64, 64)); mx.eval(a @ a);"
+         "from mlxbatch.runtime import blas; print(blas.ACTIVE['source'])")  # fmt: skip
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("keep_mtime", [True, False])
+def test_a_damaged_copy_is_made_again_not_loaded(tmp_path, keep_mtime):
+    """Bytes overwritten in the copy, its size (and mtime) kept, killed every later command and
+    `from mlxbatch import Classifier` with SIGSEGV; with its mtime changed, every later run
+    stayed on the reference BLAS (its probe crashed) and the copy was never made again."""
+    made = python(MADE, tmp_path)
+    copy = Path(made.stdout.strip())
+    assert made.returncode == 0 and copy.is_file(), made.stderr
+    good, st = digest(copy), copy.stat()
+    with open(copy, "r+b") as f:  # the code, not the headers: elf.whole() still passes
+        f.seek(st.st_size // 3)
+        f.write(b"\xcc" * (1 << 20))
+    if keep_mtime:
+        os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert copy.stat().st_size == st.st_size and elf.whole(copy) and digest(copy) != good
+    run = python(LOADS, tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["scipy-openblas32"]
+    notes = [x for x in run.stderr.splitlines() if "damaged" in x]
+    assert len(notes) == 1 and str(copy) in notes[0], run.stderr
+    assert digest(copy) == good
+    again = python(LOADS, tmp_path)  # made again once: no note the next time
+    assert again.returncode == 0 and "damaged" not in again.stderr, again.stderr
+
+
+def test_a_copy_unchanged_since_its_digest_is_not_hashed_again(tmp_path, monkeypatch):
+    """The check costs a stat: the 25 MB copy is hashed only where its stat changed."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    copy = Path(scipy_openblas.renamed()[0])
+
+    def hashed(path):
+        raise AssertionError(f"{path} hashed again")
+
+    monkeypatch.setattr(scipy_openblas, "_digest", hashed)
+    assert scipy_openblas.renamed() == (str(copy), None)
+    os.utime(copy)  # touched: hashed now, found whole, its new stat recorded
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert scipy_openblas.renamed() == (str(copy), None)
+    monkeypatch.setattr(scipy_openblas, "_digest", hashed)
+    assert scipy_openblas.renamed() == (str(copy), None)
 
 
 def test_a_cache_that_cannot_be_made_leaves_the_fast_blas_and_says_so(tmp_path, tiny_model_dir):
@@ -114,7 +167,10 @@ def test_processes_making_the_copy_together_all_get_it(tmp_path):
     assert all(p.returncode == 0 for p in procs), outs
     assert all(out.strip() not in ("", "None") for out, _ in outs), outs
     (made,) = (tmp_path / "mlxbatch" / "blas-libs").iterdir()
-    assert [p.name for p in made.iterdir()] == ["libopenblas.so"]
+    assert sorted(p.name for p in made.iterdir()) == [
+        "libopenblas.so",
+        "libopenblas.so.sha256.json",
+    ]
     assert elf.whole(made / "libopenblas.so")
 
 

@@ -279,7 +279,7 @@ def test_blas_choice_is_measured_and_a_crashing_build_is_named(monkeypatch, tmp_
     assert rows["scipy-openblas32"]["refused"] == "patchelf is not installed"
     assert "SIGILL" in rows["avx512-only"]["refused"] and "refused" not in rows["system"]
     found["/b/libopenblas.so"] = {"gflops": 6.0}  # no faster than the reference: none is used
-    (tmp_path / "mlxbatch" / "blas.json").unlink()
+    probe.cache_path().unlink()
     assert blas.plan() is None
     assert (
         "no faster than the reference"
@@ -312,7 +312,7 @@ def test_an_edited_blas_cache_is_probed_again(monkeypatch, tmp_path, edit):
     monkeypatch.setattr(probe, "_probe", lambda lib, env: probed.append(lib) or found[lib])
     assert blas.plan().invariant and len(probed) == 2
     assert blas.plan().gflops == 80.0 and len(probed) == 2  # read back, not probed again
-    path = tmp_path / "mlxbatch" / "blas.json"
+    path = probe.cache_path()
     cached = json.loads(path.read_text())
     edit(cached["probes"])
     path.write_text(json.dumps(cached))

@@ -129,6 +129,15 @@ def planner_cost(clf: Classifier, calibrate_now: bool, progress) -> tuple[CostMo
     return cost, None
 
 
+def reference_labels(clf: Classifier, prompts: list[list[int]]) -> list[int]:
+    """Each prompt's label index on the gold loop (whole prompts, one at a time)."""
+    from ..engine.planner import plan_batches
+    from ..engine.scheduler import score_all
+
+    whole = plan_batches([len(p) for p in prompts], "sequential", 1 << 30, 1)
+    return score_all(clf.engine, prompts, whole, "gold").argmax(1).tolist()
+
+
 def bench_meta(clf: Classifier, source: str, prompt_name: str, info: dict) -> dict:
     """What ran: the model, tickets and prompt, on the machine `doctor` describes."""
     return {
@@ -144,15 +153,20 @@ def peers_entry(
     llama: LlamaCppOptions, progress,
 ) -> dict:  # fmt: skip
     """The report's `peers` entry: their runs against the reference's labels, or why they
-    cannot run; none when no peer was asked for or no reference ran."""
+    cannot run; none when no peer was asked for. Where --modes ran no reference (neither gold
+    nor prefix), the gold loop runs for the peers, untimed: it costs what one peer does."""
     from .peers import run_peers
 
-    if o.peers and clf.labels.max_len > 1:
-        return {"peers": [{"name": "peers", "error": "peers score single-token labels only"}]}
-    if not (o.peers and gold_labels):
+    if not o.peers:
         return {}
+    if clf.labels.max_len > 1:
+        return {"peers": [{"name": "peers", "error": "peers score single-token labels only"}]}
     names = list(clf.labels.names)
-    gold = [names.index(x) for x in gold_labels]
+    if gold_labels:
+        gold = [names.index(x) for x in gold_labels]
+    else:
+        progress("running the gold loop, the peers' reference (not in --modes, untimed) ...")
+        gold = reference_labels(clf, prompts)
     return {"peers": run_peers(clf.lm.path, prompts, clf.labels.first_ids, gold,
                                o.peer_batch_tokens, o.max_batch, o.naive_batch, o.peers,
                                progress, llama)}  # fmt: skip

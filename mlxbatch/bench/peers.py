@@ -13,6 +13,7 @@ Each reports seconds, items/s and label agreement with our gold loop.
 from __future__ import annotations
 
 import importlib
+import sys
 import time
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import numpy as np
 
 from ..engine.planner import plan_batches
 from ..runtime import cpu
+from .isolated import run_isolated
 from .llamacpp import OUTTYPES, LlamaCppOptions, llamacpp_peer
 
 
@@ -130,14 +132,44 @@ DEFAULT_PEERS = ("mlx-lm", "mlx-lm-batch", "transformers", "transformers-bf16")
 PEERS = (*DEFAULT_PEERS, "llama.cpp", *OUTTYPES)  # "llama.cpp": both of its GGUFs
 
 
+PEER_RUN = "mlxbatch.bench.peers:run_peer"  # what each peer's child process calls
+
+
 def run_peers(
     model_dir: Path, prompts: list[list[int]], label_ids: list[int], gold: list[int],
     budget: int, max_batch: int, naive_batch: int, names=DEFAULT_PEERS, progress=print,
     llama: LlamaCppOptions | None = None,
 ) -> list[dict]:  # fmt: skip
-    """Every requested peer that can run here; the others say why not."""
+    """Every requested peer that can run here, each in a child process of its own (one that
+    crashes is reported with its signal); the others say why not."""
     import mlx.core as mx
 
+    expanded = (n for name in names for n in (OUTTYPES if name == "llama.cpp" else [name]))
+    wanted = list(dict.fromkeys(expanded))
+    if mx.default_device() == mx.gpu and "mlx-lm" in wanted:
+        wanted.append("mlx-lm-fp16")
+    out = []
+    for name in wanted:
+        if name == "transformers-bf16" and mx.default_device() == mx.cpu and not native_bf16():
+            out.append({"name": "transformers bfloat16", "error": "no native bf16 on this CPU"})
+            continue
+        progress(f"running peer {name} ...")
+        result = run_isolated(PEER_RUN, name, dict(
+            name=name, model_dir=Path(model_dir), prompts=prompts, label_ids=label_ids,
+            gold=gold, budget=budget, max_batch=max_batch, naive_batch=naive_batch,
+            llama=llama or LlamaCppOptions(),
+        ))  # fmt: skip
+        if "crashed" in result:
+            progress(f"{name}: {result['error']}")
+        out.append(result)
+    return out
+
+
+def run_peer(
+    name: str, model_dir: Path, prompts: list[list[int]], label_ids: list[int],
+    gold: list[int], budget: int, max_batch: int, naive_batch: int, llama: LlamaCppOptions,
+) -> dict:  # fmt: skip
+    """One peer by name, in the process that calls it (run_peers' child)."""
     runs = {
         "mlx-lm": lambda: mlx_lm_single_peer(model_dir, prompts, label_ids, gold),
         "mlx-lm-batch": lambda: mlx_lm_peer(model_dir, prompts, label_ids, gold, naive_batch),
@@ -151,23 +183,16 @@ def run_peers(
     }
     for key in OUTTYPES:
         runs[key] = lambda key=key: llamacpp_peer(
-            key, model_dir, prompts, label_ids, gold, llama or LlamaCppOptions(), progress
+            key, model_dir, prompts, label_ids, gold, llama, _say
         )  # fmt: skip
-    expanded = (n for name in names for n in (OUTTYPES if name == "llama.cpp" else [name]))
-    wanted = list(dict.fromkeys(expanded))
-    if mx.default_device() == mx.gpu and "mlx-lm" in wanted:
-        wanted.append("mlx-lm-fp16")
-    out = []
-    for name in wanted:
-        if name == "transformers-bf16" and mx.default_device() == mx.cpu and not native_bf16():
-            out.append({"name": "transformers bfloat16", "error": "no native bf16 on this CPU"})
-            continue
-        progress(f"running peer {name} ...")
-        try:
-            result = runs[name]()
-        except ImportError as e:
-            result = {"name": name, "error": f"not installed ({e.name})"}
-        if name == "transformers-bf16":
-            result["cpu_bf16"] = native_bf16()
-        out.append(result)
-    return out
+    try:
+        result = runs[name]()
+    except ImportError as e:
+        result = {"name": name, "error": f"not installed ({e.name})"}
+    if name == "transformers-bf16":
+        result["cpu_bf16"] = native_bf16()
+    return result
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

@@ -55,14 +55,15 @@ def format_report(r: dict) -> str:
         useful_rate = best["useful_tokens"] / best["seconds"]
         lines += ["", f"batching efficiency (sorted useful tok/s over gold tok/s): "
                   f"{useful_rate:.0f} / {gold_rate:.0f} = {useful_rate / gold_rate:.2f}"]  # fmt: skip
-    if r.get("peers") and best:
+    if r.get("peers"):
         lines += ["", f"{'peer':<46} {'time s':>8} {'items/s':>8} {'agree':>7} {'sorted is':>10}"]
         for p in r["peers"]:
             if "error" in p:
-                lines.append(f"{p['name']:<46} skipped: {p['error']}")
+                lines.append(f"{p['name']:<46} {'' if 'crashed' in p else 'skipped: '}{p['error']}")
                 continue
+            ratio = f"{p['seconds'] / best['seconds']:>9.2f}x" if best else f"{'n/a':>10}"
             lines.append(f"{p['name']:<46} {p['seconds']:>8.1f} {p['items_per_s']:>8.2f} "
-                         f"{p['agreement']:>7.1%} {p['seconds'] / best['seconds']:>9.2f}x")  # fmt: skip
+                         f"{p['agreement']:>7.1%} {ratio}")  # fmt: skip
     a = r.get("against")
     if a:
         lines += ["", f"against {a['reference']}: label agreement {a['label_agreement']:.1%}, "

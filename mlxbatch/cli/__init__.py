@@ -6,7 +6,6 @@ import functools
 import os
 import platform
 import re
-import signal
 import sys
 import warnings
 from importlib import metadata
@@ -15,7 +14,7 @@ from pathlib import Path
 import click
 
 from ..errors import SyntheticWeights, UsageError
-from ..runtime import blas, cpu, files
+from ..runtime import blas, cpu, files, interrupts
 from .bench import bench, demo, doctor, tickets
 from .classify import classify
 from .common import fail
@@ -99,24 +98,31 @@ for command in (classify, evaluate_cmd, convert, init_random_cmd, models, parity
     cli.add_command(_warns_of_the_blas(command) if command in COMPUTE else command)
 
 
-def _terminated(signum, frame) -> None:
-    """SIGTERM (kill, a scheduler's stop) takes Ctrl-C's path: the journal keeps every finished
-    batch and the same --resume hint is printed; the exit code is 143 (128 + SIGTERM)."""
-    _TERMINATED.append(signum)
-    raise KeyboardInterrupt
-
-
-_TERMINATED: list[int] = []
-
-
 def main() -> None:
-    signal.signal(signal.SIGTERM, _terminated)
+    """The `mlxbatch` command: a signal at any moment of it, from the BLAS probe on, ends it
+    with one line and 128 + the signal (runtime/interrupts.py)."""
+    interrupts.install()
     try:
-        _main()
+        code = _exit_code(_main)
+    except KeyboardInterrupt:  # between a command's end and the line above
+        code = _exit_code(lambda: fail("interrupted", 130))
+    interrupts.ending()
+    if interrupts.native_threads_running():  # a model still loading (serve interrupted)
+        interrupts.exit_at_once(code)
+    sys.exit(code)
+
+
+def _exit_code(run) -> int:
+    """`run`'s exit code: 0, or what it exited with; an interruption's 130 is 128 + the signal
+    that caused it (143 for SIGTERM)."""
+    try:
+        run()
+        return 0
     except SystemExit as e:
-        if _TERMINATED and e.code == 130:
-            sys.exit(128 + signal.SIGTERM)
-        raise
+        code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+        if isinstance(e.code, str):
+            click.echo(e.code, err=True)
+        return interrupts.exit_code() if code == 130 and interrupts.RECEIVED else code
 
 
 def asks_for_text(args: list[str]) -> bool:
@@ -136,13 +142,13 @@ def asks_for_text(args: list[str]) -> bool:
 
 
 def _main() -> None:
-    files.hold_closed_streams()  # first: before any file is opened
-    if not asks_for_text(sys.argv[1:]):  # --help and --version compute nothing: no BLAS, no cache
-        if why := blas.startup_problem():  # before OpenBLAS (ours or NumPy's) is loaded
-            fail(why)
-        blas.activate_in_process()  # before mlx is imported; computing commands warn if it failed
-    warnings.filterwarnings("ignore", category=SyntheticWeights)  # the commands name it
     try:
+        files.hold_closed_streams()  # first: before any file is opened
+        if not asks_for_text(sys.argv[1:]):  # --help and --version: no BLAS, no cache
+            if why := blas.startup_problem():  # before OpenBLAS (ours or NumPy's) is loaded
+                fail(why)
+            blas.activate_in_process()  # before mlx is imported; computing commands warn if not
+        warnings.filterwarnings("ignore", category=SyntheticWeights)  # the commands name it
         cli(standalone_mode=False, obj={"warn_blas": True})
     except click.exceptions.Abort:  # click's own Ctrl-C handling (prompts)
         fail("interrupted", 130)

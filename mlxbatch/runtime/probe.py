@@ -1,6 +1,7 @@
 """Each OpenBLAS measured where it cannot harm this process: an fp32 matmul in a probe
 subprocess (a build for another CPU dies there of SIGILL), with its kernel family and the host
-layouts in which it is batch-invariant; the results cached per machine in blas.json, which is
+layouts in which it is batch-invariant; the results cached per machine and install (one
+blas-<install>.json each: installs sharing ~/.cache/mlxbatch no longer probe again in turn),
 read back only as a probe writes it (blas.py chooses among them)."""
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..errors import OutputError
-from . import cpu
+from . import cpu, flags
 from .cpu import CORETYPE
 from .files import cache_dir, write_atomically
 
 _PROBED: dict[str, dict] = {}  # measured() by key where the cache cannot keep them
-PROBE = "MLXBATCH_BLAS_PROBE"  # set in the probe subprocess: never recurse
+PROBE = flags.BLAS_PROBE  # set in the probe subprocess: never recurse
 ENGINE_ROWS = 4  # bump when model/hostops.py's layouts or model/invariance.py's checks change
 TILED = "tiled"  # that layout: journals and calibrations from before it was recorded ran in it
 # the host kernels' row layouts (model/hostops.py), fastest first; "tiled" held under every
@@ -109,7 +111,7 @@ def measured(options: list[Candidate]) -> dict[str, dict]:
     key = json.dumps([cpu.model_name(), flags, loadable, importlib.metadata.version("mlx"),
                       [os.environ.get(k, "") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS",
                                                        "OPENBLAS_L2_SIZE")], ENGINE_ROWS])  # fmt: skip
-    path = cache_dir() / "blas.json"
+    path = cache_path()
     try:
         cached = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -140,8 +142,15 @@ def measured(options: list[Candidate]) -> dict[str, dict]:
     return cached["probes"]
 
 
+def cache_path() -> Path:
+    """This install's probe cache: each Python environment (sys.prefix) keeps its own, as its
+    libraries' paths and MLX's version are its own."""
+    install = hashlib.sha256(os.path.realpath(sys.prefix).encode()).hexdigest()[:12]
+    return cache_dir() / f"blas-{install}.json"
+
+
 def _readable(found, options: list[Candidate]) -> bool:
-    """Whether cached probes read as the probes write them, one for each library: blas.json is a
+    """Whether cached probes read as the probes write them, one for each library: the cache is a
     file a person can edit, and a gflops of "x" failed every run, an emptied entry left MLX on
     the reference BLAS (a job 7x slower) and an "invariant" of "yes" counted as invariant."""
     if not isinstance(found, dict) or not all(c.library in found for c in options if c.library):

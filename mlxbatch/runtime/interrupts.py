@@ -1,0 +1,71 @@
+"""How the command line ends on a signal, at any moment of any command: SIGINT and SIGTERM
+both raise KeyboardInterrupt in the main thread (a job's journal keeps its finished batches
+and the --resume hint is printed), and the process exits with one line and 128 + the first
+signal (130, 143). A second signal exits at once, without a traceback: a KeyboardInterrupt
+raised in the first one's cleanup, or in the interpreter's, printed one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+RECEIVED: list[int] = []  # the signals that interrupted this process, first first
+CAUGHT = (signal.SIGINT, signal.SIGTERM)
+
+
+def install() -> None:
+    """Take SIGTERM, and SIGINT unless this process was started with it ignored (a job run in
+    the background without job control must not stop at the terminal's Ctrl-C)."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _interrupt)
+
+
+def _interrupt(signum, frame) -> None:
+    RECEIVED.append(signum)
+    for s in CAUGHT:
+        if signal.getsignal(s) is _interrupt:
+            signal.signal(s, _exit_now)
+    raise KeyboardInterrupt
+
+
+def exit_code() -> int:
+    """128 + the signal that interrupted this process (130 for Ctrl-C, 143 for SIGTERM)."""
+    return 128 + (RECEIVED[0] if RECEIVED else signal.SIGINT)
+
+
+def ending() -> None:
+    """From here on a signal exits at once: the process has said its last line."""
+    _SAID.append(True)
+    for s in CAUGHT:
+        if signal.getsignal(s) is _interrupt:
+            signal.signal(s, _exit_now)
+
+
+_SAID: list[bool] = []
+
+
+def _exit_now(signum, frame) -> None:
+    if not _SAID:
+        sys.stderr.write("error: interrupted\n")
+    RECEIVED.append(signum)
+    exit_at_once(exit_code())
+
+
+def exit_at_once(code: int) -> None:
+    """Exit without finalizing the interpreter. Where a thread is still inside native code (a
+    model loading in MLX), finalizing makes that thread exit as it takes the GIL back, through
+    C++ frames that may not be unwound: `terminate called without an active exception`."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed, or its reader gone: nothing more can be said
+            pass
+    os._exit(code)
+
+
+def native_threads_running() -> bool:
+    """Whether a daemon thread (one the interpreter would not wait for) is still running."""
+    return any(t.daemon and t.is_alive() for t in threading.enumerate())
