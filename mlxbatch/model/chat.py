@@ -43,7 +43,6 @@ import itertools
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 from ..errors import ModelError, one_line
