@@ -62,6 +62,10 @@ PROBES = (
     ('<b>Tom & "Jo"</b> 5 > 3 \\', "a text with characters a template might escape"),
     ("数据 ünïcode 🙂", "a non-ASCII text"),
     (" ".join(["word"] * 400), "a 2,000-character text"),
+    ("Ends in punctuation!", "a text ending in punctuation"),
+    ("my password is hunter2", "a text with a word a template might hide"),
+    ("before </think> after", "a text holding </think>"),
+    ("<tool_response>x</tool_response>", "a text wrapped in tags"),
 )
 MOST_SOURCE = 1_000_000  # characters of template source
 MOST_BRANCHES = 256  # renderings of one conversation with a test of the item answered otherwise
@@ -227,14 +231,14 @@ class ChatTemplate:
         self.template, self.variables = compile_template(source, where), variables
         self.where = where
 
-    def render(self, messages: list[dict], generation: bool = True) -> str:
+    def render(self, messages: list[dict], generation: bool = True, trace=None) -> str:
         """The template over `messages`, within the sandbox's bounds (a template over them is
         refused by name); jinja2's TemplateError (the template's own raise) passes through."""
         import jinja2
 
         extra = sum(str.__len__(m["content"]) for m in messages)  # not a test of a Traced
         try:
-            return template_env.render(self.template, extra, messages=messages,
+            return template_env.render(self.template, extra, trace, messages=messages,
                                        add_generation_prompt=generation,
                                        **self.variables)  # fmt: skip
         except jinja2.exceptions.TemplateError:
@@ -256,8 +260,7 @@ class ChatTemplate:
         split = _find(self.conversation([PAD + marker(i) + PAD for i in range(n)]), n)
         if altered := _altered(split):
             raise self._changes(f"it renders {altered} otherwise than given")
-        for probe, what in PROBES:
-            self._probe(split, [probe] * n, what)
+        self.check(split, [PAD + marker(i) + PAD for i in range(n)])  # names what it does
         return split
 
     def check(self, split: Split, contents: list[str]) -> None:
@@ -283,9 +286,10 @@ class ChatTemplate:
                 raise self._changes(f"its rendering tests the item's text in over "
                                     f"{MOST_BRANCHES} ways")  # fmt: skip
             forced = paths.pop()
-            trace = template_env.Trace(forced)
+            trace = template_env.Trace(forced, marker(split.item))
             try:
-                text = self.conversation([*shared, template_env.Traced(item, trace)], not forced)
+                traced = template_env.Traced(item, trace)
+                text = self.conversation([*shared, traced], not forced, trace)
             except jinja2.exceptions.TemplateError:  # a branch the template refuses itself
                 continue
             if trace.changes:
@@ -317,7 +321,7 @@ class ChatTemplate:
                           f"({how}), so mlxbatch cannot put each text into one prompt; edit "
                           "the template to insert message['content'] as it is (or with | trim)")  # fmt: skip
 
-    def conversation(self, contents: list[str], own_errors: bool = True) -> str:
+    def conversation(self, contents: list[str], own_errors: bool = True, trace=None) -> str:
         """The rendering of contents[0] as the system prompt, then pairs of example text and
         label as user and assistant turns, the last as the item's user turn."""
         import jinja2
@@ -327,11 +331,11 @@ class ChatTemplate:
                  for x in (t, {"role": "assistant", "content": contents[2 + 2 * k]})]  # fmt: skip
         turns.append({"role": "user", "content": contents[-1]})
         try:
-            return self.render([{"role": "system", "content": contents[0]}, *turns])
+            return self.render([{"role": "system", "content": contents[0]}, *turns], True, trace)
         except jinja2.exceptions.TemplateError:  # no system role: fold it in ourselves
             first = dict(turns[0], content=contents[0] + "\n\n" + turns[0]["content"])
             try:
-                return self.render([first, *turns[1:]])
+                return self.render([first, *turns[1:]], True, trace)
             except jinja2.exceptions.TemplateError as e:
                 if not own_errors:
                     raise
@@ -362,7 +366,7 @@ def _other_answers(construct: str, answer) -> tuple:
     if isinstance(answer, bool):
         return (not answer,)
     if isinstance(answer, int):
-        least = 0 if construct == template_env.LENGTH else -1  # a length is never negative
+        least = 1 if construct == template_env.LENGTH else -1  # an item is never empty
         return tuple(n for n in (-1, 0, 1, 2, 10, 50, 100, 1000, 5000, 10**5, 10**6)
                      if n != answer and n >= least)  # fmt: skip
     return ()

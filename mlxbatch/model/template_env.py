@@ -16,9 +16,11 @@ so a rendering can be repeated with each answer changed (see chat.py).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
+import threading
 import time
 from datetime import datetime
 
@@ -41,12 +43,27 @@ class OverBounds(Exception):
 
 class Trace:
     """What one rendering did with a traced text: its tests (construct, answer) in order,
-    answers forced by a test's place in that order, and the new texts made from it."""
+    answers forced by a test's place in that order, and the new texts made from it. `mark`:
+    a string only the traced text holds, to know a text made from it where the trace is lost
+    (a macro's output, `~`): a method called on such a text is recorded as on the item."""
 
-    def __init__(self, forced: dict[int, object] | None = None):
+    def __init__(self, forced: dict[int, object] | None = None, mark: str = ""):
         self.forced = forced or {}
         self.tests: list[tuple[str, object]] = []
         self.changes: list[str] = []
+        self.mark = mark
+
+    def call(self, name: str, method, args: tuple, kwargs: dict):
+        """A method of the traced text (or of a text holding it) called: its answer, recorded
+        (a test, perhaps forced) or its new text (a change)."""
+        if name in TESTS:
+            k = len(self.tests)
+            answer = self.forced[k] if k in self.forced else method(*args, **kwargs)
+            self.tests.append((_construct(name, args), answer))
+            return answer
+        if not (name in TRIMS and all(a is None for a in (*args, *kwargs.values()))):
+            self.changes.append(_construct(name, args))
+        return method(*args, **kwargs)
 
 
 def _construct(name: str, args: tuple) -> str:
@@ -55,8 +72,12 @@ def _construct(name: str, args: tuple) -> str:
         return f"{shown} in the text"
     if name == "__len__":
         return LENGTH
+    if name == "__getitem__" and isinstance(args[0], slice):
+        k = args[0]
+        step = "" if k.step is None else f":{k.step}"
+        return f"the slice [{'' if k.start is None else k.start}:{'' if k.stop is None else k.stop}{step}]"
     if name == "__getitem__":
-        return f"a slice or index of the text [{shown}]"
+        return f"the index [{shown}]"
     if name.startswith("__"):
         return f"the text {name.strip('_')} {shown}"
     return f".{name}({shown})"
@@ -67,20 +88,17 @@ def _method(name: str):
 
     def traced(self, *args, **kwargs):
         trace = self.trace
-        if name in TESTS:
-            k = len(trace.tests)
-            answer = trace.forced[k] if k in trace.forced else base(self, *args, **kwargs)
-            trace.tests.append((_construct(name, args), answer))
-            return answer
-        result = base(self, *args, **kwargs)
-        if name in TRIMS and all(a is None for a in (*args, *kwargs.values())):
-            return Traced(result, trace)
-        if name in ("__add__", "__radd__"):
+        if name == "__add__":
+            result = base(self, *args, **kwargs)
             if isinstance(result, str):
                 _check_size(_size(result))
                 return Traced(result, trace)
             return result
-        trace.changes.append(_construct(name, args))
+        result = trace.call(name, base.__get__(self), args, kwargs)
+        if name in TRIMS and isinstance(result, str):
+            # of the item or a text around it: an item is never blank (rows and the API's
+            # texts are refused empty), so a trim that reaches it stops inside it
+            return Traced(result, trace)
         return result
 
     traced.__name__ = name
@@ -116,37 +134,46 @@ for _name in (*TESTS, *TRIMS, "__add__", "__getitem__", "__mod__", "__mul__", "_
     setattr(Traced, _name, _method(_name))
 
 
-def traces(value) -> Trace | None:
-    return value.trace if isinstance(value, Traced) else None
-
-
 def _size(x) -> int:
     """len(x), not recorded as a test of a Traced text."""
     return str.__len__(x) if isinstance(x, str) else len(x)
 
 
+class _Rendering(threading.local):
+    bound = MOST  # the size bound of the rendering under way
+    trace: Trace | None = None  # the item's, where one is traced
+
+
+NOW = _Rendering()
+
+
 def _check_size(n: float) -> None:
-    if n > BOUND[0]:
-        raise OverBounds(f"builds a text or list of over {BOUND[0]:,} items")
-
-
-BOUND = [MOST]  # the size bound of the rendering under way (one render at a time a thread)
+    if n > NOW.bound:
+        raise OverBounds(f"builds a text or list of over {NOW.bound:,} items")
 
 
 def _big_number(args) -> None:
     for a in args:
-        if isinstance(a, int) and not isinstance(a, bool) and abs(a) > BOUND[0]:
+        if isinstance(a, int) and not isinstance(a, bool) and abs(a) > NOW.bound:
             raise OverBounds(f"asks for a size of {a:.3g}")
 
 
-def _traced_filter(name: str, f):
-    import functools
+def _holding(value) -> Trace | None:
+    """The trace of the item's text, where `value` is it or a plain text made from it."""
+    if isinstance(value, Traced):
+        return value.trace
+    trace = NOW.trace
+    if trace is not None and isinstance(value, str) and trace.mark and trace.mark in value:
+        return trace
+    return None
 
+
+def _traced_filter(name: str, f):
     @functools.wraps(f)
     def wrapped(*args, **kwargs):
         _big_number((*args, *kwargs.values()))
         for a in args[:2]:
-            if (trace := traces(a)) is not None:
+            if (trace := _holding(a)) is not None:
                 trace.changes.append(f"| {name}")
         return f(*args, **kwargs)
 
@@ -181,7 +208,7 @@ def environment():
 
         def call_binop(self, context, operator, left, right):
             if operator == "**" and all(isinstance(x, (int, float)) for x in (left, right)):
-                if abs(right) > 64 and math.log2(abs(left) + 1) * abs(right) > 64 * BOUND[0]:
+                if abs(right) > 64 and math.log2(abs(left) + 1) * abs(right) > 64 * NOW.bound:
                     raise OverBounds(f"computes {left!r:.20} ** {right!r:.20}")
             elif operator == "*":
                 for seq, n in ((left, right), (right, left)):
@@ -193,6 +220,10 @@ def environment():
 
         def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (jinja2's names)
             _big_number((*args, *kwargs.values()))
+            text = getattr(__obj, "__self__", None)
+            if not isinstance(text, Traced) and (trace := _holding(text)) is not None:
+                method = functools.partial(super().call, __context, __obj)
+                return trace.call(__obj.__name__, method, args, kwargs)
             return super().call(__context, __obj, *args, **kwargs)
 
     class Namespace(jinja2.utils.Namespace):
@@ -233,10 +264,11 @@ def environment():
     return env
 
 
-def render(template, extra: int, **variables) -> str:
+def render(template, extra: int, trace: Trace | None = None, **variables) -> str:
     """`template.render(**variables)` within the bounds: SECONDS, and MOST characters built
-    beyond `extra` (the contents' own); OverBounds, RecursionError or MemoryError if not."""
-    BOUND[0] = MOST + 4 * extra
+    beyond `extra` (the contents' own); OverBounds, RecursionError or MemoryError if not.
+    `trace`: the item's, for the texts made from it."""
+    NOW.bound, NOW.trace = MOST + 4 * extra, trace
     deadline, lines = time.monotonic() + SECONDS, [0]
 
     def on_line(frame, event, arg):
@@ -254,9 +286,10 @@ def render(template, extra: int, **variables) -> str:
         out, size = [], 0
         for chunk in template.generate(**variables):
             size += _size(chunk)
-            if size > BOUND[0]:
-                raise OverBounds(f"renders over {BOUND[0]:,} characters")
+            if size > NOW.bound:
+                raise OverBounds(f"renders over {NOW.bound:,} characters")
             out.append(chunk)
         return "".join(out)
     finally:
         sys.settrace(before)
+        NOW.trace = None
