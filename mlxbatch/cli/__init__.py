@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import SyntheticWeights, UsageError
+from ..errors import SyntheticWeights, TemplateNote, UsageError
 from ..runtime import blas, cpu, files
 from .bench import bench, demo, doctor, tickets
 from .classify import classify
@@ -119,12 +119,23 @@ def main() -> None:
         raise
 
 
+def format_note(message, category, filename, lineno, line=None) -> str:
+    """A TemplateNote as one `note:` line; other warnings as Python formats them."""
+    if issubclass(category, TemplateNote):
+        return f"note: {message}\n"
+    return _FORMAT_WARNING(message, category, filename, lineno, line)
+
+
+_FORMAT_WARNING = warnings.formatwarning
+
+
 def _main() -> None:
     files.hold_closed_streams()  # first: before any file is opened
     if why := blas.startup_problem():  # before OpenBLAS (ours or NumPy's) is loaded
         fail(why)
     blas.activate_in_process()  # before mlx is imported; computing commands warn if it failed
     warnings.filterwarnings("ignore", category=SyntheticWeights)  # the commands name it
+    warnings.formatwarning = format_note
     try:
         cli(standalone_mode=False, obj={"warn_blas": True})
     except click.exceptions.Abort:  # click's own Ctrl-C handling (prompts)
