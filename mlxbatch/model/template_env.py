@@ -180,6 +180,43 @@ def _traced_filter(name: str, f):
     return wrapped
 
 
+def _raise_exception(message):
+    import jinja2
+
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)  # fmt: skip
+
+
+def _namespace():
+    """transformers' namespace class: no underscore-prefixed attributes."""
+    import jinja2
+
+    class Namespace(jinja2.utils.Namespace):
+        """transformers' namespace: no underscore-prefixed attributes."""
+
+        def __init__(*args, **kwargs):
+            self, args = args[0], args[1:]
+            attrs = dict(*args, **kwargs)
+            for name in attrs:
+                Namespace._check(name)
+            jinja2.utils.Namespace.__init__(self, attrs)
+
+        def __setitem__(self, name, value):
+            Namespace._check(name)
+            jinja2.utils.Namespace.__setitem__(self, name, value)
+
+        @staticmethod
+        def _check(name):
+            if isinstance(name, str) and name.startswith("_"):
+                raise jinja2.exceptions.SecurityError(f"no namespace attribute {name!r}")
+
+    return Namespace
+
+
 def environment():
     """transformers' sandbox (see the module docstring), bounded."""
     import jinja2
@@ -226,41 +263,15 @@ def environment():
                 return trace.call(__obj.__name__, method, args, kwargs)
             return super().call(__context, __obj, *args, **kwargs)
 
-    class Namespace(jinja2.utils.Namespace):
-        """transformers' namespace: no underscore-prefixed attributes."""
-
-        def __init__(*args, **kwargs):
-            self, args = args[0], args[1:]
-            attrs = dict(*args, **kwargs)
-            for name in attrs:
-                Namespace._check(name)
-            jinja2.utils.Namespace.__init__(self, attrs)
-
-        def __setitem__(self, name, value):
-            Namespace._check(name)
-            jinja2.utils.Namespace.__setitem__(self, name, value)
-
-        @staticmethod
-        def _check(name):
-            if isinstance(name, str) and name.startswith("_"):
-                raise jinja2.exceptions.SecurityError(f"no namespace attribute {name!r}")
-
-    def raise_exception(message):
-        raise jinja2.exceptions.TemplateError(message)
-
-    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                          sort_keys=sort_keys)  # fmt: skip
-
     env = Bounded(trim_blocks=True, lstrip_blocks=True, extensions=[Generation, loopcontrols])
-    env.filters["tojson"] = tojson
+    env.filters["tojson"] = _tojson
     for name, f in list(env.filters.items()):
         if name not in KEPT_FILTERS:
             env.filters[name] = _traced_filter(name, f)
-    env.globals["raise_exception"] = raise_exception
+    env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     env.globals["dict"] = lambda *args, **kwargs: dict(*args, **kwargs)
-    env.globals["namespace"] = Namespace
+    env.globals["namespace"] = _namespace()
     return env
 
 
