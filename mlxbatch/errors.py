@@ -51,6 +51,11 @@ def unicode_problem(text: str) -> str | None:
     return None
 
 
+class TemplateNote(UserWarning):
+    """A chat template that runs, but unlike a chat model's usual prompt (no generation
+    prompt; the system prompt dropped): the CLI prints it as one `note:` line."""
+
+
 class SyntheticWeights(UserWarning):
     """A model of random weights was loaded (`init-random`, or the built-in default where no
     converted model exists): its labels are at chance level. The CLI names such a model on its

@@ -53,9 +53,9 @@ KEPT = {  # templates that put the text in as given, or trimmed: prompts as befo
     "mistral_v3": MISTRAL_V3,
 }
 CHANGED = {  # name: (template, what the refusal says the template does)
-    "lstrip_newlines": (chatml("message['content'].lstrip('\\n')"), "starting with a newline"),
-    "length_branch": (LEN_COND, "a 2,000-character text"),
-    "replace_newlines": (chatml("message['content'] | replace('\\n', ' ')"), "newline"),
+    "lstrip_newlines": (chatml("message['content'].lstrip('\\n')"), ".lstrip('\\n')"),
+    "length_branch": (LEN_COND, "depends on the text's length"),
+    "replace_newlines": (chatml("message['content'] | replace('\\n', ' ')"), "| replace"),
 }
 LABELS = ["billing", "technical", "account"]
 EXAMPLES = (("I was charged twice.", "billing"), ("  The app crashes\n", "technical"))

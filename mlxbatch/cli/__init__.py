@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import SyntheticWeights, UsageError
+from ..errors import SyntheticWeights, TemplateNote, UsageError
 from ..runtime import blas, cpu, files, interrupts
 from .bench import bench, demo, doctor, tickets
 from .classify import classify
@@ -141,6 +141,16 @@ def asks_for_text(args: list[str]) -> bool:
     return False
 
 
+def format_note(message, category, filename, lineno, line=None) -> str:
+    """A TemplateNote as one `note:` line; other warnings as Python formats them."""
+    if issubclass(category, TemplateNote):
+        return f"note: {message}\n"
+    return _FORMAT_WARNING(message, category, filename, lineno, line)
+
+
+_FORMAT_WARNING = warnings.formatwarning
+
+
 def _main() -> None:
     try:
         files.hold_closed_streams()  # first: before any file is opened
@@ -149,6 +159,7 @@ def _main() -> None:
                 fail(why)
             blas.activate_in_process()  # before mlx is imported; computing commands warn if not
         warnings.filterwarnings("ignore", category=SyntheticWeights)  # the commands name it
+        warnings.formatwarning = format_note
         cli(standalone_mode=False, obj={"warn_blas": True})
     except click.exceptions.Abort:  # click's own Ctrl-C handling (prompts)
         fail("interrupted", 130)

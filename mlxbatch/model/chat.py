@@ -43,10 +43,10 @@ import itertools
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
-from ..errors import ModelError
+from ..errors import ModelError, one_line
+from . import template_env
 
 PAD = " \n"  # around each marker, to see whether the template trims the content
 # Texts every content is set to in turn, to see that the template puts a content in as given
@@ -62,7 +62,13 @@ PROBES = (
     ('<b>Tom & "Jo"</b> 5 > 3 \\', "a text with characters a template might escape"),
     ("数据 ünïcode 🙂", "a non-ASCII text"),
     (" ".join(["word"] * 400), "a 2,000-character text"),
+    ("Ends in punctuation!", "a text ending in punctuation"),
+    ("my password is hunter2", "a text with a word a template might hide"),
+    ("before </think> after", "a text holding </think>"),
+    ("<tool_response>x</tool_response>", "a text wrapped in tags"),
 )
+MOST_SOURCE = 1_000_000  # characters of template source
+MOST_BRANCHES = 256  # renderings of one conversation with a test of the item answered otherwise
 PROCESSOR_TEMPLATE = (
     "chat_template.json"  # where a processor keeps it (vision-language checkpoints)
 )
@@ -95,15 +101,29 @@ def read_template(model_dir: Path) -> tuple[str | None, dict[str, str], str]:
         if isinstance(v, str):
             variables[key] = v
     file = model_dir / "chat_template.jinja"
-    source, where = _default_of(cfg.get("chat_template")), f"{path} (chat_template)"
-    if file.is_file():
-        source, where = file.read_text(encoding="utf-8"), str(file)
+    where = f"{path} (chat_template)"
+    source = _default_of(cfg.get("chat_template"), where)
+    if file.exists() or file.is_symlink():  # a directory or a broken link is not "absent"
+        source, where = _read_text(file), str(file)
     elif source is None and (model_dir / PROCESSOR_TEMPLATE).is_file():
         source, where = _processor_template(model_dir / PROCESSOR_TEMPLATE)
     if isinstance(source, str) and not source.strip():  # read as absent, ChatML ran silently
         raise ModelError(f"{where}: an empty template; mend it, or remove it (ChatML runs "
                          "without one)")  # fmt: skip
     return (source if isinstance(source, str) else None), variables, where
+
+
+def _read_text(file: Path) -> str:
+    """A template file's text: one that is not a readable UTF-8 file is refused, by name
+    (read as absent, another template ran silently)."""
+    try:
+        return file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ModelError(f"{file}: not UTF-8 text (byte {e.start + 1}); save the template as "
+                         "UTF-8") from None  # fmt: skip
+    except (OSError, RuntimeError) as e:  # a directory, a link loop, no permission
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise ModelError(f"{file}: cannot be read as a chat template ({why})") from None
 
 
 def _processor_template(path: Path) -> tuple[str, str]:
@@ -114,42 +134,40 @@ def _processor_template(path: Path) -> tuple[str, str]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as e:
         raise ModelError(f"{path}: cannot be read as JSON ({str(e)[:100]})") from None
-    source = _default_of(data.get("chat_template")) if isinstance(data, dict) else None
+    where = f"{path} (chat_template)"
+    source = _default_of(data.get("chat_template"), where) if isinstance(data, dict) else None
     if not isinstance(source, str) or not source.strip():
         raise ModelError(f'{path}: holds no template (expected {{"chat_template": "..."}}); '
                          "mend it or remove it (ChatML runs without one)")  # fmt: skip
-    return source, f"{path} (chat_template)"
+    return source, where
 
 
-def _default_of(source):
-    """A template, or of a list of named ones the one named "default" (None if none is)."""
-    if isinstance(source, list):
-        return next((t.get("template") for t in source if isinstance(t, dict)
-                     and t.get("name") == "default"), None)  # fmt: skip
-    return source
+def _default_of(source, where: str):
+    """A template, or of a list of named ones the one named "default": a list without one is
+    refused, as transformers refuses it (ChatML in code ran in its place)."""
+    if not isinstance(source, list):
+        return source
+    named = {t.get("name"): t.get("template") for t in source if isinstance(t, dict)}
+    if "default" not in named:
+        names = ", ".join(repr(n) for n in named if isinstance(n, str)) or "none"
+        raise ModelError(f"{where}: a list of named chat templates ({names}) and none named "
+                         "'default', which transformers needs to choose one; name one "
+                         "'default'")  # fmt: skip
+    return named["default"]
 
 
-def compile_template(source: str):
+def compile_template(source: str, where: str = "the chat template"):
     import jinja2
-    from jinja2.ext import loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    def raise_exception(message):
-        raise jinja2.exceptions.TemplateError(message)
-
-    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                          sort_keys=sort_keys)  # fmt: skip
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[loopcontrols])  # fmt: skip
-    env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    if len(source) > MOST_SOURCE:  # published templates are under 20,000 characters
+        raise ModelError(f"{where}: the chat template is {len(source):,} characters (mlxbatch "
+                         f"takes at most {MOST_SOURCE:,})")  # fmt: skip
     try:
-        return env.from_string(source)
+        return template_env.environment().from_string(source)
     except jinja2.exceptions.TemplateError as e:
-        raise ModelError(f"the chat template does not compile ({e})") from None
+        raise ModelError(f"{where}: the chat template does not compile ({e})") from None
+    except (RecursionError, MemoryError):
+        raise ModelError(f"{where}: the chat template does not compile (nested too deep)") from None
 
 
 @dataclass(frozen=True)
@@ -162,6 +180,7 @@ class Split:
     parts: tuple[str | int, ...]
     trim: dict[int, tuple[bool, bool]]
     item: int
+    dropped: tuple[int, ...] = ()  # contents the template leaves out
 
     def fill(self, contents: list[str]) -> list[tuple[str, bool]]:
         """(text, is template text) pieces with the contents put in, trimmed as rendered."""
@@ -209,11 +228,30 @@ def _altered(split: Split) -> str | None:
 
 class ChatTemplate:
     def __init__(self, source: str, variables: dict[str, str], where: str = "the chat template"):
-        self.template, self.variables, self.where = compile_template(source), variables, where
+        self.template, self.variables = compile_template(source, where), variables
+        self.where = where
 
-    def render(self, messages: list[dict]) -> str:
-        return self.template.render(messages=messages, add_generation_prompt=True,
-                                    **self.variables)  # fmt: skip
+    def render(self, messages: list[dict], generation: bool = True, trace=None) -> str:
+        """The template over `messages`, within the sandbox's bounds (a template over them is
+        refused by name); jinja2's TemplateError (the template's own raise) passes through."""
+        import jinja2
+
+        extra = sum(str.__len__(m["content"]) for m in messages)  # not a test of a Traced
+        try:
+            return template_env.render(self.template, extra, trace, messages=messages,
+                                       add_generation_prompt=generation,
+                                       **self.variables)  # fmt: skip
+        except jinja2.exceptions.TemplateError:
+            raise
+        except template_env.OverBounds as e:
+            raise ModelError(f"{self.where}: the chat template {e}; mlxbatch refuses a template "
+                             "past its bounds") from None  # fmt: skip
+        except (RecursionError, MemoryError) as e:
+            what = "recurses too deep" if isinstance(e, RecursionError) else "runs out of memory"
+            raise ModelError(f"{self.where}: the chat template {what} when rendered") from None
+        except Exception as e:  # jinja2's sandbox and the template's own errors
+            raise ModelError(f"{self.where}: the chat template cannot be rendered "
+                             f"({type(e).__name__}: {one_line(e, 120)})") from None  # fmt: skip
 
     def split(self, n_examples: int) -> Split:
         """Render the conversation (system, n examples, the item) with markers, and find them;
@@ -222,23 +260,68 @@ class ChatTemplate:
         split = _find(self.conversation([PAD + marker(i) + PAD for i in range(n)]), n)
         if altered := _altered(split):
             raise self._changes(f"it renders {altered} otherwise than given")
-        for probe, what in PROBES:
-            contents = [probe] * n
-            try:
-                text, failed = self.conversation(contents), ""
-            except ModelError as e:  # the template's own error, for the message
-                text, failed = None, f": {e}"
-            if text != "".join(t for t, _ in split.fill(contents)):
-                found = failed or _difference(split, contents, text)
-                raise self._changes(f"{what} renders differently{found}")
+        self.check(split, [PAD + marker(i) + PAD for i in range(n)])  # names what it does
         return split
+
+    def check(self, split: Split, contents: list[str]) -> None:
+        """Refuse, by name, a template that renders these contents (the system prompt and the
+        examples; the item's last, unused) otherwise than `split` puts them in, or whose
+        rendering depends on the item's text otherwise than by putting it in.
+
+        The item is a `Traced` text: a new text made from it (`| replace`, `[:50]`) is
+        refused, and the conversation is rendered again with each test of it (`'word' in
+        text`, `| length > 40`) answered otherwise, in turn, each branch to its end: every
+        rendering must be the same. Then no text can render otherwise; the probe texts
+        catch what escapes the trace (`'%.50s' % text`)."""
+        import jinja2
+
+        item = PAD + marker(split.item) + PAD
+        shared = list(contents[:-1])
+        expected = "".join(t for t, _ in split.fill([*shared, item]))
+        paths: list[dict[int, object]] = [{}]
+        for renders in itertools.count():
+            if not paths:
+                break
+            if renders == MOST_BRANCHES:
+                raise self._changes(f"its rendering tests the item's text in over "
+                                    f"{MOST_BRANCHES} ways")  # fmt: skip
+            forced = paths.pop()
+            trace = template_env.Trace(forced, marker(split.item))
+            try:
+                traced = template_env.Traced(item, trace)
+                text = self.conversation([*shared, traced], not forced, trace)
+            except jinja2.exceptions.TemplateError:  # a branch the template refuses itself
+                continue
+            if trace.changes:
+                raise self._changes(f"it makes a new text from the item's with "
+                                    f"{trace.changes[0]}")  # fmt: skip
+            if text != expected:
+                if forced:
+                    k = max(forced)
+                    raise self._changes(f"its rendering depends on {trace.tests[k][0]} when "
+                                        "that is the item's text")  # fmt: skip
+                raise self._changes(_difference(split, [*shared, item], text).removeprefix(": "))
+            for k in range(len(forced), len(trace.tests)):
+                answers = {i: a for i, (_, a) in enumerate(trace.tests[:k])}
+                paths += [{**answers, k: a} for a in _other_answers(*trace.tests[k])]
+        for probe, what in PROBES:
+            self._probe(split, [*shared, probe], what)
+
+    def _probe(self, split: Split, contents: list[str], what: str) -> None:
+        try:
+            text, failed = self.conversation(contents), ""
+        except ModelError as e:  # the template's own error, for the message
+            text, failed = None, f": {e}"
+        if text != "".join(t for t, _ in split.fill(contents)):
+            raise self._changes(f"{what} renders differently"
+                                f"{failed or _difference(split, contents, text)}")  # fmt: skip
 
     def _changes(self, how: str) -> ModelError:
         return ModelError(f"{self.where}: the chat template changes the text it is given "
                           f"({how}), so mlxbatch cannot put each text into one prompt; edit "
                           "the template to insert message['content'] as it is (or with | trim)")  # fmt: skip
 
-    def conversation(self, contents: list[str]) -> str:
+    def conversation(self, contents: list[str], own_errors: bool = True, trace=None) -> str:
         """The rendering of contents[0] as the system prompt, then pairs of example text and
         label as user and assistant turns, the last as the item's user turn."""
         import jinja2
@@ -248,15 +331,45 @@ class ChatTemplate:
                  for x in (t, {"role": "assistant", "content": contents[2 + 2 * k]})]  # fmt: skip
         turns.append({"role": "user", "content": contents[-1]})
         try:
-            return self.render([{"role": "system", "content": contents[0]}, *turns])
+            return self.render([{"role": "system", "content": contents[0]}, *turns], True, trace)
         except jinja2.exceptions.TemplateError:  # no system role: fold it in ourselves
             first = dict(turns[0], content=contents[0] + "\n\n" + turns[0]["content"])
             try:
-                return self.render([first, *turns[1:]])
+                return self.render([first, *turns[1:]], True, trace)
             except jinja2.exceptions.TemplateError as e:
-                raise ModelError(f"the chat template refuses the conversation ({e})") from None
-        except Exception as e:  # jinja2's sandbox and the template's own errors
-            raise ModelError(f"the chat template cannot be rendered ({e})") from None
+                if not own_errors:
+                    raise
+                raise ModelError(f"{self.where}: the chat template refuses the conversation "
+                                 f"({one_line(e, 120)})") from None  # fmt: skip
+
+    def notes(self, split: Split) -> list[str]:
+        """What makes this template's prompts unlike a chat model's usual ones, one line each:
+        no generation prompt, or no system prompt (it drops it)."""
+        out = []
+        if split.dropped and 0 in split.dropped:
+            out.append(f"{self.where}: the chat template drops the system prompt, so the model "
+                       "is not told the labels")  # fmt: skip
+        messages = [{"role": "user", "content": "x"}]
+        try:
+            same = self.render(messages) == self.render(messages, generation=False)
+        except Exception:  # a template that needs a system turn: `split` has rendered it
+            same = False
+        if same:
+            out.append(f"{self.where}: the chat template adds no generation prompt, so each "
+                       "label is scored right after the item's turn")  # fmt: skip
+        return out
+
+
+def _other_answers(construct: str, answer) -> tuple:
+    """The answers a test could give for another text: the other truth value; for a count or a
+    position, sizes from none to a million (a threshold anywhere between lies between two)."""
+    if isinstance(answer, bool):
+        return (not answer,)
+    if isinstance(answer, int):
+        least = 1 if construct == template_env.LENGTH else -1  # an item is never empty
+        return tuple(n for n in (-1, 0, 1, 2, 10, 50, 100, 1000, 5000, 10**5, 10**6)
+                     if n != answer and n >= least)  # fmt: skip
+    return ()
 
 
 def _find(text: str, n: int) -> Split:
@@ -284,4 +397,4 @@ def _find(text: str, n: int) -> Split:
         raise ModelError("the chat template does not render the item's text")
     for i in missing:  # a template that drops a content (the system prompt) renders without it
         trim[i] = (False, False)
-    return Split(tuple(p for p in parts if p != ""), trim, n - 1)
+    return Split(tuple(p for p in parts if p != ""), trim, n - 1, tuple(missing))

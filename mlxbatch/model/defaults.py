@@ -37,6 +37,22 @@ def not_runnable(model_dir: Path) -> str | None:
         return str(e).removeprefix(f"{model_dir / 'config.json'}: ")
     if not (model_dir / "tokenizer.json").is_file():
         return "no tokenizer.json"
+    return template_problem(model_dir)
+
+
+def template_problem(model_dir: Path) -> str | None:
+    """Why the checkpoint's chat template cannot run (it does not compile, goes past the
+    sandbox's bounds, or changes the text it is given), or None: the template renders in
+    milliseconds, its tokenizer is not loaded."""
+    from ..errors import ModelError
+    from .chat import ChatTemplate, read_template
+
+    try:
+        source, variables, where = read_template(model_dir)
+        if source is not None:
+            ChatTemplate(source, variables, where).split(0)
+    except ModelError as e:
+        return str(e)
     return None
 
 

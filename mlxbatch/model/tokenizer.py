@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import functools
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from ..errors import LabelError, ModelError, UsageError, unicode_problem
+from ..errors import LabelError, ModelError, TemplateNote, UsageError, unicode_problem
 from .chat import ChatTemplate, Split, read_template
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
@@ -38,6 +39,13 @@ BATCH_TEXTS = 2048
 # text (its tokens' strings, offsets and masks), so 2,048 texts of 27,000 characters held
 # 3.6 GB at once for a 54 MB input (tokens kept: ~8 bytes each, ids shared)
 BATCH_CHARS = 1 << 20
+# What an added token with lstrip/rstrip takes beside it: Unicode's White_Space, as the
+# tokenizers library's `char::is_whitespace` (Python's str.strip also takes \x1c-\x1f)
+WHITESPACE = (
+    "\t\n\v\f\r \x85\xa0\u1680"
+    + "".join(map(chr, range(0x2000, 0x200B)))
+    + ("\u2028\u2029\u202f\u205f\u3000")
+)
 
 
 @dataclass(frozen=True)
@@ -49,11 +57,15 @@ class Frame:
     trail: str
     tail: tuple[int, ...]
     trim: tuple[bool, bool] = (False, False)  # the item's text stripped (left, right)
+    # the run's whitespace taken by the special token before it (rstrip) or after (lstrip)
+    absorbed: tuple[bool, bool] = (False, False)
 
     def text(self, text: str) -> str:
         """The plain run holding the item's text, as the whole prompt has it."""
         text = text.lstrip() if self.trim[0] else text
-        return self.lead + (text.rstrip() if self.trim[1] else text) + self.trail
+        run = self.lead + (text.rstrip() if self.trim[1] else text) + self.trail
+        run = run.lstrip(WHITESPACE) if self.absorbed[0] else run
+        return run.rstrip(WHITESPACE) if self.absorbed[1] else run
 
 
 class PromptTokenizer:
@@ -89,6 +101,8 @@ class PromptTokenizer:
             self.im_start, self.im_end = tok.token_to_id(IM_START), tok.token_to_id(IM_END)
             self.answer = self._answer()
             self._check_piecewise(file)
+            for note in self.template.notes(self._split(0)):
+                warnings.warn(note, TemplateNote, stacklevel=2)
 
     def _special(self, s: str) -> int:
         i = self._tok.token_to_id(s)
@@ -192,13 +206,25 @@ class PromptTokenizer:
     def _templated(self, system: str, examples: Examples) -> Frame:
         split = self._split(len(examples))
         contents = [system, *(x for pair in examples for x in pair), ""]
+        self.template.check(split, contents)
         pieces = split.fill(contents)
         at = split.parts.index(split.item)
         before, after = self._segments(pieces[:at]), self._segments(pieces[at + 1 :])
+        if after and isinstance(after[-1], str):  # its spaces go to each label (see `label`)
+            after[-1] = after[-1].rstrip(" ")
         lead = before.pop() if before and isinstance(before[-1], str) else ""
         trail = after.pop(0) if after and isinstance(after[0], str) else ""
+        absorbed = (not lead and self._strips(before[-1:], "rstrip"),
+                    not trail and self._strips(after[:1], "lstrip"))  # fmt: skip
         return Frame(tuple(self._ids_of(before)), lead, trail, tuple(self._ids_of(after)),
-                     split.trim[split.item])  # fmt: skip
+                     split.trim[split.item], absorbed)  # fmt: skip
+
+    def _strips(self, segments: list[str | int], side: str) -> bool:
+        """Whether `segments` is one added token that strips whitespace on `side`."""
+        if not segments or not isinstance(segments[0], int):
+            return False
+        token = self._tok.id_to_token(segments[0])
+        return bool(token in self._added and getattr(self._added[token][1], side))
 
     def _check_piecewise(self, file: Path) -> None:
         """Refuse a tokenizer whose pieces do not add up to the whole prompt's tokens (a
@@ -207,14 +233,14 @@ class PromptTokenizer:
         import jinja2
 
         whole = Tokenizer.from_file(str(file))  # special-token strings are control tokens
+        ours = self.prompt("Be brief.", "Hello world")  # the template is checked first
         try:
             text = self.template.render([{"role": "system", "content": "Be brief."},
                                          {"role": "user", "content": "Hello world"}])  # fmt: skip
         except jinja2.exceptions.TemplateError:  # no system role: folded (see chat.py)
             text = self.template.render([{"role": "user", "content": "Be brief.\n\nHello world"}])
-        if whole.encode(text, add_special_tokens=False).ids != self.prompt(
-            "Be brief.", "Hello world"
-        ):
+        text = text.rstrip(" ")  # the final spaces go to each label (see `label`)
+        if whole.encode(text, add_special_tokens=False).ids != ours:
             raise ModelError(f"{file}: this tokenizer encodes a prompt differently in pieces "
                              "than whole (a per-piece prefix?); mlxbatch cannot split its "
                              "prompts at the item's text")  # fmt: skip
@@ -283,12 +309,17 @@ class PromptTokenizer:
 
     def label(self, label: str) -> list[int]:
         """A label's tokens as the assistant writes it right after the generation prompt
-        (`assistant\n` in ChatML)."""
-        head = self.encode(self.answer)
+        (`assistant\n` in ChatML).
+
+        A generation prompt that ends in spaces (`Category: `) is scored as lm-evaluation-
+        harness scores it: the spaces leave the prompt and begin each label's continuation
+        (" billing" after "Category:"), since a word's tokens carry the space before it."""
+        answer = self.answer.rstrip(" ")
+        head = self.encode(answer)
         full = self.encode(self.answer + label)
         if full[: len(head)] != head or len(full) == len(head):
             raise LabelError(f"label {label!r} merges with the prompt's final text "
-                             f"{self.answer!r}")  # fmt: skip
+                             f"{answer!r}")  # fmt: skip
         return full[len(head) :]
 
 
