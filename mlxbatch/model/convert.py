@@ -20,7 +20,8 @@ from tokenizers import Tokenizer
 from ..errors import ModelError
 from . import quantize
 from .config import ModelArgs
-from .load import DTYPES, read_manifest
+from .dtypes import DTYPES
+from .load import read_manifest
 from .presets import PRESETS
 from .tokenizer import TOKENIZER_FILES
 from .vision_language import text_config
