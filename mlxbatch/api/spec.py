@@ -214,7 +214,8 @@ def item_limit(engine: Engine, spec: RunSpec, names: Names = flag) -> Limit:
     """The per-item limit: the model's context, max_tokens, a declared batch_tokens, and
     what one item alone can use of the free memory (so an item too long for memory is a row
     error that --too-long truncate or --on-error skip can handle, not a failed job)."""
-    options = [(context_limit(engine), "the model's context (max_position_embeddings)")]
+    key = engine.lm.model.args.context_key
+    options = [(context_limit(engine), f"the model's context ({key})")]
     if spec.max_tokens:
         options.append((spec.max_tokens, names("max_tokens", spec.max_tokens)))
     if spec.batch_tokens:

@@ -40,13 +40,18 @@ def numpy_gflops(n: int, reps: int = 3) -> float:
     return 2 * n**3 / best / 1e9
 
 
-def report(size: int = 1024) -> dict:
+def report(size: int = 1024, config: dict | None = None) -> dict:
+    """`config`: a model's config.json, whose dtype the `dtype` line then gives (on a GPU the
+    checkpoint's own, see model/dtypes.py)."""
     import mlx.core as mx
 
     from ..model import hostops
-    from ..model.load import default_dtype
+    from ..model.dtypes import CPU_DEFAULT, on_gpu, resolve_dtype
 
-    dtype, cpu = default_dtype(), mx.default_device() == mx.cpu
+    cpu = not on_gpu()
+    dtype, source = resolve_dtype(None, config or {}, not cpu)
+    if config is None and not cpu:
+        source = "each checkpoint's config.json dtype or torch_dtype (float16 where it names none)"
     provider = sgemm.sgemm_provider()
     lib = provider["library"] or "unknown"
     fast = platform.system() != "Linux" or "openblas" in os.path.basename(lib)
@@ -61,6 +66,10 @@ def report(size: int = 1024) -> dict:
         "device_name": mx.device_info().get("device_name", "?"),
         "mlx": mx.__version__,
         "dtype": str(dtype).split(".")[-1],
+        "dtype_source": source
+        if source != CPU_DEFAULT
+        else f"{CPU_DEFAULT} (float16 and "
+        "bfloat16 matmuls are far slower there; --dtype to choose)",
         "blas": lib,
         "blas_config": provider["config"],
         "blas_kernels": provider["corename"],

@@ -62,6 +62,7 @@ def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
     import tempfile
 
     from ..io.outputs import write_json_report
+    from ..model.load import read_config
     from .against import against
     from .doctor import report as doctor_report
     from .report import format_report, plot
@@ -73,7 +74,7 @@ def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
                               descriptions=o.descriptions)  # fmt: skip
         prompts = [clf.engine.prompt(t) for t in texts]
         greedy = greedy_budget(clf, clf.engine.fed_lengths(prompts), o.batch_tokens, o.max_batch)
-        info = doctor_report(2048 if not o.quick else 512)
+        info = doctor_report(2048 if not o.quick else 512, read_config(clf.lm.path))
         cost, calib = planner_cost(clf, o.calibrate, progress)
         result = run_bench(clf, texts, greedy, o.max_batch, o.naive_batch, list(o.sweep),
                            progress, o.modes, cost)  # fmt: skip

@@ -55,12 +55,13 @@ def tickets(n, seed, mix, output):
 def doctor(as_json, size, calibrate, model):
     """Device, dtype, the BLAS behind MLX's CPU matmuls and its GFLOP/s, planner calibrations."""
     from ..bench.doctor import report
+    from ..model.load import read_config
 
-    info, broken = report(size), None
+    path = model_dir(model, echo) if model is not None or calibrate else None
+    info, broken = report(size, None if path is None else read_config(path)), None
     if model is not None and not calibrate:  # `doctor --model X` ignored X, broken or not
         from ..model.defaults import not_runnable
 
-        path = model_dir(model, echo)
         broken = not_runnable(path)
         info["model"] = f"{path}: " + (f"BROKEN: {broken}" if broken else "runnable (config, "
                                        "weights and tokenizer; --calibrate measures it)")  # fmt: skip
@@ -69,9 +70,7 @@ def doctor(as_json, size, calibrate, model):
         from ..engine.calibration import calibrate as measure
         from ..engine.calibration import describe
 
-        cost, _ = measure(
-            Classifier.load(model_dir(model, echo)).engine, lambda m: click.echo(m, err=True)
-        )
+        cost, _ = measure(Classifier.load(path).engine, lambda m: click.echo(m, err=True))
         info["planner_calibrated"] = describe(cost)
     if as_json:
         click.echo(json.dumps(info, indent=2))

@@ -74,6 +74,13 @@ class ModelArgs:
         return Rope(dims, self.rope_theta, self.rope_scaling)
 
     @property
+    def context_key(self) -> str:
+        """The config.json key `max_position_embeddings` is read from: LongRoPE's context is
+        capped at `original_max_position_embeddings` (see from_dict)."""
+        longrope = dict(self.rope_scaling).get("rope_type") == "longrope"
+        return "original_max_position_embeddings" if longrope else "max_position_embeddings"
+
+    @property
     def attention_scale(self) -> float:
         return (self.query_pre_attn_scalar or self.head_dim) ** -0.5
 

@@ -44,13 +44,29 @@ def _by_layer_type(params, source: str) -> tuple[dict, dict]:
     return local, params
 
 
+def _given_rope(cfg: dict, family: Family, source: str) -> tuple[dict, dict]:
+    """(the sliding layers', the others') rope parameters as transformers reads config.json
+    (`convert_rope_params_to_dict`): `rope_scaling`, where given, replaces `rope_parameters`
+    whole; Gemma 3 merges it into the full-attention layers' entry instead."""
+    scaling = cfg.get("rope_scaling")
+    if not scaling:
+        return _by_layer_type(cfg.get("rope_parameters") or {}, source)
+    if not isinstance(scaling, dict):
+        raise ModelError(f"{source}: rope_scaling must be an object, got {scaling!r}")
+    if not cfg.get("rope_parameters") or "rope_local_base_freq" not in family.defaults:
+        return {}, scaling
+    local, params = _by_layer_type(cfg["rope_parameters"], source)
+    if FULL not in cfg["rope_parameters"]:  # transformers fails on it (a KeyError)
+        raise ModelError(f"{source}: rope_scaling is given beside a rope_parameters without a "
+                         f"{FULL!r} entry to apply it to; keep one of the two")  # fmt: skip
+    return local, params | scaling
+
+
 def rope_fields(cfg: dict, family: Family, source: str) -> dict:
     """rope_theta, rope_scaling, rope_local_base_freq and partial_rotary_factor, from either
     spelling (see the module docstring)."""
-    local, params = _by_layer_type(cfg.get("rope_parameters") or {}, source)
-    scaling = cfg.get("rope_scaling") or params
-    if not isinstance(scaling, dict):
-        raise ModelError(f"{source}: rope_scaling must be an object, got {scaling!r}")
+    local, params = _given_rope(cfg, family, source)
+    scaling = params
     scaling = {k: v for k, v in scaling.items() if k not in ("rope_theta", "type")} | {
         "rope_type": scaling.get("rope_type") or scaling.get("type") or "default"
     }
@@ -61,8 +77,8 @@ def rope_fields(cfg: dict, family: Family, source: str) -> dict:
         raise ModelError(f"{source}: rope scaling {kind!r} is not supported for {family.name} "
                          f"({', '.join(family.rope_types)})")  # fmt: skip
     d = family.defaults
-    # rope_parameters' own value first: transformers fills it from the top-level key only where
-    # it is absent (`standardize_rope_params`: setdefault)
+    # the rope parameters' own value first: transformers fills it from the top-level key only
+    # where it is absent (`standardize_rope_params`: setdefault)
     out = {"rope_theta": first(params.get("rope_theta"), cfg.get("rope_theta"), d["rope_theta"])}
     local_theta = first(local.get("rope_theta"), cfg.get("rope_local_base_freq"),
                          d.get("rope_local_base_freq"))  # fmt: skip

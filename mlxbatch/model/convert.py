@@ -20,8 +20,9 @@ from tokenizers import Tokenizer
 from ..errors import ModelError
 from . import quantize
 from .config import ModelArgs
+from .dtypes import DTYPES
 from .files import check_regular_files
-from .load import DTYPES, read_manifest
+from .load import read_manifest
 from .presets import PRESETS
 from .tokenizer import TOKENIZER_FILES
 from .vision_language import text_config

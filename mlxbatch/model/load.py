@@ -12,24 +12,10 @@ from ..errors import ModelError, one_line
 from . import quantize
 from .config import ModelArgs
 from .decoder import Decoder
+from .dtypes import on_gpu, resolve_dtype
 from .files import check_regular_files, read_regular
 from .tokenizer import PromptTokenizer
 from .weights import check_checkpoint, load_tensors, resolve_head
-
-DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
-
-
-def default_dtype() -> mx.Dtype:
-    """fp16 on a GPU; fp32 on the CPU, where MLX's fp16/bf16 matmuls are far slower."""
-    return mx.float16 if mx.default_device() == mx.gpu else mx.float32
-
-
-def parse_dtype(name: str | None) -> mx.Dtype:
-    if name in (None, "auto"):
-        return default_dtype()
-    if name not in DTYPES:
-        raise ModelError(f"dtype {name!r} is not one of {', '.join(DTYPES)} or auto")
-    return DTYPES[name]
 
 
 def read_manifest(model_dir: Path) -> dict:
@@ -57,6 +43,7 @@ class LoadedModel:
     dtype: mx.Dtype
     quantization: dict | None = None  # the checkpoint's (MLX format), if quantized
     note: str = ""  # how the weights were transformed at load, for describe()
+    dtype_source: str = ""  # why this dtype, in words (dtypes.resolve_dtype)
 
     @property
     def synthetic(self) -> bool:
@@ -69,7 +56,8 @@ class LoadedModel:
         if self.quantization:
             q = self.quantization
             parts.append(f"{q['bits']}-bit, group {q['group_size']}")
-        parts.append(self.note.format(dtype) if self.note else dtype)
+        shown = f"{dtype}: {self.dtype_source}" if self.dtype_source else dtype
+        parts.append(self.note.format(dtype) if self.note else shown)
         return f"{self.path} ({', '.join(parts)})"
 
 
@@ -90,7 +78,8 @@ def load_model(
         )
     q = quantize.quantization(read_config(model_dir))
     files = check_checkpoint(model_dir, args)
-    dt = dtype if isinstance(dtype, mx.Dtype) else parse_dtype(dtype)
+    dt, why = ((dtype, "asked for") if isinstance(dtype, mx.Dtype)
+               else resolve_dtype(dtype, read_config(model_dir), on_gpu()))  # fmt: skip
     tensors = load_tensors(files, check_finite, args.vision_language)
     args = resolve_head(args, tensors, model_dir)
     model = Decoder(args)
@@ -111,4 +100,4 @@ def load_model(
         note = "dequantized to {} at load: MLX's CPU quantized matmul is slower than BLAS"
     mx.eval(model.parameters())
     manifest = read_manifest(model_dir)
-    return LoadedModel(model, tokenizer, model_dir, manifest, dt, q, note)
+    return LoadedModel(model, tokenizer, model_dir, manifest, dt, q, note, why)
