@@ -107,6 +107,7 @@ def write_gguf(hf_dir: Path, out: Path, qtype: str = "F32", kquant_types=None) -
     w.add_token_merges(toks["merges"])
     w.add_eos_token_id(toks["tokens"].index("<|im_end|>"))
     w.add_bos_token_id(toks["tokens"].index("<|endoftext|>"))
+    w.add_pad_token_id(toks["tokens"].index("<|endoftext|>"))
     w.add_chat_template(CHAT_TEMPLATE)
     tensors = {}
     for f in sorted(hf_dir.glob("*.safetensors")):
@@ -210,7 +211,8 @@ CASES = {
     "qwen3": ("Qwen3Config", dict(tie_word_embeddings=True, head_dim=32)),
     "gemma3": ("Gemma3TextConfig", dict(head_dim=16, sliding_window=8, query_pre_attn_scalar=16,
                                         hidden_activation="gelu_pytorch_tanh")),
-    "phi3": ("Phi3Config", dict(tie_word_embeddings=False, sliding_window=None)),
+    "phi3": ("Phi3Config", dict(tie_word_embeddings=False, sliding_window=None, pad_token_id=0,
+                                bos_token_id=0, eos_token_id=0)),
     "llama_256": ("LlamaConfig", dict(hidden_size=256, intermediate_size=512, head_dim=64,
                                       tie_word_embeddings=True)),
 }  # fmt: skip
