@@ -138,7 +138,7 @@ def _undo(arch: str, name: str, t: mx.array, config: dict) -> mx.array:
 
 def _mlx_tensors(gguf: GGUFFile) -> dict[str, mx.array]:
     try:
-        tensors = mx.load(str(gguf.path))
+        tensors = mx.load(str(gguf.path), format="gguf")  # an Ollama blob has no suffix
     except (ValueError, RuntimeError) as e:
         raise ModelError(f"{gguf.path}: MLX cannot read the GGUF ({e})") from None
     # float32 scales and biases: the CPU's dequantization then computes in float32, as
