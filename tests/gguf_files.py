@@ -77,7 +77,10 @@ def write_gguf(hf_dir: Path, out: Path, qtype: str = "F32", kquant_types=None) -
 
     cfg = json.loads((hf_dir / "config.json").read_text())
     arch = ARCHS[cfg["model_type"]]
-    heads, kv = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+    heads, kv = (
+        cfg["num_attention_heads"],
+        cfg.get("num_key_value_heads") or cfg["num_attention_heads"],
+    )
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
     w = gguf.GGUFWriter(str(out), arch)
     w.add_name("tiny")

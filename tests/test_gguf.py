@@ -82,7 +82,9 @@ def test_mlx_native_types_stay_quantized_and_match_transformers(case, qtype, che
     manifest = json.loads((model_dir / "mlxbatch.json").read_text())
     assert manifest["gguf"]["quantization"] == qtype
     if qtype != "F16":
-        assert lm.quantization["group_size"] == 32 and "kept quantized" in manifest["gguf"]["weights"]
+        assert (
+            lm.quantization["group_size"] == 32 and "kept quantized" in manifest["gguf"]["weights"]
+        )
     assert logits_diff(lm, transformers_gguf(path)) <= TOL
 
 
@@ -106,7 +108,9 @@ def test_k_quant_without_the_gguf_package_names_the_extra(checkpoints, tmp_path,
 
 
 def test_the_random_blocks_are_valid_k_quants():
-    w = gguf.quants.dequantize(random_kquant_blocks("Q4_K", (4, 512)), gguf.GGMLQuantizationType.Q4_K)
+    w = gguf.quants.dequantize(
+        random_kquant_blocks("Q4_K", (4, 512)), gguf.GGMLQuantizationType.Q4_K
+    )
     assert w.shape == (4, 512) and np.isfinite(w).all() and 0.001 < np.abs(w).mean() < 0.1
 
 
@@ -195,7 +199,9 @@ def test_ollama_names_the_same_bytes_as_the_path(checkpoints, tmp_path, monkeypa
     ([{"mediaType": "application/vnd.ollama.image.license", "digest": "sha256:" + "ef" * 32}],
      True, "no model layer"),
 ])  # fmt: skip
-def test_ollama_store_problems_are_one_line(layers, blob, words, checkpoints, tmp_path, monkeypatch):
+def test_ollama_store_problems_are_one_line(
+    layers, blob, words, checkpoints, tmp_path, monkeypatch
+):
     path = write_gguf(checkpoints("qwen2"), tmp_path / "tiny.gguf") if blob else None
     monkeypatch.setenv("OLLAMA_MODELS", str(fake_ollama(tmp_path / "ollama", path, layers)))
     one_line_error(invoke(["classify", "-", "--model", "ollama:tiny", "--labels", "a,b"],
@@ -248,6 +254,23 @@ def broken_files(good: Path, root: Path) -> dict[str, tuple[Path, str]]:
 
 def test_bad_files_are_one_line_errors(checkpoints, tmp_path):
     good = write_gguf(checkpoints("qwen2"), tmp_path / "good.gguf")
-    for what, (path, words) in broken_files(good, tmp_path).items():
+    for path, words in broken_files(good, tmp_path).values():
         r = invoke(["classify", "-", "--model", path, "--labels", "a,b"], input="x\n")
         one_line_error(r, words, str(path))
+
+
+def test_parity_compares_a_gguf_with_transformers_loading_it(checkpoints, tmp_path):
+    path = write_gguf(checkpoints("llama"), tmp_path / "llama.gguf", "Q8_0")
+    r = invoke(["parity", path, "--no-mlx-lm"])
+    assert r.exit_code == 0, r.output
+    assert "transformers (GGUF)" in r.output and "PASS" in r.output
+
+
+def test_the_load_line_names_the_gguf_and_what_became_of_its_weights(checkpoints, tmp_path):
+    path = write_gguf(checkpoints("llama"), tmp_path / "llama.gguf", "Q4_0")
+    line = load_model(resolve(path), dtype="float32").describe()
+    assert f"Q4_0 GGUF {path.resolve()}, kept quantized" in line
+    import mlx.core as mx
+
+    if mx.default_device() == mx.cpu:  # dequantized once: MLX's CPU quantized matmul is slow
+        assert "dequantized to float32 at load" in line

@@ -73,7 +73,7 @@ def init_random_cmd(out_dir, preset, seed, dtype, force):
 
 
 @click.command()
-@click.argument("hf_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("hf_dir", type=click.Path(path_type=Path, exists=True))
 @click.option(
     "--mlx",
     "mlx_dir",
@@ -82,7 +82,8 @@ def init_random_cmd(out_dir, preset, seed, dtype, force):
 )
 @click.option("--no-mlx-lm", is_flag=True, help="Skip the comparison with mlx-lm.")
 def parity(hf_dir, mlx_dir, no_mlx_lm):
-    """Compare logits with PyTorch transformers (fp32) and mlx-lm on the same weights."""
+    """Compare logits with PyTorch transformers (fp32) and mlx-lm on the same weights (a
+    checkpoint directory, or a GGUF file as transformers loads it)."""
     import importlib.util
     import tempfile
 
@@ -96,7 +97,12 @@ def parity(hf_dir, mlx_dir, no_mlx_lm):
             "(install torch==2.13.0 first for the CPU build)"
         )
     from ..model.convert import convert_hf
+    from ..model.gguf_convert import cached_model_dir, gguf_path
 
+    if gguf_path(hf_dir) and mlx_dir is None:
+        mlx_dir = cached_model_dir(hf_dir)  # what `--model FILE.gguf` runs
+    elif not hf_dir.is_dir():
+        fail(f"{hf_dir}: neither a checkpoint directory nor a GGUF file")
     with tempfile.TemporaryDirectory() as tmp:
         if mlx_dir is None:
             mlx_dir = Path(tmp) / "mlx"

@@ -89,7 +89,9 @@ def write_directory(gguf: GGUFFile, out: Path, force: bool = False) -> dict:
         raise ModelError(f"{source}: tensor {unknown[0]} is not one mlxbatch knows for "
                          f"{arch}")  # fmt: skip
     native = all(t.type_name in MLX_TYPES for t in gguf.tensors.values())
-    factors = {n: _dense(gguf, t) for n, t in gguf.tensors.items() if n in gguf_config.CONFIG_TENSORS}
+    factors = {
+        n: _dense(gguf, t) for n, t in gguf.tensors.items() if n in gguf_config.CONFIG_TENSORS
+    }
     config = gguf_config.config(gguf.metadata, {n: t.shape for n, t in weights.items()},
                                 factors, source)  # fmt: skip
     tensors = _mlx_tensors(gguf) if native else _dequantized(gguf, weights)

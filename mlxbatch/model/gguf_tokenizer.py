@@ -62,8 +62,10 @@ def byte_level(meta: dict) -> Tokenizer:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     else:
         tok.pre_tokenizer = pre_tokenizers.Sequence(
-            [pre_tokenizers.Split(Regex(split), behavior="isolated"),
-             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]  # fmt: skip
+            [
+                pre_tokenizers.Split(Regex(split), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]  # fmt: skip
         )
     tok.decoder = decoders.ByteLevel()
     # a control token spelled outside the byte alphabet is a mislabel llama.cpp makes: adding

@@ -118,7 +118,9 @@ def list_models(weights_dir: Path) -> list[dict]:
     out = []
     if weights_dir.is_dir():
         for d in sorted(weights_dir.iterdir()):
-            info = describe_dir(d) if d.is_dir() else describe_gguf(d) if d.suffix == ".gguf" else None
+            info = (
+                describe_dir(d) if d.is_dir() else describe_gguf(d) if d.suffix == ".gguf" else None
+            )
             if info:
                 out.append(info | {"name": d.name})
     for name, path in ollama_models() + lmstudio_models():
