@@ -269,7 +269,7 @@ def test_parity_compares_a_gguf_with_transformers_loading_it(checkpoints, tmp_pa
 def test_the_load_line_names_the_gguf_and_what_became_of_its_weights(checkpoints, tmp_path):
     path = write_gguf(checkpoints("llama"), tmp_path / "llama.gguf", "Q4_0")
     line = load_model(resolve(path), dtype="float32").describe()
-    assert f"Q4_0 GGUF {path.resolve()}, kept quantized" in line
+    assert "converted from a Q4_0 GGUF, weights kept quantized" in line
     import mlx.core as mx
 
     if mx.default_device() == mx.cpu:  # dequantized once: MLX's CPU quantized matmul is slow
