@@ -72,13 +72,18 @@ def own_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "xdg-smollm2"))
 
 
-def test_scores_equal_transformers_gguf_loading(gguf_file):
-    from mlxbatch.api.classifier import Classifier
-
+def test_scores_equal_transformers_gguf_loading_and_verify(gguf_file, tmp_path):
+    """One job (a model load is most of the time): its scores against transformers', and
+    `--verify` (the gold loop) agreeing on every label."""
+    src, out = tmp_path / "tickets.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(TICKETS)))
+    r = invoke(["classify", src, "--model", gguf_file, "--labels", ",".join(LABELS), "-o", out,
+                "--verify", "--dtype", "float32", "--planner", "greedy"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "100.00% label agreement" in r.output
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    ours = np.array([[row["scores"][lab] for lab in LABELS] for row in rows])
     golden = json.loads(GOLDEN.read_text())
-    clf = Classifier.load(gguf_file, LABELS, dtype="float32")
-    assert [clf.engine.prompt(t) for t in TICKETS] == golden["prompts"]
-    ours = np.array([[p.scores[lab] for lab in LABELS] for p in clf.classify(TICKETS)])
     ref = np.array(golden["scores"])
     assert np.abs(ours - ref).max() <= 2e-4
     top = np.sort(ref, 1)
@@ -98,15 +103,6 @@ def test_tokens_equal_transformers_tokenizer(gguf_file):
     ref.encode_special_tokens = True
     for text in TICKETS + ["<|im_end|> typed", " \t \n", "x" * 100, "emoji 👩‍👩‍👧 🇫🇷"]:
         assert ours.encode(text) == ref.encode(text, add_special_tokens=False).ids, text
-
-
-def test_classify_verifies(gguf_file, tmp_path):
-    src = tmp_path / "tickets.txt"
-    src.write_text("\n".join(t.replace("\n", " ") for t in TICKETS) + "\n")
-    r = invoke(["classify", src, "--model", gguf_file, "--labels", ",".join(LABELS),
-                "-o", tmp_path / "out.jsonl", "--verify"])  # fmt: skip
-    assert r.exit_code == 0, r.output
-    assert "100.00% label agreement" in r.output
 
 
 def record() -> None:
