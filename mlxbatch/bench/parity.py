@@ -171,6 +171,8 @@ def _mlx_lm_logits(mlx_dir: Path, batches) -> tuple[str, list[np.ndarray]]:
 def run_parity(
     hf_dir: str | Path, mlx_dir: str | Path, with_mlx_lm: bool = True
 ) -> list[ParityReport | NotCompared]:
+    """`mlx_dir`'s logits against transformers' of `hf_dir` (a checkpoint directory or a GGUF
+    file) and mlx-lm's of `mlx_dir`."""
     import mlx.core as mx
     import torch
     from transformers import AutoModelForCausalLM
@@ -184,8 +186,15 @@ def run_parity(
     mx.clear_cache()
 
     def transformers() -> tuple[str, list[np.ndarray]]:
-        hf = AutoModelForCausalLM.from_pretrained(Path(hf_dir), dtype=torch.float32).eval()
-        return "transformers", [x for b in batches for x in hf_logits(hf, b)]
+        path = Path(hf_dir)
+        if path.is_file():  # a GGUF, read by transformers' own GGUF loading
+            hf = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
+                                                      dtype=torch.float32).eval()  # fmt: skip
+            name = "transformers (GGUF)"
+        else:
+            hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+            name = "transformers"
+        return name, [x for b in batches for x in hf_logits(hf, b)]
 
     reports = [_reference("transformers", transformers, ours)]
     gc.collect()

@@ -12,7 +12,7 @@ from .common import fail
 
 
 @click.command()
-@click.argument("hf_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("hf_dir", type=click.Path(path_type=Path, exists=True))
 @click.argument("out_dir", type=click.Path(path_type=Path))
 @click.option(
     "--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), help="Cast (default: keep)."
@@ -25,10 +25,21 @@ from .common import fail
               show_default=True)  # fmt: skip
 def convert(hf_dir, out_dir, dtype, force, quantize, q_bits, q_group_size):
     """Convert a Hugging Face checkpoint (safetensors; Qwen2/2.5, Qwen3, Llama, Gemma 3, Phi-3)
-    to an mlxbatch directory,
+    or a GGUF file to an mlxbatch directory,
     optionally quantized in the layout mlx-lm writes and loads."""
     from ..model.convert import convert_hf
+    from ..model.gguf_convert import convert_gguf, gguf_path
 
+    if gguf_path(hf_dir):
+        if quantize or dtype:
+            fail("convert: a GGUF is written as it is stored (no --dtype, --quantize)")
+        m = convert_gguf(hf_dir, out_dir, force)
+        g = m["gguf"]
+        click.echo(f"wrote {out_dir}: {m['tensors']} tensors from a {g['architecture']} "
+                   f"{g['quantization']} GGUF, weights {g['weights']}")  # fmt: skip
+        return
+    if not hf_dir.is_dir():
+        fail(f"{hf_dir}: neither a checkpoint directory nor a GGUF file")
     bits = int(q_bits) if quantize else None
     m = convert_hf(hf_dir, out_dir, dtype, force, bits, int(q_group_size))
     dtypes = m["dtype"] if isinstance(m["dtype"], str) else " and ".join(m["dtype"])
@@ -62,7 +73,7 @@ def init_random_cmd(out_dir, preset, seed, dtype, force):
 
 
 @click.command()
-@click.argument("hf_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("hf_dir", type=click.Path(path_type=Path, exists=True))
 @click.option(
     "--mlx",
     "mlx_dir",
@@ -71,7 +82,8 @@ def init_random_cmd(out_dir, preset, seed, dtype, force):
 )
 @click.option("--no-mlx-lm", is_flag=True, help="Skip the comparison with mlx-lm.")
 def parity(hf_dir, mlx_dir, no_mlx_lm):
-    """Compare logits with PyTorch transformers (fp32) and mlx-lm on the same weights."""
+    """Compare logits with PyTorch transformers (fp32) and mlx-lm on the same weights (a
+    checkpoint directory, or a GGUF file as transformers loads it)."""
     import importlib.util
     import tempfile
 
@@ -85,7 +97,12 @@ def parity(hf_dir, mlx_dir, no_mlx_lm):
             "(install torch==2.13.0 first for the CPU build)"
         )
     from ..model.convert import convert_hf
+    from ..model.gguf_convert import cached_model_dir, gguf_path
 
+    if gguf_path(hf_dir) and mlx_dir is None:
+        mlx_dir = cached_model_dir(hf_dir)  # what `--model FILE.gguf` runs
+    elif not hf_dir.is_dir():
+        fail(f"{hf_dir}: neither a checkpoint directory nor a GGUF file")
     with tempfile.TemporaryDirectory() as tmp:
         if mlx_dir is None:
             mlx_dir = Path(tmp) / "mlx"
@@ -106,16 +123,16 @@ def parity(hf_dir, mlx_dir, no_mlx_lm):
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def models(as_json):
-    """The models mlxbatch can run: under weights/ (or $MLXBATCH_WEIGHTS) and in the Hugging
-    Face cache."""
+    """The models mlxbatch can run: under weights/ (or $MLXBATCH_WEIGHTS), the GGUFs in Ollama's
+    store and LM Studio's folders, and the Hugging Face cache."""
     import json
 
     from ..model.defaults import not_runnable, weights_dir
     from ..model.hub import list_models
 
     found = list_models(weights_dir())
-    for m in found:
-        m["broken"] = not_runnable(Path(m["path"]))
+    for m in found:  # a GGUF listed was read whole already; a directory's check is here
+        m["broken"] = None if m.get("gguf") else not_runnable(Path(m["path"]))
     if as_json:
         click.echo(json.dumps(found, indent=2))
         return

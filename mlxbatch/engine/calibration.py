@@ -101,7 +101,8 @@ def default_model(engine: Engine) -> CostModel:
 def _time(engine: Engine, rows: int, width: int, rng: random.Random) -> float:
     """Seconds of one batch of this shape while every lane runs one (as in a job)."""
     prefix = engine.prefix
-    vocab = (1000, min(30000, engine.lm.model.args.vocab_size - 1))
+    size = engine.lm.model.args.vocab_size  # a small vocabulary (a tiny GGUF's 512) too
+    vocab = (min(1000, size // 4), min(30000, size - 1))
     prompts = [prefix + [rng.randint(*vocab) for _ in range(width)] for _ in range(rows)]
     batches = [prompts] * engine.lanes
     engine.score_batches(batches)  # warm: buffers for this batch size

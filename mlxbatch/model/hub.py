@@ -1,6 +1,7 @@
-"""Where `--model` points: a local directory, or a Hugging Face hub id resolved like mlx-lm.
+"""Where `--model` points: a local directory, a GGUF file (a path or `ollama:NAME[:TAG]`), or
+a Hugging Face hub id resolved like mlx-lm.
 
-A local path wins. Else `org/name` is resolved with `huggingface_hub.snapshot_download` and
+A GGUF is converted once into mlxbatch's cache (gguf_convert.py). A local path wins. Else `org/name` is resolved with `huggingface_hub.snapshot_download` and
 the same file patterns as `mlx_lm.utils.load` (safetensors, JSON, tokenizer files): from the
 local cache when it has the snapshot (always so with HF_HUB_OFFLINE=1), else downloaded.
 Any directory is then loaded the same way, whichever tool wrote it: mlxbatch, transformers
@@ -18,6 +19,9 @@ from pathlib import Path
 from ..errors import ModelError
 from .families import FAMILIES
 from .files import check_regular_files
+from .gguf_convert import cached_model_dir, describe_gguf
+from .gguf_file import is_gguf
+from .local_stores import PREFIX, lmstudio_models, ollama_blob, ollama_models
 from .vision_language import is_vision_language, text_config
 
 ALLOW_PATTERNS = ["*.json", "model*.safetensors", "tokenizer.model", "*.tiktoken", "*.txt",
@@ -44,10 +48,14 @@ def resolve(spec: str | Path) -> Path:
     if not str(spec).strip():  # Path("") is the working directory; a script's unset $MODEL
         raise ModelError(f"the model is named by an empty string ({spec!r}): give a model "
                          "directory or a hub id")  # fmt: skip
+    if str(spec).startswith(PREFIX):  # a GGUF in Ollama's store
+        return cached_model_dir(ollama_blob(str(spec)))
     path = Path(spec).expanduser()
     if path.exists():
+        if path.is_file() and (path.suffix.lower() == ".gguf" or is_gguf(path)):
+            return cached_model_dir(path)  # converted once, into mlxbatch's cache
         if not path.is_dir():
-            raise ModelError(f"{spec}: not a model directory")
+            raise ModelError(f"{spec}: not a model directory nor a GGUF file")
         return path
     text = str(spec)
     if not REPO_ID.match(text) or text.startswith((".", "/", "~")):
@@ -107,13 +115,21 @@ def describe_dir(path: Path) -> dict | None:
 
 
 def list_models(weights_dir: Path) -> list[dict]:
-    """Runnable models under `weights_dir` and in the Hugging Face cache."""
+    """Runnable models under `weights_dir`, in Ollama's store and LM Studio's folders (GGUF),
+    and in the Hugging Face cache."""
     out = []
     if weights_dir.is_dir():
         for d in sorted(weights_dir.iterdir()):
-            info = describe_dir(d) if d.is_dir() else None
+            info = (
+                describe_dir(d) if d.is_dir() else describe_gguf(d) if d.suffix == ".gguf" else None
+            )
             if info:
                 out.append(info | {"name": d.name})
+    for name, path in ollama_models() + lmstudio_models():
+        info = describe_gguf(path)
+        if info:
+            out.append(info | {"name": name, "kind": "ollama" if name.startswith(PREFIX)
+                               else "lm studio"})  # fmt: skip
     try:
         from huggingface_hub import scan_cache_dir
 

@@ -52,6 +52,8 @@ class LoadedModel:
     def describe(self) -> str:
         dtype = str(self.dtype).split(".")[-1]
         kind = "SYNTHETIC random weights, not a real model" if self.synthetic else "checkpoint"
+        if gguf := self.manifest.get("gguf"):  # converted from a GGUF file (gguf_convert.py)
+            kind = f"converted from a {gguf['quantization']} GGUF, weights {gguf['weights']}"
         parts = [kind]
         if self.quantization:
             q = self.quantization
