@@ -1,0 +1,125 @@
+"""Several questions asked of each text: one engine whose items carry a prompt per question.
+
+Question k's prompt for a text is the single-question prompt of `text + tails[k]` (the blank
+line and the question's words), in the checkpoint's chat template. An item holds its text's
+prompts packed into one token list (`pack`): the planner, the duplicate check, the journal and
+the ranks see one item per text, as they do without questions. A scored item's probabilities
+are its questions' label probabilities side by side, question after question (`columns`).
+
+The gold loop scores each (text, question) prompt alone and whole (`QuestionsGold`); the fast
+path (`QuestionsScorer`) scores every question of a batch's texts behind the shared prefix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import mlx.core as mx
+import numpy as np
+
+from ..model.load import LoadedModel
+from ..runtime import executor as executors
+from .engine import Engine
+from .labels import LabelSet
+from .layout import split
+from .scorers import GoldScorer, PrefixScorer
+
+
+def pack(prompts: Sequence[list[int]]) -> list[int]:
+    """One token list holding `prompts`: their count, their lengths, then their tokens."""
+    return [len(prompts), *(len(p) for p in prompts), *(t for p in prompts for t in p)]
+
+
+def unpack(packed: list[int]) -> list[list[int]]:
+    """The prompts `pack` put in `packed`."""
+    n = packed[0]
+    out, at = [], 1 + n
+    for length in packed[1 : 1 + n]:
+        out.append(list(packed[at : at + length]))
+        at += length
+    return out
+
+
+def columns(label_sets: Sequence[LabelSet]) -> LabelSet:
+    """The label sets side by side: the engine's columns, named `k.label` (question k)."""
+    names = tuple(f"{k}.{n}" for k, labels in enumerate(label_sets) for n in labels.names)
+    return LabelSet(names, tuple(t for labels in label_sets for t in labels.tokens))
+
+
+class QuestionsEngine(Engine):
+    def __init__(
+        self, lm: LoadedModel, tails: Sequence[str], label_sets: Sequence[LabelSet],
+        system_prompt: str, prefix_cache: bool = True,
+        executor: executors.Executor | None = None,
+    ):  # fmt: skip
+        """`tails[k]`: what question k adds after the text; `label_sets[k]`: its labels."""
+        self.tails, self.label_sets = tuple(tails), tuple(label_sets)
+        super().__init__(lm, columns(label_sets), system_prompt, prefix_cache, executor)
+
+    def _scorers(self, labels: LabelSet, executor: executors.Executor) -> dict:
+        return {
+            "gold": QuestionsGold(self.model, self.label_sets),
+            "fast": QuestionsScorer(self.model, labels, self.prefix, self.lm.dtype, executor,
+                                    self.label_sets),
+        }  # fmt: skip
+
+    def spans(self) -> list[tuple[int, int]]:
+        """Each question's columns: [start, end) of a row of probabilities."""
+        out, at = [], 0
+        for labels in self.label_sets:
+            out.append((at, at + len(labels.names)))
+            at += len(labels.names)
+        return out
+
+    def prompt(self, text: str) -> list[int]:
+        """The packed gold prompts of one text, a question each."""
+        return pack([self.tokenizer.prompt(self.system_prompt, text + tail) for tail in self.tails])
+
+    def prompts(self, texts: list[str]) -> list[list[int]]:
+        per_question = [self.tokenizer.prompts(self.system_prompt, [t + tail for t in texts])
+                        for tail in self.tails]  # fmt: skip
+        return [pack(parts) for parts in zip(*per_question)] if texts else []
+
+    def split(self, prompt: list[int]) -> tuple[int, list[int]]:
+        return 0, self.fed(prompt)
+
+    def fed(self, prompt: list[int]) -> list[int]:
+        """The tokens an item feeds through the model: each question's prompt past the shared
+        prefix, one after another."""
+        return [t for part in unpack(prompt) for t in split(part, self.prefix)[1]]
+
+
+class QuestionsGold:
+    """The gold loop of each (text, question) prompt, alone and whole (`GoldScorer`)."""
+
+    def __init__(self, model, label_sets: Sequence[LabelSet]):
+        self.parts = [GoldScorer(model, labels) for labels in label_sets]
+
+    def score(self, prompts: list[list[int]]) -> np.ndarray:
+        return np.stack([self.score_one(p) for p in prompts])
+
+    def score_batches(self, batches):
+        for prompts in batches:
+            yield self.score(prompts)
+
+    def score_one(self, packed: list[int]) -> np.ndarray:
+        return np.concatenate([g.score_one(p) for g, p in zip(self.parts, unpack(packed))])
+
+
+class QuestionsScorer(PrefixScorer):
+    """The fast path over packed items: each question's rows behind the shared prefix, scored
+    over that question's labels, in the lane's one cache."""
+
+    def __init__(self, model, labels: LabelSet, prefix: list[int], dtype: mx.Dtype,
+                 executor: executors.Executor, label_sets: Sequence[LabelSet]):  # fmt: skip
+        super().__init__(model, labels, prefix, dtype, executor)
+        self.label_sets = tuple(label_sets)
+
+    def _score_rows(self, prompts: list[list[int]], lane: int) -> mx.array:
+        parts = [unpack(p) for p in prompts]
+        out = []
+        for k, labels in enumerate(self.label_sets):
+            probs = self._score_labelled([p[k] for p in parts], lane, labels)
+            mx.eval(probs)  # before the next question writes the lane's cache
+            out.append(probs)
+        return mx.concatenate(out, axis=1)

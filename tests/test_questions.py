@@ -1,0 +1,147 @@
+"""Several questions a text: each question's scores are those of its whole (text, question)
+prompt, as transformers computes them; the output's bytes do not depend on the batches,
+windows or an interruption; every path agrees with the gold loop."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from cli_run import invoke
+
+from mlxbatch.api.classifier import Classifier
+
+QUESTIONS = {
+    "system": "You triage support tickets.",
+    "questions": [
+        {"name": "intent", "ask": "Which team should handle this message? Answer with one of: "
+         "billing, technical, account.", "labels": ["billing", "technical", "account"]},
+        {"name": "urgency", "ask": "How urgent is this message? Answer low or high.",
+         "labels": ["low", "high"]},
+        {"name": "tags", "multi_label": {"refund": "money back", "login": ""}},
+    ],
+}  # fmt: skip
+# ends that BPE may merge with the question's "\n\n": the shared part is never guessed
+TEXTS = ["I was charged twice.", "Why can't I log in?", "The app crashed!", "refund me   ",
+         "line one\n", "help\n\n", "ok", "Multi\n\nparagraph text: 数据 sync"]  # fmt: skip
+
+
+def hf_scores(hf, tok, system: str, text: str, ask: str, labels: list[list[int]]) -> np.ndarray:
+    """The label probabilities of one whole (text, question) prompt, by transformers: the
+    ChatML prompt written out, tokenized whole, each label's tokens scored behind it."""
+    import torch
+
+    whole = (f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{text}\n\n{ask}"
+             "<|im_end|>\n<|im_start|>assistant\n")  # fmt: skip
+    p = tok.encode(whole, add_special_tokens=False).ids
+    sums = []
+    for label in labels:
+        with torch.no_grad():
+            logits = hf(input_ids=torch.tensor([p + label[:-1]])).logits[0, len(p) - 1 :]
+        logp = torch.log_softmax(logits.double(), -1)
+        sums.append(sum(float(logp[j, t]) for j, t in enumerate(label)))
+    return torch.softmax(torch.tensor(sums), 0).numpy()
+
+
+def test_each_questions_scores_are_its_whole_prompts_by_transformers(tied_pair):
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM
+
+    hf_dir, mlx_dir = tied_pair
+    clf = Classifier.load(mlx_dir, questions=QUESTIONS)
+    got = clf.classify(TEXTS, batch_tokens=300)
+    hf = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
+    tok = Tokenizer.from_file(str(hf_dir / "tokenizer.json"))
+    system = QUESTIONS["system"]
+    for text, said in zip(TEXTS, got):
+        for asked in clf.asked:
+            labels = [clf.lm.tokenizer.label(x) for x in asked.labels]
+            want = hf_scores(hf, tok, system, text, asked.ask, labels)
+            answer = said.answers[asked.question]
+            if asked.tag is None:
+                ours = [answer["scores"][x] for x in asked.labels]
+                np.testing.assert_allclose(ours, want, atol=1e-5)
+                assert answer["label"] == asked.labels[int(np.argmax(want))]
+            else:
+                np.testing.assert_allclose(answer["scores"][asked.tag], want[0], atol=1e-5)
+                assert (asked.tag in answer["labels"]) == (answer["scores"][asked.tag] >= 0.5)
+
+
+def test_the_fast_path_equals_the_gold_loop_and_single_question_runs(tiny_model_dir):
+    clf = Classifier.load(tiny_model_dir, questions=QUESTIONS)
+    e = clf.engine
+    prompts = e.prompts(TEXTS)
+    fast = e.score_batch(prompts)
+    gold = np.stack([e.score_gold(p) for p in prompts])
+    np.testing.assert_allclose(fast, gold, atol=1e-6)
+    alone = np.stack([e.score_batch([p])[0] for p in prompts])
+    assert np.array_equal(fast, alone)  # a text's scores do not depend on its company
+    for asked, (a, b) in zip(clf.asked, e.spans()):
+        single = Classifier.load(tiny_model_dir, list(asked.labels), QUESTIONS["system"])
+        one = single.engine.score_batch(single.engine.prompts([asked.user_text(t) for t in TEXTS]))
+        assert np.array_equal(one, fast[:, a:b])
+
+
+@pytest.fixture
+def job(tiny_model_dir, tmp_path):
+    q = tmp_path / "q.json"
+    q.write_text(json.dumps(QUESTIONS))
+    src = tmp_path / "in.jsonl"
+    rows = [{"id": i, "text": TEXTS[i % len(TEXTS)] + " x" * (i % 7)} for i in range(30)]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def run(name: str, *args):
+        out = tmp_path / name
+        r = invoke(["classify", src, "--model", tiny_model_dir, "--questions", q, "-o", out,
+                    *args])  # fmt: skip
+        assert r.exit_code == 0, r.output
+        return out, r
+
+    return run
+
+
+def test_the_bytes_do_not_depend_on_budget_windows_or_mode(job):
+    ref, r = job("ref.jsonl", "--verify")
+    assert "100.00% label agreement" in r.output
+    row = json.loads(ref.read_text().splitlines()[0])
+    assert set(row) == {"id", "answers"} and list(row["answers"]) == ["intent", "urgency", "tags"]
+    assert set(row["answers"]["tags"]) == {"labels", "scores"}
+    for name, args in [("small.jsonl", ["--batch-tokens", "200", "--max-batch", "3"]),
+                       ("windows.jsonl", ["--window-rows", "7"]),
+                       ("naive.jsonl", ["--mode", "naive"])]:  # fmt: skip
+        out, _ = job(name, *args)
+        assert out.read_bytes() == ref.read_bytes(), name
+
+
+def test_a_table_has_a_column_per_question_and_per_score(job):
+    out, _ = job("out.csv")
+    lines = out.read_text().splitlines()
+    assert lines[0] == ("id,intent,urgency,tags,intent_billing,intent_technical,intent_account,"
+                        "urgency_low,urgency_high,tags_refund,tags_login,error")  # fmt: skip
+    assert len(lines) == 31
+
+
+def test_an_interrupted_job_resumes_to_the_same_bytes(tiny_model_dir, tmp_path):
+    from mlxbatch.api.spec import RunSpec
+    from mlxbatch.io.inputs import read_rows
+    from mlxbatch.jobs.job import Hooks, run_job
+
+    src, ref, out = tmp_path / "t.jsonl", tmp_path / "ref.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps({"text": t + " y" * i}) + "\n"
+                           for i, t in enumerate(TEXTS * 2)))  # fmt: skip
+    clf = Classifier.load(tiny_model_dir, questions=QUESTIONS)
+    rows, _ = read_rows(str(src))
+    spec = RunSpec(max_batch=2)
+    run_job(clf, rows, spec, ref, keep_results=False)
+
+    def stop(n: int) -> None:
+        if n == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_job(clf, rows, spec, out, keep_results=False, hooks=Hooks(stop))
+    result = run_job(clf, rows, spec, out, resume=True, verify=True)
+    assert out.read_bytes() == ref.read_bytes()
+    assert result.resumed > 0 and result.verify["passed"]
