@@ -7,7 +7,7 @@ the ranks see one item per text, as they do without questions. A scored item's p
 are its questions' label probabilities side by side, question after question (`columns`).
 
 The gold loop scores each (text, question) prompt alone and whole (`QuestionsGold`); the fast
-path (`QuestionsScorer`) scores every question of a batch's texts behind the shared prefix.
+path (`QuestionsScorer`) feeds a text's common tokens once and each question's tail behind them.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ import numpy as np
 from ..model.load import LoadedModel
 from ..runtime import executor as executors
 from .engine import Engine
-from .labels import LabelSet
-from .layout import split
+from .labels import LabelSet, score_labels
+from .layout import RowLayout, split
+from .question_layout import TailLayout, text_and_tails
 from .scorers import GoldScorer, PrefixScorer
 
 
@@ -84,9 +85,10 @@ class QuestionsEngine(Engine):
         return 0, self.fed(prompt)
 
     def fed(self, prompt: list[int]) -> list[int]:
-        """The tokens an item feeds through the model: each question's prompt past the shared
-        prefix, one after another."""
-        return [t for part in unpack(prompt) for t in split(part, self.prefix)[1]]
+        """The tokens an item feeds through the model: its text's common tokens past the
+        shared prefix, then each question's tail."""
+        common, tails = text_and_tails(unpack(prompt))
+        return [*split(common, self.prefix)[1], *(t for tail in tails for t in tail)]
 
 
 class QuestionsGold:
@@ -107,8 +109,9 @@ class QuestionsGold:
 
 
 class QuestionsScorer(PrefixScorer):
-    """The fast path over packed items: each question's rows behind the shared prefix, scored
-    over that question's labels, in the lane's one cache."""
+    """The fast path over packed items: each text's common tokens fed once behind the shared
+    prefix, then each question's tail and labels behind them, one question at a time in the
+    same slots (engine/question_layout.py)."""
 
     def __init__(self, model, labels: LabelSet, prefix: list[int], dtype: mx.Dtype,
                  executor: executors.Executor, label_sets: Sequence[LabelSet]):  # fmt: skip
@@ -116,10 +119,25 @@ class QuestionsScorer(PrefixScorer):
         self.label_sets = tuple(label_sets)
 
     def _score_rows(self, prompts: list[list[int]], lane: int) -> mx.array:
-        parts = [unpack(p) for p in prompts]
+        texts = [text_and_tails(unpack(p)) for p in prompts]
+        text = RowLayout.build([common for common, _ in texts], self.prefix, 0)
+        longest = max(len(t) for _, tails in texts for t in tails)
+        labels_at_most = max(labels.max_len for labels in self.label_sets) - 1
+        kv = self._batch_cache(lane, text.batch, text.capacity + longest + labels_at_most)
+        kv.use_rows(text.batch)
+        self.model(mx.array(text.tokens()), kv, mx.array(text.positions()),
+                   mx.array(text.mask()), host_kernels=self.host_kernels,
+                   keep=mx.array(text.last()))  # fmt: skip  # the text rows' keys and values
         out = []
-        for k, labels in enumerate(self.label_sets):
-            probs = self._score_labelled([p[k] for p in parts], lane, labels)
-            mx.eval(probs)  # before the next question writes the lane's cache
+        for q, labels in enumerate(self.label_sets):
+            rows = TailLayout(text, tuple(tuple(tails[q]) for _, tails in texts),
+                              labels.max_len - 1)  # fmt: skip
+            h = self.model(mx.array(rows.tokens()), kv, mx.array(rows.positions()),
+                           mx.array(rows.mask()), host_kernels=self.host_kernels,
+                           keep=mx.array(rows.last()))  # fmt: skip  # (B, 1, D)
+            probs = score_labels(self.model, h[:, 0], kv, rows, labels, self.host_kernels)
+            mx.eval(probs)  # before the next question writes the same slots
             out.append(probs)
+            kv.crop(rows.start)
+        kv.crop(text.prefix_width)
         return mx.concatenate(out, axis=1)

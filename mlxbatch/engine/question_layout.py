@@ -1,0 +1,106 @@
+"""The row layout of a batch of texts and their questions: host-side arrays, no MLX, no model.
+
+A text's questions' prompts share their first tokens (the system prompt, the text); the fed
+part they have in common is laid out once per text, as a `RowLayout` row, and each question
+then adds only its own tail, one question at a time, at the same slots:
+    [0, P)                  the shared prefix; row r attends to its first `shared[r]` slots
+    [P, P + W)              text r's common tokens, `lengths[r]` of them
+    [P + W, P + W + T)      question q's tail for text r, `tail_lengths[r]` of them
+    [P + W + T, ... + L)    the teacher-forced label tokens of question q (multi-token only)
+The common part is the longest common token prefix of the text's whole prompts, never a
+guess: BPE may merge a text's last characters (".", "?", spaces, a newline) with the
+question's blank line, and then that token is part of each question's tail. A tail holds at
+least one token: its last predicts the label.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .layout import PAD_ID, RowLayout, batch_mask
+
+
+def common_part(prompts: list[list[int]]) -> int:
+    """Tokens every prompt of a text begins with, leaving each at least one of its own."""
+    n = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    for k in range(n):
+        if any(p[k] != first[k] for p in prompts[1:]):
+            return k
+    return n
+
+
+def text_and_tails(prompts: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+    """(the tokens a text's prompts share, each prompt's tail after them)."""
+    c = common_part(prompts)
+    return prompts[0][:c], [p[c:] for p in prompts]
+
+
+@dataclass(frozen=True)
+class TailLayout:
+    """Question q's tails behind a batch's text rows (`text`), and its label slots."""
+
+    text: RowLayout
+    tails: tuple[tuple[int, ...], ...]  # each row's tail tokens
+    label_slots: int  # L: teacher-forced label tokens after the tail
+
+    @property
+    def batch(self) -> int:
+        return self.text.batch
+
+    @property
+    def width(self) -> int:
+        """T: the longest tail."""
+        return max(len(t) for t in self.tails)
+
+    @property
+    def tail_lengths(self) -> np.ndarray:
+        return np.array([len(t) for t in self.tails], np.int32)
+
+    @property
+    def start(self) -> int:
+        """The first tail slot: the text rows' end."""
+        return self.text.prefix_width + self.text.width
+
+    @property
+    def capacity(self) -> int:
+        return self.start + self.width + self.label_slots
+
+    def tokens(self) -> np.ndarray:
+        """(B, T) tail tokens, padded with PAD_ID."""
+        out = np.full((self.batch, self.width), PAD_ID, np.int32)
+        for r, t in enumerate(self.tails):
+            out[r, : len(t)] = t
+        return out
+
+    def positions(self) -> np.ndarray:
+        """(B,) rotary position of each row's first tail token: right after its text."""
+        return self.text.shared + self.text.lengths
+
+    def mask(self) -> np.ndarray:
+        """(B, 1, T, start + T): the text rows' mask, the tail slots causal after them."""
+        t = self.text
+        return batch_mask(t.prefix_width, t.shared, t.lengths, t.width, self.start, self.width)
+
+    def last(self) -> np.ndarray:
+        """(B,) index of each row's last tail token: its hidden state predicts the label."""
+        return self.tail_lengths - 1
+
+    # The label pass: row r * J + j feeds label j's teacher tokens behind row r's tail.
+    def label_positions(self, n_labels: int) -> np.ndarray:
+        return np.repeat(self.positions() + self.tail_lengths, n_labels)
+
+    def label_mask(self, n_labels: int) -> np.ndarray:
+        """(B * J, 1, L, capacity): prefix and text as the text rows see them, the row's real
+        tail tokens, and the label slots causally."""
+        t, start, T, L = self.text, self.start, self.width, self.label_slots
+        k = np.arange(self.capacity)[None, :]  # (1, K)
+        q = (start + T + np.arange(L))[:, None]  # (L, 1)
+        base = batch_mask(t.prefix_width, t.shared, t.lengths, t.width, start + T, L)
+        tails = self.tail_lengths[:, None, None]  # (B, 1, 1)
+        in_tail = (k >= start) & (k < start + T)
+        seen = np.where(in_tail[None], (k - start)[None] < tails, base[:, 0])
+        seen = seen & (k <= q)[None]
+        return np.repeat(seen[:, None], n_labels, axis=0)

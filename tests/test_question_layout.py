@@ -1,0 +1,62 @@
+"""The layout of a batch's texts and one question's tails: each query sees exactly its own
+prompt's positions 0 .. q, in slot order (exact tables, no model)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mlxbatch.engine.layout import RowLayout
+from mlxbatch.engine.question_layout import TailLayout, common_part, text_and_tails
+
+PREFIX = [1, 2, 3]
+
+
+def layouts():
+    # text r: its whole prompt for one question is prefix[:shared] + common + tail
+    prompts = [[1, 2, 3, 10, 11, 12, 20], [1, 2, 7, 13, 21, 22, 23], [1, 2, 3, 14, 24]]
+    commons = [[1, 2, 3, 10, 11, 12], [1, 2, 7, 13], [1, 2, 3, 14]]
+    text = RowLayout.build(commons, PREFIX, 0)
+    tails = tuple(tuple(p[len(c) :]) for p, c in zip(prompts, commons))
+    return prompts, TailLayout(text, tails, 2)
+
+
+def visible_positions(mask_row: np.ndarray, slot_positions: np.ndarray) -> list[int]:
+    return sorted(slot_positions[np.flatnonzero(mask_row)].tolist())
+
+
+def slot_positions(lay: TailLayout, r: int) -> np.ndarray:
+    """The rotary position each cache slot holds for row r (-1: padding or another's)."""
+    t = lay.text
+    pos = np.full(lay.capacity, -1)
+    pos[: t.shared[r]] = np.arange(t.shared[r])
+    n, m = t.lengths[r], lay.tail_lengths[r]
+    pos[t.prefix_width : t.prefix_width + n] = t.shared[r] + np.arange(n)
+    pos[lay.start : lay.start + m] = t.shared[r] + n + np.arange(m)
+    pos[lay.start + lay.width :] = t.shared[r] + n + m + np.arange(lay.label_slots)
+    return pos
+
+
+def test_each_tail_and_label_query_sees_its_prompt_up_to_itself():
+    prompts, lay = layouts()
+    tail_mask, label_mask = lay.mask(), lay.label_mask(2)
+    assert tail_mask.shape == (3, 1, lay.width, lay.start + lay.width)
+    assert label_mask.shape == (6, 1, 2, lay.capacity)
+    for r, prompt in enumerate(prompts):
+        pos = slot_positions(lay, r)
+        first = lay.positions()[r]
+        assert first + lay.tail_lengths[r] == len(prompt)
+        for i in range(lay.tail_lengths[r]):
+            assert visible_positions(tail_mask[r, 0, i], pos) == list(range(first + i + 1))
+        for j in range(2):  # each label row of text r
+            for i in range(2):
+                seen = visible_positions(label_mask[r * 2 + j, 0, i], pos)
+                assert seen == list(range(len(prompt) + i + 1))
+    assert lay.label_positions(2).tolist() == [7, 7, 7, 7, 5, 5]
+    assert lay.last().tolist() == [0, 2, 0]
+
+
+def test_the_common_part_leaves_each_prompt_a_token():
+    assert common_part([[1, 2, 3], [1, 2, 4]]) == 2
+    assert common_part([[1, 2, 3], [1, 2, 3]]) == 2
+    assert common_part([[1, 2], [1, 2, 3]]) == 1
+    assert text_and_tails([[5, 6, 7], [5, 8]]) == ([5], [[6, 7], [8]])
