@@ -168,3 +168,28 @@ def test_a_text_is_fed_once_and_each_question_only_its_tail(tiny_model_dir):
         assert len({tail[0] for tail in tails}) > 1 or len(common) == min(map(len, parts)) - 1
         whole = sum(len(split(p, e.prefix)[1]) for p in parts)
         assert len(e.fed(packed)) == whole - (len(parts) - 1) * len(split(common, e.prefix)[1])
+
+
+def test_a_server_with_questions_answers_every_question(tiny_model_dir, tmp_path):
+    """Each text answered with every question, as the Python API answers it; /v1/models
+    lists the questions."""
+    import httpx
+    from test_serve import running
+
+    q = tmp_path / "q.json"
+    q.write_text(json.dumps(QUESTIONS))
+    want = Classifier.load(tiny_model_dir, questions=QUESTIONS).classify(TEXTS[:3])
+    with running(tiny_model_dir, "--questions", str(q), "--verify-sample", "1", tmp=tmp_path) as s:
+        r = httpx.post(s.url + "/v1/classify", json={"input": TEXTS[:3]}, timeout=60)
+        assert r.status_code == 200, r.text
+        got = [row["answers"] for row in r.json()["data"]]
+        card = httpx.get(s.url + "/v1/models", timeout=60).json()["data"][0]
+    for mine, said in zip(got, want):
+        assert [a.get("label", a.get("labels")) for a in mine.values()] == [
+            a.get("label", a.get("labels")) for a in said.answers.values()
+        ]
+        for name, answer in mine.items():
+            for label, p in answer["scores"].items():
+                assert abs(p - said.answers[name]["scores"][label]) < 1e-6
+    assert [x["name"] for x in card["questions"]] == ["intent", "urgency", "tags", "product"]
+    assert card["questions"][2] == {"name": "tags", "multi_label": ["refund", "login"]}
