@@ -193,3 +193,34 @@ def test_a_server_with_questions_answers_every_question(tiny_model_dir, tmp_path
                 assert abs(p - said.answers[name]["scores"][label]) < 1e-6
     assert [x["name"] for x in card["questions"]] == ["intent", "urgency", "tags", "product"]
     assert card["questions"][2] == {"name": "tags", "multi_label": ["refund", "login"]}
+
+
+def test_eval_reports_each_question_with_a_gold_field(job, tmp_path):
+    out, _ = job("out.jsonl")
+    src, q = tmp_path / "in.jsonl", tmp_path / "q.json"
+    rows = [json.loads(x) for x in src.read_text().splitlines()]
+    said = [json.loads(x)["answers"] for x in out.read_text().splitlines()]
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text("".join(json.dumps(r | {"intent": a["intent"]["label"], "tags": ["login"]})
+                            + "\n" for r, a in zip(rows, said)))  # fmt: skip
+    report = tmp_path / "m.json"
+    r = invoke(["eval", gold, out, "--questions", q, "--json", report])
+    assert r.exit_code == 0, r.output
+    m = json.loads(report.read_text())
+    assert m["intent"]["accuracy"] == 1.0 and set(m) == {"intent", "tags"}
+    on = [a["tags"]["labels"] for a in said]
+    tp = sum("login" in x for x in on)
+    assert m["tags"]["per_tag"]["login"]["recall"] == tp / len(on)
+    wrong = sum(len(x) - ("login" in x) + ("login" not in x) for x in on)
+    assert m["tags"]["hamming_loss"] == pytest.approx(wrong / (2 * len(on)))
+    assert "urgency: no row has a field 'urgency'" in r.output
+
+
+def test_multi_label_metrics_by_hand():
+    from mlxbatch.api.evaluate_answers import gold_tags, multi_label
+
+    m = multi_label([{"a"}, {"a", "b"}, set()], [{"a"}, {"b"}, {"b"}], ("a", "b"))
+    assert m["per_tag"]["a"] == {"precision": 0.5, "recall": 1.0, "f1": 2 / 3, "support": 1}
+    assert m["per_tag"]["b"]["recall"] == 0.5 and m["micro_f1"] == 4 / 6
+    assert m["hamming_loss"] == 2 / 6 and m["exact_match"] == 1 / 3
+    assert gold_tags("a; b") == {"a", "b"} and gold_tags("") == set() and gold_tags(None) is None

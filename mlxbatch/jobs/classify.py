@@ -145,6 +145,10 @@ def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None],
 
 def question_options(req: JobRequest, questions) -> dict:
     """`Classifier.load`'s questions arguments; the options that cannot go with them refused."""
+    if questions is not None and req.gold_field:
+        raise JobError("--gold-field and --questions: each question's gold is the input's field "
+                       "of its name; evaluate the output with `mlxbatch eval INPUT OUTPUT "
+                       "--questions FILE`")  # fmt: skip
     if questions is None:
         if req.tag_threshold is not None:
             raise JobError("--tag-threshold applies to multi-label questions: give --questions")
