@@ -224,3 +224,14 @@ def test_multi_label_metrics_by_hand():
     assert m["per_tag"]["b"]["recall"] == 0.5 and m["micro_f1"] == 4 / 6
     assert m["hamming_loss"] == 2 / 6 and m["exact_match"] == 1 / 3
     assert gold_tags("a; b") == {"a", "b"} and gold_tags("") == set() and gold_tags(None) is None
+
+
+def test_the_python_api_takes_a_questions_file(tiny_model_dir, tmp_path):
+    from mlxbatch.errors import InputError
+
+    path = tmp_path / "q.yaml"
+    path.write_text("questions:\n  - {name: mood, ask: 'Calm or upset?', labels: [calm, upset]}\n")
+    said = Classifier.load(tiny_model_dir, questions=str(path)).classify(["hi"])[0]
+    assert said.label is None and said.answers["mood"]["label"] in ("calm", "upset")
+    with pytest.raises(InputError, match="question 'mood': field 'ask'"):
+        Classifier.load(tiny_model_dir, questions=[{"name": "mood", "labels": ["a", "b"]}])

@@ -90,9 +90,10 @@ class Classifier:
         """Load a model (a directory or a hub id) for a label set. `examples`: few-shot (text, label) pairs; `calibrate`:
         contextual calibration; `prior`: {label: weight} or "a=0.5,b=0.5"; `min_confidence`:
         abstain below it; `descriptions`: {label: one line} for the default system prompt.
-        `questions`: several questions asked of each text instead of one label set (a list of
-        {name, ask, labels | multi_label}, or a mapping with `questions` and `system`); the
-        predictions then carry `answers`, tags on at P(yes) >= `tag_threshold`."""
+        `questions`: several questions asked of each text instead of one label set (a YAML or
+        JSON questions file, a list of {name, ask, labels | multi_label}, or a mapping with
+        `questions` and `system`); the predictions then carry `answers`, tags on at P(yes)
+        >= `tag_threshold`."""
         if questions is not None:
             return cls._load_questions(model_dir, questions, labels, system_prompt, dtype,
                                        prefix_cache, check_finite, examples, calibrate, prior,
@@ -131,11 +132,9 @@ class Classifier:
     def _load_questions(cls, model_dir, questions, labels, system_prompt, dtype, prefix_cache,
                         check_finite, examples, calibrate, prior, min_confidence, descriptions,
                         tag_threshold) -> Classifier:  # fmt: skip
-        from ..engine.questions import Questions, questions_from
-        from .questions import QuestionsClassifier
+        from .questions import QuestionsClassifier, questions_of
 
-        if not isinstance(questions, Questions):
-            questions = questions_from(questions, "questions")
+        questions = questions_of(questions)
         given = [n for n, v in (("labels", labels is not DEFAULT_LABELS), ("examples", examples),
                                 ("prior", prior is not None), ("descriptions", descriptions))
                  if v]  # fmt: skip

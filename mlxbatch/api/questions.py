@@ -8,7 +8,11 @@ multi-label question the tags whose P(yes) reaches the tag threshold and each ta
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
+import yaml
 
 from ..engine.adjust import Adjustment
 from ..engine.calibration import cost_model
@@ -16,8 +20,8 @@ from ..engine.engine import Engine
 from ..engine.labels import LabelSet
 from ..engine.planner import CostModel
 from ..engine.question_engine import QuestionsEngine
-from ..engine.questions import DEFAULT_SYSTEM, AnswerColumns, Asked, Questions
-from ..errors import LabelError, UsageError
+from ..engine.questions import DEFAULT_SYSTEM, AnswerColumns, Asked, Questions, questions_from
+from ..errors import InputError, LabelError, UsageError
 from ..model.label_tokens import label_tokens
 from ..model.load import LoadedModel
 from .classifier import Classifier, Prediction
@@ -128,3 +132,25 @@ def answer_words(answers: dict) -> str:
             label = a.get("label")
             said.append(f"{name}={label if not a.get('abstained') else 'abstains'}")
     return "; ".join(said)
+
+
+def questions_of(value) -> Questions:
+    """The Python API's `questions`: a `Questions`, a path to a YAML/JSON questions file, a
+    list of questions, or a mapping with `questions` (and `system`)."""
+    if isinstance(value, Questions):
+        return value
+    if not isinstance(value, (str, Path)):
+        return questions_from(value, "questions")
+    path = Path(value)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read the questions file ({e})") from None
+    try:
+        data = (
+            yaml.safe_load(text) if path.suffix.lower() in (".yaml", ".yml") else json.loads(text)
+        )
+    except (yaml.YAMLError, ValueError) as e:
+        first = (str(e).splitlines() or [type(e).__name__])[0][:120]
+        raise InputError(f"{path}: not a valid questions file ({first})") from None
+    return questions_from(data, str(path))
