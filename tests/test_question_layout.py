@@ -17,7 +17,7 @@ def layouts():
     commons = [[1, 2, 3, 10, 11, 12], [1, 2, 7, 13], [1, 2, 3, 14]]
     text = RowLayout.build(commons, PREFIX, 0)
     tails = tuple(tuple(p[len(c) :]) for p, c in zip(prompts, commons))
-    return prompts, TailLayout(text, tails, 2)
+    return prompts, TailLayout(text, tails)
 
 
 def visible_positions(mask_row: np.ndarray, slot_positions: np.ndarray) -> list[int]:
@@ -32,26 +32,25 @@ def slot_positions(lay: TailLayout, r: int) -> np.ndarray:
     n, m = t.lengths[r], lay.tail_lengths[r]
     pos[t.prefix_width : t.prefix_width + n] = t.shared[r] + np.arange(n)
     pos[lay.start : lay.start + m] = t.shared[r] + n + np.arange(m)
-    pos[lay.start + lay.width :] = t.shared[r] + n + m + np.arange(lay.label_slots)
     return pos
 
 
 def test_each_tail_and_label_query_sees_its_prompt_up_to_itself():
     prompts, lay = layouts()
-    tail_mask, label_mask = lay.mask(), lay.label_mask(2)
-    assert tail_mask.shape == (3, 1, lay.width, lay.start + lay.width)
-    assert label_mask.shape == (6, 1, 2, lay.capacity)
-    for r, prompt in enumerate(prompts):
-        pos = slot_positions(lay, r)
-        first = lay.positions()[r]
-        assert first + lay.tail_lengths[r] == len(prompt)
-        for i in range(lay.tail_lengths[r]):
-            assert visible_positions(tail_mask[r, 0, i], pos) == list(range(first + i + 1))
-        for j in range(2):  # each label row of text r
-            for i in range(2):
-                seen = visible_positions(label_mask[r * 2 + j, 0, i], pos)
-                assert seen == list(range(len(prompt) + i + 1))
-    assert lay.label_positions(2).tolist() == [7, 7, 7, 7, 5, 5]
+    teacher = np.array([[30, 31], [32, 0]])  # two labels: 3 tokens, then 2
+    lab = lay.repeated(teacher)
+    for rows, n_labels in ((lay, 1), (lab, 2)):
+        mask = rows.mask()
+        assert mask.shape == (3 * n_labels, 1, rows.width, rows.start + rows.width)
+        for r in range(rows.batch):
+            prompt = prompts[r // n_labels]
+            pos, first = slot_positions(rows, r), rows.positions()[r]
+            assert first == len(prompt) - lay.tail_lengths[r // n_labels]
+            for i in range(rows.tail_lengths[r]):
+                assert visible_positions(mask[r, 0, i], pos) == list(range(first + i + 1))
+    assert lab.tokens()[2].tolist()[:5] == [21, 22, 23, 30, 31]  # text 1, label 0
+    assert lab.tokens()[3].tolist()[:5] == [21, 22, 23, 32, 0]  # text 1, label 1
+    assert lay.label_inputs(2, 2).tolist()[2:4] == [[2, 3, 4], [2, 3, 4]]
     assert lay.last().tolist() == [0, 2, 0]
 
 

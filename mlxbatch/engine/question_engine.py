@@ -20,7 +20,7 @@ import numpy as np
 from ..model.load import LoadedModel
 from ..runtime import executor as executors
 from .engine import Engine
-from .labels import LabelSet, score_labels
+from .labels import LabelSet, continuation_logprobs, first_token_logits, normalise
 from .layout import RowLayout, split
 from .question_layout import TailLayout, text_and_tails
 from .scorers import GoldScorer, PrefixScorer
@@ -122,22 +122,38 @@ class QuestionsScorer(PrefixScorer):
         texts = [text_and_tails(unpack(p)) for p in prompts]
         text = RowLayout.build([common for common, _ in texts], self.prefix, 0)
         longest = max(len(t) for _, tails in texts for t in tails)
-        labels_at_most = max(labels.max_len for labels in self.label_sets) - 1
-        kv = self._batch_cache(lane, text.batch, text.capacity + longest + labels_at_most)
+        kv = self._batch_cache(lane, text.batch, text.capacity + longest)
         kv.use_rows(text.batch)
         self.model(mx.array(text.tokens()), kv, mx.array(text.positions()),
                    mx.array(text.mask()), host_kernels=self.host_kernels,
                    keep=mx.array(text.last()))  # fmt: skip  # the text rows' keys and values
         out = []
         for q, labels in enumerate(self.label_sets):
-            rows = TailLayout(text, tuple(tuple(tails[q]) for _, tails in texts),
-                              labels.max_len - 1)  # fmt: skip
-            h = self.model(mx.array(rows.tokens()), kv, mx.array(rows.positions()),
-                           mx.array(rows.mask()), host_kernels=self.host_kernels,
-                           keep=mx.array(rows.last()))  # fmt: skip  # (B, 1, D)
-            probs = score_labels(self.model, h[:, 0], kv, rows, labels, self.host_kernels)
+            rows = TailLayout(text, tuple(tuple(tails[q]) for _, tails in texts))
+            if labels.max_len == 1:
+                h = self.model(mx.array(rows.tokens()), kv, mx.array(rows.positions()),
+                               mx.array(rows.mask()), host_kernels=self.host_kernels,
+                               keep=mx.array(rows.last()))  # fmt: skip  # (B, 1, D)
+                probs = normalise(first_token_logits(self.model, h[:, 0], labels))
+                kv.crop(rows.start)
+            else:
+                probs = self._labelled(rows, kv, labels)
             mx.eval(probs)  # before the next question writes the same slots
             out.append(probs)
-            kv.crop(rows.start)
         kv.crop(text.prefix_width)
         return mx.concatenate(out, axis=1)
+
+    def _labelled(self, rows: TailLayout, kv, labels: LabelSet) -> mx.array:
+        """(B, J) probabilities of multi-token labels: each label's row feeds the tail and the
+        label's teacher tokens behind the text (`TailLayout.repeated`)."""
+        J, L = len(labels.names), labels.max_len - 1
+        lab = rows.repeated(labels.teacher_inputs())
+        lab_kv = kv.repeat_rows(J, lab.capacity)
+        h = self.model(mx.array(lab.tokens()), lab_kv, mx.array(lab.positions()),
+                       mx.array(lab.mask()), host_kernels=self.host_kernels)  # fmt: skip
+        at = rows.label_inputs(J, L)  # (B * J, 1 + L)
+        flat = np.arange(len(at))[:, None] * lab.width + at
+        h = h.reshape(-1, h.shape[-1])[mx.array(flat.reshape(-1))].reshape(len(at), 1 + L, -1)
+        scores = first_token_logits(self.model, h[::J, 0], labels).astype(mx.float32)
+        scores = scores + continuation_logprobs(self.model, h[:, 1:], labels, self.host_kernels)
+        return normalise(scores)

@@ -5,8 +5,8 @@ part they have in common is laid out once per text, as a `RowLayout` row, and ea
 then adds only its own tail, one question at a time, at the same slots:
     [0, P)                  the shared prefix; row r attends to its first `shared[r]` slots
     [P, P + W)              text r's common tokens, `lengths[r]` of them
-    [P + W, P + W + T)      question q's tail for text r, `tail_lengths[r]` of them
-    [P + W + T, ... + L)    the teacher-forced label tokens of question q (multi-token only)
+    [P + W, P + W + T)      question q's tail for text r, `tail_lengths[r]` of them, then
+                            (multi-token labels only, a row a label) its teacher tokens
 The common part is the longest common token prefix of the text's whole prompts, never a
 guess: BPE may merge a text's last characters (".", "?", spaces, a newline) with the
 question's blank line, and then that token is part of each question's tail. A tail holds at
@@ -40,11 +40,10 @@ def text_and_tails(prompts: list[list[int]]) -> tuple[list[int], list[list[int]]
 
 @dataclass(frozen=True)
 class TailLayout:
-    """Question q's tails behind a batch's text rows (`text`), and its label slots."""
+    """Question q's tails behind a batch's text rows (`text`)."""
 
     text: RowLayout
     tails: tuple[tuple[int, ...], ...]  # each row's tail tokens
-    label_slots: int  # L: teacher-forced label tokens after the tail
 
     @property
     def batch(self) -> int:
@@ -66,7 +65,7 @@ class TailLayout:
 
     @property
     def capacity(self) -> int:
-        return self.start + self.width + self.label_slots
+        return self.start + self.width
 
     def tokens(self) -> np.ndarray:
         """(B, T) tail tokens, padded with PAD_ID."""
@@ -88,19 +87,21 @@ class TailLayout:
         """(B,) index of each row's last tail token: its hidden state predicts the label."""
         return self.tail_lengths - 1
 
-    # The label pass: row r * J + j feeds label j's teacher tokens behind row r's tail.
-    def label_positions(self, n_labels: int) -> np.ndarray:
-        return np.repeat(self.positions() + self.tail_lengths, n_labels)
+    def repeated(self, teacher: np.ndarray) -> TailLayout:
+        """The label pass of multi-token labels: row r * J + j is text r's row with label j's
+        teacher tokens (`teacher`, (J, L)) fed right after its tail, in the same pass as the
+        tail again. In the cache the tail would sit behind the text's padded width, where the
+        host attention's blocks fall at another offset in each batch: fed again, a batch's
+        company never changes a row's bits."""
+        J = len(teacher)
+        t = self.text
+        text = RowLayout(t.prefix_width, np.repeat(t.shared, J),
+                         tuple(f for f in t.fed for _ in range(J)), 0)  # fmt: skip
+        tails = tuple((*tail, *map(int, teacher[j])) for tail in self.tails for j in range(J))
+        return TailLayout(text, tails)
 
-    def label_mask(self, n_labels: int) -> np.ndarray:
-        """(B * J, 1, L, capacity): prefix and text as the text rows see them, the row's real
-        tail tokens, and the label slots causally."""
-        t, start, T, L = self.text, self.start, self.width, self.label_slots
-        k = np.arange(self.capacity)[None, :]  # (1, K)
-        q = (start + T + np.arange(L))[:, None]  # (L, 1)
-        base = batch_mask(t.prefix_width, t.shared, t.lengths, t.width, start + T, L)
-        tails = self.tail_lengths[:, None, None]  # (B, 1, 1)
-        in_tail = (k >= start) & (k < start + T)
-        seen = np.where(in_tail[None], (k - start)[None] < tails, base[:, 0])
-        seen = seen & (k <= q)[None]
-        return np.repeat(seen[:, None], n_labels, axis=0)
+    def label_inputs(self, n_labels: int, label_slots: int) -> np.ndarray:
+        """(B * J, 1 + L) for `repeated` rows: the index of the hidden state predicting each
+        label token (the tail's last, then each teacher token's)."""
+        last = np.repeat(self.tail_lengths, n_labels) - 1
+        return last[:, None] + np.arange(1 + label_slots)[None, :]
