@@ -22,7 +22,7 @@ from ..runtime import executor as executors
 from .engine import Engine
 from .labels import LabelSet, continuation_logprobs, first_token_logits, normalise
 from .layout import RowLayout, split
-from .question_layout import TailLayout, text_and_tails
+from .question_layout import TailLayout, repeat_rows, text_and_tails
 from .scorers import GoldScorer, PrefixScorer
 
 
@@ -110,8 +110,8 @@ class QuestionsGold:
 
 class QuestionsScorer(PrefixScorer):
     """The fast path over packed items: each text's common tokens fed once behind the shared
-    prefix, then each question's tail and labels behind them, one question at a time in the
-    same slots (engine/question_layout.py)."""
+    prefix, then the questions' tails behind them: those of single-token labels in one pass
+    over copies of the text rows, each multi-token one with its labels (question_layout.py)."""
 
     def __init__(self, model, labels: LabelSet, prefix: list[int], dtype: mx.Dtype,
                  executor: executors.Executor, label_sets: Sequence[LabelSet]):  # fmt: skip
@@ -127,21 +127,33 @@ class QuestionsScorer(PrefixScorer):
         self.model(mx.array(text.tokens()), kv, mx.array(text.positions()),
                    mx.array(text.mask()), host_kernels=self.host_kernels,
                    keep=mx.array(text.last()))  # fmt: skip  # the text rows' keys and values
-        out = []
+        out = self._first_tokens(text, texts, kv)
         for q, labels in enumerate(self.label_sets):
-            rows = TailLayout(text, tuple(tuple(tails[q]) for _, tails in texts))
-            if labels.max_len == 1:
-                h = self.model(mx.array(rows.tokens()), kv, mx.array(rows.positions()),
-                               mx.array(rows.mask()), host_kernels=self.host_kernels,
-                               keep=mx.array(rows.last()))  # fmt: skip  # (B, 1, D)
-                probs = normalise(first_token_logits(self.model, h[:, 0], labels))
-                kv.crop(rows.start)
-            else:
-                probs = self._labelled(rows, kv, labels)
-            mx.eval(probs)  # before the next question writes the same slots
-            out.append(probs)
+            if labels.max_len > 1:
+                out[q] = self._labelled(TailLayout(text, tuple(tuple(t[q]) for _, t in texts)),
+                                        kv, labels)  # fmt: skip
+                mx.eval(out[q])
         kv.crop(text.prefix_width)
-        return mx.concatenate(out, axis=1)
+        return mx.concatenate([out[q] for q in range(len(self.label_sets))], axis=1)
+
+    def _first_tokens(self, text: RowLayout, texts, kv) -> dict[int, mx.array]:
+        """(B, J) probabilities of every question whose labels are one token each: their
+        tails in one pass, row r * n + i holding text r's tail of the i-th such question,
+        behind a copy of the text rows' cache (one forward, not one a question)."""
+        asked = [q for q, labels in enumerate(self.label_sets) if labels.max_len == 1]
+        if not asked:
+            return {}
+        n = len(asked)
+        rows = TailLayout(repeat_rows(text, n),
+                          tuple(tuple(tails[q]) for _, tails in texts for q in asked))  # fmt: skip
+        tail_kv = kv.repeat_rows(n, rows.capacity)
+        h = self.model(mx.array(rows.tokens()), tail_kv, mx.array(rows.positions()),
+                       mx.array(rows.mask()), host_kernels=self.host_kernels,
+                       keep=mx.array(rows.last()))  # fmt: skip  # (B * n, 1, D)
+        out = {q: normalise(first_token_logits(self.model, h[i::n, 0], self.label_sets[q]))
+               for i, q in enumerate(asked)}  # fmt: skip
+        mx.eval(list(out.values()))
+        return out
 
     def _labelled(self, rows: TailLayout, kv, labels: LabelSet) -> mx.array:
         """(B, J) probabilities of multi-token labels: each label's row feeds the tail and the

@@ -38,6 +38,12 @@ def text_and_tails(prompts: list[list[int]]) -> tuple[list[int], list[list[int]]
     return prompts[0][:c], [p[c:] for p in prompts]
 
 
+def repeat_rows(text: RowLayout, n: int) -> RowLayout:
+    """Each text row `n` times over (row r -> rows r * n ... r * n + n - 1)."""
+    return RowLayout(text.prefix_width, np.repeat(text.shared, n),
+                     tuple(f for f in text.fed for _ in range(n)), 0)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class TailLayout:
     """Question q's tails behind a batch's text rows (`text`)."""
@@ -94,11 +100,8 @@ class TailLayout:
         host attention's blocks fall at another offset in each batch: fed again, a batch's
         company never changes a row's bits."""
         J = len(teacher)
-        t = self.text
-        text = RowLayout(t.prefix_width, np.repeat(t.shared, J),
-                         tuple(f for f in t.fed for _ in range(J)), 0)  # fmt: skip
         tails = tuple((*tail, *map(int, teacher[j])) for tail in self.tails for j in range(J))
-        return TailLayout(text, tails)
+        return TailLayout(repeat_rows(self.text, J), tails)
 
     def label_inputs(self, n_labels: int, label_slots: int) -> np.ndarray:
         """(B * J, 1 + L) for `repeated` rows: the index of the hidden state predicting each
