@@ -155,3 +155,21 @@ def test_distributed_flag_without_a_launcher_fails_clearly(tiny_model_dir, tmp_p
     r = subprocess.run([sys.executable, "-m", "mlxbatch", "classify", str(src), "--model",
                         str(tiny_model_dir), "--distributed"], capture_output=True, text=True)  # fmt: skip
     assert r.returncode == 2 and "mlx.launch" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_two_ranks_answer_questions_as_one_process(tiny_model_dir, inputs):
+    """Questions: each rank scores whole texts (all their questions); the file is the single
+    process's, and each rank verifies the items it scored."""
+    import json
+
+    root, src = inputs
+    q = root / "q.json"
+    q.write_text(json.dumps({"questions": [
+        {"name": "intent", "ask": "Which team?", "labels": ["billing", "technical", "account"]},
+        {"name": "tags", "multi_label": ["refund", "login"]}]}))  # fmt: skip
+    extra = ["--on-error", "skip", "--max-batch", "4", "--questions", str(q), "--verify"]
+    single(tiny_model_dir, src, root / "one-q.jsonl", *extra)
+    r = launched(tiny_model_dir, src, root / "two-q.jsonl", *extra)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (root / "two-q.jsonl").read_bytes() == (root / "one-q.jsonl").read_bytes()
+    assert "100.00% label agreement" in verify_line(r.stdout + r.stderr)

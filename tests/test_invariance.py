@@ -84,6 +84,33 @@ def test_a_ticket_scores_the_same_bits_in_any_batch(lm, labels, prefix_cache, la
         assert np.array_equal(probs[pos], alone), (pos, np.abs(probs[pos] - alone).max())
 
 
+def questions_engine(lm, prefix_cache: bool, lanes: int):
+    from mlxbatch.engine.question_engine import QuestionsEngine
+
+    asked = [("\n\nWhich team?", SINGLE), ("\n\nWhich problem?", MULTI),
+             ("\n\nDoes this message concern refunds? Answer yes or no.", ("yes", "no"))]  # fmt: skip
+    sets = [LabelSet.build(labels, lm.tokenizer.label, lm.model.args.vocab_size)
+            for _, labels in asked]  # fmt: skip
+    executor = CpuLanes(lanes) if lanes > 1 else SingleStream()
+    return QuestionsEngine(lm, [tail for tail, _ in asked], sets, "Answer the question.",
+                           prefix_cache, executor)  # fmt: skip
+
+
+@pytest.mark.parametrize("prefix_cache, lanes", [(True, 1), (True, 2), (False, 3)])
+def test_a_texts_answers_are_the_same_bits_in_any_batch(lm, prefix_cache, lanes):
+    """Questions: a text's every answer is the same bits whatever the batch, its width (the
+    text's and its questions' tails'), the position and the lane."""
+    e = questions_engine(lm, prefix_cache, lanes)
+    prompts = tickets(e, 30, seed=lanes)
+    alone = score_batch(e, [prompts[0]])[0]
+    for batch, pos in needle_batches(prompts, lanes):
+        got = score_batch(e, batch)[pos]
+        assert np.array_equal(got, alone), (len(batch), pos, np.abs(got - alone).max())
+    plan = needle_batches(prompts, lanes + 10)[:2]
+    for (_, pos), probs in zip(plan, e.score_batches([b for b, _ in plan])):
+        assert np.array_equal(probs[pos], alone), (pos, np.abs(probs[pos] - alone).max())
+
+
 @pytest.mark.parametrize("lanes", [1, 2])
 def test_the_same_bits_behind_a_long_prefix_prefilled_in_chunks(lm, monkeypatch, lanes):
     monkeypatch.setattr(scorers, "PREFILL_CHUNK", 50)

@@ -42,22 +42,26 @@ class Prediction:
     scores: dict[str, float]
     abstained: bool = False
     truncated: dict | None = None  # {"from_tokens", "to_tokens"} where `truncate` cut the text
+    # with questions: {question: {"label", "scores"} or {"labels", "scores"} (multi-label)}
+    answers: dict | None = None
 
     @property
     def not_finite(self) -> bool:
         """No answer, and no abstention: the scores are not finite (`Classifier.predictions`)."""
+        if self.answers is not None:
+            return not np.isfinite(list(self.scores.values())).all()
         return self.label is None and not self.abstained
 
 
 class Classifier:
     def __init__(
         self, lm: LoadedModel, labels: LabelSet, system_prompt: str, prefix_cache: bool,
-        examples: Examples = (), adjust: Adjustment | None = None,
+        examples: Examples = (), adjust: Adjustment | None = None, engine: Engine | None = None,
     ):  # fmt: skip
         self.lm, self.labels, self.system_prompt = lm, labels, system_prompt
         self.examples = tuple(examples)
-        self.engine = Engine(lm, labels, system_prompt, prefix_cache=prefix_cache,
-                             examples=self.examples)  # fmt: skip
+        self.engine = engine or Engine(lm, labels, system_prompt, prefix_cache=prefix_cache,
+                                       examples=self.examples)  # fmt: skip
         self.adjust = adjust or Adjustment()
         self.footprint = self.engine.footprint
         self._cost: CostModel | None = None  # the planner's cost model, looked up once
@@ -80,11 +84,20 @@ class Classifier:
         system_prompt: str | None = None, dtype: str | None = None, prefix_cache: bool = True,
         check_finite: bool = False, examples: Examples = (), calibrate: bool = False,
         prior: dict[str, float] | str | None = None, min_confidence: float | None = None,
-        descriptions: dict[str, str] | None = None,
+        descriptions: dict[str, str] | None = None, questions=None,
+        tag_threshold: float = 0.5,
     ) -> Classifier:  # fmt: skip
         """Load a model (a directory or a hub id) for a label set. `examples`: few-shot (text, label) pairs; `calibrate`:
         contextual calibration; `prior`: {label: weight} or "a=0.5,b=0.5"; `min_confidence`:
-        abstain below it; `descriptions`: {label: one line} for the default system prompt."""
+        abstain below it; `descriptions`: {label: one line} for the default system prompt.
+        `questions`: several questions asked of each text instead of one label set (a YAML or
+        JSON questions file, a list of {name, ask, labels | multi_label}, or a mapping with
+        `questions` and `system`); the predictions then carry `answers`, tags on at P(yes)
+        >= `tag_threshold`."""
+        if questions is not None:
+            return cls._load_questions(model_dir, questions, labels, system_prompt, dtype,
+                                       prefix_cache, check_finite, examples, calibrate, prior,
+                                       min_confidence, descriptions, tag_threshold)  # fmt: skip
         try:  # once: a generator checked here would reach the prompt empty
             examples = tuple(examples)
         except TypeError:
@@ -114,6 +127,37 @@ class Classifier:
             clf.engine.content_free() if calibrate else None, weights, min_confidence
         )  # fmt: skip
         return clf
+
+    @classmethod
+    def _load_questions(cls, model_dir, questions, labels, system_prompt, dtype, prefix_cache,
+                        check_finite, examples, calibrate, prior, min_confidence, descriptions,
+                        tag_threshold) -> Classifier:  # fmt: skip
+        from .questions import QuestionsClassifier, questions_of
+
+        questions = questions_of(questions)
+        given = [n for n, v in (("labels", labels is not DEFAULT_LABELS), ("examples", examples),
+                                ("prior", prior is not None), ("descriptions", descriptions))
+                 if v]  # fmt: skip
+        if given:
+            raise UsageError(f"{given[0]} and questions: each question gives its own labels")
+        check_load_args(model_dir, list(DEFAULT_LABELS), system_prompt, (), min_confidence, None)
+        for name, value in (("prefix_cache", prefix_cache), ("check_finite", check_finite),
+                            ("calibrate", calibrate)):  # fmt: skip
+            check_flag(name, value)
+        if isinstance(tag_threshold, bool) or not 0.0 <= float(tag_threshold) <= 1.0:
+            raise UsageError(f"tag_threshold: expected a number in [0, 1], got {tag_threshold!r}")
+        if system_prompt not in (None, questions.system) and questions.system is not None:
+            raise UsageError("system_prompt and the questions' `system`: give one of them")
+        lm = load_model(resolve(model_dir), dtype=dtype, check_finite=check_finite)
+        clf = QuestionsClassifier(lm, questions, system_prompt or questions.system,
+                                  prefix_cache, float(tag_threshold))  # fmt: skip
+        clf.adjusted(calibrate, min_confidence)
+        return clf
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The output's score columns: the labels."""
+        return self.labels.names
 
     def settings(self, spec: RunSpec | None = None, recorded: dict | None = None,
                  cost: CostModel | None = None, names: Names = flag) -> Settings:  # fmt: skip

@@ -13,7 +13,7 @@ from ..io.outputs import check_model_untouched, check_reports, write_json_report
 from ..io.promptspec import PromptSpec, prompt_spec
 from ..io.streams import report_stream
 from ..model.defaults import model_dir
-from .job import BenchOptions, bench_job, load_tickets
+from .job import BenchOptions, bench_inputs, bench_job, load_tickets
 from .llamacpp import LlamaCppOptions
 from .peers import PEERS
 from .suite import MODE_NAMES
@@ -48,6 +48,7 @@ class BenchRequest:
     ranks: int | None
     llama_cpp_src: Path | None = None
     llama_threads: int | None = None
+    questions: Path | None = None  # instead: a questions run against one question at a time
 
 
 def run_bench_command(req: BenchRequest, say: Callable[[str], None]) -> int:
@@ -57,6 +58,8 @@ def run_bench_command(req: BenchRequest, say: Callable[[str], None]) -> int:
     tickets_file = [] if req.tickets_spec.isdigit() else [Path(req.tickets_spec)]
     if req.ranks:
         return _ranks(req, tickets_file, say)
+    if req.questions is not None:
+        return _questions(req, tickets_file, say)
     read = [Path(p) for p in (req.system_prompt_file, req.labels_file, req.examples) if p]
     check_reports(req.json_path, req.plot_path, read + tickets_file)
     for model in (m for m in (req.model, req.against) if m and Path(m).is_dir()):
@@ -149,4 +152,29 @@ def _ranks(req: BenchRequest, tickets_file: list[Path], say) -> int:
         f"{m['identical_output']}")  # fmt: skip
     if req.json_path:
         write_json_report(req.json_path, m)
+    return 0
+
+
+def _questions(req: BenchRequest, tickets_file: list[Path], say) -> int:
+    """`--questions FILE`: the questions run against its prompts asked one at a time, and
+    against the gold loop (when --modes has gold); exit 1 unless every answer agrees."""
+    from ..io.questions import read_questions
+    from .questions import bench_questions, format_questions
+
+    asked = read_questions(req.questions)
+    check_reports(req.json_path, None, [*tickets_file, req.questions])
+    gold = "gold" in _names(req.modes, MODE_NAMES, "--modes")
+    with tempfile.TemporaryDirectory() as tmp:
+        model, tickets, _ = bench_inputs(BenchOptions(model=req.model, tickets=req.tickets_spec,
+                                                      quick=req.quick), Path(tmp))  # fmt: skip
+        texts, source = load_tickets(tickets, req.mix)
+        say(f"{source}; questions from {req.questions}")
+        r = bench_questions(model_dir(model and str(model), say), asked, texts,
+                            req.batch_tokens, gold, say)  # fmt: skip
+    print(format_questions(r), file=report_stream(req.json_path))
+    if req.json_path:
+        write_json_report(req.json_path, r)
+    if r["agreement_single"] < 1.0 or r.get("agreement_gold", 1.0) < 1.0:
+        say("error: the questions run disagrees with the single-question runs or the gold loop")
+        return 1
     return 0

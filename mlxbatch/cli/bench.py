@@ -191,6 +191,9 @@ def doctor(as_json, size, calibrate, model):
 @click.option("--scale-duplicates", type=FiniteRange(0, 0.9), default=0.2,
               show_default=True, help="Share of rows repeating an earlier row's text.")  # fmt: skip
 @click.pass_context
+@click.option("--questions", type=click.Path(path_type=Path),
+              help="Instead: a questions file's run against its prompts asked one at a time, "
+              "and against the gold loop (with gold in --modes).")  # fmt: skip
 def bench(ctx, **options):
     """Time the gold loop, prefix caching, naive, greedy and cost-planned batching, and peers."""
     from ..bench.command import BenchRequest, run_bench_command

@@ -115,6 +115,10 @@ from .common import (
               "the input (duplicates are scored once within a window).")  # fmt: skip
 @click.option("--collective-timeout", type=FiniteRange(1), default=600.0, show_default=True,
               help="Seconds a distributed round may wait for the other ranks.")  # fmt: skip
+@click.option("--questions", type=click.Path(path_type=Path),
+              help="YAML/JSON file of questions to ask of every text (instead of --labels).")  # fmt: skip
+@click.option("--tag-threshold", type=FiniteRange(0, 1),
+              help="Multi-label questions: a tag is on at P(yes) >= this (default 0.5).")  # fmt: skip
 def classify(**options):
     """Classify every row of INPUT (JSONL, CSV, TSV, text, Parquet, or - for stdin) into one label."""
     from ..api.spec import RunSpec

@@ -68,7 +68,7 @@ def _not_classifys(res: dict, first: tuple[int, dict] | None) -> str | None:
 @click.command("eval")
 @click.argument("input_path", metavar="INPUT")
 @click.argument("predictions", type=click.Path(path_type=Path))
-@click.option("--gold-field", required=True, help="JSONL key / CSV column of the gold label.")
+@click.option("--gold-field", help="JSONL key / CSV column of the gold label.")
 @click.option("--text-field", default="text", show_default=True)
 @click.option("--id-field", default=None)
 @click.option(
@@ -79,10 +79,18 @@ def _not_classifys(res: dict, first: tuple[int, dict] | None) -> str | None:
 )
 @click.option("--labels", help="The label set (default: the score keys of the predictions).")
 @report_options("the metrics", "confusion")
+@click.option("--questions", type=click.Path(path_type=Path),
+              help="The questions file of a classify --questions output: each question is "
+              "evaluated against the input's field of its name.")  # fmt: skip
 def evaluate_cmd(input_path, predictions, gold_field, text_field, id_field, input_format, labels,
-                 json_path, plot_path):  # fmt: skip
+                 json_path, plot_path, questions):  # fmt: skip
     """Accuracy, per-class F1, confusion and calibration of PREDICTIONS (a classify output:
     JSONL, CSV or TSV, gzip-compressed or not) against the gold labels of INPUT, row by row."""
+    if questions is not None:
+        return evaluate_questions(input_path, predictions, questions, text_field, id_field,
+                                  input_format, json_path, (gold_field, labels, plot_path))  # fmt: skip
+    if not gold_field:
+        fail("eval needs --gold-field (or --questions, for a classify --questions output)")
     from ..api.evaluate import evaluate_rows, format_evaluation, plot_confusion
     from ..engine.labels import check_names
     from ..errors import LabelError
@@ -128,3 +136,48 @@ def evaluate_cmd(input_path, predictions, gold_field, text_field, id_field, inpu
         write_json_report(json_path, m)
     if plot_path:
         plot_confusion(m, plot_path)
+
+
+def evaluate_questions(input_path, predictions: Path, questions: Path, text_field, id_field,
+                       input_format, json_path, single_options) -> None:  # fmt: skip
+    """`eval --questions`: each question against the input's field of its name."""
+    from ..api.evaluate_answers import evaluate_answers, format_answers
+    from ..io.inputs import read_rows
+    from ..io.outputs import check_reports, write_json_report
+    from ..io.questions import read_questions
+    from ..io.rows import read_results, results_format
+    from ..io.streams import report_stream
+
+    if any(x is not None for x in single_options):
+        fail("--gold-field, --labels and --plot evaluate one label set; --questions evaluates "
+             "each question against the input's field of its name")  # fmt: skip
+    asked = read_questions(questions)
+    check_reports(json_path, None, [Path(input_path), predictions, questions])
+    rows, _ = read_rows(input_path, text_field, id_field, input_format, asked.names)
+    if results_format(predictions) != "jsonl":
+        fail(f"{predictions}: eval --questions reads a JSONL output of classify --questions")
+    try:
+        results = read_results(predictions)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        fail(f"{predictions}: not an output of mlxbatch classify ({str(e)[:100]})")
+    if len(results) != len(rows):
+        fail(f"{predictions}: {len(results)} rows for the {len(rows)} rows of {input_path}; "
+             "give the input the predictions were made from")  # fmt: skip
+    for n, res in enumerate(results, start=1):
+        if not isinstance(res, dict) or not ("error" in res or _answers_of(res, asked.names)):
+            fail(f"{predictions}: row {n}: not a row of answers to these questions")
+    if not any(name in row.fields for row in rows for name in asked.names):
+        fail(f"{input_path}: no row has a field named as a question ({', '.join(asked.names)})")
+    m = evaluate_answers(results, [row.fields for row in rows], asked)
+    click.echo(format_answers(m, asked), file=report_stream(json_path))
+    if json_path:
+        write_json_report(json_path, m)
+
+
+def _answers_of(res: dict, names: tuple[str, ...]) -> bool:
+    answers = res.get("answers")
+    return (
+        isinstance(answers, dict)
+        and list(answers) == list(names)
+        and all(isinstance(a, dict) and isinstance(a.get("scores"), dict) for a in answers.values())
+    )

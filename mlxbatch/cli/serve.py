@@ -140,6 +140,10 @@ def server_units(options: dict) -> dict:
               help="Fraction of items re-scored on the gold loop while idle.")  # fmt: skip
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)  # fmt: skip
+@click.option("--questions", type=click.Path(path_type=Path),
+              help="YAML/JSON file of questions: each text is answered with every one.")  # fmt: skip
+@click.option("--tag-threshold", type=FiniteRange(0, 1),
+              help="Multi-label questions: a tag is on at P(yes) >= this (default 0.5).")  # fmt: skip
 def serve(**options):
     """Serve classification over HTTP (POST /v1/classify), batching what arrives."""
     need_serve_extra()
@@ -154,14 +158,15 @@ def serve(**options):
     host, model = options["host"], options["model"]
     key = access_key(options)
     spec = prompt_spec(options["labels"], options["labels_file"], options["system_prompt"],
-                       options["system_prompt_file"], options["examples"])  # fmt: skip
+                       options["system_prompt_file"], options["examples"],
+                       questions=options["questions"])  # fmt: skip
     path = model_dir(model, echo)
     limits = by_name(Limits, options, **server_units(options))
     connections = by_name(ConnectionLimits, options)
     serve_spec = by_name(ServeSpec, options, model=path, name=model or path.name,
                          labels=spec.labels, system_prompt=spec.system,
                          descriptions=spec.descriptions, examples=spec.examples,
-                         limits=limits)  # fmt: skip
+                         limits=limits, questions=spec.questions)  # fmt: skip
     # everything that can be refused is refused here, before the port or a thread
     if problem := reserve_descriptors(connections.max_connections):
         fail(problem)

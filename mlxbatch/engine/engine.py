@@ -78,9 +78,12 @@ class Engine:
             len(self.prefix), len(labels.names), labels.max_len, executor.lanes,
         )  # fmt: skip
         self._gold_lock = threading.Lock()  # the gold loop runs on the default stream
-        self.scorers = {
+        self.scorers = self._scorers(labels, executor)
+
+    def _scorers(self, labels: LabelSet, executor: executors.Executor) -> dict:
+        return {
             "gold": GoldScorer(self.model, labels),
-            "fast": PrefixScorer(self.model, labels, self.prefix, lm.dtype, executor),
+            "fast": PrefixScorer(self.model, labels, self.prefix, self.lm.dtype, executor),
         }  # fmt: skip
 
     def prompt(self, text: str) -> list[int]:

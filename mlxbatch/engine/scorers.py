@@ -113,13 +113,17 @@ class PrefixScorer:
         return self.executor.run_batches(self._score_rows, batches)
 
     def _score_rows(self, prompts: list[list[int]], lane: int) -> mx.array:
-        layout = RowLayout.build(prompts, self.prefix, self.labels.max_len - 1)
+        return self._score_labelled(prompts, lane, self.labels)
+
+    def _score_labelled(self, prompts: list[list[int]], lane: int, labels: LabelSet) -> mx.array:
+        """(B, J) probabilities of `prompts` over `labels`, in the lane's cache."""
+        layout = RowLayout.build(prompts, self.prefix, labels.max_len - 1)
         kv = self._batch_cache(lane, layout.batch, layout.capacity)
         kv.use_rows(layout.batch)
         h = self.model(mx.array(layout.tokens()), kv, mx.array(layout.positions()),
                        mx.array(layout.mask()), host_kernels=self.host_kernels,
                        keep=mx.array(layout.last()))  # fmt: skip  # (B, 1, D): the last positions
-        probs = score_labels(self.model, h[:, 0], kv, layout, self.labels, self.host_kernels)
+        probs = score_labels(self.model, h[:, 0], kv, layout, labels, self.host_kernels)
         kv.crop(layout.prefix_width)
         return probs
 

@@ -44,6 +44,8 @@ def journal_entry(line: bytes, n_rows: int | None = None, labels: tuple[str, ...
         return (
             (row, result) if isinstance(result["error"], str) else "has an error that is not text"
         )
+    if "answers" in result:
+        return _answered(row, result, labels, truncating)
     # what result_row writes, and no more: an edited "truncated" reached the output as it was
     if extra := sorted(set(result) - SCORED_FIELDS):
         return f"has fields {extra} that mlxbatch does not write"[:200]
@@ -52,6 +54,27 @@ def journal_entry(line: bytes, n_rows: int | None = None, labels: tuple[str, ...
     if "truncated" in result and truncating is False:
         return "is truncated where this run's --too-long does not truncate"
     return _scored(row, result, labels, min_confidence)
+
+
+def _answered(row: int, result: dict, columns, truncating: bool | None) -> tuple[int, dict] | str:
+    """A row of answers to questions as `result_row` writes it: an answer per question, its
+    scores finite probabilities, in the job's columns (`question_label`) when given."""
+    if extra := sorted(set(result) - {"id", "answers", "truncated"}):
+        return f"has fields {extra} that mlxbatch does not write"[:200]
+    if "truncated" in result and (not _written_cut(result["truncated"]) or truncating is False):
+        return "has a truncation that mlxbatch did not write"
+    answers = result["answers"]
+    if not isinstance(answers, dict) or not all(
+        isinstance(a, dict) and isinstance(a.get("scores"), dict) for a in answers.values()
+    ):
+        return "has answers that mlxbatch did not write"
+    names = [f"{q}_{x}" for q, a in answers.items() for x in a["scores"]]
+    if columns is not None and names != list(columns):
+        return "has answers that are not one per question of this run"
+    values = [v for a in answers.values() for v in a["scores"].values()]
+    if not all(type(v) in (int, float) and 0.0 <= v <= 1.0 for v in values):
+        return "has a score that is not a finite probability"
+    return row, result
 
 
 def _written_cut(cut) -> bool:

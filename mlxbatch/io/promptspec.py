@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..errors import LabelError, UsageError, unicode_problem
 from .caps import PROMPT_FILE_BYTES, read_capped
+from .questions import Questions, check_question_options, read_questions
 
 
 def parse_labels(labels: str | None) -> tuple[str, ...]:
@@ -44,13 +45,25 @@ class PromptSpec:
     system: str | None  # None: the default, built by `Classifier.load` from the labels
     examples: tuple[tuple[str, str], ...]
     descriptions: dict[str, str] | None = None  # label -> one line, for the default prompt
+    questions: Questions | None = None  # several questions a text (--questions): their labels
 
 
 def prompt_spec(
-    labels, labels_file, system_prompt, system_prompt_file, examples, text_field="text"
-):
-    """Labels, system prompt and examples from the command-line options."""
+    labels, labels_file, system_prompt, system_prompt_file, examples, text_field="text",
+    questions=None,
+):  # fmt: skip
+    """Labels, system prompt and examples from the command-line options; or a questions file
+    (`questions`, a path), which gives the labels and may give the system prompt."""
     from .prompts import read_examples, read_labels_file
+
+    if questions is not None:
+        asked = read_questions(questions)
+        check_question_options(asked, labels, labels_file, examples)
+        system = system_prompt_from(system_prompt, system_prompt_file)
+        if system is not None and asked.system is not None:
+            raise UsageError(f"{questions}: its `system` and --system-prompt both give the "
+                             "system prompt; give one of them")  # fmt: skip
+        return PromptSpec((), system if system is not None else asked.system, (), None, asked)
 
     descriptions = read_labels_file(labels_file) if labels_file else None
     names = parse_labels(labels) if labels or not descriptions else tuple(descriptions)

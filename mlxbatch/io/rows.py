@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..engine.questions import AnswerColumns
 from ..errors import OutputError
 from .streams import is_stream
 
@@ -69,10 +70,13 @@ def dumps(obj: Any) -> str:
 
 def result_row(
     rid: Any, label: str | None, scores: dict[str, float], extra: dict | None = None,
-    abstained: bool = False,
+    abstained: bool = False, answers: dict | None = None,
 ) -> dict:  # fmt: skip
     """A scored row (`label` and `scores` as `Classifier.predictions` gives them); an abstaining
-    one keeps its scores with `"label": null, "abstained": true`."""
+    one keeps its scores with `"label": null, "abstained": true`; with questions, the
+    `answers` alone."""
+    if answers is not None:
+        return {"id": rid, "answers": answers, **(extra or {})}
     if abstained:
         return {"id": rid, "label": None, "abstained": True, "scores": scores, **(extra or {})}
     return {"id": rid, "label": label, "scores": scores, **(extra or {})}
@@ -180,6 +184,8 @@ def _write(f: TextIO, write, compressed: bool) -> None:
 
 
 def _result_table(rows: list[dict], labels: tuple[str, ...]):
+    if isinstance(labels, AnswerColumns):
+        return _answers_table(rows, labels)
     extras = sorted({k for r in rows for k in r} - {"id", "label", "scores", "error"})
     header = ["id", "label", *(f"score_{x}" for x in labels), "error", *extras]
     table = (
@@ -189,6 +195,27 @@ def _result_table(rows: list[dict], labels: tuple[str, ...]):
         for r in rows
     )  # fmt: skip
     return header, table
+
+
+def _answers_table(rows: list[dict], columns: AnswerColumns):
+    """A column per question (its label, or its tags joined by `;`), then a score column per
+    label or tag (`question_label`), then the error and any extra field."""
+    extras = sorted({k for r in rows for k in r} - {"id", "answers", "error"})
+    names = [name for name, _ in columns.questions]
+    header = ["id", *names, *columns, "error", *extras]
+
+    def cells(r: dict) -> list:
+        answers = r.get("answers") or {}
+        said = []
+        for name in names:
+            a = answers.get(name) or {}
+            said.append(";".join(a["labels"]) if "labels" in a else a.get("label") or "")
+        scores = [((answers.get(name) or {}).get("scores") or {}).get(x, "")
+                  for name, xs in columns.questions for x in xs]  # fmt: skip
+        return ["" if r["id"] is None else r["id"], *said, *scores, r.get("error", ""),
+                *(dumps(r[k]) if k in r else "" for k in extras)]  # fmt: skip
+
+    return header, (cells(r) for r in rows)
 
 
 def _check_text_ids(rows: list[dict], name: str, kind: str) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from ..api.classifier import Classifier
 from ..api.spec import RunSpec
 from ..engine.adjust import parse_prior
+from ..engine.prompt import DEFAULT_LABELS
 from ..errors import InputError, JobError
 from ..io.inputs import read_rows
 from ..io.outputs import check_model_untouched, check_output, check_reports
@@ -54,17 +55,21 @@ class JobRequest:
     plot_path: Path | None = None
     distributed: bool = False
     collective_timeout: float = 600.0
+    questions: Path | None = None  # a questions file: several questions a text
+    tag_threshold: float | None = None  # multi-label questions: a tag is on at P(yes) >= it
 
     def reads(self) -> list[Path]:
         """Every file the run reads, kept safe from its writes."""
-        paths = (self.input, self.system_prompt_file, self.labels_file, self.examples)
+        paths = (self.input, self.system_prompt_file, self.labels_file, self.examples,
+                 self.questions)  # fmt: skip
         return [Path("/dev/stdin" if str(p) == "-" else p) for p in paths if p]
 
     def check_stdin(self) -> None:
         """Standard input read by one option at most: the first to read it takes it all, and
         the next found it empty ("empty input (no rows)" for INPUT after `--examples -`)."""
         named = {"INPUT": self.input, "--system-prompt-file": self.system_prompt_file,
-                 "--labels-file": self.labels_file, "--examples": self.examples}  # fmt: skip
+                 "--labels-file": self.labels_file, "--examples": self.examples,
+                 "--questions": self.questions}  # fmt: skip
         dashes = [name for name, p in named.items() if p is not None and str(p) == "-"]
         if len(dashes) > 1:
             both = "both" if len(dashes) == 2 else "all"
@@ -97,7 +102,8 @@ def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None])
         check_reports(req.json_path, req.plot_path, reads + written,
                       None if req.output is not None else "the rows (no -o)")  # fmt: skip
     prompt = prompt_spec(req.labels, req.labels_file, req.system_prompt, req.system_prompt_file,
-                         req.examples, req.text_field)  # fmt: skip
+                         req.examples, req.text_field, req.questions)  # fmt: skip
+    asking = question_options(req, prompt.questions)
     writes_as = output_format(str(req.output))[0] if req.output is not None else "jsonl"
     if req.gold_field:  # the evaluation holds every row
         rows, fmt = read_rows(req.input, req.text_field, req.id_field, req.input_format,
@@ -111,16 +117,17 @@ def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None])
         fmt = rows.fmt
     clf = None
     try:  # from here the input is held (JobInput): released however the job ends
-        if req.prior is not None:  # before the load, named as the CLI names it (API: `prior`)
+        if req.prior is not None and not asking:  # before the load, named as the CLI names it
             parse_prior(req.prior, prompt.labels)
         path = model_dir(req.model, say)
         if rank == 0:
             check_model_untouched([("-o", req.output), ("-o's journal", req.output and journal_path(req.output)),
                                    ("--json", req.json_path), ("--plot", req.plot_path)], path)  # fmt: skip
         clf = Classifier.load(
-            path, prompt.labels, prompt.system, req.dtype, req.prefix_cache, req.check_weights,
-            examples=prompt.examples, calibrate=req.calibrate, prior=req.prior,
-            min_confidence=req.min_confidence, descriptions=prompt.descriptions,
+            path, prompt.labels or DEFAULT_LABELS, prompt.system, req.dtype, req.prefix_cache,
+            req.check_weights, examples=prompt.examples, calibrate=req.calibrate,
+            prior=req.prior, min_confidence=req.min_confidence, descriptions=prompt.descriptions,
+            **asking,
         )  # fmt: skip
         result = run_job(clf, rows, spec, req.output if rank == 0 else None, req.resume,
                          req.verify, req.input, fmt, keep_results=bool(req.gold_field),
@@ -133,6 +140,23 @@ def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None])
         if isinstance(rows, JobInput):
             rows.close()  # the job's input may be written again
     return report(clf, rows, result, req, say)
+
+
+def question_options(req: JobRequest, questions) -> dict:
+    """`Classifier.load`'s questions arguments; the options that cannot go with them refused."""
+    if questions is not None and req.gold_field:
+        raise JobError("--gold-field and --questions: each question's gold is the input's field "
+                       "of its name; evaluate the output with `mlxbatch eval INPUT OUTPUT "
+                       "--questions FILE`")  # fmt: skip
+    if questions is None:
+        if req.tag_threshold is not None:
+            raise JobError("--tag-threshold applies to multi-label questions: give --questions")
+        return {}
+    if req.prior is not None:
+        raise JobError("--prior and --questions: a prior is one label set's; calibrate each "
+                       "question with --calibrate instead")  # fmt: skip
+    threshold = 0.5 if req.tag_threshold is None else req.tag_threshold
+    return {"questions": questions, "tag_threshold": threshold}
 
 
 def interrupted(output: Path | None) -> Interrupted:

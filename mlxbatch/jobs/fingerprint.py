@@ -111,11 +111,16 @@ def fingerprint(input_digest: str, clf: Classifier, s: Settings, compute: dict,
         "dtype": digest(str(clf.lm.dtype)),
         "input": input_digest,
         "labels": digest([list(s.labels), [list(t) for t in clf.labels.tokens]]),
-        "prompt": digest([s.system_prompt, [list(e) for e in s.examples]]),
+        "prompt": digest(
+            [s.system_prompt, [list(e) for e in s.examples]]
+            + ([clf.questions.record()] if hasattr(clf, "questions") else [])
+        ),  # fmt: skip
         "settings": digest(
             [o.mode, clf.engine.prefix_cache, o.too_long, o.max_tokens, o.on_error, o.planner]
         ),  # fmt: skip
-        "adjustment": digest([clf.adjust.p_cf, clf.adjust.prior, clf.adjust.min_confidence]),
+        "adjustment": digest(
+            [clf.adjust.p_cf, clf.adjust.prior, clf.adjust.min_confidence] + _per_question(clf)
+        ),
         "shape": digest(s.resume_record()),  # a resume's is the journal's: an edited one differs
         "compute": digest(
             [compute.get(k) for k in DECIDING]
@@ -123,3 +128,11 @@ def fingerprint(input_digest: str, clf: Classifier, s: Settings, compute: dict,
         ),
     }
     return " ".join(f"{k}={v}" for k, v in parts.items())
+
+
+def _per_question(clf: Classifier) -> list:
+    """With questions, each prompt's adjustment and the tag threshold; else nothing (the
+    fingerprints of journals without questions stay as they were)."""
+    if not hasattr(clf, "questions"):
+        return []
+    return [[[a.p_cf, a.min_confidence] for a in clf.adjusts], clf.tag_threshold]

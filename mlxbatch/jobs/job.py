@@ -41,8 +41,8 @@ def open_sink(
     clf: Classifier, n_rows: int, output: Path | None, header: dict, resume: bool
 ) -> Sink:
     if output is None or output_kind(output) != "file":
-        return open_stream(output or Path("-"), n_rows, clf.labels.names, header)
-    return Journal(output, header, resume, n_rows, clf.labels.names, clf.adjust.min_confidence)
+        return open_stream(output or Path("-"), n_rows, clf.columns, header)
+    return Journal(output, header, resume, n_rows, clf.columns, clf.adjust.min_confidence)
 
 
 class LocalGroup:
@@ -215,7 +215,7 @@ class Job:
         if self.sink is not None:
             self.sink.append(done)
         if self.held is not None and (self.verify or self.settings.checking):
-            self.held.keep(window, plan, self.settings, self.verify)
+            self.held.keep(window, plan, self.settings, self.verify, clf.engine.prefix)
         written, report = self.group.score(clf, window, plan, self.sink, self.settings,
                                            self.verify, self.bar)  # fmt: skip
         totals.add(clf, plan, done, written, keep and self.lead)
@@ -231,7 +231,7 @@ class Job:
                 totals.results.update(
                     (int(i), sink.done[int(i)]) for i in np.flatnonzero(held.mask)
                 )
-            sink.finish(n, self.clf.labels.names)
+            sink.finish(n, self.clf.columns)
         except BaseException:
             sink.close()
             raise

@@ -26,16 +26,20 @@ class Held:
     ids: dict = field(default_factory=dict)
     prompts: dict = field(default_factory=dict)
 
-    def keep(self, window: Window, plan: JobPlan, settings: Settings, every: bool) -> None:
+    def keep(self, window: Window, plan: JobPlan, settings: Settings, every: bool,
+             prefix: list[int] = ()) -> None:  # fmt: skip
         """The items of `plan`'s batches held whole (a batch partly held is scored again by
-        this run, and verified then) that are to be verified."""
+        this run, and verified then) that are to be verified. `prefix`: the engine's shared
+        prefix (an item whose prompt does not begin with it, a text's packed questions, is
+        kept whole)."""
         held = self.mask
         whole = [b for b in plan.batches
                  if all(j < len(held) and held[j] for j in plan.rows_of(b))]  # fmt: skip
         mine = {i: plan.items[i] for b in whole for i in b.indices}
         chosen = to_verify(mine, settings, every) or {}
-        self.prompts.update((i, (it.shared, np.array(it.prompt[it.shared :], np.int32)))
-                            for i, it in chosen.items())  # fmt: skip
+        for i, it in chosen.items():
+            k = it.shared if list(it.prompt[: it.shared]) == list(prefix[: it.shared]) else 0
+            self.prompts[i] = (k, np.array(it.prompt[k:], np.int32))
         self.ids.update(window.ids(chosen))
 
     def prompt_of(self, i: int, prefix: list[int]) -> list[int]:

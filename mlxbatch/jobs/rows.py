@@ -39,7 +39,8 @@ def batch_rows(
             row = rows[index]
             if finite:
                 out.append((index, result_row(row.id, said.label, said.scores,
-                                              plan.extras.get(index), said.abstained)))  # fmt: skip
+                                              plan.extras.get(index), said.abstained,
+                                              said.answers)))  # fmt: skip
             else:
                 bad = bad or row
                 out.append((index, error_row(row.id, non_finite_error(clf), row.line)))

@@ -66,6 +66,11 @@ def run_verify(clf: Classifier, ids: Mapping[int, Any], prompts: dict, results,
     bar = progress.bar(len(prompts), "verify", 0, lines_every)
     for i, prompt in prompts.items():
         bar.update(1)
+        if hasattr(clf, "check_answers"):  # questions: every question's answer, and scores
+            diff, line = answers_check(clf, prompt, results[i], ids[i])
+            max_diff = max_diff if np.isnan(diff) else max(max_diff, diff)
+            disagree += [line] if line else []
+            continue
         scores = results[i].get("scores") or {}
         got = check(clf, prompt, np.array([scores.get(n, np.nan) for n in names], np.float64))
         if not np.isnan(got.diff):
@@ -82,3 +87,15 @@ def run_verify(clf: Classifier, ids: Mapping[int, Any], prompts: dict, results,
         "passed": not disagree,
         "seconds": time.perf_counter() - t0,
     }
+
+
+def answers_check(clf, prompt: list[int], row: dict, item_id) -> tuple[float, dict | None]:
+    """A row of answers against the gold loop's: (the largest score difference, the report
+    line where an answer differs, else None)."""
+    from ..api.questions import answer_words
+
+    gold, served, diff = clf.check_answers(prompt, row.get("answers") or {})
+    want, got = answer_words(gold), answer_words(served)
+    if np.isnan(diff) or want != got:
+        return diff, {"id": item_id, "gold": want, "fast": got}
+    return diff, None

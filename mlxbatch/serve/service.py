@@ -24,13 +24,16 @@ import numpy as np
 
 from ..api.classifier import Classifier
 from ..api.limits import prepare
+from ..api.questions import answer_words
 from ..api.spec import RunSpec
-from ..api.verify import check
+from ..api.verify import Check, check
 from ..engine.adjust import parse_prior
 from ..engine.item import Item
 from ..engine.labels import LabelSet
 from ..engine.live import LiveScheduler, QueueFull
-from ..errors import LabelError
+from ..engine.prompt import DEFAULT_LABELS
+from ..engine.questions import Questions
+from ..errors import LabelError, UsageError
 from ..model.tokenizer import PromptTokenizer
 from .errors import ApiError
 from .limits import ClassifyBody, Limits
@@ -61,12 +64,23 @@ class ServeSpec:
     max_batch: int = 64
     limits: Limits = field(default_factory=Limits)
     verify_sample: float = 0.0
+    questions: Questions | None = None  # several questions a text, each answered
+    tag_threshold: float | None = None  # multi-label questions: a tag is on at P(yes) >= it
 
 
 def preflight(spec: ServeSpec) -> None:
     """What can be refused before the port is bound and the weights load (a UsageError): the
     tokenizer, the label set, the examples' labels and the prior."""
     tokenizer = PromptTokenizer(spec.model)
+    if spec.questions is not None:
+        for asked in spec.questions.asked():
+            try:
+                LabelSet.build(asked.labels, tokenizer.label, tokenizer.vocab_size)
+            except LabelError as e:
+                raise LabelError(f"question {asked.question!r}: field 'labels': {e}") from None
+        return
+    if spec.tag_threshold is not None:
+        raise UsageError("--tag-threshold applies to multi-label questions: give --questions")
     LabelSet.build(spec.labels, tokenizer.label, tokenizer.vocab_size)
     bad = sorted({label for _, label in spec.examples} - set(spec.labels))
     if bad:
@@ -105,10 +119,13 @@ class Service:
         t0 = time.perf_counter()
         try:
             s = self.spec
+            asking = {} if s.questions is None else {
+                "questions": s.questions, "labels": DEFAULT_LABELS,
+                "tag_threshold": 0.5 if s.tag_threshold is None else s.tag_threshold}  # fmt: skip
             self.clf = clf = Classifier.load(
-                s.model, labels=s.labels, system_prompt=s.system_prompt, examples=s.examples,
-                calibrate=s.calibrate, prior=s.prior, min_confidence=s.min_confidence,
-                descriptions=s.descriptions,
+                s.model, **({"labels": s.labels} | asking), system_prompt=s.system_prompt,
+                examples=s.examples, calibrate=s.calibrate, prior=s.prior,
+                min_confidence=s.min_confidence, descriptions=s.descriptions,
             )  # fmt: skip
             t1 = time.perf_counter()
             self.settings = clf.settings(RunSpec(batch_tokens=s.batch_tokens, max_batch=s.max_batch,
@@ -206,7 +223,8 @@ class Service:
                 raise ApiError(500, f"input[{i}]: {self.clf.non_finite()}")
             row = {"index": i, "label": said.label, "probs": [said.scores[n] for n in names],
                    "num_classes": len(names), "scores": said.scores,
-                   "abstained": said.abstained}  # fmt: skip
+                   "abstained": said.abstained} if said.answers is None else {
+                   "index": i, "answers": said.answers}  # fmt: skip
             if item.truncated:
                 row["truncated"] = item.truncated
             data.append(row)
@@ -219,6 +237,10 @@ class Service:
 
     def _check(self, prompt: list[int], probs: np.ndarray):
         """An item served with raw `probs`, against the gold loop (api/verify.py)."""
+        if hasattr(self.clf, "check_answers"):  # questions: every answer, and the scores
+            served = self.clf.predictions(np.asarray(probs)[None])[0].answers
+            gold, _, diff = self.clf.check_answers(prompt, served)
+            return Check(answer_words(gold), answer_words(served), diff, 0.0)
         return check(self.clf, prompt, self.clf.adjust.apply(np.asarray(probs)[None])[0])
 
     def _verified(self, mismatch: bool, diff: float) -> None:
@@ -246,7 +268,10 @@ class Service:
         card = {
             "id": self.spec.name, "object": "model", "created": self.created,
             "owned_by": "mlxbatch", "checkpoint": clf.lm.describe(),
-            "labels": list(clf.labels.names),
+            "labels": list(clf.columns),
+            **({"questions": [{"name": q.name, "multi_label" if q.multi else "labels":
+                               list(q.labels)} for q in clf.questions.questions]}
+               if hasattr(clf, "questions") else {}),
             "prefix": {"tokens": len(clf.engine.prefix),
                        "sha256": hashlib.sha256(prefix).hexdigest()},
             # as resolved: the item limit the requests meet and the budget batches are cut by
