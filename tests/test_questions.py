@@ -9,9 +9,9 @@ import json
 import numpy as np
 import pytest
 from cli_run import invoke
+from fast_path import score_batch
 
 from mlxbatch.api.classifier import Classifier
-from fast_path import score_batch
 
 QUESTIONS = {
     "system": "You triage support tickets.",
