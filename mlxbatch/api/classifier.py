@@ -127,9 +127,8 @@ class Classifier:
 
     def item_limit(self, spec: RunSpec, names: Names = keyword) -> Limit:
         """The most tokens an item may feed under `spec` (`spec.item_limit`), measured once per
-        classifier for each `max_tokens` and budget: free memory is part of it, and a text
-        cut to fit was cut at 10,615 tokens, then at 9,637 after another 4 GiB were taken
-        (the same text, different scores)."""
+        `max_tokens` and budget: free memory is part of it, and a text must be cut alike
+        every time."""
         key = (spec.max_tokens, spec.batch_tokens, names)
         with self._limits_lock:
             if key not in self._limits:

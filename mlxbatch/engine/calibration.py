@@ -34,8 +34,6 @@ from .planner import CostModel
 # ~3,000 tokens a lane in all
 SHAPES = ((1, 16), (4, 16), (16, 16), (2, 64), (8, 64), (16, 48), (1, 192), (4, 192), (2, 128))
 # Bumped whenever the engine's speed changes shape, so older calibrations are measured again
-# (2: host elementwise kernels, per-lane threads, last-layer pruning, kept MLX buffers;
-# 3: each batch whole on one lane).
 ENGINE_REVISION = 3
 
 
@@ -165,11 +163,9 @@ OFF_BY = 2.0  # a default prediction further off than this is replaced by a cali
 
 
 def cost_model(engine: Engine, notice=None) -> CostModel:
-    """The cached calibration for this model and machine; else, on the first job here, the
-    defaults timed against one small batch: within 2x they are cached as this machine's, else
-    the engine is calibrated now (cached too) and `notice` (default: stderr) says so. The
-    defaults assume a nominal rate: on a CPU left on the reference BLAS they predicted 9.6 s
-    for a job that took 192.7 s."""
+    """The cached calibration for this model and machine; else the defaults timed against one
+    small batch: within OFF_BY they are cached as this machine's, else the engine is
+    calibrated now (cached too) and `notice` (default: stderr) says so."""
     found = cached(engine)
     if found is not None:
         return found
@@ -189,9 +185,8 @@ def cost_model(engine: Engine, notice=None) -> CostModel:
 
 
 def busy() -> str:
-    """A warning where other work shares the cores a calibration times (the load average over
-    the usable cores): a newcomer's demo beside two busy cores calibrated in 126 s, and every
-    later job was predicted 1.7-3.4x slower than it ran; else ""."""
+    """A warning where other work shares the cores a calibration times (by the load average
+    over the usable cores): its predictions would be too slow; else ""."""
     try:
         load = os.getloadavg()[0]
     except OSError:

@@ -39,12 +39,9 @@ class Row:
 class RowStream:
     """The rows of one input, read and checked as they are iterated (iterate once).
 
-    Memory: one read buffer and one row at a time, plus a digest of every id seen so far
-    (duplicate ids are refused: under 50 bytes an id, see ids.py; the ids themselves took
-    ~130 MB for a million string ids), and 16 bytes per duplicate found; none of the digests
-    when an earlier pass's `duplicates` are given.
-    A file-level problem found past the first lines (a CSV quote never closed, a cut-short
-    archive) raises InputError during iteration; an input without rows raises at its end.
+    Memory: one buffer and one row at a time, plus a digest of every id seen (under 50 bytes
+    an id; none when an earlier pass's `duplicates` are given). A file-level problem found
+    past the first lines raises InputError during iteration.
     """
 
     def __init__(self, path: str, text_field: str = "text", id_field: str | None = None,
@@ -66,8 +63,7 @@ class RowStream:
         self._ids_from_first = id_field is None and parsed.columns is None and self.format != "text"
         if id_field is None and parsed.columns is not None and "id" in parsed.columns:
             self.id_field = "id"
-        # ids seen so far, as digests (see ids.py); or, when an earlier pass over the same file
-        # found them (`duplicates`), no table: a second pass holds no per-id memory
+        # ids seen so far, as digests (ids.py); none on a second pass given `duplicates`
         self._checking = duplicates is None
         # made at the first id: a stream opened only to detect a format holds none
         self._seen: IdTable | None = None
