@@ -138,10 +138,8 @@ class Job:
             self._open(header)
 
     def _start_clock(self) -> None:
-        """The job's time and peak memory count from here: a machine's first job may calibrate
-        the planner while its settings resolve (146 s on a loaded 2-core VM), which the demo
-        counted as classifying (1.38x the gold loop for 2.5x), and whose batches made a tiny
-        model's peak 0.10 GiB against the job's bound of 0.04."""
+        """The job's time and peak memory count from here, after any calibration of the
+        planner that resolving the settings ran."""
         self.clf.engine.release_buffers()  # a calibration's lane caches are the job's to make
         gc.collect()  # garbage freed mid-job would be counted as "others" and not be (peak < 0)
         mx.reset_peak_memory()
@@ -150,11 +148,8 @@ class Job:
         self.t0 = time.perf_counter()
 
     def _settings(self, output: Path | None) -> tuple[Settings, ResumeError | None, dict | None]:
-        """This run's settings: the journal's on a resume (read before the header that says
-        whether the journal is this run's can be made: a foreign one is refused by it, so a
-        journal whose settings cannot be read is refused only once that check has passed),
-        else resolved from the options; with why the journal's could not be read, and its
-        header."""
+        """This run's settings (the journal's on a resume, else resolved from the options), why
+        the journal's could not be read, and its header."""
         try:
             head = recorded_header(output, None) if output is not None else None
         except ResumeError as e:
