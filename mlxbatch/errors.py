@@ -1,7 +1,5 @@
-"""The errors a user can cause: each carries a one-line message naming the file, row or setting.
-
-The CLI turns every `UsageError` into `error: <message>` and exit code 2, never a traceback.
-"""
+"""The errors a user can cause, each a one-line message naming the file, row or setting; the
+CLI prints `error: <message>` and exits 2."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """From a text to the one item type: `prepare` tokenizes it once, holds it to the per-item
-token limit, and truncates when asked: the head and the tail of the text (cut between
-characters), so that its fed tokens fit the limit exactly. Pure given the engine's tokenizer.
-Every entry prepares its texts here."""
+token limit, and truncates when asked (head and tail kept). Every entry prepares here."""
 
 from __future__ import annotations
 

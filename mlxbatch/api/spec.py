@@ -1,9 +1,6 @@
-"""A run's options (`RunSpec`, as asked) and its settings (`Settings`, resolved once from them).
-
-Every entry (the Python API, the file job and its ranks, the service, bench) builds a RunSpec
-from what it was told and calls `resolve_settings` once; everything below reads the Settings and
-nothing re-resolves a setting. The mode comes from the one mode table (`engine.engine.MODES`).
-"""
+"""A run's options (`RunSpec`, as asked) and its settings (`Settings`, resolved once from
+them): every entry builds a RunSpec and calls `resolve_settings` once; everything below reads
+the Settings."""
 
 from __future__ import annotations
 

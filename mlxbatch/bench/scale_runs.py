@@ -1,7 +1,5 @@
-"""How `bench --scale` makes and measures one run: the workload (synthetic tickets with exact
-repeats, gzip-compressed), a `classify` child timed and measured by the OS (max RSS from `wait4`,
-its resident size over time from /proc), the repeats' agreement, the tokenizer's rate, and the
-padding of a file's plans for given window sizes (planned, not scored)."""
+"""How `bench --scale` makes and measures one run: the workload, a `classify` child (max RSS
+from `wait4`, resident size over time), the repeats' agreement and the plans' padding."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""The planner's cost model for this model on this machine: measured once, cached, or defaulted.
-
-`calibrate` times the fast scorer on a handful of batch shapes (random tokens behind the real
-prefix) and fits the few constants of `planner.CostModel` by least squares. The result is cached
-per model shape, dtype, executor, host kernels, machine and MLX version in `~/.cache/mlxbatch/planner.json`;
-`mlxbatch doctor` lists what is cached. Uncalibrated, the constants come from FLOP counts and a
-nominal device rate: good enough to avoid padding, not to predict seconds.
-"""
+"""The planner's cost model for this model on this machine: timed on a few batch shapes and
+fitted by least squares, cached in ~/.cache/mlxbatch/planner.json, or defaulted from FLOP
+counts."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The engine: a prompt, a label set and a model behind both scorers, and the mode table.
-
-A mode is a (planner, scorer) pair: how items are cut into batches, and which path scores
-them. `run` is the whole loop: for each planned batch, score it and hand it back.
-"""
+"""The engine: a prompt, a label set and a model behind both scorers, and the mode table (a
+mode is a planner and a scorer)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Host-side batch planning, pure Python: order items, cut batches, count padding.
-
-Planners: `sequential` (one item per batch, input order), `naive` (fixed-size batches in input
-order), `greedy` (longest first, each batch filled up to a token budget), and `cost` (longest
-first, cut into the contiguous batches that minimise the predicted time of a `CostModel`:
-an exact dynamic program over the sorted order, O(n x max rows), padding capped at 3%).
-"""
+"""Host-side batch planning, pure Python: order items, cut batches, count padding: one item a
+batch, fixed-size batches, greedy under a token budget, or the least predicted time of a
+`CostModel` (an exact DP over the sorted order, padding capped)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The scheduler every entry scores through: `add` prepared items, then `step` (schedule: the
-planner cuts what is queued; run: pipelined over the lanes; postprocess: each batch's items
-leave the queue as its result is handed back). A file job adds a window and steps once;
-the service's `live.LiveScheduler` steps one from a thread of its own. Keys are the caller's
-(row numbers, (request, item) pairs), so there is one index space.
-"""
+"""The scheduler every entry scores through: `add` prepared items, then `step` (schedule,
+run over the lanes, postprocess). Keys are the caller's, so there is one index space."""
 
 from __future__ import annotations
 

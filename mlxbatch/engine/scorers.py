@@ -1,10 +1,6 @@
-"""The two scorers behind one interface, `score(prompts) -> (B, J) probabilities`.
-
-`score_batches` runs a sequence of batches the same way, yielding each one's probabilities
-in order. `GoldScorer` is the reference: one item at a time, the whole prompt, no cache, the full
-vocabulary softmax; simple on purpose. `PrefixScorer` is the fast path: the shared prefix
-computed once, rows batched behind it (prepare the row layout, forward, score the labels).
-"""
+"""The two scorers behind one interface, `score(prompts) -> (B, J) probabilities`:
+`GoldScorer`, one whole prompt at a time, simple on purpose; `PrefixScorer`, the shared prefix
+once and rows batched behind it (prepare the row layout, forward, score the labels)."""
 
 from __future__ import annotations
 

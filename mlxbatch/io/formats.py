@@ -1,14 +1,5 @@
-"""Bytes to records, streamed: the input format (named, by extension, else by content) and its
-parser, reading one line (or CSV record) at a time.
-
-Each record is (row number, line it starts on, the parsed object or None, an error or None):
-the row number is the line in JSONL/text files and the data row in CSV/TSV files. A UTF-8
-byte-order mark is dropped in every format; blank lines are not records; lines end in LF,
-CRLF, or (in a file with no LF at all) CR alone. The parsers never merge or alter rows
-silently: a CSV that ends inside a quoted field is an error naming the row where the quote
-opened; a header that repeats a column is refused, and so is a JSON object that repeats a key
-(that row's error); TSV is split on tabs only (no quoting).
-"""
+"""Bytes to records, streamed one line (or CSV record) at a time: the input format (named, by
+extension, else by content) and its parser, which never merges or alters rows silently."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""Read and validate input rows (JSONL, CSV, TSV, plain text, Parquet; compressed or not; a
-file or stdin), reporting every bad row, streamed: `open_rows` yields one row at a time.
-
-Nothing here loads a model. Each row keeps its number (the line in JSONL/text files, the data
-row in CSV/TSV/Parquet files) and the line it starts on, so errors and outputs can name it
-(the formats: formats.py, parquet.py; decompression: sources.py). Ids come from `--id-field`;
-when it is not given, from an `id` column of a CSV/TSV/Parquet header, or from an `id` field
-in the first JSON object (then every row needs one; without it, a later row that has one is
-an error), else they are the row numbers.
-"""
+"""Read and validate input rows (JSONL, CSV, TSV, text, Parquet; compressed or not; a file or
+stdin), streamed, each keeping its number and line so errors and outputs can name it."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The output rows: a scored row, an error row, and how rows are written: the format the
-output's name says (strict JSONL, or CSV/TSV with one score column a label), gzip-compressed
-when it ends in .gz. TSV is written as the TSV reader reads it: tab-separated, no quoting, so
-a value holding a tab or line break is refused, never altered."""
+"""The output rows (scored, error) and their writing in the format the output's name says:
+strict JSONL, or CSV/TSV with one score column a label (TSV unquoted, so a tab is refused)."""
 
 from __future__ import annotations
 

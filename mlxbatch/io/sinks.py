@@ -1,16 +1,6 @@
-"""Where results go: a crash-safe journal behind a file, or an ordered stream.
-
-For a regular output file, every finished batch is appended to `OUTPUT.part` in one write and
-fsync'd, each line tagged with its input row index; the journal's first line records the run's
-fingerprint and settings. When every row is in, the rows are written to OUTPUT in input order
-(JSONL, or CSV/TSV by extension) through a new temporary file and an atomic rename, and the
-journal is removed. `--resume` re-reads the journal, drops a half-written last line, and
-re-plans the same batches from the recorded settings, so resumed scores are bit-identical.
-
-The journal and the temporary file are created with O_EXCL (nothing is overwritten) and the
-journal is locked while a run writes it; `-o -`, character devices and FIFOs are written
-straight (no journal, no rename). docs/guarantees.md lists what this keeps safe.
-"""
+"""Where results go: a crash-safe journal behind a file (each batch appended and fsync'd, then
+the rows written in order through an atomic rename), or an ordered stream. docs/guarantees.md
+says what it keeps safe."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""An input as a stream of bytes: a file or standard input, decompressed on the fly.
-
-gzip, bzip2 and xz (standard library) and zstd (the `zstandard` package, extra `zstd`) are
-recognised by their magic bytes, so a misnamed or piped archive reads too; the name's suffix
-only matters for the format inside (`in.csv.gz` is CSV). Nothing is unpacked to disk and
-neither the compressed nor the decompressed file is held whole: the decompressors read the
-file in buffer-sized pieces as the rows are consumed. Parquet (`PAR1`) is recognised here and
-read by parquet.py, which needs random access: a file by path, standard input read whole.
-"""
+"""An input as a stream of bytes, decompressed on the fly by its magic bytes (gzip, bzip2, xz,
+zstd), never unpacked to disk or held whole; Parquet is recognised here."""
 
 from __future__ import annotations
 

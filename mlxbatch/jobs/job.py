@@ -1,11 +1,5 @@
-"""A classification job over a file: settings, scan, journal, then window by window: plan,
-score, write; then verify and report.
-
-`run_job` is the handful of steps. The settings are resolved once (a resume reads the
-journal's instead) and shared with the ranks once; each window's rows are tokenized once into
-items, one scheduler per window cuts and scores them through the lanes, and a journal-backed
-sink makes every finished batch durable.
-"""
+"""A classification job over a file: settings, scan, journal, then window by window plan,
+score, write; then verify and report."""
 
 from __future__ import annotations
 

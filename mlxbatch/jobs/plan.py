@@ -1,9 +1,5 @@
 """What a file job decides for a window before computing, as a pure function of its rows and
-the run's settings: each row's item (or why it is refused: too long), identical prompts scored
-once, and the batches, cut by the scheduler that will score them (indexed by input row, the
-one index space), with the memory check that names the setting to change. Rows are never
-modified: outcomes are returned.
-"""
+settings: each row's item or why it is refused, duplicates scored once, and the batches."""
 
 from __future__ import annotations
 

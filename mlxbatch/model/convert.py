@@ -1,8 +1,4 @@
-"""Write MLX-ready model directories: from a Hugging Face checkpoint, or random (synthetic).
-
-Output: `model.safetensors` (Hugging Face parameter names, tied/derived tensors dropped),
-`config.json`, the tokenizer files, and `mlxbatch.json` (source, dtype, tensor count, sha256).
-"""
+"""Write MLX-ready model directories from a Hugging Face checkpoint, or random (synthetic)."""
 
 from __future__ import annotations
 

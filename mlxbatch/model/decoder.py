@@ -1,12 +1,6 @@
-"""The decoder of every supported family in MLX, with Hugging Face parameter names.
-
-A family (family.py; qwen2.py, llama.py, qwen3.py, gemma3.py, phi3.py) sets which norms,
-attention variant and MLP its block has; everything else here is the same for all of them.
-The forward takes explicit inputs only: tokens, a KV cache (or None), per-row rotary offsets,
-and an attention mask. It returns final-normed hidden states; the output head is a separate
-step (`Decoder.head`) that projects chosen positions onto chosen vocabulary rows.
-Sliding-window layers (Gemma 3, Mistral, Phi-3-mini-4k) get `sliding_mask` of that mask.
-"""
+"""The decoder of every supported family in MLX, with Hugging Face parameter names: a family
+(family.py) sets its block's norms, attention and MLP; the forward takes explicit inputs only
+and returns final-normed hidden states (the head is `Decoder.head`)."""
 
 from __future__ import annotations
 

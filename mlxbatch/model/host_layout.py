@@ -1,7 +1,5 @@
-"""The row layout every host-kernel product keeps, whatever it computes: a product's rows
-padded with zero rows and rounded, and its operands kept past OpenBLAS's small-matrix bound,
-so that a row's bits do not depend on the other rows of its batch (model/hostops.py says why,
-kernel family by kernel family; model/host_attention.py and hostops' matmuls use it)."""
+"""The row layout every host-kernel product keeps (zero rows, rounding, operands past
+OpenBLAS's small-matrix bound), so a row's bits do not depend on its batch."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""The names a shared library exports, read from its ELF dynamic symbol table (no binutils).
-
-Only what `scipy_openblas.py` needs to rename a library's symbols: 64-bit little-endian ELF (x86_64 and
-aarch64 Linux), the defined global and weak symbols of `.dynsym`.
-"""
+"""The names a shared library exports, read from its ELF dynamic symbol table (no binutils)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""How batches are executed on the device: one stream (a GPU), or CPU lanes.
-
-MLX's CPU elementwise ops and the host kernels' NumPy work run on one thread per stream, so
-on the CPU each core is a "lane" (a thread with its own stream, OpenBLAS single-threaded):
-a job's batches each run whole on the next free lane, results back in order; one batch alone
-is split into row lanes. The policy is decided here, once.
-"""
+"""How batches are executed on the device: one stream (a GPU), or CPU lanes (a thread and
+stream a core, each batch whole on the next free lane, results back in order)."""
 
 from __future__ import annotations
 

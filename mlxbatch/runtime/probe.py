@@ -1,7 +1,5 @@
-"""Each OpenBLAS measured where it cannot harm this process: an fp32 matmul in a probe
-subprocess (a build for another CPU dies there of SIGILL), with its kernel family and the host
-layouts in which it is batch-invariant; the results cached per machine in blas.json, which is
-read back only as a probe writes it (blas.py chooses among them)."""
+"""Each OpenBLAS measured in a probe subprocess (where a build for another CPU dies harmlessly):
+speed, kernel family and batch-invariant layouts, cached per machine in blas.json."""
 
 from __future__ import annotations
 

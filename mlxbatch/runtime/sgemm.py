@@ -1,8 +1,4 @@
-"""Which library serves MLX's fp32 matmuls (`cblas_sgemm`) in this process, and its threads.
-
-Read after mlx is loaded (blas.py chose and loaded the library before it); `single_threaded`
-is the lanes' setting: one OpenBLAS thread per CPU lane.
-"""
+"""Which library serves MLX's fp32 matmuls (`cblas_sgemm`) in this process, and its threads."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""What a connection may cost the server: deadlines for the request head, the body and an
-idle keep-alive, a cap on open connections, the drain's deadline, a lingering close and a
-bound on the requests read ahead of their answers (the last two: flow.py).
-
-uvicorn times out only an idle keep-alive connection after a first response, so
-`guarded_protocol` adds the head deadline and the cap to its h11 protocol; the body deadline
-is applied where the body is read (limits.read_body), the drain's is uvicorn's own.
-"""
+"""What a connection may cost the server: deadlines for the request head and an idle
+keep-alive and a cap on open connections, added to uvicorn's h11 protocol."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""What a request may be: the limits, the body read under its cap and deadline, and the
-body's shape.
-
-The body is read from the stream and counted as it arrives, so a 50 MB body costs the
-server 2 MB of memory before its 413, and nothing is parsed until the whole body is in.
-"""
+"""What a request may be: the limits, the body read under its cap and deadline, its shape."""
 
 from __future__ import annotations
 

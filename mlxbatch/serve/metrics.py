@@ -1,7 +1,4 @@
-"""The service's Prometheus metrics, in a registry of their own (not the process-wide default).
-
-Every name starts with `mlxbatch_`; README "Serving" says what each one means.
-"""
+"""The service's Prometheus metrics (`mlxbatch_*`), in a registry of their own."""
 
 from __future__ import annotations
 
