@@ -50,9 +50,8 @@ def unicode_problem(text: str) -> str | None:
 
 
 class SyntheticWeights(UserWarning):
-    """A model of random weights was loaded (`init-random`, or the built-in default where no
-    converted model exists): its labels are at chance level. The CLI names such a model on its
-    own lines and hides this warning; a Python caller gets it once per load."""
+    """A model of random weights was loaded: its labels are at chance level (the CLI says so on
+    its own lines; a Python caller gets this warning once per load)."""
 
 
 class ItemTooLong(UsageError):

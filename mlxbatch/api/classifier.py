@@ -188,10 +188,8 @@ class Classifier:
         max_batch: int = DEFAULT_MAX_BATCH, max_tokens: int | None = None,
         truncate: bool = False,
     ) -> list[Prediction]:  # fmt: skip
-        """Label probabilities for each text, in input order. mode='sequential' is the gold loop.
-        Safe to call from several threads at once (the lanes are shared, never a lane's
-        buffers). Texts over `max_tokens` (default: the model's context) are refused, or cut
-        to fit with `truncate`."""
+        """Label probabilities for each text, in input order; mode='sequential' is the gold loop. Safe from
+        several threads at once. Texts over `max_tokens` are refused, or cut to fit with `truncate`."""
         self.check_process()
         check_flag("truncate", truncate)
         texts = checked_texts(texts)

@@ -83,11 +83,9 @@ class RunSpec:
 
 @dataclass(frozen=True)
 class Settings:
-    """A run's settings, resolved once (`resolve_settings`) from its options and the loaded classifier:
-    the mode's planner and scorer with the batch budget and cost model (`policy`), the per-item
-    limit, the window, the labels and the prompt. Every entry makes one and everything below
-    reads it; a file job records it in its journal, a resume reads it back (`from_record`)
-    instead of resolving again, and ranks receive rank 0's."""
+    """A run's settings, resolved once (`resolve_settings`): policy (planner, scorer, budget, cost
+    model), per-item limit, window, labels, prompt. A file job records it in its journal; a
+    resume reads it back (`from_record`), and ranks receive rank 0's."""
 
     spec: RunSpec  # the options as asked
     policy: BatchPolicy  # planner, scorer, budget, max_batch, cost model

@@ -53,14 +53,9 @@ class Footprint:
         return self.batch_cost(batch.padded_tokens, len(batch.indices), batch.width)
 
     def batch_cost(self, batch_tokens: int, max_batch: int, longest: int) -> BudgetCost:
-        """Upper bound on the transient bytes of `lanes` batches in flight (weights not
-        included), each at most `max_batch` rows (never more rows than tokens) of at most
-        `longest` tokens.
-
-        KV: every row holds `context` slots (x labels for the multi-token label pass).
-        Activations: the largest per-layer working set of a forward over `batch_tokens` tokens:
-        MLP gate/up/product, attention scores, mask and probabilities (fp32), a few hidden copies.
-        """
+        """Upper bound on the transient bytes of `lanes` batches in flight (weights apart), each at
+        most `max_batch` rows of at most `longest` tokens: the KV cache, the largest per-layer
+        working set of the forward, and the label pass."""
         a, context = self.args, self.context(longest)
         max_batch = min(max_batch, batch_tokens)
         rows = max_batch * (self.n_labels if self.label_len > 1 else 1)

@@ -75,12 +75,9 @@ SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "cs
 def detect_format(
     name: str, head: bytes, fmt: str, text_field: str = "text", at_end: bool = False
 ) -> str:
-    """The format named, else by extension, else by content: stdin, and names with another or
-    no suffix (`tickets`, `data.jsonl.bak`, `/dev/fd/63` from a shell's `<(...)`), which would
-    otherwise classify each JSON line or CSV record as one text and exit 0. By content, a
-    first line is a CSV/TSV header when it names the text field, or when it holds two or more
-    distinct column names and the next lines have as many fields (`at_end`: `head` holds the
-    whole input, so its last line is complete)."""
+    """The format named, else by extension, else by content (stdin, `tickets`, `/dev/fd/63`): a
+    first line is a CSV/TSV header when it names the text field, or holds two or more distinct
+    column names and the next lines have as many fields (`at_end`: `head` is the whole input)."""
     if fmt != "auto":
         return fmt
     suffix = Path(name).suffix.lower()

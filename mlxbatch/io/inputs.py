@@ -172,11 +172,8 @@ def open_rows(
     duplicates: DuplicateIds | None = None,
 ) -> RowStream:  # fmt: skip
     """The rows of `path` ('-' for stdin) as a stream: `.format`, then each Row, valid or carrying
-    its error, in input order. File-level problems found at the start (missing file, header,
-    format) raise here. `fields`: other columns to keep on each row. `output_format` 'csv' or
-    'tsv': ids will be written as text, so ids equal as text (1 and "1") are duplicates.
-    `duplicates`: the rows with a duplicate id, as a finished pass over the same file found them
-    (its `.duplicates`); the stream then keeps no table of ids."""
+    its error, in input order; file-level problems at the start raise here. `output_format` csv
+    or tsv: ids equal as text are duplicates. `duplicates`: an earlier pass's, so no id table."""
     return RowStream(path, text_field, id_field, fmt, fields, output_format, duplicates)
 
 

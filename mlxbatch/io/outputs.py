@@ -223,9 +223,8 @@ def _check_replaceable_report(option: str, path: Path) -> None:
 
 
 def check_stdout_open(option: str, path: Path | None) -> None:
-    """A closed standard output is /dev/null (runtime.files.hold_closed_streams): what `option`
-    writes there (`path` None: standard output itself, `-o -`; or a path naming it,
-    /dev/stdout) would be lost without a word."""
+    """A closed standard output is /dev/null: refuse what `option` would write there (`path` None:
+    standard output itself), lost without a word otherwise."""
     if 1 in CLOSED_STREAMS and (path is None or names_stdout(path)):
         raise OutputError(f"{option} {path or '-'}: standard output is closed (>&-): what it "
                           "would write would be lost; give a file")  # fmt: skip

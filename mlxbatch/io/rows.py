@@ -47,8 +47,7 @@ def output_format(name: str) -> tuple[str, bool]:
 
 def output_format_of(path: Path) -> tuple[str, bool]:
     """`output_format` of an output path, refusing also a link whose target's name is not an
-    output's: the target is what is written (runtime.files.write_atomically follows links), and
-    `-o out.jsonl` linked onto a model.safetensors replaced the weights."""
+    output's (the target is what is written)."""
     fmt = output_format(str(path))
     if os.path.islink(path) and not is_stream(path):  # /dev/stdout into a redirect is no file
         real = os.path.realpath(path)

@@ -189,9 +189,8 @@ class RankGroup:
         return written, merged
 
     def _rounds(self, clf, window, plan, shares, sink, on_error, bar, keep_own: bool, hooks):
-        """Rounds of one batch per CPU lane on every rank (each batch whole on one lane, as in a
-        single process); rank 0 journals every round's results. Returns rank 0's rows written
-        and, with `keep_own`, this rank's scored rows (input row -> output row, to verify)."""
+        """Rounds of one batch per lane on every rank; rank 0 journals each round. Returns rank 0's
+        rows written and, with `keep_own`, this rank's scored rows (to verify)."""
         n_labels = len(clf.labels.names)
         rounds = [[share[start : start + n] for start in range(0, len(share), n)]
                   for share, n in zip(shares, self.lanes)]  # fmt: skip

@@ -75,11 +75,9 @@ def run_job(
     resume: bool = False, verify: bool = False, source: str = "input", fmt: str = "jsonl",
     keep_results: bool = True, group: LocalGroup | None = None, hooks: Hooks | None = None,
 ) -> JobResult | None:  # fmt: skip
-    """Classify `rows` (a list, or a `JobInput` read in windows of `spec.window` rows) into
-    `output` (None: standard output). With `keep_results`, the result rows come back in the
-    JobResult (a list of every row: memory that grows with the job). `group`: the ranks that
-    share the work (`distributed.RankGroup`); every rank reads the same windows and plans them
-    alike, rank 0 writes; the others return None."""
+    """Classify `rows` (a list, or a `JobInput` read in windows) into `output` (None: standard
+    output). `keep_results`: return every result row too; `group`: the ranks sharing the work
+    (rank 0 writes; the others return None)."""
     clf.check_process()
     job = Job(clf, spec, output, resume, verify, group or LocalGroup(), hooks or Hooks())
     job_input = rows if isinstance(rows, JobInput) else JobInput.of_rows(rows, source, fmt)

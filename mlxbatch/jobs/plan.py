@@ -61,10 +61,8 @@ def plan_window(
     clf: Classifier, rows: list[Row], start: int, settings: Settings,
     check_memory: bool = True, prompts: list[list[int]] | None = None,
 ) -> JobPlan:  # fmt: skip
-    """The plan of rows [start, start + len(rows)) of a job: each row's item or refusal, and
-    batches of the items to score, keyed by input row. Rows whose prompts are identical token
-    for token are scored once (the same tokens give the same answer); the others copy its
-    result. `prompts`: the prompts of the rows without an error, when tokenized ahead."""
+    """The plan of rows [start, start + len(rows)): each row's item or refusal, and the batches,
+    keyed by input row; rows with identical prompts are scored once. `prompts`: tokenized ahead."""
     engine = clf.engine
     good = [(start + i, r.text) for i, r in enumerate(rows) if not r.error]
     if prompts is None:

@@ -44,8 +44,7 @@ def quantization(config: dict) -> dict | None:
 
 def apply(model: nn.Module, q: dict, weights: dict[str, mx.array]) -> None:
     """Turn the layers the checkpoint stores quantized into quantized layers, in place; a
-    per-layer entry that is neither parameters nor false, or parameters MLX cannot run, is a
-    ModelError (a ValueError or TypeError deep in MLX was a traceback)."""
+    per-layer entry MLX cannot run is a ModelError."""
     try:
         _apply(model, q, weights)
     except (ValueError, TypeError) as e:
