@@ -188,8 +188,9 @@ class Classifier:
         max_batch: int = DEFAULT_MAX_BATCH, max_tokens: int | None = None,
         truncate: bool = False,
     ) -> list[Prediction]:  # fmt: skip
-        """Label probabilities for each text, in input order; mode='sequential' is the gold loop. Safe from
-        several threads at once. Texts over `max_tokens` are refused, or cut to fit with `truncate`."""
+        """Label probabilities for each text, in input order (mode='sequential': the gold loop);
+        safe from several threads at once. Texts over `max_tokens` are refused, or cut to fit
+        with `truncate`."""
         self.check_process()
         check_flag("truncate", truncate)
         texts = checked_texts(texts)
