@@ -139,9 +139,8 @@ def measured(options: list[Candidate]) -> dict[str, dict]:
 
 
 def _readable(found, options: list[Candidate]) -> bool:
-    """Whether cached probes read as the probes write them, one for each library: blas.json is a
-    file a person can edit, and a gflops of "x" failed every run, an emptied entry left MLX on
-    the reference BLAS (a job 7x slower) and an "invariant" of "yes" counted as invariant."""
+    """Whether cached probes read as the probes write them, one for each library (blas.json is a
+    file a person can edit)."""
     if not isinstance(found, dict) or not all(c.library in found for c in options if c.library):
         return False
     for result in found.values():
