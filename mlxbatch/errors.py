@@ -1,7 +1,5 @@
-"""The errors a user can cause: each carries a one-line message naming the file, row or setting.
-
-The CLI turns every `UsageError` into `error: <message>` and exit code 2, never a traceback.
-"""
+"""The errors a user can cause, each a one-line message naming the file, row or setting; the
+CLI prints `error: <message>` and exits 2."""
 
 from __future__ import annotations
 
@@ -57,9 +55,8 @@ class TemplateNote(UserWarning):
 
 
 class SyntheticWeights(UserWarning):
-    """A model of random weights was loaded (`init-random`, or the built-in default where no
-    converted model exists): its labels are at chance level. The CLI names such a model on its
-    own lines and hides this warning; a Python caller gets it once per load."""
+    """A model of random weights was loaded: its labels are at chance level (the CLI says so on
+    its own lines; a Python caller gets this warning once per load)."""
 
 
 class ItemTooLong(UsageError):

@@ -171,9 +171,8 @@ class Classifier:
 
     def item_limit(self, spec: RunSpec, names: Names = keyword) -> Limit:
         """The most tokens an item may feed under `spec` (`spec.item_limit`), measured once per
-        classifier for each `max_tokens` and budget: free memory is part of it, and a text
-        cut to fit was cut at 10,615 tokens, then at 9,637 after another 4 GiB were taken
-        (the same text, different scores)."""
+        `max_tokens` and budget: free memory is part of it, and a text must be cut alike
+        every time."""
         key = (spec.max_tokens, spec.batch_tokens, names)
         with self._limits_lock:
             if key not in self._limits:
@@ -233,10 +232,9 @@ class Classifier:
         max_batch: int = DEFAULT_MAX_BATCH, max_tokens: int | None = None,
         truncate: bool = False,
     ) -> list[Prediction]:  # fmt: skip
-        """Label probabilities for each text, in input order. mode='sequential' is the gold loop.
-        Safe to call from several threads at once (the lanes are shared, never a lane's
-        buffers). Texts over `max_tokens` (default: the model's context) are refused, or cut
-        to fit with `truncate`."""
+        """Label probabilities for each text, in input order (mode='sequential': the gold loop);
+        safe from several threads at once. Texts over `max_tokens` are refused, or cut to fit
+        with `truncate`."""
         self.check_process()
         check_flag("truncate", truncate)
         texts = checked_texts(texts)

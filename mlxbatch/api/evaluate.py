@@ -1,10 +1,6 @@
-"""How good the labels are: accuracy, per-class precision/recall/F1, the confusion matrix,
-calibration (expected calibration error, accuracy above confidence thresholds), coverage.
-
-Pure functions over lists: predicted labels (None for an abstention), gold labels, and the
-top probability of each prediction. Gold labels outside the label set are counted and named,
-never silently dropped: they are excluded from the metrics and reported under `unknown_gold`.
-"""
+"""How good the labels are: accuracy, per-class precision/recall/F1, confusion, calibration
+and coverage, as pure functions over lists; gold labels outside the label set are counted
+and named under `unknown_gold`, never dropped silently."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """From a text to the one item type: `prepare` tokenizes it once, holds it to the per-item
-token limit, and truncates when asked: the head and the tail of the text (cut between
-characters), so that its fed tokens fit the limit exactly. Pure given the engine's tokenizer.
-Every entry prepares its texts here."""
+token limit, and truncates when asked (head and tail kept). Every entry prepares here."""
 
 from __future__ import annotations
 
@@ -16,9 +14,8 @@ MARK = " […] "
 
 
 def truncate(engine: Engine, text: str, limit: int) -> tuple[str, int] | None:
-    """The longest head + tail of `text` (cut between characters, never inside one) whose fed
-    tokens fit `limit`: (text, tokens); None when not even one character of it fits beside the
-    marker (every text became the bare marker: one answer for all, and --verify agreed)."""
+    """The longest head + tail of `text` (cut between characters) whose fed tokens fit `limit`:
+    (text, tokens); None when not one character fits beside the marker."""
 
     def cut(k: int) -> str:
         return text[: k - k // 2] + MARK + (text[len(text) - k // 2 :] if k // 2 else "")
@@ -91,10 +88,9 @@ def prepare(
 
 def prepare_distinct(engine: Engine, texts: list[str], limit: Limit, truncating: bool,
                      hint: str) -> tuple[list[Item], list[int]]:  # fmt: skip
-    """The items of `texts`, one per distinct prompt (the same tokens give the same answer:
-    20,000 copies of one text took 53 s through the Python API, 1.1 s through classify's file
-    job, which scored them once), keyed 0, 1, ...; and the key whose answer each text takes.
-    A text that cannot be an item is refused at its first place in `texts`."""
+    """The items of `texts`, one per distinct prompt (the same tokens give the same answer), keyed
+    0, 1, ...; and the key whose answer each text takes. A text that cannot be an item is
+    refused at its first place."""
     first: dict[str, int] = {}
     for i, text in enumerate(texts):
         first.setdefault(text, i)

@@ -1,9 +1,6 @@
-"""A run's options (`RunSpec`, as asked) and its settings (`Settings`, resolved once from them).
-
-Every entry (the Python API, the file job and its ranks, the service, bench) builds a RunSpec
-from what it was told and calls `resolve_settings` once; everything below reads the Settings and
-nothing re-resolves a setting. The mode comes from the one mode table (`engine.engine.MODES`).
-"""
+"""A run's options (`RunSpec`, as asked) and its settings (`Settings`, resolved once from
+them): every entry builds a RunSpec and calls `resolve_settings` once; everything below reads
+the Settings."""
 
 from __future__ import annotations
 
@@ -22,12 +19,8 @@ from .limits import Limit, context_limit
 
 TOO_LONG = ("error", "truncate")
 ON_ERROR = ("fail", "skip")
-# A window ends at its row count or once its texts reach this many characters: what a window
-# holds grows with its texts' length (2,000 rows of 27,000 characters, 54 MB, one window: 3.6 GB
-# peak RSS, 1.0 GB once the tokenizer's runs were bounded too; 0.73 GB in windows of 8 Mi
-# characters, 0.56 GB in windows of 100 rows); 16,384 tickets of up to 512 characters stay one
-# window (io/windows.py cuts them). Windows change no score (a row's bits are its own), only the
-# planning.
+# A window also ends once its texts reach this many characters, so its memory does not grow
+# with the texts' length; windows change no score, only the planning.
 WINDOW_CHARS = 1 << 23
 
 
@@ -90,11 +83,9 @@ class RunSpec:
 
 @dataclass(frozen=True)
 class Settings:
-    """A run's settings, resolved once (`resolve_settings`) from its options and the loaded classifier:
-    the mode's planner and scorer with the batch budget and cost model (`policy`), the per-item
-    limit, the window, the labels and the prompt. Every entry makes one and everything below
-    reads it; a file job records it in its journal, a resume reads it back (`from_record`)
-    instead of resolving again, and ranks receive rank 0's."""
+    """A run's settings, resolved once (`resolve_settings`): policy (planner, scorer, budget, cost
+    model), per-item limit, window, labels, prompt. A file job records it in its journal; a
+    resume reads it back (`from_record`), and ranks receive rank 0's."""
 
     spec: RunSpec  # the options as asked
     policy: BatchPolicy  # planner, scorer, budget, max_batch, cost model
@@ -148,15 +139,10 @@ def resolve_settings(
     cost: CostModel | Callable[[], CostModel] | None = None, names: Names = flag,
     limit: Limit | None = None,
 ) -> Settings:  # fmt: skip
-    """The settings of a run on `engine` under `spec` (`Classifier.settings` calls it): a journal's (`recorded`, a resume: the batch
-    shape, cost model, item limit and window exactly as the first run resolved them), else
-    resolved here, independently of the input (every window gets the same): the budget is the
-    declared one or the device's preferred within memory (a plan raises it to fit its longest
-    item: scheduler.py), the limit the smallest of the model's context, --max-tokens, a declared
-    budget and what one item alone can use of the free memory. `cost`: the cost planner's
-    model, or how to look it up (only the cost planner asks: a lookup may time a batch).
-    `names`: how messages name a setting (the CLI's flags, or the API's keywords); `limit`:
-    the item limit `item_limit` gave earlier (a classifier keeps the first it measured)."""
+    """The settings of a run on `engine` under `spec`: a journal's (`recorded`, on a resume),
+    else resolved here, the same for every window. `cost`: the cost planner's model or how to
+    look it up; `names`: how messages name a setting (CLI flags or API keywords); `limit`: the
+    item limit measured earlier, if any."""
     step = spec.step
     if recorded is not None:
         budget, max_batch, cost, limit, window, window_chars = _recorded(recorded, spec)
@@ -178,9 +164,8 @@ def resolve_settings(
 
 
 def _recorded(recorded: dict, spec: RunSpec) -> tuple:
-    """(budget, max_batch, cost model, item limit, window, window_chars) as a journal recorded them, each
-    checked: a journal is a file a person can edit, and a value no run writes (0, -5, inf, a
-    string) would fail deep inside the planner or pass silently into the output."""
+    """(budget, max_batch, cost model, item limit, window, window_chars) as a journal recorded
+    them, each checked: a journal is a file a person can edit."""
     try:
         limit = recorded["item_limit"]
         if not isinstance(limit, list) or len(limit) != 2 or not isinstance(limit[1], str):

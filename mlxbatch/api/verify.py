@@ -1,12 +1,5 @@
-"""The one verifier: an item scored again on the gold loop and compared with what was served.
-
-A file job checks every item (`--verify`) or a sample (`--verify-sample`) window by window
-(jobs/verify.py); the service checks a sample of live traffic while idle (serve/verify.py).
-Both compare here, on the scores as served (calibration and prior applied): the top label,
-whether the answer abstains (under `min_confidence`: a fast score 6e-8 below the gold loop's,
-at the threshold, wrote an abstention where the gold loop answered, and passed), and the
-largest score difference.
-"""
+"""The one verifier: an item scored again on the gold loop and compared with what was served
+(top label, abstention, largest score difference), for the file job and the service alike."""
 
 from __future__ import annotations
 

@@ -1,14 +1,6 @@
-"""llama.cpp as a bench peer: llama.cpp's own converter to GGUF, then label scoring through it.
-
-The GGUF is written by `convert_hf_to_gguf.py` of an unpacked llama.cpp source (the
-llama-cpp-python sdist carries one under `vendor/llama.cpp`; the `gguf` wheel ships none),
-run on the model directory as it is, to F32 and to Q8_0, cached per model and converter.
-Scoring is what a llama.cpp user would write: the shared prompt prefix evaluated once, then
-for each ticket the KV cache cut back to the prefix (`n_tokens = P`: `Llama.eval` drops the
-cells past it) and only the ticket's own tokens evaluated; the label is the argmax of the
-last position's logits over the labels' first tokens. Everything else is llama.cpp's default
-(an f16 KV cache, n_batch 512), as a user would run it.
-"""
+"""llama.cpp as a bench peer: llama.cpp's own converter to GGUF (F32, Q8_0; cached), then
+label scoring as a llama.cpp user would write it: the prompt prefix evaluated once, the KV
+cache cut back to it for each ticket, llama.cpp's defaults otherwise."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
 """Logit parity of mlxbatch against PyTorch `transformers` (fp32) and mlx-lm, any family.
 
-mlx-lm reads the published config spelling only (`rope_theta`, `rope_scaling`, Gemma 3's
-`rope_local_base_freq` and `sliding_window_pattern`), not transformers >= 5's
-`rope_parameters` / `layer_types`: it is given the directory with its config rewritten so.
-Its LongRoPE always rotates with the long factors, where transformers (and mlxbatch, within
-`original_max_position_embeddings`) use the short ones: it is given the short factors as its
-long ones, and its report says so. Its Phi-3 and Mistral have no sliding window: with a
-window shorter than the prompts they differ, and the report says why.
-"""
+mlx-lm reads only the older config spelling and always rotates LongRoPE with the long factors,
+so it gets a rewritten config and the short factors as its long ones; its report says so."""
 
 from __future__ import annotations
 

@@ -1,14 +1,6 @@
-"""Peers for the benchmark, on the same weights and prompt tokens: what a user would pick instead.
-
-- mlx-lm, one ticket at a time: its own `load` and forward, last-position label logits.
-- mlx-lm `batch_generate`: one new token, logits masked to the label tokens.
-- transformers fp32 with the same sorted batches (left padding, last-position label logits).
-- transformers bf16 where the CPU has native bf16 matmul (AVX512-BF16 or AMX).
-- on a Mac (GPU), mlx-lm one at a time in fp16.
-- llama.cpp (llama-cpp-python) on GGUFs from llama.cpp's own converter, F32 and Q8_0, the
-  prompt prefix's KV cache reused for every ticket (`llamacpp.py`).
-Each reports seconds, items/s and label agreement with our gold loop.
-"""
+"""Peers for the benchmark on the same weights and prompt tokens, what a user would pick
+instead: mlx-lm (one at a time, `batch_generate`), transformers fp32/bf16 with the same sorted
+batches, and llama.cpp; each reports seconds, items/s and agreement with our gold loop."""
 
 from __future__ import annotations
 

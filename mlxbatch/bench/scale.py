@@ -1,7 +1,5 @@
-"""`bench --scale`: classify jobs of growing length, each a child process timed and measured by
-the OS (max RSS from `wait4`), on synthetic tickets with exact repeats; the issue's targets and
-a 10M projection computed from the measurements. How one run is made and measured:
-`scale_runs.py`."""
+"""`bench --scale`: classify jobs of growing length, each a child process measured by the
+OS, and a projection from the measurements (one run: scale_runs.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""How `bench --scale` makes and measures one run: the workload (synthetic tickets with exact
-repeats, gzip-compressed), a `classify` child timed and measured by the OS (max RSS from `wait4`,
-its resident size over time from /proc), the repeats' agreement, the tokenizer's rate, and the
-padding of a file's plans for given window sizes (planned, not scored)."""
+"""How `bench --scale` makes and measures one run: the workload, a `classify` child (max RSS
+from `wait4`, resident size over time), the repeats' agreement and the plans' padding."""
 
 from __future__ import annotations
 
@@ -66,11 +64,8 @@ def write_workload(path: Path, n: int, duplicates: float, seed: int = 0) -> int:
 
 def rss_trace(pid: int, stop: threading.Event, every: float = 1.0,
               peak: list | None = None) -> list[tuple[float, float]]:  # fmt: skip
-    """(seconds, resident MB) of process `pid` every `every` seconds until `stop` (Linux's
-    /proc; empty elsewhere): where in a job its memory is reached, not only the maximum.
-    `peak` gets the last VmHWM read (MB): the child's own high-water mark, which wait4's
-    ru_maxrss is not (Linux counts the spawning process's resident size in it: a pytest
-    worker holding a loaded model made a child's "max RSS" read over 5 GB)."""
+    """(seconds, resident MB) of process `pid` every `every` seconds until `stop` (Linux's /proc;
+    empty elsewhere); `peak` gets the child's own VmHWM, which wait4's ru_maxrss is not."""
     t0, out = time.perf_counter(), []
     while not stop.wait(every):
         try:

@@ -1,12 +1,6 @@
-"""`mlxbatch bench-serve`: `mlxbatch serve` under open-loop load, against `classify --mode sorted`.
-
-Arrivals are Poisson at several offered rates (fractions of what `classify --mode sorted`
-does on the same tickets, measured first in this process), one ticket a request, each sent
-when its time comes whatever the server is doing (open loop: a slow server does not slow
-the arrivals). One request at a time is the latency baseline, against scoring the same
-ticket alone with `Classifier.classify`. The load generator shares the machine's cores with
-the server; the report says so.
-"""
+"""`mlxbatch bench-serve`: `mlxbatch serve` under open-loop Poisson load at fractions of what
+`classify --mode sorted` does on the same tickets, and one request at a time against
+`Classifier.classify` for latency."""
 
 from __future__ import annotations
 

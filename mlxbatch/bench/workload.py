@@ -1,9 +1,5 @@
-"""A deterministic generator of synthetic support tickets with a ground-truth intent.
-
-Tickets are assembled from intent-specific sentences, greetings and sign-offs, sometimes a
-pasted error log or a long story, sometimes non-ASCII text. The number of body sentences is
-log-normal, so lengths have a long tail; a mix sets its median and tail.
-"""
+"""A deterministic generator of synthetic support tickets with a ground-truth intent, their
+lengths log-normal with a long tail (a mix sets median and tail)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""What is done to the label probabilities after scoring: calibration, priors, abstention.
-
-Contextual calibration (Zhao et al., 2021, "Calibrate Before Use"): the content-free inputs
-"N/A", "" and "[MASK]" go through the same prompt and examples; their average label
-probabilities p_cf measure the prompt's own bias, and each row reports q_j proportional to
-p_j / p_cf_j. Explicit priors multiply in: q_j proportional to p_j * prior_j (/ p_cf_j). The
-same adjustment is applied to the fast path and to the gold loop, so `--verify` compares like
-with like. Rows whose top adjusted probability is below `min_confidence` abstain.
-"""
+"""What is done to the label probabilities after scoring, alike on the fast path and the gold
+loop: contextual calibration (Zhao et al., 2021: divide by the content-free inputs' average
+probabilities), priors, and abstention below `min_confidence`."""
 
 from __future__ import annotations
 

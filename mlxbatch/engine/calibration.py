@@ -1,11 +1,6 @@
-"""The planner's cost model for this model on this machine: measured once, cached, or defaulted.
-
-`calibrate` times the fast scorer on a handful of batch shapes (random tokens behind the real
-prefix) and fits the few constants of `planner.CostModel` by least squares. The result is cached
-per model shape, dtype, executor, host kernels, machine and MLX version in `~/.cache/mlxbatch/planner.json`;
-`mlxbatch doctor` lists what is cached. Uncalibrated, the constants come from FLOP counts and a
-nominal device rate: good enough to avoid padding, not to predict seconds.
-"""
+"""The planner's cost model for this model on this machine: timed on a few batch shapes and
+fitted by least squares, cached in ~/.cache/mlxbatch/planner.json, or defaulted from FLOP
+counts."""
 
 from __future__ import annotations
 
@@ -34,8 +29,6 @@ from .planner import CostModel
 # ~3,000 tokens a lane in all
 SHAPES = ((1, 16), (4, 16), (16, 16), (2, 64), (8, 64), (16, 48), (1, 192), (4, 192), (2, 128))
 # Bumped whenever the engine's speed changes shape, so older calibrations are measured again
-# (2: host elementwise kernels, per-lane threads, last-layer pruning, kept MLX buffers;
-# 3: each batch whole on one lane).
 ENGINE_REVISION = 3
 
 
@@ -166,11 +159,9 @@ OFF_BY = 2.0  # a default prediction further off than this is replaced by a cali
 
 
 def cost_model(engine: Engine, notice=None) -> CostModel:
-    """The cached calibration for this model and machine; else, on the first job here, the
-    defaults timed against one small batch: within 2x they are cached as this machine's, else
-    the engine is calibrated now (cached too) and `notice` (default: stderr) says so. The
-    defaults assume a nominal rate: on a CPU left on the reference BLAS they predicted 9.6 s
-    for a job that took 192.7 s."""
+    """The cached calibration for this model and machine; else the defaults timed against one
+    small batch: within OFF_BY they are cached as this machine's, else the engine is
+    calibrated now (cached too) and `notice` (default: stderr) says so."""
     found = cached(engine)
     if found is not None:
         return found
@@ -190,9 +181,8 @@ def cost_model(engine: Engine, notice=None) -> CostModel:
 
 
 def busy() -> str:
-    """A warning where other work shares the cores a calibration times (the load average over
-    the usable cores): a newcomer's demo beside two busy cores calibrated in 126 s, and every
-    later job was predicted 1.7-3.4x slower than it ran; else ""."""
+    """A warning where other work shares the cores a calibration times (by the load average
+    over the usable cores): its predictions would be too slow; else ""."""
     try:
         load = os.getloadavg()[0]
     except OSError:

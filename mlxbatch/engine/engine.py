@@ -1,8 +1,5 @@
-"""The engine: a prompt, a label set and a model behind both scorers, and the mode table.
-
-A mode is a (planner, scorer) pair: how items are cut into batches, and which path scores
-them. `run` is the whole loop: for each planned batch, score it and hand it back.
-"""
+"""The engine: a prompt, a label set and a model behind both scorers, and the mode table (a
+mode is a planner and a scorer)."""
 
 from __future__ import annotations
 
@@ -117,9 +114,8 @@ class Engine:
 
     def _keep_buffers(self, batches: list[Batch]) -> None:
         """Keep the freed intermediates of the largest batch (one per lane) for the next ones,
-        within what the batches leave of the available memory: kept buffers are not in the
-        bound, and 200 four-token labels' 7 GB of them beside 6 GB in use took a 24 GB
-        machine's memory."""
+        within what the batches leave of the available memory (kept buffers are not in the
+        bound)."""
         if batches:
             costs = [self.footprint.cost_of(b) for b in batches]
             bound = self.footprint.weight_bytes + max(c.total for c in costs)

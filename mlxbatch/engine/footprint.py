@@ -53,14 +53,9 @@ class Footprint:
         return self.batch_cost(batch.padded_tokens, len(batch.indices), batch.width)
 
     def batch_cost(self, batch_tokens: int, max_batch: int, longest: int) -> BudgetCost:
-        """Upper bound on the transient bytes of `lanes` batches in flight (weights not
-        included), each at most `max_batch` rows (never more rows than tokens) of at most
-        `longest` tokens.
-
-        KV: every row holds `context` slots (x labels for the multi-token label pass).
-        Activations: the largest per-layer working set of a forward over `batch_tokens` tokens:
-        MLP gate/up/product, attention scores, mask and probabilities (fp32), a few hidden copies.
-        """
+        """Upper bound on the transient bytes of `lanes` batches in flight (weights apart), each at
+        most `max_batch` rows of at most `longest` tokens: the KV cache, the largest per-layer
+        working set of the forward, and the label pass."""
         a, context = self.args, self.context(longest)
         max_batch = min(max_batch, batch_tokens)
         rows = max_batch * (self.n_labels if self.label_len > 1 else 1)
@@ -75,12 +70,8 @@ class Footprint:
         hidden = 8 * t * a.hidden_size * self.dtype_bytes
         chunk = min(max_batch, continuation_rows(positions, a.vocab_size))
         head = LOGIT_COPIES * chunk * positions * a.vocab_size * 4  # (labels.py)
-        # the host path's attention pads each row's query rows to whole tiles between zero
-        # rows (host_attention.tiled_attention): per row and KV head at most one tile more of
-        # scores (twice: the product and the mask), the padded queries and the accumulator.
-        # Label rows, a few queries each, are nearly all padding, and their scores were alive
-        # about four times over: 100 four-token labels behind one ticket peaked at 1.09 GiB
-        # where two copies gave 0.27 (tiny model, 2 lanes)
+        # the host path pads each row's queries to whole tiles (host_attention): label rows
+        # are nearly all padding, and their scores live about four times over (measured)
         depth, copies = max(a.head_dim, BLOCK), 4 if self.label_len > 1 else 2
         pad = rows * a.num_key_value_heads * (TILE + 2 * EDGE)
         pad *= (copies * context + 2 * depth + 1) * 4
@@ -88,9 +79,7 @@ class Footprint:
 
     def longest_item(self, available: int, cap: int, share: float = 0.5) -> int:
         """The most fed tokens (at most `cap`) one item alone can have within `share` of what
-        the weights leave of `available` bytes; 0 when not even one token fits. All of it (as
-        before) made --too-long truncate cut to what fitted the free memory of a moment
-        before, and the batch check, measuring again, refused it in 2 runs of 3."""
+        the weights leave of `available` bytes (a share: the batch check measures again)."""
         room = (available - self.weight_bytes) * share
         lo, hi = 0, cap
         while lo < hi:
@@ -113,11 +102,8 @@ class Footprint:
         return fits
 
     def most_rows(self, max_batch: int, available: int | None = None, share: float = 0.5) -> int:
-        """The most rows a batch may have (at most `max_batch`, at least 1) within `share` of
-        memory, each row one token behind the prefix. Only a row that carries much besides its
-        tokens (multi-token labels: the row's cache and attention once per label) lowers it: a
-        budget raised to fit the longest item let 200 four-token labels run 3 rows a batch
-        where one row's label pass took 3.6 GB."""
+        """The most rows a batch may have (1 to `max_batch`) within `share` of memory, each row
+        one token behind the prefix: only rows heavy with multi-token labels lower it."""
         avail = (available if available is not None else available_bytes()) * share
         rows = max_batch
         while rows > 1 and self.batch_cost(rows, rows, 1).total > avail:

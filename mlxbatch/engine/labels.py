@@ -111,10 +111,7 @@ def first_token_logits(model: Decoder, h_last: mx.array, labels: LabelSet) -> mx
 
 
 # The fp32 logits of later label tokens held at once, at most: the continuation pass takes a
-# batch's rows a few at a time (each row's positions whole), so its memory does not grow with
-# rows x labels x tokens (300 four-token labels behind 20 rows held 20 x 900 positions x a
-# 151,936-word vocabulary in fp32, 11 GB, about three times over in the log-sum-exp: the
-# kernel killed the job at 23.7 GB)
+# batch's rows a few at a time, so its memory does not grow with rows x labels x tokens
 LOGIT_BYTES = 1 << 26
 # arrays of that size alive at once: on the host path (hostops.matmul_t) the product's tiles,
 # their transposed slices and the concatenation, then the log-sum-exp's two working arrays

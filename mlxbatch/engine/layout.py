@@ -27,12 +27,8 @@ def common_prefix_len(a: list[int], b: list[int]) -> int:
 
 
 def split(prompt: list[int], prefix: list[int]) -> tuple[int, list[int]]:
-    """(prefix slots this row shares, the tokens it feeds itself).
-
-    Usually the whole cached prefix; less when the text's first characters merge with the
-    prefix's final `\\n` under BPE, so the fed tokens are always the gold tokens. At least one
-    token is always fed: its hidden state predicts the label.
-    """
+    """(prefix slots this row shares, the tokens it feeds itself): less than the whole prefix
+    where BPE merges the text's start with the prefix's end; at least one token is fed."""
     k = min(common_prefix_len(prompt, prefix), len(prompt) - 1)
     return k, prompt[k:]
 

@@ -40,16 +40,12 @@ class _Request:
 class LiveScheduler:
     """Arriving work: `submit` from any thread; one thread of its own batches and scores.
 
-    It waits until the oldest queued item has waited `max_wait` seconds or a full budget per
-    lane is queued, then steps one round (one batch per lane). A round takes the batches of
-    the requests served least so far (fair queueing, counted in padded tokens): with the
-    oldest items first, one client's 256 long texts kept every request after it waiting
-    until all of them were scored. Once draining (`close`), a round takes the batches of the
-    requests nearest done instead, cut among themselves, so they end one after another: the
-    drain has a deadline, and fair rounds brought every request to its end at once (16 requests of 64 texts, a 20 s drain: none answered, the
-    work of ~11 thrown away). The MLX work runs on this thread and the engine's lanes, never
-    on the caller's. Before each round it asks the test seam `testhold.held()` (True: keep
-    what is queued queued).
+    A round (one batch per lane) starts when the oldest item has waited `max_wait` or a full
+    budget per lane is queued, and takes the requests served least so far (fair queueing in
+    padded tokens), so one client's long texts do not hold everyone else's. Draining
+    (`close`), it takes the requests nearest done instead, so they end one after another
+    within the drain's deadline. Before each round it asks the test seam `testhold.held()`
+    (True: wait).
     """
 
     def __init__(
@@ -61,13 +57,11 @@ class LiveScheduler:
         self.max_wait, self.max_queue = max_wait, max_queue
         self.on_batch, self.on_idle = on_batch, on_idle
         self._cond = threading.Condition()
-        # request -> its record. A request starts served level with the most served one
-        # waiting (it joins the round at its end), not at 0 or the least: new requests then
-        # won every round, and a stream of small ones starved a large one (a test).
+        # request -> its record; a new request starts level with the most served one waiting,
+        # so a stream of small requests cannot starve a large one
         self._waiting: dict[int, _Request] = {}
         self._pending: list[tuple[Item, float]] = []  # submitted, not yet queued
-        # _dropped: closed without a drain; the thread drops what the scheduler holds (only
-        # the thread touches the scheduler: a clear from the closing thread mid-round lost keys)
+        # _dropped: closed without a drain; only the scheduler's thread clears what it holds
         self._accepting, self._stopped, self._dropped = True, False, False
         self._withdrawn: set[int] = set()  # requests nobody waits for: the thread drops them
         self._requests = 0
@@ -108,8 +102,7 @@ class LiveScheduler:
 
     def withdraw(self, future: Future) -> None:
         """Nobody waits for `future` now (its client is gone): its items not yet scored are
-        dropped, not scored (a client that sent 256 long texts and left held the lanes for
-        minutes, everyone else's requests queued behind its)."""
+        dropped, so a client that left does not hold the lanes."""
         with self._cond:
             request = next((r for r, w in self._waiting.items() if w.future is future), None)
             if request is None:

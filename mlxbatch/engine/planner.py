@@ -1,10 +1,6 @@
-"""Host-side batch planning, pure Python: order items, cut batches, count padding.
-
-Planners: `sequential` (one item per batch, input order), `naive` (fixed-size batches in input
-order), `greedy` (longest first, each batch filled up to a token budget), and `cost` (longest
-first, cut into the contiguous batches that minimise the predicted time of a `CostModel`:
-an exact dynamic program over the sorted order, O(n x max rows), padding capped at 3%).
-"""
+"""Host-side batch planning, pure Python: order items, cut batches, count padding: one item a
+batch, fixed-size batches, greedy under a token budget, or the least predicted time of a
+`CostModel` (an exact DP over the sorted order, padding capped)."""
 
 from __future__ import annotations
 
@@ -32,12 +28,8 @@ class Batch:
 def plan_batches(
     lengths: list[int], planner: str, batch_tokens: int, max_batch: int
 ) -> list[Batch]:
-    """Cut items into batches by one of the simple planners.
-
-    sequential: one item per batch, input order. naive: `max_batch` items per batch in input
-    order. greedy: longest first, each batch filled while rows x width <= batch_tokens and
-    rows <= max_batch. Every item appears in exactly one batch.
-    """
+    """Cut items into batches by one of the simple planners (see the module docstring); greedy
+    fills a batch while rows x width <= batch_tokens and rows <= max_batch."""
     if planner not in SIMPLE_PLANNERS:
         raise ValueError(f"planner {planner!r} is not one of {', '.join(SIMPLE_PLANNERS)}")
     if batch_tokens < 1 or max_batch < 1:
@@ -150,11 +142,8 @@ class CostModel:
 
     @classmethod
     def from_dict(cls, d: dict) -> CostModel:
-        """From `to_dict` output, also an older version's (fields it no longer has are dropped:
-        a journal written before keeps its recorded constants). ValueError for constants no
-        calibration writes: the calibration cache and a journal are files a person can edit,
-        and a cached per_token of "abc" failed inside the planner, NaN failed writing the
-        journal, and -1 planned a job predicted at -98 s."""
+        """From `to_dict` output, an older version's too (unknown fields dropped). ValueError for
+        constants no calibration writes: the cache and a journal are files a person can edit."""
         if not isinstance(d, dict):
             raise ValueError(f"cost_model {d!r}"[:200])
         try:
@@ -180,14 +169,9 @@ def plan_cost(
     lengths: list[int], cost: CostModel, prefix: int, batch_tokens: int, max_batch: int,
     label_rows: int = 0, label_len: int = 0, max_padding: float | None = MAX_PADDING,
 ) -> list[Batch]:  # fmt: skip
-    """Longest first; the contiguous cut with the least predicted time (an exact DP), among
-    the cuts that pad at most `max_padding` of the processed tokens (None: no cap).
-
-    A batch never exceeds `max_batch` rows or `batch_tokens` padded tokens (an item longer than
-    the budget gets a batch of its own). The cap is met with a Lagrange penalty per padded
-    token, the smallest that meets it (bisection; the padding of the optimum never grows with
-    the penalty): near the time optimum, padding falls much faster than predicted time rises.
-    """
+    """Longest first; the contiguous cut with the least predicted time (an exact DP) among those
+    padding at most `max_padding` (None: no cap), met by the smallest Lagrange penalty per
+    padded token that meets it (bisection). An item over `batch_tokens` gets a batch alone."""
     if batch_tokens < 1 or max_batch < 1:
         raise ValueError("batch_tokens and max_batch must be positive")
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))

@@ -1,9 +1,5 @@
-"""What the model is asked: the default labels, the system prompt, few-shot examples.
-
-The default system prompt names the labels, with a one-line description each when given
-(`--labels-file`). Few-shot examples become earlier user/assistant turns of the conversation,
-so they are part of the shared prefix that the prefix cache computes once per job.
-"""
+"""What the model is asked: the default labels, the default system prompt (naming the labels,
+described when given) and the built-in few-shot examples."""
 
 from __future__ import annotations
 

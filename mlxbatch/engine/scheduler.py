@@ -1,19 +1,5 @@
-"""The scheduler: work arrives, the planner cuts what is queued into batches, lanes score them.
-
-nano-vllm's shape (`add_request`, then `step`: schedule, run, postprocess) serves both kinds of
-work, and every entry (the Python API, the file job, its ranks, the service, bench) scores
-through it: `add` prepared items (`item.Item`), then `step`: schedule (the planner cuts what is
-queued, or the caller gives the batches of a plan it made with `plan`), run (through the lanes,
-pipelined: a lane never waits for another), postprocess (each batch's items leave the queue as
-its result is handed back). A file job adds a window's items and steps once through its plan;
-arriving work (the service) is `live.LiveScheduler`, which steps one of these from a thread of
-its own. Keys are the caller's: a file job's input row numbers, a request's
-(request, item) pairs; batches carry keys, so there is one index space.
-
-Which batch an item lands in never changes its scores on the CPU float32 path (see
-tests/test_invariance.py); elsewhere the plan is a pure function of the queued lengths and
-the policy.
-"""
+"""The scheduler every entry scores through: `add` prepared items, then `step` (schedule,
+run over the lanes, postprocess). Keys are the caller's, so there is one index space."""
 
 from __future__ import annotations
 
@@ -125,11 +111,9 @@ class Scheduler:
         self, batches: list[Batch] | None = None, lanes: int | None = None,
         first: Callable[[Hashable], tuple] | None = None,
     ) -> Iterator[tuple[Batch, np.ndarray, BatchRecord]]:  # fmt: skip
-        """Schedule, run, postprocess: score `batches` of queued keys (default: `plan()` of
-        everything queued; with `lanes`, only that many: those holding the item that comes
-        first by `first(key)`, by default the longest-waiting), pipelined over the lanes,
-        yielding (batch, probabilities, record) in order; each batch's items leave the queue
-        when its result is handed back."""
+        """Schedule, run, postprocess: score `batches` of queued keys (default: `plan()` of all;
+        with `lanes`, only that many, first by `first(key)`), yielding (batch, probabilities,
+        record) in order."""
         batches = self.plan() if batches is None else batches
         if lanes is not None:
             if first is None:
@@ -171,9 +155,8 @@ def positional_items(engine: Engine, prompts: list[list[int]]) -> list[Item]:
 
 def score_all(engine: Engine, prompts: list[list[int]], batches: list[Batch],
               scorer: str = "fast") -> np.ndarray:  # fmt: skip
-    """Probabilities (N, J) of every prompt, back in input order, scored through a scheduler
-    in the given `batches` (indices are positions: bench times each planner's batches, and
-    tests set batches of their own). The policy's cut is not used."""
+    """Probabilities (N, J) of every prompt in input order, scored in the given `batches`
+    (positions; bench times each planner's cut with it)."""
     items = positional_items(engine, prompts)
     policy = BatchPolicy("sequential", scorer, 1, 1)
     done = [(b, list(p)) for b, p, _ in Scheduler(engine, policy, items).step(batches)]

@@ -1,10 +1,6 @@
-"""The two scorers behind one interface, `score(prompts) -> (B, J) probabilities`.
-
-`score_batches` runs a sequence of batches the same way, yielding each one's probabilities
-in order. `GoldScorer` is the reference: one item at a time, the whole prompt, no cache, the full
-vocabulary softmax; simple on purpose. `PrefixScorer` is the fast path: the shared prefix
-computed once, rows batched behind it (prepare the row layout, forward, score the labels).
-"""
+"""The two scorers behind one interface, `score(prompts) -> (B, J) probabilities`:
+`GoldScorer`, one whole prompt at a time, simple on purpose; `PrefixScorer`, the shared prefix
+once and rows batched behind it (prepare the row layout, forward, score the labels)."""
 
 from __future__ import annotations
 
@@ -73,10 +69,8 @@ class PrefixScorer:
         self._lane_kv.clear()
 
     def _prefill(self, tokens: list[int]) -> KVCache:
-        """The shared prefix's cache. A long prefix (many few-shot examples) goes through in
-        chunks, each attending to the cache so far and causally to itself: attention memory
-        grows with chunk x prefix, not prefix squared (20,000 tokens at once: ~22 GB of
-        scores at the 0.5B's 14 heads)."""
+        """The shared prefix's cache, a long prefix in chunks so attention memory grows with
+        chunk x prefix, not prefix squared."""
         # OpenBLAS on one thread, as in the lanes: its threads split a product's rows at points
         # that depend on the thread count, so a prefix made on the caller's thread carried the
         # bits of whatever count the process had then (an interrupted job's lanes leave 1, a
@@ -128,14 +122,9 @@ class PrefixScorer:
         return probs
 
     def _batch_cache(self, lane: int, batch: int, capacity: int) -> KVCache:
-        """The prefix broadcast to `batch` rows: the lane's buffers when they are large enough
-        (whatever batch size they were made for), else new ones of this batch's shape.
-
-        Not grown to the larger of both shapes: a job's batches go from few long rows to many
-        short ones, and buffers of its most rows x its longest row grew with the job (6,000
-        tickets: +28% peak memory against 600, bench/default-6000-kv-grown.txt). Sorted
-        longest first, a lane reallocates only when a batch has more rows than any before;
-        its buffers stay within the largest batch's own rows x slots."""
+        """The prefix broadcast to `batch` rows: the lane's buffers when large enough, else new ones
+        of this batch's shape (never grown to the larger of both, so a lane's buffers stay within
+        its largest batch as a sorted job goes from few long rows to many short ones)."""
         kv = self._lane_kv.get(lane)
         if kv is not None and kv.allocated >= batch and kv.capacity >= capacity:
             kv.crop(len(self.prefix))

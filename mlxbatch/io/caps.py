@@ -1,10 +1,5 @@
-"""Size caps on what mlxbatch reads, so an endless or runaway file (`/dev/zero`, a FIFO that
-never closes, a wrong path) ends in one line and exit 2 instead of a MemoryError.
-
-Each cap is far above any real use: a row (one line, or one CSV record) of 32 MiB is some 8
-million tokens, past every model's context; a system prompt, a labels file or all the few-shot
-examples together of a few MiB would not fit a context either; an API key is a line.
-"""
+"""Size caps on what mlxbatch reads, far above any real use, so an endless or runaway file
+ends in one line and exit 2 instead of a MemoryError."""
 
 from __future__ import annotations
 

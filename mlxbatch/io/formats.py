@@ -1,14 +1,5 @@
-"""Bytes to records, streamed: the input format (named, by extension, else by content) and its
-parser, reading one line (or CSV record) at a time.
-
-Each record is (row number, line it starts on, the parsed object or None, an error or None):
-the row number is the line in JSONL/text files and the data row in CSV/TSV files. A UTF-8
-byte-order mark is dropped in every format; blank lines are not records; lines end in LF,
-CRLF, or (in a file with no LF at all) CR alone. The parsers never merge or alter rows
-silently: a CSV that ends inside a quoted field is an error naming the row where the quote
-opened; a header that repeats a column is refused, and so is a JSON object that repeats a key
-(that row's error); TSV is split on tabs only (no quoting).
-"""
+"""Bytes to records, streamed one line (or CSV record) at a time: the input format (named, by
+extension, else by content) and its parser, which never merges or alters rows silently."""
 
 from __future__ import annotations
 
@@ -84,12 +75,9 @@ SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "cs
 def detect_format(
     name: str, head: bytes, fmt: str, text_field: str = "text", at_end: bool = False
 ) -> str:
-    """The format named, else by extension, else by content: stdin, and names with another or
-    no suffix (`tickets`, `data.jsonl.bak`, `/dev/fd/63` from a shell's `<(...)`), which would
-    otherwise classify each JSON line or CSV record as one text and exit 0. By content, a
-    first line is a CSV/TSV header when it names the text field, or when it holds two or more
-    distinct column names and the next lines have as many fields (`at_end`: `head` holds the
-    whole input, so its last line is complete)."""
+    """The format named, else by extension, else by content (stdin, `tickets`, `/dev/fd/63`): a
+    first line is a CSV/TSV header when it names the text field, or holds two or more distinct
+    column names and the next lines have as many fields (`at_end`: `head` is the whole input)."""
     if fmt != "auto":
         return fmt
     suffix = Path(name).suffix.lower()

@@ -1,12 +1,5 @@
-"""The ids seen so far in an input, for refusing duplicates, in memory that stays small.
-
-A dict of the ids themselves held ~125 bytes an id (130 MB for a million string ids, the
-largest part of a streamed job's memory). Here an id is a 128-bit BLAKE2b digest of its
-canonical form in an open-addressing table of NumPy arrays, at most half full: 24 bytes a slot,
-under 50 bytes an id (arrays from the standard library: their items read as Python ints
-several times faster than NumPy's scalars, measured). Two different ids share a digest with probability ~n^2 / 2^129
-(1e-27 for ten million ids): not a practical concern.
-"""
+"""The ids seen so far in an input, for refusing duplicates: 128-bit digests in an
+open-addressing table (under 50 bytes an id; a collision is ~n^2 / 2^129)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""Read and validate input rows (JSONL, CSV, TSV, plain text, Parquet; compressed or not; a
-file or stdin), reporting every bad row, streamed: `open_rows` yields one row at a time.
-
-Nothing here loads a model. Each row keeps its number (the line in JSONL/text files, the data
-row in CSV/TSV/Parquet files) and the line it starts on, so errors and outputs can name it
-(the formats: formats.py, parquet.py; decompression: sources.py). Ids come from `--id-field`;
-when it is not given, from an `id` column of a CSV/TSV/Parquet header, or from an `id` field
-in the first JSON object (then every row needs one; without it, a later row that has one is
-an error), else they are the row numbers.
-"""
+"""Read and validate input rows (JSONL, CSV, TSV, text, Parquet; compressed or not; a file or
+stdin), streamed, each keeping its number and line so errors and outputs can name it."""
 
 from __future__ import annotations
 
@@ -39,12 +31,9 @@ class Row:
 class RowStream:
     """The rows of one input, read and checked as they are iterated (iterate once).
 
-    Memory: one read buffer and one row at a time, plus a digest of every id seen so far
-    (duplicate ids are refused: under 50 bytes an id, see ids.py; the ids themselves took
-    ~130 MB for a million string ids), and 16 bytes per duplicate found; none of the digests
-    when an earlier pass's `duplicates` are given.
-    A file-level problem found past the first lines (a CSV quote never closed, a cut-short
-    archive) raises InputError during iteration; an input without rows raises at its end.
+    Memory: one buffer and one row at a time, plus a digest of every id seen (under 50 bytes
+    an id; none when an earlier pass's `duplicates` are given). A file-level problem found
+    past the first lines raises InputError during iteration.
     """
 
     def __init__(self, path: str, text_field: str = "text", id_field: str | None = None,
@@ -66,8 +55,7 @@ class RowStream:
         self._ids_from_first = id_field is None and parsed.columns is None and self.format != "text"
         if id_field is None and parsed.columns is not None and "id" in parsed.columns:
             self.id_field = "id"
-        # ids seen so far, as digests (see ids.py); or, when an earlier pass over the same file
-        # found them (`duplicates`), no table: a second pass holds no per-id memory
+        # ids seen so far, as digests (ids.py); none on a second pass given `duplicates`
         self._checking = duplicates is None
         # made at the first id: a stream opened only to detect a format holds none
         self._seen: IdTable | None = None
@@ -184,11 +172,8 @@ def open_rows(
     duplicates: DuplicateIds | None = None,
 ) -> RowStream:  # fmt: skip
     """The rows of `path` ('-' for stdin) as a stream: `.format`, then each Row, valid or carrying
-    its error, in input order. File-level problems found at the start (missing file, header,
-    format) raise here. `fields`: other columns to keep on each row. `output_format` 'csv' or
-    'tsv': ids will be written as text, so ids equal as text (1 and "1") are duplicates.
-    `duplicates`: the rows with a duplicate id, as a finished pass over the same file found them
-    (its `.duplicates`); the stream then keeps no table of ids."""
+    its error, in input order; file-level problems at the start raise here. `output_format` csv
+    or tsv: ids equal as text are duplicates. `duplicates`: an earlier pass's, so no id table."""
     return RowStream(path, text_field, id_field, fmt, fields, output_format, duplicates)
 
 

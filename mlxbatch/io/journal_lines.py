@@ -22,11 +22,9 @@ SCORED_FIELDS = {"id", "label", "scores", "abstained", "truncated"}  # rows.resu
 def journal_entry(line: bytes, n_rows: int | None = None, labels: tuple[str, ...] | None = None,
                   min_confidence: float | None = None,
                   truncating: bool | None = None) -> tuple[int, dict] | str:  # fmt: skip
-    """A journal line's (row index, result row), or why it is not one this job's run writes:
-    a row index inside the input, and a result that the final write can take (an id; an error
-    message, or finite probabilities over the labels with the label their top score). Given
-    the job's `labels`, a row abstains exactly where its top score is below `min_confidence`;
-    given whether the run truncates (`--too-long truncate`), only then may a row be cut."""
+    """A journal line's (row index, result row), or why it is not one this job's run writes: a
+    row inside the input, an id, and an error or finite scores whose label, abstention and
+    truncation agree with the job's `labels`, `min_confidence` and truncation."""
     try:
         entry = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError):

@@ -55,9 +55,8 @@ def _where(output: Path) -> str:
 
 
 def _check_not_new_in_kernel_fs(option: str, path: Path, real: str) -> None:
-    """Refuse a new file under /proc or /sys (what exists there is a stream): root's access
-    check passed the folder, and the journal (or a report) failed to be made only once the
-    model was loaded and the input scanned (or computed)."""
+    """Refuse a new file under /proc or /sys (what exists there is a stream) before any work:
+    root's access check passes the folder."""
     if real.startswith(("/proc/", "/sys/")) and not os.path.exists(real):
         raise OutputError(f"{option} {path}: /{real.split('/')[1]} holds no new files; choose "
                           f"another {option} path")  # fmt: skip
@@ -104,8 +103,7 @@ def _stdout_is_one_of(inputs: list[Path]) -> Path | None:
 
 def check_output(output: Path | None, inputs: list[Path], resume: bool) -> str:
     """Refuse, before anything is read or written, an output that could destroy data; None:
-    standard output, which a redirect may have opened on an input (`>> input.jsonl` appended
-    the rows to the file the job was reading)."""
+    standard output, which a redirect may have opened on an input."""
     if output is None:
         if hit := _stdout_is_one_of(inputs):
             named = os.path.realpath(hit) if is_stream(hit) else hit  # /dev/stdin: its file
@@ -241,9 +239,8 @@ def _check_replaceable_report(option: str, path: Path) -> None:
 
 
 def check_stdout_open(option: str, path: Path | None) -> None:
-    """A closed standard output is /dev/null (runtime.files.hold_closed_streams): what `option`
-    writes there (`path` None: standard output itself, `-o -`; or a path naming it,
-    /dev/stdout) would be lost without a word."""
+    """A closed standard output is /dev/null: refuse what `option` would write there (`path` None:
+    standard output itself), lost without a word otherwise."""
     if 1 in CLOSED_STREAMS and (path is None or names_stdout(path)):
         raise OutputError(f"{option} {path or '-'}: standard output is closed (>&-): what it "
                           "would write would be lost; give a file")  # fmt: skip

@@ -1,10 +1,5 @@
-"""Parquet input (the optional `pyarrow`, extra `parquet`), read one record batch at a time.
-
-Only the columns a run uses are read: the text, the id (`--id-field`, else `id` when the file
-has one) and the requested fields (gold labels). Rows are numbered from 1; a Parquet file has
-no lines, so a row's line is its number. Parquet keeps its index at the end of the file, so
-standard input is read whole into memory first; a file is read by path, batch by batch.
-"""
+"""Parquet input (the optional `pyarrow`), one record batch at a time, only the columns a run
+uses; standard input is read whole (Parquet keeps its index at the end)."""
 
 from __future__ import annotations
 

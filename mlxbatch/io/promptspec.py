@@ -1,7 +1,4 @@
-"""The prompt a run uses, from its options: labels (a comma list or a labels file, whose
-descriptions feed the default system prompt), the system prompt (text or file; None: the
-default, which `Classifier.load` builds from the labels and descriptions) and few-shot
-examples."""
+"""The prompt a run uses, from its options: labels, system prompt, few-shot examples."""
 
 from __future__ import annotations
 

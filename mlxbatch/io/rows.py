@@ -1,7 +1,5 @@
-"""The output rows: a scored row, an error row, and how rows are written: the format the
-output's name says (strict JSONL, or CSV/TSV with one score column a label), gzip-compressed
-when it ends in .gz. TSV is written as the TSV reader reads it: tab-separated, no quoting, so
-a value holding a tab or line break is refused, never altered."""
+"""The output rows (scored, error) and their writing in the format the output's name says:
+strict JSONL, or CSV/TSV with one score column a label (TSV unquoted, so a tab is refused)."""
 
 from __future__ import annotations
 
@@ -50,8 +48,7 @@ def output_format(name: str) -> tuple[str, bool]:
 
 def output_format_of(path: Path) -> tuple[str, bool]:
     """`output_format` of an output path, refusing also a link whose target's name is not an
-    output's: the target is what is written (runtime.files.write_atomically follows links), and
-    `-o out.jsonl` linked onto a model.safetensors replaced the weights."""
+    output's (the target is what is written)."""
     fmt = output_format(str(path))
     if os.path.islink(path) and not is_stream(path):  # /dev/stdout into a redirect is no file
         real = os.path.realpath(path)

@@ -1,20 +1,6 @@
-"""Where results go: a crash-safe journal behind a file, or an ordered stream.
-
-For a regular output file, every finished batch is appended to `OUTPUT.part` in one write and
-fsync'd, each line tagged with its input row index; the journal's first line records the run's
-fingerprint and settings. When every row is in, the rows are written to OUTPUT in input order
-(JSONL, or CSV/TSV by extension) through a new temporary file and an atomic rename, and the
-journal is removed. `--resume` re-reads the journal, drops a half-written last line, and
-re-plans the same batches from the recorded settings, so resumed scores are bit-identical.
-
-Safety, by construction: the journal and the temporary file are created with O_EXCL (an
-existing file is never overwritten: one that mlxbatch did not write is refused); the journal is
-locked while a run writes it, so a second run on the same output is refused with the first
-one's pid, and a finished run removes its journal only if the name still holds the file it
-opened; `-o -` is standard output, and character devices, FIFOs and /dev/stdout-like paths are
-written straight (no journal, no rename); a link is written through to its target. Every line
-written is strict JSON (no NaN).
-"""
+"""Where results go: a crash-safe journal behind a file (each batch appended and fsync'd, then
+the rows written in order through an atomic rename), or an ordered stream. docs/guarantees.md
+says what it keeps safe."""
 
 from __future__ import annotations
 
@@ -202,7 +188,6 @@ class Journal:
                                   truncating)  # fmt: skip
             if isinstance(entry, str) and line and not line.strip(b"\0"):
                 break  # zeros: blocks a crash left unwritten; everything from here is redone
-            # (an empty line is no crash's: it was taken for one, and the rows after it dropped)
             if not isinstance(entry, str) and entry[0] in self.done:
                 entry = "repeats a row"
             if isinstance(entry, str):
@@ -246,9 +231,8 @@ class Journal:
         self.close()
 
     def abandon(self) -> None:
-        """Closed as the job fails with an error. A journal this run made that holds no row
-        has nothing to resume: removed (a batch refused for memory left a bare header, which refused the next
-        run without --resume, and with it ran the refused shape, unchecked as a resumed plan)."""
+        """Closed as the job fails with an error: a journal this run made that holds no row has
+        nothing to resume, and would only refuse the next run, so it is removed."""
         if self.fd >= 0 and self.made and len(self.done) == 0:
             self._unlink_own()
         self.close()

@@ -1,12 +1,5 @@
-"""An input as a stream of bytes: a file or standard input, decompressed on the fly.
-
-gzip, bzip2 and xz (standard library) and zstd (the `zstandard` package, extra `zstd`) are
-recognised by their magic bytes, so a misnamed or piped archive reads too; the name's suffix
-only matters for the format inside (`in.csv.gz` is CSV). Nothing is unpacked to disk and
-neither the compressed nor the decompressed file is held whole: the decompressors read the
-file in buffer-sized pieces as the rows are consumed. Parquet (`PAR1`) is recognised here and
-read by parquet.py, which needs random access: a file by path, standard input read whole.
-"""
+"""An input as a stream of bytes, decompressed on the fly by its magic bytes (gzip, bzip2, xz,
+zstd), never unpacked to disk or held whole; Parquet is recognised here."""
 
 from __future__ import annotations
 
@@ -139,9 +132,7 @@ def _open_file(path: str) -> BinaryIO:
 
 def hold_for_reading(path: str | Path) -> BinaryIO | None:
     """`path` open with the shared lock an input holds (see `_open_file`), for as long as the
-    caller keeps it: a job holds its input so for its whole run, not only while it reads (a
-    one-window job read its file in seconds and scored for minutes, and another run's -o could
-    replace the input meanwhile, leaving its journal for an input that no longer existed)."""
+    caller keeps it: a job holds its input for its whole run, so no other run's -o replaces it."""
     try:
         return _open_file(str(path))
     except InputError:
@@ -180,10 +171,9 @@ def _decompressed(stream: BinaryIO, kind: str, path: str) -> BinaryIO:
 
 
 class ZstdFrames(io.RawIOBase):
-    """zstd frames one after another (`cat a.zst b.zst`), decompressed as read. zstandard's
-    stream reader ends quietly inside a frame cut short; this one raises EOFError there, as
-    the standard library's decompressors do. It feeds 1 KiB at a time: zstd's RLE blocks
-    expand 4 bytes to 128 KiB, so that bounds what one step holds (32 MiB) on a zip bomb."""
+    """zstd frames one after another (`cat a.zst b.zst`), decompressed as read; EOFError on a
+    frame cut short, as the standard library's decompressors. Fed 1 KiB at a time, which bounds
+    one step at 32 MiB (RLE blocks expand 4 bytes to 128 KiB)."""
 
     STEP = 1024
 

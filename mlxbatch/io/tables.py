@@ -1,7 +1,4 @@
-"""CSV and TSV records, streamed: a header (checked: the text column present, no column
-repeated) and one record per data row. CSV follows RFC 4180 quoting, and a quote never closed
-is an error naming the row where it opened; TSV is split on tabs only (quotes are ordinary
-characters), as mlxbatch also writes it."""
+"""CSV (RFC 4180) and TSV (tabs only, unquoted) records, streamed, behind a checked header."""
 
 from __future__ import annotations
 

@@ -60,9 +60,7 @@ class JobInput:
             rows, found = read_rows(path, text_field, id_field, fmt, fields, output_format)
             return cls.of_rows(rows, path, found)
         held = hold_for_reading(path)  # before the first reading: the one that is checked
-        # named by this first reading; an empty input is refused now, not once the model is
-        # loaded and the planner timed (its notice came first, the error seconds later); no
-        # duplicates are known to it, so it holds no table of ids
+        # an empty input is refused now, before the model loads
         try:
             first = open_rows(path, text_field, id_field, fmt, fields, output_format,
                               DuplicateIds())  # fmt: skip
@@ -88,9 +86,7 @@ class JobInput:
     def windows(self, size: int, scanned: Scan | None = None,
                 chars: int | None = None) -> Iterator[tuple[int, list[Row]]]:  # fmt: skip
         """(first row's index, rows) of `size` rows at a time, or fewer whose texts reach
-        `chars` characters (api/spec.WINDOW_CHARS, as a job's settings record it; None: no such
-        bound), read as each is asked for; after a `scan`, with the duplicate ids it found (no table
-        of ids held again)."""
+        `chars` characters (None: no bound), read as each is asked for."""
         rows, start = iter(self.reopen(scanned.duplicates if scanned else None)), 0
         while window := _window(rows, size, chars):
             yield start, window

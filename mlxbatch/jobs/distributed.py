@@ -1,16 +1,6 @@
-"""Data-parallel classification over MLX's distributed layer (`mlx.launch`: ring, MPI, NCCL).
-
-`job.run_job` drives the job on every rank with a `RankGroup`: rank 0's settings (on --resume
-the journal's) are sent to every rank once, the ranks check that they hold the same input,
-model and settings, and every rank reads the input in the same windows and plans each alike,
-holding one window at a time. A window's batches are dealt whole to ranks, balanced by padded tokens; each
-batch is computed exactly as a single process would, so the scores are bit-identical. After
-every round (one batch a lane) the probabilities are all-gathered, padded to the round's largest
-batch (every rank knows the plan, so only the numbers travel), and rank 0 appends them to its
-journal: `--resume` after a kill of any rank re-deals only the batches the journal lacks. Each
-rank verifies the items it scored. Every collective runs under a watchdog: MLX's ring backend
-has been seen to hang rather than fail when a peer dies.
-"""
+"""Data-parallel classification over `mlx.launch` ranks: rank 0's settings sent once, the
+same windows planned alike everywhere, whole batches dealt by padded tokens and gathered to
+rank 0's journal, every collective under a watchdog."""
 
 from __future__ import annotations
 
@@ -200,9 +190,8 @@ class RankGroup:
         return written, merged
 
     def _rounds(self, clf, window, plan, shares, sink, on_error, bar, keep_own: bool):
-        """Rounds of one batch per CPU lane on every rank (each batch whole on one lane, as in a
-        single process); rank 0 journals every round's results. Returns rank 0's rows written
-        and, with `keep_own`, this rank's scored rows (input row -> output row, to verify)."""
+        """Rounds of one batch per lane on every rank; rank 0 journals each round. Returns rank 0's
+        rows written and, with `keep_own`, this rank's scored rows (to verify)."""
         n_labels = len(clf.labels.names)
         rounds = [[share[start : start + n] for start in range(0, len(share), n)]
                   for share, n in zip(shares, self.lanes)]  # fmt: skip

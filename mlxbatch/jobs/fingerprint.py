@@ -1,7 +1,6 @@
-"""A job's fingerprint: everything that changes a row's scores or errors, so `--resume` only
-continues the run that wrote the journal (the batch shape is recorded instead). It is one string
-of `part=digest` words, so a refusal can name the part that differs (io/sinks.py); the compute
-path is also recorded in words (`compute_path`), so a refusal can say how it differs."""
+"""A job's fingerprint: `part=digest` words over everything that changes a row's scores or
+errors, so `--resume` continues only the run that wrote the journal and a refusal names the
+part that differs."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""A classification job over a file: settings, scan, journal, then window by window: plan,
-score, write; then verify and report.
-
-`run_job` is the handful of steps. The settings are resolved once (a resume reads the
-journal's instead) and shared with the ranks once; each window's rows are tokenized once into
-items, one scheduler per window cuts and scores them through the lanes, and a journal-backed
-sink makes every finished batch durable.
-"""
+"""A classification job over a file: settings, scan, journal, then window by window plan,
+score, write; then verify and report."""
 
 from __future__ import annotations
 
@@ -81,11 +75,9 @@ def run_job(
     resume: bool = False, verify: bool = False, source: str = "input", fmt: str = "jsonl",
     keep_results: bool = True, group: LocalGroup | None = None,
 ) -> JobResult | None:  # fmt: skip
-    """Classify `rows` (a list, or a `JobInput` read in windows of `spec.window` rows) into
-    `output` (None: standard output). With `keep_results`, the result rows come back in the
-    JobResult (a list of every row: memory that grows with the job). `group`: the ranks that
-    share the work (`distributed.RankGroup`); every rank reads the same windows and plans them
-    alike, rank 0 writes; the others return None."""
+    """Classify `rows` (a list, or a `JobInput` read in windows) into `output` (None: standard
+    output). `keep_results`: return every result row too; `group`: the ranks sharing the work
+    (rank 0 writes; the others return None)."""
     clf.check_process()
     job = Job(clf, spec, output, resume, verify, group or LocalGroup())
     job_input = rows if isinstance(rows, JobInput) else JobInput.of_rows(rows, source, fmt)
@@ -139,10 +131,8 @@ class Job:
             self._open(header)
 
     def _start_clock(self) -> None:
-        """The job's time and peak memory count from here: a machine's first job may calibrate
-        the planner while its settings resolve (146 s on a loaded 2-core VM), which the demo
-        counted as classifying (1.38x the gold loop for 2.5x), and whose batches made a tiny
-        model's peak 0.10 GiB against the job's bound of 0.04."""
+        """The job's time and peak memory count from here, after any calibration of the
+        planner that resolving the settings ran."""
         self.clf.engine.release_buffers()  # a calibration's lane caches are the job's to make
         gc.collect()  # garbage freed mid-job would be counted as "others" and not be (peak < 0)
         mx.reset_peak_memory()
@@ -151,11 +141,8 @@ class Job:
         self.t0 = time.perf_counter()
 
     def _settings(self, output: Path | None) -> tuple[Settings, ResumeError | None, dict | None]:
-        """This run's settings: the journal's on a resume (read before the header that says
-        whether the journal is this run's can be made: a foreign one is refused by it, so a
-        journal whose settings cannot be read is refused only once that check has passed),
-        else resolved from the options; with why the journal's could not be read, and its
-        header."""
+        """This run's settings (the journal's on a resume, else resolved from the options), why
+        the journal's could not be read, and its header."""
         try:
             head = recorded_header(output, None) if output is not None else None
         except ResumeError as e:

@@ -1,9 +1,5 @@
 """What a file job decides for a window before computing, as a pure function of its rows and
-the run's settings: each row's item (or why it is refused: too long), identical prompts scored
-once, and the batches, cut by the scheduler that will score them (indexed by input row, the
-one index space), with the memory check that names the setting to change. Rows are never
-modified: outcomes are returned.
-"""
+settings: each row's item or why it is refused, duplicates scored once, and the batches."""
 
 from __future__ import annotations
 
@@ -65,10 +61,8 @@ def plan_window(
     clf: Classifier, rows: list[Row], start: int, settings: Settings,
     check_memory: bool = True, prompts: list[list[int]] | None = None,
 ) -> JobPlan:  # fmt: skip
-    """The plan of rows [start, start + len(rows)) of a job: each row's item or refusal, and
-    batches of the items to score, keyed by input row. Rows whose prompts are identical token
-    for token are scored once (the same tokens give the same answer); the others copy its
-    result. `prompts`: the prompts of the rows without an error, when tokenized ahead."""
+    """The plan of rows [start, start + len(rows)): each row's item or refusal, and the batches,
+    keyed by input row; rows with identical prompts are scored once. `prompts`: tokenized ahead."""
     engine = clf.engine
     good = [(start + i, r.text) for i, r in enumerate(rows) if not r.error]
     if prompts is None:

@@ -34,9 +34,8 @@ class JobResult:
     computed_duplicates: int = 0
 
     def _this_run(self) -> tuple[int, int]:
-        """(rows, duplicates) this run scored: rows a resume reads back from the journal cost it
-        no time (counted, a resume that found 290 of 300 rows journaled would say 300 rows in
-        the time of 10: 30x its rate)."""
+        """(rows, duplicates) this run scored: rows a resume reads back from the journal cost it no
+        time."""
         if self.computed is None:
             return self.scored, self.duplicates
         return self.computed, self.computed_duplicates

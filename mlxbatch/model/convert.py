@@ -1,8 +1,4 @@
-"""Write MLX-ready model directories: from a Hugging Face checkpoint, or random (synthetic).
-
-Output: `model.safetensors` (Hugging Face parameter names, tied/derived tensors dropped),
-`config.json`, the tokenizer files, and `mlxbatch.json` (source, dtype, tensor count, sha256).
-"""
+"""Write MLX-ready model directories from a Hugging Face checkpoint, or random (synthetic)."""
 
 from __future__ import annotations
 
@@ -70,9 +66,8 @@ def _model_file(p: Path) -> bool:
 
 
 def check_destination(out: Path, force: bool, source: Path | None = None) -> None:
-    """Refuse to overwrite a model directory unless `force`, and anything that is not a model
-    directory even with it (`--force .` must not delete a home); never the source, nor a
-    directory holding it or inside it."""
+    """Refuse to overwrite a model directory unless `force`, anything else even with it, and
+    never the source or a directory holding it or inside it."""
     real = Path(os.path.realpath(out))
     if source is not None:
         src = Path(os.path.realpath(source))

@@ -1,12 +1,6 @@
-"""The decoder of every supported family in MLX, with Hugging Face parameter names.
-
-A family (family.py; qwen2.py, llama.py, qwen3.py, gemma3.py, phi3.py) sets which norms,
-attention variant and MLP its block has; everything else here is the same for all of them.
-The forward takes explicit inputs only: tokens, a KV cache (or None), per-row rotary offsets,
-and an attention mask. It returns final-normed hidden states; the output head is a separate
-step (`Decoder.head`) that projects chosen positions onto chosen vocabulary rows.
-Sliding-window layers (Gemma 3, Mistral, Phi-3-mini-4k) get `sliding_mask` of that mask.
-"""
+"""The decoder of every supported family in MLX, with Hugging Face parameter names: a family
+(family.py) sets its block's norms, attention and MLP; the forward takes explicit inputs only
+and returns final-normed hidden states (the head is `Decoder.head`)."""
 
 from __future__ import annotations
 
@@ -23,14 +17,9 @@ EVAL_EACH_LAYER = True  # on the host-kernel path (see Decoder.__call__); off on
 
 
 def sliding_mask(mask: Mask, window: int, q_len: int, k_len: int) -> mx.array:
-    """`mask` restricted to each query's last `window` visible keys.
-
-    Every mask this package builds shows a query exactly its row's positions 0 .. q, in slot
-    order (the shared prefix, the row's own tokens, label tokens; padding never), so a key's
-    distance from the query is the number of visible keys after it: "the last `window`
-    visible keys" is transformers' `kv_idx > q_idx - sliding_window`, derived from the mask
-    alone, whatever the layout. A query row stays non-empty (it sees itself).
-    """
+    """`mask` restricted to each query's last `window` visible keys: our masks show a query
+    exactly its row's positions 0 .. q in slot order, so this is transformers'
+    `kv_idx > q_idx - sliding_window` whatever the layout."""
     if mask is None or isinstance(mask, str):  # "causal": the last q_len of k_len keys
         mask = (mx.arange(k_len)[None] <= mx.arange(k_len - q_len, k_len)[:, None])[None, None]
     later = mx.cumsum(mask.astype(mx.int32), axis=-1, reverse=True)  # visible keys at or after
@@ -243,14 +232,10 @@ class Decoder(nn.Module):
     ) -> mx.array:
         """Final-normed hidden states (B, L, D); `cache` advances by L.
 
-        `host_kernels=True` runs SiLU and the attention softmax as host kernels (see hostops.py):
-        the forward then evaluates inside, layer by layer. Float32 on the CPU only. It also
-        evaluates each layer's output: with CPU lanes running at once, graphs spanning two
-        layers ran ~18% slower than these (measured, scripts/lane_concurrency.py).
-        `keep` (B,): only position keep[b] of each row is wanted, so the last layer computes
-        queries, attention output and MLP for those positions alone (keys and values for all):
-        the result is (B, 1, D). Needs an array mask.
-        Sliding layers see `sliding_mask(mask)`: made once a forward, like the full one.
+        `host_kernels=True` runs SiLU and the softmax as host kernels (hostops.py; float32 on
+        the CPU), evaluating layer by layer (faster with lanes running at once:
+        scripts/lane_concurrency.py). `keep` (B,): only position keep[b] of each row is wanted,
+        so the last layer computes it alone: (B, 1, D); needs an array mask.
         """
         x = self.embed(tokens)
         L = tokens.shape[1]

@@ -16,10 +16,8 @@ def weights_dir() -> Path:
 
 
 def not_runnable(model_dir: Path) -> str | None:
-    """Why a model directory cannot run, from cheap checks (config, the weight files' tensor
-    tables, tokenizer), or None; the weights' values are checked when a run loads them. The
-    one check behind `mlxbatch models` (BROKEN) and the default model's choice (a 2-byte
-    model.safetensors was chosen, and the job failed: "truncated safetensors file")."""
+    """Why a model directory cannot run, from cheap checks (config, tensor tables, tokenizer), or
+    None: the one check behind `mlxbatch models` (BROKEN) and the default model's choice."""
     from ..errors import ModelError
     from .config import ModelArgs
     from .files import check_regular_files

@@ -1,9 +1,4 @@
-"""A model family as data: what its decoder block changes against Qwen2, and its tensor names.
-
-The forward (decoder.py), the batched cache, the row layout, the host kernels and label
-scoring read only these switches; each family module (qwen2.py, llama.py, qwen3.py,
-gemma3.py, phi3.py) sets them and says in its docstring why, with the published config keys.
-"""
+"""A model family as data: what its decoder block changes against Qwen2, and its tensor names."""
 
 from __future__ import annotations
 

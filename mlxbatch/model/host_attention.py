@@ -22,10 +22,8 @@ class Host:
     _tiled: dict = field(default_factory=dict, compare=False, repr=False)
 
     def tiled(self, group: int, tile: int) -> np.ndarray:
-        """The mask laid out as `attention` lays out the scores: the query rows of `group`
-        heads (head-major) in tiles of `tile` rows, the keys in blocks, (B, 1, T, S'/BLOCK,
-        tile, BLOCK); rows past the last query 0 (their outputs are dropped). Made once per
-        forward (every layer reads it)."""
+        """The mask laid out as `attention` lays out the scores, (B, 1, T, S'/BLOCK, tile, BLOCK),
+        made once per forward."""
         if (group, tile) not in self._tiled:
             B, _, _, L, Sp = self.mask.shape
             rows = group * L
@@ -89,13 +87,9 @@ def _softmax_numerator(s: np.ndarray, axis) -> None:
 
 
 def plain_attention(q, k, v, scale: float, host: Host) -> mx.array:
-    """Grouped-query attention (B, H, L, hd) over keys/values (B, KV, S, hd), host softmax: the
-    query rows of a KV head as one product's rows, padded (the plain layout); the same
-    block-by-block accumulation as the tiled layout.
-
-    Query head h reads KV head h // (H / KV), as `mx.fast.scaled_dot_product_attention` does.
-    A query row with no visible key (never made by this package's layouts) gets zeros, not NaN.
-    """
+    """Grouped-query attention (B, H, L, hd) over keys/values (B, KV, S, hd), host softmax, a KV
+    head's query rows as one padded product (the plain layout); query head h reads KV head
+    h // (H / KV); a query row with no visible key gets zeros, not NaN."""
     B, H, L, hd = q.shape
     KV, S = k.shape[1], k.shape[2]
     G, Sp = H // KV, host.mask.shape[-1]

@@ -1,7 +1,5 @@
-"""The row layout every host-kernel product keeps, whatever it computes: a product's rows
-padded with zero rows and rounded, and its operands kept past OpenBLAS's small-matrix bound,
-so that a row's bits do not depend on the other rows of its batch (model/hostops.py says why,
-kernel family by kernel family; model/host_attention.py and hostops' matmuls use it)."""
+"""The row layout every host-kernel product keeps (zero rows, rounding, operands past
+OpenBLAS's small-matrix bound), so a row's bits do not depend on its batch."""
 
 from __future__ import annotations
 
@@ -45,16 +43,14 @@ def pad_rows(x: mx.array, rows: int, axis: int = 0, front: int = 0) -> mx.array:
 
 
 def plain_rows(m: int, *sizes: int) -> int:
-    """Rows a plain product of `m` real rows runs with: at least ROUND (OpenBLAS 0.3.28+ sends
-    a one-row product to GEMV on ARM64, RISC-V and POWER, OpenMathLib/OpenBLAS#4814, which
-    sums in another order) and past the small-matrix bound for each (n * k) in `sizes`."""
+    """Rows a plain product of `m` real rows runs with: at least ROUND (OpenBLAS sends a one-row
+    product to GEMV on some CPUs, another summation order) and past the small-matrix bound."""
     return max(m, ROUND, *(SMALL // size + 1 for size in sizes))
 
 
 def writable(a: mx.array) -> np.ndarray:
     """The evaluated buffer of an array this module just made and alone holds, to work on in
-    place and hand back as the same MLX array: no copy, and no fresh pages to fault in (a new
-    20 MB NumPy buffer a call cost more than the arithmetic, measured)."""
+    place and hand back: no copy, and no fresh pages to fault in."""
     view = np.asarray(a)
     if not view.flags.writeable or view.dtype != np.float32:
         raise RuntimeError("host kernels need writable float32 MLX buffers")

@@ -1,41 +1,13 @@
-"""The forward's transcendental elementwise work on the host, for MLX's CPU device.
+"""The forward's elementwise work (SiLU, softmax) and its matmuls on the host, for MLX's CPU
+device in float32, laid out so that a row's bits never depend on its batch.
 
-On the CPU, MLX evaluates `exp` one element at a time on one thread (measured here: 9.0 ns an
-element, against 0.34 ns for NumPy's vectorised float32 `exp`), so SiLU and the attention
-softmax cost more than the matmuls around them. With `host_kernels=True` the forward evaluates the
-matmul that feeds each of them, runs the elementwise part in NumPy on the evaluated buffer,
-and hands the result back to MLX: two synchronisation points a layer (the forward adds a
-third, each layer's output: see qwen2.py), each a few hundred microseconds against tens of
-milliseconds saved. Only for float32 on the CPU (NumPy has no
-bfloat16, and on a GPU the MLX kernels are the fast ones).
-
-The functions are the same mathematics as the MLX path, `g / (1 + exp(-g)) * u` and a
-max-subtracted softmax, in float32; results differ from MLX's only in the last bits of
-`exp`, so the gold loop (always pure MLX) stays an independent check of this path.
-
-Batch invariance: a row's results here do not depend on the other rows of its batch, its
-width or the key count, under any of OpenBLAS's x86 kernel families tested (Haswell/Zen,
-SandyBridge, Nehalem; SkylakeX by the probe where there is AVX-512). OpenBLAS's kernels sum in
-orders that depend on where a row sits (measured, scripts/batch_invariance.py and
-runtime/probe.py): with a row as a column of the B operand (`x @ w.T`), Haswell's gives
-positions 0-5 and 6-11 of each 12-row group other bits; as a row of the A operand, the first
-and last 8 rows of a product, and rows past its first row block (~256 rows), differ from the
-rest; SkylakeX has a small-matrix kernel (M*N*K <= 100^3) and a "direct" one. So every
-product here is `w @ x.T`, x's rows in tiles of at most TILE rows between EDGE zero rows
-(`matmul_t`), the row count a multiple of ROUND, and operands padded past the small-matrix
-bound; then a row's bits depend only on the product's other dimensions, which the model
-fixes. Attention runs one product per block of BLOCK keys (a fixed shape) with the query rows
-tiled alike, into one accumulator (beta=1) block after block, with the softmax denominator as
-an extra ones column of V, so it is summed in the same order as the numerator; masked keys
-add exact zeros. That is the "tiled" layout. Where the BLAS probe finds the "plain" one
-invariant too (SkylakeX's and SandyBridge's kernels), it runs instead: `x @ w.T` in one
-product, its rows padded past the small-matrix bound and to at least ROUND, and attention's
-query rows as one block; under SkylakeX on one thread its matmuls took 0.58 s of CPU where
-the tiled ones took 0.94 (1.61x; 1,201 rows through the 0.5B model's q/k/v, gate/up and down
-shapes on a Zen 5). The layout follows the BLAS this process loaded, decided once with it
-(`LAYOUT`, and `matmul_t` / `attention` bound from `KERNELS`); each (family, layout) is
-checked at the BLAS probe (model/invariance.py), and one that fails is not used.
-mx.fast.scaled_dot_product_attention (the GPU path) gives no such guarantee.
+MLX's CPU `exp` runs one element at a time on one thread, so the forward hands each SiLU and
+softmax to NumPy on the evaluated buffer (a few hundred microseconds of synchronisation against
+tens of milliseconds saved). OpenBLAS sums in orders that depend on where a row sits in a
+product, so every product uses a layout the BLAS probe found batch-invariant for the loaded
+kernel family: "tiled" (`w @ x.T`, x's rows in fixed tiles between zero rows, attention one
+fixed-shape block of keys at a time) or the faster "plain" one where the probe allows it.
+docs/how-it-works.md ("Batch invariance on the CPU") explains both layouts.
 """
 
 from __future__ import annotations
@@ -98,9 +70,8 @@ def _plain_matmul_t(x: mx.array, w: mx.array, bias: mx.array | None = None) -> m
 
 
 def _tiled_matmul_t(x: mx.array, w: mx.array, bias: mx.array | None = None) -> mx.array:
-    """x (..., K) @ w.T (N, K) (+ bias) computed as w @ x.T, so x's rows are OpenBLAS's A rows,
-    TILE at a time between EDGE zero rows (see the module docstring); w gets zero rows where
-    the product would be small (the tiled layout)."""
+    """x (..., K) @ w.T (N, K) (+ bias) as w @ x.T, x's rows TILE at a time between EDGE zero
+    rows, w padded past the small-matrix kernels (the tiled layout)."""
     lead, K = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, K)
     M, N = x2.shape[0], w.shape[0]
@@ -130,10 +101,8 @@ def _scratch(shape: tuple[int, ...]) -> np.ndarray:
 
 
 def silu_mul(g: mx.array, u: mx.array) -> mx.array:
-    """SiLU(g) * u, as the MLX path writes it: g / (1 + exp(-g)) * u. `u` must be a fresh
-    array (the up projection): the product is written into its buffer and `u` returned.
-    Worked in row chunks that stay in the core's cache: five passes over a 40 MB array from
-    memory cost more than the arithmetic (measured)."""
+    """SiLU(g) * u, as the MLX path writes it: g / (1 + exp(-g)) * u, written into `u`'s
+    buffer (a fresh array: the up projection) in row chunks that stay in the core's cache."""
     mx.eval(g, u)
     n = g.shape[-1]
     a, b = np.asarray(g).reshape(-1, n), writable(u).reshape(-1, n)
@@ -150,8 +119,7 @@ def silu_mul(g: mx.array, u: mx.array) -> mx.array:
     return u
 
 
-# each layout's (matmul_t, attention); a row's result is bit-identical whatever batch it is in
-# under the kernel families the probe found the layout invariant for (see the module docstring)
+# each layout's (matmul_t, attention), bit-identical per row where the probe passed it
 KERNELS = {"plain": (_plain_matmul_t, plain_attention),
            "tiled": (_tiled_matmul_t, tiled_attention)}  # fmt: skip
 matmul_t, attention = KERNELS[LAYOUT]  # bound once, with the BLAS this process loaded

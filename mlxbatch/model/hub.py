@@ -1,13 +1,6 @@
-"""Where `--model` points: a local directory, a GGUF file (a path or `ollama:NAME[:TAG]`), or
-a Hugging Face hub id resolved like mlx-lm.
-
-A GGUF is converted once into mlxbatch's cache (gguf_convert.py). A local path wins. Else `org/name` is resolved with `huggingface_hub.snapshot_download` and
-the same file patterns as `mlx_lm.utils.load` (safetensors, JSON, tokenizer files): from the
-local cache when it has the snapshot (always so with HF_HUB_OFFLINE=1), else downloaded.
-Any directory is then loaded the same way, whichever tool wrote it: mlxbatch, transformers
-(`save_pretrained` with safetensors) or mlx-lm (quantized or not): they share the Hugging
-Face parameter names, so no conversion step or cache directory is needed.
-"""
+"""Where `--model` points: a local directory (any of mlxbatch's, transformers' or mlx-lm's), a
+GGUF file (a path or `ollama:NAME[:TAG]`, converted once into the cache), or a Hugging Face
+hub id resolved as mlx-lm resolves it."""
 
 from __future__ import annotations
 

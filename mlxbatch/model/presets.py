@@ -1,12 +1,5 @@
-"""Published shapes of every supported family, for `init-random` synthetic models.
-
-Each preset is the model's `config.json` as published on the Hugging Face hub (the keys the
-forward reads, plus the ids). The small Qwen2 sizes tie the output head to the embeddings; 7B
-has its own head and a larger vocabulary, as its config says. `tiny` is for tests.
-A synthetic model always gets the real Qwen tokenizer (the only one shipped offline): where a
-family's published vocabulary is smaller (Llama 3.2's 128,256), init-random widens
-`vocab_size` to the tokenizer's and says so in `mlxbatch.json`.
-"""
+"""Published shapes of every supported family (their `config.json`), for `init-random`
+synthetic models, which always get the real Qwen tokenizer."""
 
 from __future__ import annotations
 

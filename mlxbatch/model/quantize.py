@@ -1,13 +1,6 @@
-"""Quantization as a transform of the model, in MLX's own format (what mlx-lm writes and loads).
-
-A quantized checkpoint's `config.json` has a `quantization` key (`group_size`, `bits`, `mode`,
-and optionally per-layer entries); each quantized layer stores packed `weight` (uint32) with
-`scales` and `biases`. Loading applies `mlx.nn.quantize` with mlx-lm's class predicate (a layer
-is quantized only where the checkpoint has its `.scales`, with the parameters inferred from its
-shapes), so unquantized layers stay unquantized. Writing reuses mlx-lm's `quantize_model`.
-On the CPU, MLX's quantized matmul is slower than fp32 through OpenBLAS (docs/benchmarks.md),
-so the CPU path dequantizes once at load: the same values a quantized matmul would use.
-"""
+"""Quantization as a transform of the model, in MLX's own format (what mlx-lm writes); on the
+CPU a quantized checkpoint is dequantized once at load, MLX's CPU quantized matmul being
+slower than fp32 through OpenBLAS."""
 
 from __future__ import annotations
 
@@ -51,8 +44,7 @@ def quantization(config: dict) -> dict | None:
 
 def apply(model: nn.Module, q: dict, weights: dict[str, mx.array]) -> None:
     """Turn the layers the checkpoint stores quantized into quantized layers, in place; a
-    per-layer entry that is neither parameters nor false, or parameters MLX cannot run, is a
-    ModelError (a ValueError or TypeError deep in MLX was a traceback)."""
+    per-layer entry MLX cannot run is a ModelError."""
     try:
         _apply(model, q, weights)
     except (ValueError, TypeError) as e:

@@ -31,13 +31,10 @@ from .chat import ChatTemplate, Split, read_template
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 Examples = tuple[tuple[str, str], ...]  # few-shot (text, label) pairs, earlier turns
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
-# Texts per encode_batch_fast call in `prompts`: one call over 100,000 tickets holds every
-# Encoding at once and ran slower than per-text encode on this 2-core host (30,000 texts, one
-# Rust thread: 68 s in one call, 27-29 s in calls of 1,024-4,096; docs/benchmarks.md).
+# Texts per encode_batch_fast call in `prompts`: one call over a whole job holds every
+# Encoding at once and ran 2.4x slower than calls of 1,024-4,096 (docs/benchmarks.md).
 BATCH_TEXTS = 2048
-# ...and at most about this many characters: an Encoding holds ~100 bytes a character of a long
-# text (its tokens' strings, offsets and masks), so 2,048 texts of 27,000 characters held
-# 3.6 GB at once for a 54 MB input (tokens kept: ~8 bytes each, ids shared)
+# ...and at most about this many characters: an Encoding holds ~100 bytes a character
 BATCH_CHARS = 1 << 20
 # What an added token with lstrip/rstrip takes beside it: Unicode's White_Space, as the
 # tokenizers library's `char::is_whitespace` (Python's str.strip also takes \x1c-\x1f)
@@ -132,9 +129,8 @@ class PromptTokenizer:
         return max(map(len, self._tok.get_vocab(with_added_tokens=True)))
 
     def least_tokens(self, text: str) -> int:
-        """A floor on `len(encode(text))`, found without encoding: no token covers more than
-        `longest` characters of the normalized text (its bytes, for a byte-level vocabulary),
-        so a 2 MB text is known to be over a 2,048-token limit in a fraction of encoding it."""
+        """A floor on `len(encode(text))` without encoding: no token covers more than `longest`
+        characters of the normalized text (bytes, for a byte-level vocabulary)."""
         normalizer = self._tok.normalizer
         return len(normalizer.normalize_str(text) if normalizer else text) // self.longest
 
@@ -149,12 +145,8 @@ class PromptTokenizer:
     def prompts(
         self, system: str, texts: Sequence[str], examples: Examples = ()
     ) -> list[list[int]]:
-        """`prompt` of each text, the texts encoded together by the tokenizer's own threads.
-
-        Equal to `[prompt(system, t, examples) for t in texts]`, ids shared the same way. The
-        Rust call, over nine tenths of the time on the synthetic tickets, releases the GIL, so
-        a thread can tokenize the next window while the lanes score this one.
-        """
+        """`[prompt(system, t, examples) for t in texts]`, encoded together by the tokenizer's
+        threads (the Rust call releases the GIL: the next window tokenizes while lanes score)."""
         f = self.frame(system, examples)
         head, tail = list(f.head), list(f.tail)
         out = []

@@ -1,12 +1,5 @@
-"""Vision-language checkpoints whose language model is a supported family: Gemma 3 4B, 12B and
-27B (`model_type: gemma3`, `Gemma3ForConditionalGeneration`) are a `gemma3_text` decoder
-beside a SigLIP vision tower and a projector. mlxbatch classifies text, so it runs the language
-model alone, as mlx-lm does with such a checkpoint: the config's `text_config` (transformers'
-`Gemma3TextConfig` defaults for what it omits: the published 4B config names neither its heads
-nor its vocabulary), and the tensors under the language model's prefix; the vision tower's and
-the projector's tensors are passed over. Text-only prompts never reach the image tokens, so the
-language model's logits are the whole model's (tests/test_families.py compares them with
-transformers' `Gemma3ForConditionalGeneration`)."""
+"""Vision-language checkpoints whose language model is a supported family (Gemma 3 4B+): the
+language model alone is run, as mlx-lm does, from `text_config` and its tensors."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Safetensors checkpoints: find, check (headers, names, shapes, finiteness) and load them.
-
-Only safetensors is read: nothing is ever unpickled. Every problem is reported as one
-ModelError naming the file and tensor, before MLX sees the bytes.
-"""
+"""Safetensors checkpoints: find, check (headers, names, shapes, finiteness) and load them."""
 
 from __future__ import annotations
 

@@ -61,9 +61,8 @@ def families() -> list[str]:
 
 
 def unrunnable_coretype() -> str | None:
-    """Why the user's OPENBLAS_CORETYPE cannot run on this CPU, or None: OpenBLAS takes the
-    family on trust and dies of SIGILL at its first product (mlxbatch's copy and NumPy's,
-    which reads the same variable: its SIGILL came from the planner's least squares)."""
+    """Why the user's OPENBLAS_CORETYPE cannot run on this CPU, or None: OpenBLAS (NumPy's too)
+    takes the family on trust and dies of SIGILL at its first product."""
     family = os.environ.get(CORETYPE, "")
     needs = FAMILY_NEEDS.get(family.lower())
     if not needs or platform.machine() not in ("x86_64", "AMD64"):

@@ -1,8 +1,4 @@
-"""The names a shared library exports, read from its ELF dynamic symbol table (no binutils).
-
-Only what `scipy_openblas.py` needs to rename a library's symbols: 64-bit little-endian ELF (x86_64 and
-aarch64 Linux), the defined global and weak symbols of `.dynsym`.
-"""
+"""The names a shared library exports, read from its ELF dynamic symbol table (no binutils)."""
 
 from __future__ import annotations
 
@@ -38,9 +34,8 @@ def exported_symbols(path: str | Path) -> list[str]:
 
 
 def whole(path: str | Path) -> bool:
-    """Whether every part of the 64-bit ELF file `path` that the loader maps (its PT_LOAD
-    segments) and its section table lie inside the file: a copy cut short (a full disk, a
-    killed copy) is mapped past its end and kills the process with SIGBUS at its first touch."""
+    """Whether every loaded segment and the section table of the 64-bit ELF file `path` lie inside
+    the file (a copy cut short would die of SIGBUS at its first touch)."""
     try:
         with open(path, "rb") as f:
             head = f.read(64)

@@ -1,14 +1,5 @@
-"""How batches are executed on the device: one stream, or CPU lanes.
-
-On the CPU, MLX's elementwise ops run on one thread per stream, and so does the NumPy work of
-the host kernels, so work is spread over "lanes", one per core, each a thread with its own
-stream, with OpenBLAS single-threaded while they run. A job's batches go to whichever lane is
-free (`run_batches`): each batch runs whole on one core, so no lane waits for another inside a
-batch, and nothing waits between batches; the results still come back in the batches' order.
-One batch alone (`run`) is split into row lanes instead. On a GPU one stream does it all.
-The engine only calls these; which policy a machine gets is decided here, once, and tests can
-force either.
-"""
+"""How batches are executed on the device: one stream (a GPU), or CPU lanes (a thread and
+stream a core, each batch whole on the next free lane, results back in order)."""
 
 from __future__ import annotations
 
@@ -40,7 +31,7 @@ class SingleStream:
 
     def run(self, score_rows: RowScorer, prompts: list) -> np.ndarray:
         # OpenBLAS on one thread here too: its threads split a product's rows at points that
-        # depend on the row count, and a row's bits with them (issue 26, Haswell kernels)
+        # depend on the row count, and a row's bits with them
         with self._lock, sgemm.single_threaded():
             out = score_rows(prompts, 0)
             mx.eval(out)
@@ -52,12 +43,8 @@ class SingleStream:
 
 
 class CpuLanes:
-    """`lanes` threads, each with its own CPU stream and lane number (its cache buffers).
-
-    A lane scores its rows eagerly in its thread, so a forward that evaluates inside (host
-    kernels, see model/hostops.py) runs its NumPy work concurrently with the other lanes too.
-    MLX streams belong to the thread that made them: each lane thread makes its own, once.
-    """
+    """`lanes` threads, each with its own CPU stream (made by that thread: MLX streams belong
+    to it) and lane number (its cache buffers), scoring eagerly so host kernels overlap."""
 
     def __init__(self, lanes: int):
         self.lanes = lanes
@@ -92,12 +79,8 @@ class CpuLanes:
             return np.concatenate([f.result() for f in futures])
 
     def run_batches(self, score_rows: RowScorer, batches: Iterable[list]) -> Iterator[np.ndarray]:
-        """Each batch whole on the next free lane; results in the batches' order.
-
-        At most two batches per lane are queued ahead, so a lane never waits for the caller.
-        Closing the iterator early (an error, Ctrl-C) cancels what has not started and waits
-        for what has.
-        """
+        """Each batch whole on the next free lane (two a lane queued ahead); results in the
+        batches' order. Closing early cancels what has not started and waits for the rest."""
         pending: deque[Future] = deque()
         with sgemm.single_threaded():
             try:

@@ -89,10 +89,8 @@ def write_straight(path: Path, text: str) -> None:
 def write_atomically(
     path: Path, write: Callable[[TextIO], None], failed: str = "cannot write"
 ) -> None:
-    """`path` written whole or not at all: a new temporary file beside it (mkstemp opens with
-    O_EXCL: no existing file is ever touched), fsync'd, renamed over `path`. A link is followed
-    (its target is written, the link stays); an existing file keeps its mode, a new one gets
-    0666 & ~umask. A user's output that may be a stream goes through io.streams.write_whole."""
+    """`path` written whole or not at all: a new O_EXCL temporary file beside it, fsync'd, renamed
+    over `path`; a link's target is written, an existing file keeps its mode."""
     path = Path(os.path.realpath(path))
     try:
         mode = stat.S_IMODE(os.stat(path).st_mode)
@@ -122,12 +120,9 @@ CLOSED_STREAMS: set[int] = set()  # standard streams the caller closed (`>&-`): 
 
 
 def hold_closed_streams() -> None:
-    """Open /dev/null on each standard stream the caller closed (`<&-`, `>&-`, `2>&-`). A file
-    opened next takes the lowest free descriptor, so with 1 closed the first file the job
-    opened became standard output; and Python leaves such a stream None (a traceback at the
-    first message, or exit 1 and no word with 2 closed). Nothing is written to a closed
-    standard output: `ClosedStdout` refuses what is printed, io.outputs.check_stdout_open
-    what a job would write there."""
+    """Open /dev/null on each standard stream the caller closed (`<&-`, `>&-`, `2>&-`), so the
+    next file opened does not become standard output and Python's streams are never None;
+    `ClosedStdout` refuses what would be printed to a closed standard output."""
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)

@@ -80,14 +80,8 @@ def _available() -> int:
 
 def keep_freed_buffers(nbytes: int, ceiling: int | None = None) -> None:
     """Let MLX keep up to `nbytes` of freed buffers for reuse (raised, never lowered but to
-    `ceiling`).
-
-    MLX's CPU buffer cache keeps 32 MB by default, so every large intermediate of a big batch
-    (a 2,048-token lane's MLP output is 40 MB) was a fresh allocation whose pages were faulted
-    in again: 20 ms for an addition that takes 2 ms from a reused buffer (measured). Buffers
-    kept and not reused are memory beside the job's bound: the caller keeps `nbytes` within
-    what the bound leaves (Engine._keep_buffers).
-    """
+    `ceiling`): its CPU default of 32 MB made each large intermediate a fresh allocation whose
+    pages fault in again (10x the time of an addition). The caller keeps it within the bound."""
     import mlx.core as mx
 
     previous = mx.set_cache_limit(nbytes)
@@ -96,10 +90,8 @@ def keep_freed_buffers(nbytes: int, ceiling: int | None = None) -> None:
 
 
 def return_freed_memory() -> None:
-    """Give memory that the process freed back to the system (glibc's malloc_trim): a job
-    frees a window's rows, prompts and batch buffers across several threads' malloc arenas,
-    and without this the resident size crept up window after window although nothing was
-    still held (tracemalloc: flat Python memory; RSS +1.5 KB a row). A no-op off glibc."""
+    """Give memory the process freed back to the system (glibc's malloc_trim), so the resident
+    size does not creep up window after window; a no-op off glibc."""
     if platform.system() != "Linux":
         return
     import ctypes

@@ -1,8 +1,5 @@
-"""Each OpenBLAS measured where it cannot harm this process: an fp32 matmul in a probe
-subprocess (a build for another CPU dies there of SIGILL), with its kernel family and the host
-layouts in which it is batch-invariant; the results cached per machine and install (one
-blas-<install>.json each: installs sharing ~/.cache/mlxbatch no longer probe again in turn),
-read back only as a probe writes it (blas.py chooses among them)."""
+"""Each OpenBLAS measured in a probe subprocess (where a build for another CPU dies harmlessly):
+speed, kernel family and batch-invariant layouts, cached per machine and install."""
 
 from __future__ import annotations
 
@@ -150,9 +147,8 @@ def cache_path() -> Path:
 
 
 def _readable(found, options: list[Candidate]) -> bool:
-    """Whether cached probes read as the probes write them, one for each library: the cache is a
-    file a person can edit, and a gflops of "x" failed every run, an emptied entry left MLX on
-    the reference BLAS (a job 7x slower) and an "invariant" of "yes" counted as invariant."""
+    """Whether cached probes read as the probes write them, one for each library (the cache is a
+    file a person can edit)."""
     if not isinstance(found, dict) or not all(c.library in found for c in options if c.library):
         return False
     for result in found.values():

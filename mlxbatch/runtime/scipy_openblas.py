@@ -72,9 +72,8 @@ def library() -> Path | None:
 
 
 def renamed() -> tuple[str | None, str | None]:
-    """scipy-openblas32 with its `scipy_` prefix taken off every exported symbol (a copy, made
-    once and cached; where the cache cannot be written, in a private folder of the temporary
-    directory, reused by later runs), so MLX's `cblas_sgemm` binds to it: (the copy, None), or
+    """scipy-openblas32 with its `scipy_` prefix taken off every exported symbol (a copy made once
+    and cached, else in a private temporary folder), so MLX binds to it: (copy, None) or
     (None, why there is none)."""
     lib = library()
     if lib is None:

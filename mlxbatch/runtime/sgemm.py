@@ -1,8 +1,4 @@
-"""Which library serves MLX's fp32 matmuls (`cblas_sgemm`) in this process, and its threads.
-
-Read after mlx is loaded (blas.py chose and loaded the library before it); `single_threaded`
-is the lanes' setting: one OpenBLAS thread per CPU lane.
-"""
+"""Which library serves MLX's fp32 matmuls (`cblas_sgemm`) in this process, and its threads."""
 
 from __future__ import annotations
 
@@ -65,11 +61,9 @@ _single_lock = threading.Lock()
 
 @contextmanager
 def single_threaded() -> Iterator[None]:
-    """OpenBLAS on one thread inside the block (for code that runs one stream per core).
-
-    OpenBLAS's thread count is process-wide: concurrent callers (two jobs, a service's
-    requests) share one setting, counted, so the last one out restores the count the first
-    one found, and no caller restores it under another that is still running."""
+    """OpenBLAS on one thread inside the block (one stream per core). The count is
+    process-wide, so concurrent callers share one counted setting and the last one out restores
+    what the first one found."""
     lib = _serving_openblas()
     if lib is None:
         yield

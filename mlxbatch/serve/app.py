@@ -1,10 +1,5 @@
-"""The HTTP routes (Starlette): /v1/classify, /v1/models, /health, /metrics.
-
-Every reply other than 200 is `{"error": {"message", "type", "code"}}` (see errors.py).
-The routes only read, validate and await: a large body is parsed and texts are tokenized
-in worker threads, and scoring runs on the scheduler's threads, never on the event loop.
-Ticket texts are never logged.
-"""
+"""The HTTP routes (Starlette): /v1/classify, /v1/models, /health, /metrics. Routes only read,
+validate and await; work runs in threads, never on the event loop; texts are never logged."""
 
 from __future__ import annotations
 

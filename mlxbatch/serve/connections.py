@@ -1,13 +1,5 @@
-"""What a connection may cost the server: deadlines for the request head, the body and an
-idle keep-alive, a cap on open connections, the drain's deadline, a lingering close and a
-bound on the requests read ahead of their answers (the last two: flow.py).
-
-uvicorn times out only an idle keep-alive connection, and only after a first response: a
-client that connects and sends nothing, or half a request head, held its socket forever
-(~21,000 of them exhausted the file descriptors). `guarded_protocol` adds the head deadline
-and the cap to uvicorn's h11 protocol; the body deadline is applied where the body is read
-(limits.read_body); the drain deadline is uvicorn's `timeout_graceful_shutdown`.
-"""
+"""What a connection may cost the server: deadlines for the request head and an idle
+keep-alive and a cap on open connections, added to uvicorn's h11 protocol."""
 
 from __future__ import annotations
 
@@ -150,18 +142,15 @@ class GuardedProtocol(H11Protocol):
                 timer.cancel()
 
     def pause_writing(self) -> None:
-        """The socket's send buffer is full: the client is not reading. One that never reads
-        (pipelined requests, replies never taken) held its connection, and a slot of
-        --max-connections, for good; past `reply_s` it is dropped."""
+        """The socket's send buffer is full: the client is not reading; past `reply_s` it is
+        dropped, so it cannot hold a slot of --max-connections for good."""
         super().pause_writing()
         if self.reply_timer is None:
             self.reply_timer = self.loop.call_later(self.reply_delay(), self.reply_late)
 
     def reply_delay(self) -> float:
         """`reply_s`, or what is left of a drain once one began: a client still not reading
-        when the drain ends is dropped here (a log line), not by uvicorn's cancel of the reply
-        it blocks (a traceback at ERROR level, a hostile pass's --drain-timeout 3 with a
-        --timeout-reply of 60)."""
+        when the drain ends is dropped here with a log line, not by uvicorn's cancel."""
         if self.drain_ends is None:
             return self.limits.reply_s
         return max(0.0, min(self.limits.reply_s, self.drain_ends - self.loop.time()))
@@ -241,11 +230,8 @@ class GuardedProtocol(H11Protocol):
         self.linger()
 
     def send_400_response(self, msg: str) -> None:
-        """uvicorn's reply to bytes h11 cannot parse (a bad Content-Length, no Host, a bad
-        chunk size, not HTTP at all; a head over h11's buffer is a 431), in the service's
-        error shape and counted (it was text/plain and in no metric). A request that had
-        started is answered by it: the app, whose body then ends in a disconnect, does not
-        count it again."""
+        """uvicorn's reply to bytes h11 cannot parse (a head over h11's buffer: 431), in the
+        service's error shape and counted once (the app then sees a disconnect)."""
         status = getattr(self, "refusal_status", 400)
         self.metrics.request(TYPES[status], status)
         if self.cycle is not None and not self.cycle.response_complete:
@@ -255,14 +241,12 @@ class GuardedProtocol(H11Protocol):
             self.cycle.disconnected = True
             self.cycle.message_event.set()
         refusal = getattr(self, "refusal", None)
-        # uvicorn's own line said "Invalid HTTP request received." and no more (server.UvicornNoise
-        # drops it)
+        # replaces uvicorn's bare "Invalid HTTP request received." (server.UvicornNoise drops it)
         self.log_refusal(status, refusal or NOT_HTTP)
         self.transport.write(INVALID_HTTP if refusal is None else
                              closing_reply(status, refusal))  # fmt: skip
-        # the client may still be sending (its head, a body behind a bad Content-Length):
-        # closing with it unread resets the connection, and the reply with it (5 of 5 clients
-        # that sent 1 MB behind "Content-Length: abc" read a reset, not the 400)
+        # the client may still be sending: closing with its bytes unread would reset the
+        # connection, and the reply with it
         self.linger()
 
     def log_refusal(self, status: int, reason: str) -> None:

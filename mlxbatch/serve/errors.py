@@ -1,8 +1,4 @@
-"""The service's error replies: one JSON shape, `{"error": {"message", "type", "code"}}`.
-
-`type` is also the request's outcome in /metrics, so a client, a log and a dashboard read
-the same word; `code` is the HTTP status (as vLLM's error body has it).
-"""
+"""The service's error replies, one JSON shape: `{"error": {"message", "type", "code"}}`."""
 
 from __future__ import annotations
 

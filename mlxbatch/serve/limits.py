@@ -1,9 +1,4 @@
-"""What a request may be: the limits, the body read under its cap and deadline, and the
-body's shape.
-
-The body is read from the stream and counted as it arrives, so a 50 MB body costs the
-server 2 MB of memory before its 413, and nothing is parsed until the whole body is in.
-"""
+"""What a request may be: the limits, the body read under its cap and deadline, its shape."""
 
 from __future__ import annotations
 
@@ -56,10 +51,8 @@ FIELDS = {"model", "input", "truncate", "user"}  # "user": accepted as OpenAI cl
 
 async def read_body(request: Request, cap: int, deadline: float,
                     clocks: set[asyncio.Timeout]) -> bytes:  # fmt: skip
-    """The body, or 413 as soon as it is known to pass `cap` bytes (declared or counted), or
-    408 when it is not all in `deadline` seconds after the head (a client stalled mid-body
-    held its socket and what it had sent forever). `clocks` holds the deadline while it runs:
-    the drain moves it to now."""
+    """The body, or 413 as soon as it is known to pass `cap` bytes, or 408 when it is not all in
+    `deadline` seconds after the head; `clocks` holds the deadline (the drain moves it to now)."""
     declared = request.headers.get("content-length")
     if declared is not None and "transfer-encoding" in request.headers:  # RFC 9112 6.3: the
         raise ApiError(400, "the request has both Content-Length and Transfer-Encoding",

@@ -1,7 +1,5 @@
-"""The service's Prometheus metrics, in a registry of their own (not the process-wide default).
-
-Every name starts with `mlxbatch_`; docs/serving.md, "Metrics", says what each one means.
-"""
+"""The service's Prometheus metrics (`mlxbatch_*`, docs/serving.md), in a registry of their
+own."""
 
 from __future__ import annotations
 

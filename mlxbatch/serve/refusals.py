@@ -65,10 +65,8 @@ def origin_form(target: bytes) -> bytes | None:
 
 
 def http10_framing(event: h11.Request) -> tuple[int, str] | None:
-    """(status, why) for an HTTP/1.0 request whose body is not framed by Content-Length, the
-    only framing HTTP/1.0 has (RFC 9112 6.1): one sent chunked was scored (faulty framing:
-    400), and a POST without a length was read as empty and answered "not valid JSON" (411
-    says what is missing); None for any other request."""
+    """(status, why) for an HTTP/1.0 request whose body is not framed by Content-Length, its only
+    framing (RFC 9112 6.1): chunked is 400, a POST without a length 411; None otherwise."""
     if event.http_version != b"1.0":
         return None
     names = {k.lower() for k, _ in event.headers}

@@ -71,10 +71,8 @@ class DrainEnded(logging.Filter):
 
 
 class UvicornNoise(logging.Filter):
-    """uvicorn's "Invalid HTTP request received." names neither the client nor the reason
-    (connections.GuardedProtocol logs its own line for each refusal instead); an Upgrade header
-    (answered as a plain request: nothing here speaks WebSocket) logged advice to install a
-    WebSocket library, whatever `ws` was set to."""
+    """Drops uvicorn's log lines that name neither the client nor the reason ("Invalid HTTP
+    request received.", WebSocket advice for an Upgrade header): GuardedProtocol logs its own."""
 
     NOISE = ("Invalid HTTP request received.", "Unsupported upgrade request.",
              "No supported WebSocket library detected.")  # fmt: skip

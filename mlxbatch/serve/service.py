@@ -1,9 +1,5 @@
 """The service behind the routes: the classifier and the live scheduler, loaded in the
-background, and one request's path from texts to a reply in vLLM's classify shape.
-
-States: starting (the model loads while /health answers 503) -> ready -> draining (SIGTERM:
-new requests get 503, queued ones finish). A failed load is "failed" and stops the server.
-"""
+background (starting -> ready -> draining, or failed), and one request's path to its reply."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Sampled verification: a fraction of served items re-scored on the gold loop while idle.
-
-The fast path (shared-prefix KV, padded batches) is checked against the reference it must
-match, on live traffic: a label that differs is logged with its request id and item index
-and turns /health to "degraded". The work is one item per idle call, so a verification
-never holds a batch back for more than one gold-loop item.
-"""
+"""Sampled verification of live traffic: one served item at a time re-scored on the gold loop
+while idle; a difference is logged and turns /health to "degraded"."""
 
 from __future__ import annotations
 
