@@ -32,8 +32,10 @@ from mlxbatch.model import hostops, qwen2  # noqa: E402
 from mlxbatch.model.load import load_model  # noqa: E402
 from mlxbatch.runtime.executor import CpuLanes, SingleStream  # noqa: E402
 
-LABELS = {"single": ("billing", "technical", "account"),
-          "multi": ("billing issue", "technical problem", "account access")}  # fmt: skip
+LABELS = {
+    "single": ("billing", "technical", "account"),
+    "multi": ("billing issue", "technical problem", "account access"),
+}
 
 
 def make_engine(lm, labels: str, prefix: bool, lanes: int, examples=()) -> Engine:

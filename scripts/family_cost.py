@@ -44,19 +44,29 @@ def main() -> None:
     for _ in range(rounds):
         for family in families:
             env = {**os.environ, "OPENBLAS_CORETYPE": family}
-            out = subprocess.run([sys.executable, "-c", CHILD, model, n], env=env, check=True,
-                                 capture_output=True, text=True)  # fmt: skip
+            out = subprocess.run(
+                [sys.executable, "-c", CHILD, model, n],
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
             got = json.loads(out.stdout.strip().splitlines()[-1])
             seconds[family].append(got["cpu"])
             seen[family] = got
-            print(f"{family}: {got['cpu']:.2f} s CPU ({got['kernels']}, invariant "
-                  f"{got['invariant']}, {got['tokens']} tokens)", flush=True)  # fmt: skip
+            print(
+                f"{family}: {got['cpu']:.2f} s CPU ({got['kernels']}, invariant "
+                f"{got['invariant']}, {got['tokens']} tokens)",
+                flush=True,
+            )
     first = statistics.median(seconds[families[0]])
     for family in families:
         med = statistics.median(seconds[family])
-        print(f"{family:>12}: median {med:.2f} s CPU over {rounds}, {med / first:.3f}x "
-              f"{families[0]}, kernels {seen[family]['kernels']}, invariant "
-              f"{seen[family]['invariant']}")  # fmt: skip
+        print(
+            f"{family:>12}: median {med:.2f} s CPU over {rounds}, {med / first:.3f}x "
+            f"{families[0]}, kernels {seen[family]['kernels']}, invariant "
+            f"{seen[family]['invariant']}"
+        )
 
 
 if __name__ == "__main__":

@@ -26,5 +26,7 @@ with sgemm.single_threaded():
     for _ in range(2):
         wall, cpu = time.perf_counter(), time.process_time()
         engine.score_batches([prompts])
-    print(f"rows {len(prompts)} wall {time.perf_counter() - wall:.2f} s "
-          f"cpu {time.process_time() - cpu:.2f} s")  # fmt: skip
+    print(
+        f"rows {len(prompts)} wall {time.perf_counter() - wall:.2f} s "
+        f"cpu {time.process_time() - cpu:.2f} s"
+    )

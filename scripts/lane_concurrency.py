@@ -48,8 +48,9 @@ def measure(model: str, rows: int, width: int, each_layer: bool) -> dict:
         executor.CpuLanes._score = pinned
     clf = Classifier.load(model)
     rng = random.Random(0)
-    batch = [clf.engine.prefix + [rng.randint(1000, 30000) for _ in range(width)]
-             for _ in range(rows)]  # fmt: skip
+    batch = [
+        clf.engine.prefix + [rng.randint(1000, 30000) for _ in range(width)] for _ in range(rows)
+    ]
     lanes = clf.engine.lanes
     clf.engine.score_batches([batch] * lanes)  # warm: buffers, streams, threads
     out = {}
@@ -80,13 +81,27 @@ def main() -> None:
     for pin in ("1", "0"):
         for each in ("1", "0"):
             env = dict(os.environ, MLXBATCH_PIN_LANES=pin)
-            cmd = [sys.executable, __file__, a.model, "--rows", str(a.rows), "--width",
-                   str(a.width), "--child", each]  # fmt: skip
-            r = json.loads(subprocess.run(cmd, env=env, capture_output=True, text=True,
-                                          check=True).stdout.strip().splitlines()[-1])  # fmt: skip
-            print(f"{'yes' if pin == '1' else 'no':>13s} {'yes' if each == '1' else 'no':>16s} "
-                  f"{r['alone']:7.2f} {r['all lanes']:10.2f} "
-                  f"{r['all lanes'] / r['alone'] - 1:9.1%}")  # fmt: skip
+            cmd = [
+                sys.executable,
+                __file__,
+                a.model,
+                "--rows",
+                str(a.rows),
+                "--width",
+                str(a.width),
+                "--child",
+                each,
+            ]
+            r = json.loads(
+                subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+                .stdout.strip()
+                .splitlines()[-1]
+            )
+            print(
+                f"{'yes' if pin == '1' else 'no':>13s} {'yes' if each == '1' else 'no':>16s} "
+                f"{r['alone']:7.2f} {r['all lanes']:10.2f} "
+                f"{r['all lanes'] / r['alone'] - 1:9.1%}"
+            )
 
 
 if __name__ == "__main__":

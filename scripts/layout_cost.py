@@ -32,16 +32,27 @@ def main() -> None:
             env = {**os.environ, "OPENBLAS_CORETYPE": family, "PYTHONPATH": tree}
             env.pop("MLXBATCH_HOST_LAYOUT", None)
             env.update(setting if name == "other" else {})
-            out = subprocess.run([sys.executable, "-c", CHILD, str(Path(model).resolve()), "8"],
-                                 env=env, cwd=tree, check=True, capture_output=True, text=True)  # fmt: skip
+            out = subprocess.run(
+                [sys.executable, "-c", CHILD, str(Path(model).resolve()), "8"],
+                env=env,
+                cwd=tree,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
             r = json.loads(out.stdout.strip().splitlines()[-1])
             got[name].append(r["cpu"])
-            print(f"{name}: {r['cpu']:.2f} s CPU ({r['kernels']}, invariant {r['invariant']}, "
-                  f"layout {r.get('layout', 'tiled')})", flush=True)  # fmt: skip
+            print(
+                f"{name}: {r['cpu']:.2f} s CPU ({r['kernels']}, invariant {r['invariant']}, "
+                f"layout {r.get('layout', 'tiled')})",
+                flush=True,
+            )
     a, b = statistics.median(got["this"]), statistics.median(got["other"])
     pairs = [round(x / y, 3) for x, y in zip(got["this"], got["other"])]
-    print(f"{family}: this tree {a:.2f} s, {other} {b:.2f} s (medians of {rounds}): "
-          f"{a / b:.3f}x; pairs {pairs}")  # fmt: skip
+    print(
+        f"{family}: this tree {a:.2f} s, {other} {b:.2f} s (medians of {rounds}): "
+        f"{a / b:.3f}x; pairs {pairs}"
+    )
 
 
 if __name__ == "__main__":

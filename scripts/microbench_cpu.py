@@ -61,12 +61,16 @@ def main() -> None:
     )
     with sgemm.single_threaded():
         n = g.size
-        print(f"exp per element: MLX {best(lambda: mx.eval(mx.exp(g))) / n * 1e6:.2f} ns, "
-              f"NumPy {best(lambda: np.exp(gn)) / n * 1e6:.2f} ns")  # fmt: skip
+        print(
+            f"exp per element: MLX {best(lambda: mx.eval(mx.exp(g))) / n * 1e6:.2f} ns, "
+            f"NumPy {best(lambda: np.exp(gn)) / n * 1e6:.2f} ns"
+        )
         silu = mx.compile(lambda a, b: a / (1 + mx.exp(-a)) * b)
-        print(f"SiLU x up: MLX {best(lambda: mx.eval(g / (1 + mx.exp(-g)) * u)):.1f} ms, "
-              f"mx.compile {best(lambda: mx.eval(silu(g, u))):.1f} ms, host kernel "
-              f"{best(lambda: mx.eval(hostops.silu_mul(g, u + 0))) - best(lambda: mx.eval(u + 0)):.1f} ms")  # fmt: skip
+        print(
+            f"SiLU x up: MLX {best(lambda: mx.eval(g / (1 + mx.exp(-g)) * u)):.1f} ms, "
+            f"mx.compile {best(lambda: mx.eval(silu(g, u))):.1f} ms, host kernel "
+            f"{best(lambda: mx.eval(hostops.silu_mul(g, u + 0))) - best(lambda: mx.eval(u + 0)):.1f} ms"
+        )
         host = hostops.prepare(mask, L, P + L)
         sdpa = best(
             lambda: mx.eval(mx.fast.scaled_dot_product_attention(q, k, v, scale=0.125, mask=mask))
@@ -80,8 +84,10 @@ def main() -> None:
             f"q, k, v projections: separate {sep:.1f} ms, fused {best(lambda: mx.eval(x @ wqkv.T)):.1f} ms"
         )
         sep = best(lambda: mx.eval(x @ wg.T, x @ wu.T))
-        print(f"gate, up: separate {sep:.1f} ms, fused {best(lambda: mx.eval(x @ wgu.T)):.1f} ms; "
-              f"down {best(lambda: mx.eval(g @ wd.T)):.1f} ms")  # fmt: skip
+        print(
+            f"gate, up: separate {sep:.1f} ms, fused {best(lambda: mx.eval(x @ wgu.T)):.1f} ms; "
+            f"down {best(lambda: mx.eval(g @ wd.T)):.1f} ms"
+        )
     big = rnd(2048, N)
     mx.eval(big)
     before = mx.set_cache_limit(32 << 20)
@@ -89,8 +95,10 @@ def main() -> None:
     mx.set_cache_limit(1 << 30)
     kept = best(lambda: mx.eval(big + 0))
     mx.set_cache_limit(before)
-    print(f"a + 0 on 2,048 x {N} (40 MB): {fresh:.1f} ms with a 32 MB buffer cache (MLX's CPU "
-          f"default), {kept:.1f} ms with freed buffers kept")  # fmt: skip
+    print(
+        f"a + 0 on 2,048 x {N} (40 MB): {fresh:.1f} ms with a 32 MB buffer cache (MLX's CPU "
+        f"default), {kept:.1f} ms with freed buffers kept"
+    )
 
 
 if __name__ == "__main__":

@@ -58,8 +58,9 @@ def main() -> None:
         flops[name] += fl
         return out
 
-    pre = KVCache.allocate(args.num_hidden_layers, 1, args.num_key_value_heads, args.head_dim,
-                           len(prefix), mx.float32)  # fmt: skip
+    pre = KVCache.allocate(
+        args.num_hidden_layers, 1, args.num_key_value_heads, args.head_dim, len(prefix), mx.float32
+    )
     m(mx.array([prefix]), pre, 0, "causal")
     mx.eval(pre.keys, pre.values)
 
@@ -67,11 +68,18 @@ def main() -> None:
         if not record:
             T.clear()
             flops.clear()
-        layout = timed("host: row layout, tokens, positions, mask",
-                       lambda: RowLayout.build(prompts, prefix, labels.max_len - 1))  # fmt: skip
-        arrays = timed("host: row layout, tokens, positions, mask",
-                       lambda: (mx.array(layout.tokens()), mx.array(layout.positions()),
-                                mx.array(layout.mask())))  # fmt: skip
+        layout = timed(
+            "host: row layout, tokens, positions, mask",
+            lambda: RowLayout.build(prompts, prefix, labels.max_len - 1),
+        )
+        arrays = timed(
+            "host: row layout, tokens, positions, mask",
+            lambda: (
+                mx.array(layout.tokens()),
+                mx.array(layout.positions()),
+                mx.array(layout.mask()),
+            ),
+        )
         tokens, pos, mask = arrays
         t0 = time.perf_counter()
         kv = pre.expand(layout.batch, layout.capacity)
@@ -110,8 +118,16 @@ def main() -> None:
             q = timed("rotary embedding", rotate, q)
             k = timed("rotary embedding", rotate, k)
             k, v = timed("cache: write keys and values", kv.update, i, k, v)
-            o = timed("attention (host softmax, both matmuls)", hostops.attention, q, k, v,
-                      hd**-0.5, host.mask, fl=4 * B * H * L * S * hd)  # fmt: skip
+            o = timed(
+                "attention (host softmax, both matmuls)",
+                hostops.attention,
+                q,
+                k,
+                v,
+                hd**-0.5,
+                host.mask,
+                fl=4 * B * H * L * S * hd,
+            )
             if record:
                 timed("  compare: attention with MLX's own softmax (sdpa)", sdpa, q, k, v)
             o = o.transpose(0, 2, 1, 3).reshape(B, L, -1)
@@ -127,8 +143,12 @@ def main() -> None:
             x = timed("norms and residual adds", mx.add, h, y)
         kv.advance(L)
         x = timed("final norm", m.model.norm, x)
-        timed("head: label rows at the last positions", m.head,
-              x[mx.arange(B), mx.array(layout.last())], mx.array(labels.first_ids))  # fmt: skip
+        timed(
+            "head: label rows at the last positions",
+            m.head,
+            x[mx.arange(B), mx.array(layout.last())],
+            mx.array(labels.first_ids),
+        )
 
     with sgemm.single_threaded():
         one_pass(False)
@@ -142,8 +162,14 @@ def main() -> None:
             kv = pre.expand(layout.batch, layout.capacity)
             mx.eval(kv.keys, kv.values)
             t = time.perf_counter()
-            h = m(mx.array(layout.tokens()), kv, mx.array(layout.positions()),
-                  mx.array(layout.mask()), host_kernels=True, keep=mx.array(layout.last()))  # fmt: skip
+            h = m(
+                mx.array(layout.tokens()),
+                kv,
+                mx.array(layout.positions()),
+                mx.array(layout.mask()),
+                host_kernels=True,
+                keep=mx.array(layout.last()),
+            )
             mx.eval(m.head(h[:, 0], mx.array(labels.first_ids)))
             fused.append(time.perf_counter() - t)
     r = a.repeat
@@ -159,8 +185,10 @@ def main() -> None:
         print(f"{k:58s} {v / r * 1e3:8.1f} {share:>6s} {rate:>8s}")
     mm = sum(v for k, v in T.items() if k.startswith("matmul"))
     print(f"{'sum of stages (evaluated one by one)':58s} {total / r * 1e3:8.1f}")
-    print(f"{'the fused forward + head (host kernels, last layer pruned)':58s} "
-          f"{min(fused) * 1e3:8.1f}")  # fmt: skip
+    print(
+        f"{'the fused forward + head (host kernels, last layer pruned)':58s} "
+        f"{min(fused) * 1e3:8.1f}"
+    )
     mm_flops = sum(v for k, v in flops.items() if k.startswith("matmul"))
     print(
         f"matmul stages: {mm / total:.1%} of the staged time, at {mm_flops / mm / 1e9:.0f} GFLOP/s"

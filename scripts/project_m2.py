@@ -33,8 +33,10 @@ def main() -> None:
         forwards = m["batches"]
         roof = max(flops / M2_FLOPS, forwards * weight_bytes / M2_BANDWIDTH)
         real = max(flops / (M2_FLOPS * args.mfu), forwards * weight_bytes / M2_BANDWIDTH)
-        print(f"| {m['name']} | {flops / 1e12:.1f} | {forwards} | {roof:.1f} | {real:.1f} | "
-              f"{m['items'] / real:.1f} |")  # fmt: skip
+        print(
+            f"| {m['name']} | {flops / 1e12:.1f} | {forwards} | {roof:.1f} | {real:.1f} | "
+            f"{m['items'] / real:.1f} |"
+        )
 
 
 if __name__ == "__main__":

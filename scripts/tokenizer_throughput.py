@@ -51,8 +51,14 @@ def tokenizer_run(tickets: int, repeats: int) -> dict:
         tok._tok.encode_batch_fast([f"user\n{text}" for text in texts], add_special_tokens=False)
         rust.append(time.perf_counter() - t)
     fed = sum(len(split(p, shared)[1]) for p in prompts)
-    return {"tickets": tickets, "fed_tokens": fed, "single_s": single, "batch_s": batch,
-            "rust_s": rust, "load": os.getloadavg()}  # fmt: skip
+    return {
+        "tickets": tickets,
+        "fed_tokens": fed,
+        "single_s": single,
+        "batch_s": batch,
+        "rust_s": rust,
+        "load": os.getloadavg(),
+    }
 
 
 def tokenizer(tickets: int, threads: int, repeats: int) -> dict:
@@ -109,12 +115,17 @@ def lanes(model_dir: str, tickets: int, batches: int, budget: int) -> dict:
     t = time.perf_counter()  # alone again: the first timed pass may still be warming up
     engine.score_batches(rows)
     seconds = min(seconds, time.perf_counter() - t)
-    return {"model": model_dir, "batches": len(chosen), "seconds": seconds,
-            "fed_tokens": sum(fed[i] for b in chosen for i in b.indices),
-            "padded_tokens": sum(b.padded_tokens for b in chosen),
-            "rows": sum(len(b.indices) for b in chosen), "overlapped": overlapped,
-            "tokenizer_alongside": tokenized["seconds"],
-            "load": os.getloadavg()}  # fmt: skip
+    return {
+        "model": model_dir,
+        "batches": len(chosen),
+        "seconds": seconds,
+        "fed_tokens": sum(fed[i] for b in chosen for i in b.indices),
+        "padded_tokens": sum(b.padded_tokens for b in chosen),
+        "rows": sum(len(b.indices) for b in chosen),
+        "overlapped": overlapped,
+        "tokenizer_alongside": tokenized["seconds"],
+        "load": os.getloadavg(),
+    }
 
 
 def main() -> None:
@@ -139,27 +150,35 @@ def main() -> None:
         n, fed = r["tickets"], r["fed_tokens"]
         for name in ("single_s", "batch_s"):
             med = statistics.median(r[name])
-            print(f"tokenizer RAYON_NUM_THREADS={threads} {name[:-2]:6}: {fed / med:>10,.0f} fed "
-                  f"tokens/s {n / med:>8,.0f} texts/s (median of {[round(s, 2) for s in r[name]]} "
-                  f"s, {n:,} tickets, {fed:,} fed tokens)")  # fmt: skip
+            print(
+                f"tokenizer RAYON_NUM_THREADS={threads} {name[:-2]:6}: {fed / med:>10,.0f} fed "
+                f"tokens/s {n / med:>8,.0f} texts/s (median of {[round(s, 2) for s in r[name]]} "
+                f"s, {n:,} tickets, {fed:,} fed tokens)"
+            )
         ratios = [s / b for s, b in zip(r["single_s"], r["batch_s"])]
         gil_free = [rust / b for rust, b in zip(r["rust_s"], r["batch_s"])]
-        print(f"  batch over per-text, each repeat: {[round(x, 2) for x in ratios]}; share of the "
-              f"batch call in Rust without the GIL: {[round(x, 2) for x in gil_free]}; load "
-              f"{[round(x, 1) for x in r['load']]}")  # fmt: skip
+        print(
+            f"  batch over per-text, each repeat: {[round(x, 2) for x in ratios]}; share of the "
+            f"batch call in Rust without the GIL: {[round(x, 2) for x in gil_free]}; load "
+            f"{[round(x, 1) for x in r['load']]}"
+        )
         best = max(best, fed / statistics.median(r["batch_s"]))
     for model in args.model:
         r = lanes(model, args.lane_tickets, args.lane_batches, args.budget)
         rate = r["fed_tokens"] / r["seconds"]
-        print(f"lanes {model}: {rate:>10,.0f} fed tokens/s, "
-              f"{r['padded_tokens'] / r['seconds']:,.0f} padded tokens/s, "
-              f"{r['rows'] / r['seconds']:,.1f} items/s ({r['batches']} batches, {r['rows']} rows, "
-              f"{r['seconds']:.2f} s; load {[round(x, 1) for x in r['load']]})")  # fmt: skip
+        print(
+            f"lanes {model}: {rate:>10,.0f} fed tokens/s, "
+            f"{r['padded_tokens'] / r['seconds']:,.0f} padded tokens/s, "
+            f"{r['rows'] / r['seconds']:,.1f} items/s ({r['batches']} batches, {r['rows']} rows, "
+            f"{r['seconds']:.2f} s; load {[round(x, 1) for x in r['load']]})"
+        )
         print(f"  tokenizer (batch, best thread count) : lanes = {best / rate:,.1f} : 1")
-        print(f"  the same batches with the next window ({r['rows']} texts) tokenized alongside "
-              f"in a thread: {r['overlapped']:.2f} s against {r['seconds']:.2f} s alone "
-              f"({r['overlapped'] / r['seconds'] - 1:+.1%}); the tokenizer took "
-              f"{r['tokenizer_alongside']:.2f} s of it")  # fmt: skip
+        print(
+            f"  the same batches with the next window ({r['rows']} texts) tokenized alongside "
+            f"in a thread: {r['overlapped']:.2f} s against {r['seconds']:.2f} s alone "
+            f"({r['overlapped'] / r['seconds'] - 1:+.1%}); the tokenizer took "
+            f"{r['tokenizer_alongside']:.2f} s of it"
+        )
 
 
 if __name__ == "__main__":

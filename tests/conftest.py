@@ -50,8 +50,9 @@ def pytest_sessionfinish(session, exitstatus):
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
             if state != "Z":  # a zombie has already ended: only reaped below
-                sys.stderr.write(f"\nconftest: ending a process the tests left running: "
-                                 f"{pid} {cmd}\n")  # fmt: skip
+                sys.stderr.write(
+                    f"\nconftest: ending a process the tests left running: {pid} {cmd}\n"
+                )
                 os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
         except (OSError, ChildProcessError):
@@ -81,11 +82,17 @@ def make_hf_checkpoint(path: Path, name: str = "tied_gqa", seed: int = 0) -> Pat
 
     hidden, layers, heads, kv, inter, tied = TINY_CONFIGS[name]
     cfg = Qwen2Config(
-        vocab_size=151936, hidden_size=hidden, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=kv, intermediate_size=inter,
-        tie_word_embeddings=tied, rope_theta=1_000_000.0, max_position_embeddings=4096,
+        vocab_size=151936,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        intermediate_size=inter,
+        tie_word_embeddings=tied,
+        rope_theta=1_000_000.0,
+        max_position_embeddings=4096,
         rms_norm_eps=1e-6,
-    )  # fmt: skip
+    )
     torch.manual_seed(seed)
     return save_randomised(Qwen2ForCausalLM(cfg).float(), path)
 

@@ -10,21 +10,38 @@ from pathlib import Path
 
 import numpy as np
 
-ARCHS = {"qwen2": "qwen2", "llama": "llama", "qwen3": "qwen3", "gemma3_text": "gemma3",
-         "phi3": "phi3"}  # fmt: skip
-LAYER_NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
-               "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
-               "self_attn.qkv_proj": "attn_qkv", "self_attn.q_norm": "attn_q_norm",
-               "self_attn.k_norm": "attn_k_norm", "input_layernorm": "attn_norm",
-               "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate",
-               "mlp.up_proj": "ffn_up", "mlp.gate_up_proj": "ffn_up",
-               "mlp.down_proj": "ffn_down"}  # fmt: skip
-GEMMA_NAMES = {"post_attention_layernorm": "post_attention_norm",
-               "pre_feedforward_layernorm": "ffn_norm",
-               "post_feedforward_layernorm": "post_ffw_norm"}  # fmt: skip
-CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
-                 "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
-                 "{% endif %}")  # fmt: skip
+ARCHS = {
+    "qwen2": "qwen2",
+    "llama": "llama",
+    "qwen3": "qwen3",
+    "gemma3_text": "gemma3",
+    "phi3": "phi3",
+}
+LAYER_NAMES = {
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "self_attn.qkv_proj": "attn_qkv",
+    "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm",
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "ffn_norm",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.gate_up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
+GEMMA_NAMES = {
+    "post_attention_layernorm": "post_attention_norm",
+    "pre_feedforward_layernorm": "ffn_norm",
+    "post_feedforward_layernorm": "post_ffw_norm",
+}
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% endif %}"
+)
 
 
 def gguf_name(arch: str, name: str) -> str:
@@ -45,8 +62,11 @@ def permute(w: np.ndarray, n_head: int, n_head_kv: int | None) -> np.ndarray:
     """llama.cpp's `LlamaModel.permute`: Hugging Face's rotary halves to interleaved pairs."""
     if n_head_kv is not None and n_head != n_head_kv:
         n_head = n_head_kv
-    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
-            .swapaxes(1, 2).reshape(w.shape))  # fmt: skip
+    return (
+        w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(w.shape)
+    )
 
 
 def tokenizer_keys(hf_dir: Path, vocab_size: int) -> dict:
@@ -163,22 +183,40 @@ def random_kquant_blocks(kind: str, shape: tuple[int, int], seed: int = 0) -> np
     r = np.random.default_rng(seed + rows)
     raw = r.integers(0, 256, (rows, blocks, size), dtype=np.uint8)
     if kind == "Q4_K":  # d, dmin (f16) first: value = d * sc * q - dmin * m
-        raw[..., 0:2] = (r.uniform(1e-5, 4e-5, (rows, blocks)).astype(np.float16)
-                         .view(np.uint8).reshape(rows, blocks, 2))  # fmt: skip
-        raw[..., 2:4] = (r.uniform(1e-5, 4e-5, (rows, blocks)).astype(np.float16)
-                         .view(np.uint8).reshape(rows, blocks, 2))  # fmt: skip
+        raw[..., 0:2] = (
+            r.uniform(1e-5, 4e-5, (rows, blocks))
+            .astype(np.float16)
+            .view(np.uint8)
+            .reshape(rows, blocks, 2)
+        )
+        raw[..., 2:4] = (
+            r.uniform(1e-5, 4e-5, (rows, blocks))
+            .astype(np.float16)
+            .view(np.uint8)
+            .reshape(rows, blocks, 2)
+        )
     elif kind == "Q6_K":  # d (f16) last: value = d * scale (int8) * (q - 32)
-        raw[..., -2:] = (r.uniform(2e-6, 8e-6, (rows, blocks)).astype(np.float16)
-                         .view(np.uint8).reshape(rows, blocks, 2))  # fmt: skip
+        raw[..., -2:] = (
+            r.uniform(2e-6, 8e-6, (rows, blocks))
+            .astype(np.float16)
+            .view(np.uint8)
+            .reshape(rows, blocks, 2)
+        )
     else:
         raise ValueError(kind)
     return raw.reshape(rows, blocks * size)
 
 
-CORPUS = ["I was charged twice this month for my invoice.", "The app crashes with error 0x1F",
-          "please delete my account and all data", "login fails, password reset never arrives",
-          "Ünïcödé tëxt — with emoji 🚀 and 数据 sync", "refund the billing error\n\nThanks!",
-          "technical support team, account access", "Classify the ticket. Answer with one label"]  # fmt: skip
+CORPUS = [
+    "I was charged twice this month for my invoice.",
+    "The app crashes with error 0x1F",
+    "please delete my account and all data",
+    "login fails, password reset never arrives",
+    "Ünïcödé tëxt — with emoji 🚀 and 数据 sync",
+    "refund the billing error\n\nThanks!",
+    "technical support team, account access",
+    "Classify the ticket. Answer with one label",
+]
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 VOCAB = 512
 
@@ -192,11 +230,18 @@ def tiny_tokenizer(out: Path) -> Path:
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Split(Regex(SPLITS["qwen2"]), behavior="isolated"),
-         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])  # fmt: skip
+        [
+            pre_tokenizers.Split(Regex(SPLITS["qwen2"]), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB - 8, special_tokens=SPECIALS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB - 8,
+        special_tokens=SPECIALS,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(CORPUS * 4, trainer)
     out.mkdir(parents=True, exist_ok=True)
     tok.save(str(out / "tokenizer.json"))
@@ -204,21 +249,45 @@ def tiny_tokenizer(out: Path) -> Path:
     return out
 
 
-SMALL = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_attention_heads=4,
-             num_key_value_heads=2, num_hidden_layers=2, max_position_embeddings=1024,
-             rms_norm_eps=1e-6)  # fmt: skip
+SMALL = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=96,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    num_hidden_layers=2,
+    max_position_embeddings=1024,
+    rms_norm_eps=1e-6,
+)
 CASES = {
     "qwen2": ("Qwen2Config", dict(tie_word_embeddings=True)),
     "llama": ("LlamaConfig", dict(tie_word_embeddings=False, head_dim=24, rope_theta=10000.0)),
     "llama_mha": ("LlamaConfig", dict(num_key_value_heads=4, tie_word_embeddings=True)),
     "qwen3": ("Qwen3Config", dict(tie_word_embeddings=True, head_dim=32)),
-    "gemma3": ("Gemma3TextConfig", dict(head_dim=16, sliding_window=8, query_pre_attn_scalar=16,
-                                        hidden_activation="gelu_pytorch_tanh")),
-    "phi3": ("Phi3Config", dict(tie_word_embeddings=False, sliding_window=None, pad_token_id=0,
-                                bos_token_id=0, eos_token_id=0)),
-    "llama_256": ("LlamaConfig", dict(hidden_size=256, intermediate_size=512, head_dim=64,
-                                      tie_word_embeddings=True)),
-}  # fmt: skip
+    "gemma3": (
+        "Gemma3TextConfig",
+        dict(
+            head_dim=16,
+            sliding_window=8,
+            query_pre_attn_scalar=16,
+            hidden_activation="gelu_pytorch_tanh",
+        ),
+    ),
+    "phi3": (
+        "Phi3Config",
+        dict(
+            tie_word_embeddings=False,
+            sliding_window=None,
+            pad_token_id=0,
+            bos_token_id=0,
+            eos_token_id=0,
+        ),
+    ),
+    "llama_256": (
+        "LlamaConfig",
+        dict(hidden_size=256, intermediate_size=512, head_dim=64, tie_word_embeddings=True),
+    ),
+}
 
 
 def tiny_checkpoint(path: Path, case: str, seed: int = 0) -> Path:

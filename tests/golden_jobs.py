@@ -10,8 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-LABELS = {"single": "billing,technical,account",
-          "multi": "billing issue,technical problem,account access"}  # fmt: skip
+LABELS = {
+    "single": "billing,technical,account",
+    "multi": "billing issue,technical problem,account access",
+}
 CASES = [
     (f"{mode}_{lab}{'_noprefix' if noprefix else ''}.{ext}", mode, lab, noprefix)
     for mode in ("sorted", "naive", "sequential")
@@ -39,9 +41,27 @@ def run_case(
     root: Path, model: Path, src: Path, name: str, mode: str, lab: str, noprefix: bool
 ) -> Path:
     out = root / name
-    cmd = [sys.executable, "-m", "mlxbatch", "classify", str(src), "--model", str(model),
-           "-o", str(out), "--mode", mode, "--labels", LABELS[lab], "--on-error", "skip",
-           "--batch-tokens", "256", "--max-batch", "8"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlxbatch",
+        "classify",
+        str(src),
+        "--model",
+        str(model),
+        "-o",
+        str(out),
+        "--mode",
+        mode,
+        "--labels",
+        LABELS[lab],
+        "--on-error",
+        "skip",
+        "--batch-tokens",
+        "256",
+        "--max-batch",
+        "8",
+    ]
     if noprefix:
         cmd.append("--no-prefix-cache")
     if mode == "sorted":  # recorded when greedy budget filling was the only sorted planner

@@ -120,8 +120,11 @@ def test_prompts_of_several_system_prompts_and_their_memory(tiny_model_dir):
 @pytest.fixture(scope="module")
 def examples_file(tmp_path_factory):
     p = tmp_path_factory.mktemp("ex") / "ex.jsonl"
-    rows = [{"text": "double charge", "label": "billing"}, {"text": "crash", "label": "technical"},
-            {"text": "locked out", "label": "account"}]  # fmt: skip
+    rows = [
+        {"text": "double charge", "label": "billing"},
+        {"text": "crash", "label": "technical"},
+        {"text": "locked out", "label": "account"},
+    ]
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return p
 
@@ -153,12 +156,33 @@ def test_every_mode_verifies_with_examples_calibration_priors_and_abstention(
     write_jsonl(generate(40, seed=1), src)
     labels_file = tmp_path / "labels.yaml"
     labels_file.write_text("billing: money\ntechnical: bugs\naccount: logins\n")
-    r = CliRunner().invoke(cli, [
-        "classify", str(src), "--model", str(tiny_model_dir), "-o", str(out), "--mode", mode,
-        "--examples", str(examples_file), "--labels-file", str(labels_file), "--calibrate",
-        "--prior", "billing=0.4,technical=0.3,account=0.3", "--min-confidence", "0.34",
-        "--verify", "--gold-field", "intent", "--json", str(tmp_path / "ev.json"),
-    ])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        [
+            "classify",
+            str(src),
+            "--model",
+            str(tiny_model_dir),
+            "-o",
+            str(out),
+            "--mode",
+            mode,
+            "--examples",
+            str(examples_file),
+            "--labels-file",
+            str(labels_file),
+            "--calibrate",
+            "--prior",
+            "billing=0.4,technical=0.3,account=0.3",
+            "--min-confidence",
+            "0.34",
+            "--verify",
+            "--gold-field",
+            "intent",
+            "--json",
+            str(tmp_path / "ev.json"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "100.00% label agreement" in r.stderr and "p_cf billing=" in r.stderr
     rows = [json.loads(x) for x in out.read_text().splitlines()]
@@ -196,8 +220,20 @@ def test_eval_command_and_plot(tiny_model_dir, tmp_path):
         cli, ["classify", str(src), "--model", str(tiny_model_dir), "-o", str(out)]
     )
     assert r.exit_code == 0, r.output
-    r = CliRunner().invoke(cli, ["eval", str(src), str(out), "--gold-field", "intent", "--plot",
-                                 str(tmp_path / "cm.png"), "--json", str(tmp_path / "m.json")])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        [
+            "eval",
+            str(src),
+            str(out),
+            "--gold-field",
+            "intent",
+            "--plot",
+            str(tmp_path / "cm.png"),
+            "--json",
+            str(tmp_path / "m.json"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "'refunds' x1" in r.stdout and "macro-F1" in r.stdout and "confusion" in r.stdout
     m = json.loads((tmp_path / "m.json").read_text())
@@ -211,16 +247,40 @@ def test_plot_without_a_path_lands_beside_the_output(tiny_model_dir, tmp_path):
 
     src, out = tmp_path / "t.jsonl", tmp_path / "o.jsonl"
     write_jsonl(generate(12, seed=4), src)
-    r = CliRunner().invoke(cli, ["classify", str(src), "--model", str(tiny_model_dir), "-o", str(out),
-                                 "--gold-field", "intent", "--plot"])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        [
+            "classify",
+            str(src),
+            "--model",
+            str(tiny_model_dir),
+            "-o",
+            str(out),
+            "--gold-field",
+            "intent",
+            "--plot",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert (tmp_path / "o.confusion.png").stat().st_size > 1000
     # beside a device output there is no file to sit next to: the working directory
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:
-        r = CliRunner().invoke(cli, ["classify", str(src), "--model", str(tiny_model_dir), "-o",
-                                     "/dev/null", "--gold-field", "intent", "--plot"])  # fmt: skip
+        r = CliRunner().invoke(
+            cli,
+            [
+                "classify",
+                str(src),
+                "--model",
+                str(tiny_model_dir),
+                "-o",
+                "/dev/null",
+                "--gold-field",
+                "intent",
+                "--plot",
+            ],
+        )
     finally:
         os.chdir(cwd)
     assert r.exit_code == 0, r.output
@@ -231,8 +291,13 @@ def test_python_api_options(tiny_model_dir):
     from mlxbatch.api.classifier import Classifier
     from mlxbatch.api.evaluate import evaluate
 
-    clf = Classifier.load(tiny_model_dir, examples=[("refund please", "billing")], calibrate=True,
-                          min_confidence=0.99, prior={"billing": 1, "technical": 1, "account": 1})  # fmt: skip
+    clf = Classifier.load(
+        tiny_model_dir,
+        examples=[("refund please", "billing")],
+        calibrate=True,
+        min_confidence=0.99,
+        prior={"billing": 1, "technical": 1, "account": 1},
+    )
     preds = clf.classify(["charged twice", "crash"])
     assert all(p.abstained and p.label is None for p in preds)
     m = evaluate([p.label for p in preds], ["billing", "technical"], clf.labels.names)

@@ -39,12 +39,15 @@ def test_an_empty_prior_is_refused_and_none_means_none(tiny_model_dir, prior):
         Classifier.load(tiny_model_dir, LABELS, prior=prior)
 
 
-@pytest.mark.parametrize(("prior", "message"), [
-    ("x=1", "prior 'x=1': expected LABEL=WEIGHT with a label of billing, bug"),
-    ("billing=y", "prior 'billing=y': 'y' is not a number"),
-    ("billing=0.2,billing=0.5", "prior names 'billing' twice"),
-    ("billing=1e308,bug=1e308", "prior: the weights sum beyond"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("prior", "message"),
+    [
+        ("x=1", "prior 'x=1': expected LABEL=WEIGHT with a label of billing, bug"),
+        ("billing=y", "prior 'billing=y': 'y' is not a number"),
+        ("billing=0.2,billing=0.5", "prior names 'billing' twice"),
+        ("billing=1e308,bug=1e308", "prior: the weights sum beyond"),
+    ],
+)
 def test_the_prior_is_named_as_the_api_spells_it(tiny_model_dir, prior, message):
     with pytest.raises(UsageError) as e:
         Classifier.load(tiny_model_dir, LABELS, prior=prior)
@@ -54,10 +57,23 @@ def test_the_prior_is_named_as_the_api_spells_it(tiny_model_dir, prior, message)
 def test_the_cli_still_names_its_option_and_refuses_an_empty_prior(tiny_model_dir, tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text(GOOD)
-    for prior, words in (("billing=0.2,billing=0.5", "--prior names 'billing' twice"),
-                         ("", "--prior names no label")):  # fmt: skip
-        r = invoke(["classify", src, "--model", tiny_model_dir, "-o", tmp_path / "o.jsonl",
-                    "--prior", prior], tmp_path)  # fmt: skip
+    for prior, words in (
+        ("billing=0.2,billing=0.5", "--prior names 'billing' twice"),
+        ("", "--prior names no label"),
+    ):
+        r = invoke(
+            [
+                "classify",
+                src,
+                "--model",
+                tiny_model_dir,
+                "-o",
+                tmp_path / "o.jsonl",
+                "--prior",
+                prior,
+            ],
+            tmp_path,
+        )
         one_line_error(r, words)
 
 
@@ -69,23 +85,29 @@ def test_numpy_floats_are_taken_as_min_confidence(tiny_model_dir):
         assert not isinstance(got.adjust.min_confidence, np.generic)  # a journal digests it
     half = Classifier.load(tiny_model_dir, LABELS, min_confidence=0.5)
     assert got.classify(["hi there", "a bug"]) == half.classify(["hi there", "a bug"])
-    for value, error, words in ((np.True_, UsageError, "expected a number, got bool"),
-                                (True, UsageError, "expected a number, got bool"),
-                                (np.float32("nan"), LabelError, "is not between 0 and 1"),
-                                (np.float64(1.5), LabelError, "is not between 0 and 1")):  # fmt: skip
+    for value, error, words in (
+        (np.True_, UsageError, "expected a number, got bool"),
+        (True, UsageError, "expected a number, got bool"),
+        (np.float32("nan"), LabelError, "is not between 0 and 1"),
+        (np.float64(1.5), LabelError, "is not between 0 and 1"),
+    ):
         with pytest.raises(error, match=f"^min_confidence:? .*{words}"):
             Classifier.load(tiny_model_dir, LABELS, min_confidence=value)
 
 
-def test_a_system_prompt_with_a_lone_surrogate_is_refused_before_loading(tiny_model_dir,
-                                                                         monkeypatch):  # fmt: skip
+def test_a_system_prompt_with_a_lone_surrogate_is_refused_before_loading(
+    tiny_model_dir, monkeypatch
+):
     # it was refused by the tokenizer, after the weights loaded, as "cannot tokenize text"
     def no_load(*args, **kwargs):
         raise AssertionError("the weights loaded before the system prompt was checked")
 
     monkeypatch.setattr("mlxbatch.api.classifier.load_model", no_load)
-    with pytest.raises(UsageError, match=r"^system_prompt holds a lone surrogate '\\ud800' at "
-                                         "character 7"):  # fmt: skip
+    with pytest.raises(
+        UsageError,
+        match=r"^system_prompt holds a lone surrogate '\\ud800' at "
+        "character 7",
+    ):
         Classifier.load(tiny_model_dir, LABELS, system_prompt="Label \ud800 this")
 
 
@@ -103,7 +125,18 @@ def test_a_label_that_shows_nothing_is_refused_as_an_empty_one(tiny_model_dir):
 def test_the_cli_refuses_a_label_that_shows_nothing(tiny_model_dir, tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text(GOOD)
-    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", tmp_path / "o.jsonl",
-                "--labels", "billing,\u200b"], tmp_path)  # fmt: skip
+    r = invoke(
+        [
+            "classify",
+            src,
+            "--model",
+            tiny_model_dir,
+            "-o",
+            tmp_path / "o.jsonl",
+            "--labels",
+            "billing,\u200b",
+        ],
+        tmp_path,
+    )
     one_line_error(r, "empty label", repr("\u200b"))
     assert not (tmp_path / "o.jsonl").exists()

@@ -72,9 +72,11 @@ def test_the_python_api_refuses_odd_priors_flags_and_counts(tiny_model_dir):
     from mlxbatch import Classifier
     from mlxbatch.errors import UsageError
 
-    for prior, words in (([0.5, 0.5], "prior: expected {label: weight}"),
-                         ({"a": "0.5", "b": 0.5}, "prior['a']: expected a number, got str"),
-                         ({"a": True, "b": 0.5}, "prior['a']: expected a number, got bool")):  # fmt: skip
+    for prior, words in (
+        ([0.5, 0.5], "prior: expected {label: weight}"),
+        ({"a": "0.5", "b": 0.5}, "prior['a']: expected a number, got str"),
+        ({"a": True, "b": 0.5}, "prior['a']: expected a number, got bool"),
+    ):
         with pytest.raises(UsageError, match=words.replace("[", r"\[").replace("{", r"\{")):
             Classifier.load(tiny_model_dir, labels=["a", "b"], prior=prior)
     with pytest.raises(UsageError, match="calibrate: expected True or False"):

@@ -12,8 +12,12 @@ lengths_st = st.lists(st.integers(1, 300), min_size=1, max_size=200)
 
 
 @settings(max_examples=200, deadline=None)
-@given(lengths=lengths_st, budget=st.integers(300, 5000), max_batch=st.integers(1, 70),
-       mode=st.sampled_from(["greedy", "naive", "sequential"]))  # fmt: skip
+@given(
+    lengths=lengths_st,
+    budget=st.integers(300, 5000),
+    max_batch=st.integers(1, 70),
+    mode=st.sampled_from(["greedy", "naive", "sequential"]),
+)
 def test_every_item_is_planned_once_and_unsort_round_trips(lengths, budget, max_batch, mode):
     batches = plan_batches(lengths, mode, budget, max_batch)
     flat = [i for b in batches for i in b.indices]

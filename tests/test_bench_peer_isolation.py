@@ -22,16 +22,22 @@ def fake_peer(name: str, gold: list[int], **_) -> dict:
         os.kill(os.getpid(), signal.SIGSEGV)
     if name == "mlx-lm":
         raise RuntimeError("the weights\nwould not load")
-    return {"name": name, "seconds": 1.0, "items_per_s": float(len(gold)), "agreement": 1.0,
-            "gold": gold}  # fmt: skip
+    return {
+        "name": name,
+        "seconds": 1.0,
+        "items_per_s": float(len(gold)),
+        "agreement": 1.0,
+        "gold": gold,
+    }
 
 
 def test_a_crashing_peer_is_reported_and_the_others_run(monkeypatch, tmp_path):
     monkeypatch.setattr(peers, "PEER_RUN", FAKE)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     said = []
-    out = peers.run_peers(tmp_path, [[1, 2, 3]], [5, 6], [1], 4096, 8, 8,
-                          ("llama.cpp", "mlx-lm"), said.append)  # fmt: skip
+    out = peers.run_peers(
+        tmp_path, [[1, 2, 3]], [5, 6], [1], 4096, 8, 8, ("llama.cpp", "mlx-lm"), said.append
+    )
     assert out[0]["name"] == "llama.cpp-f32" and out[0]["gold"] == [1]
     assert out[1] == {"name": "llama.cpp-q8_0", "error": "crashed (SIGSEGV)", "crashed": "SIGSEGV"}
     assert out[2] == {"name": "mlx-lm", "error": "the weights would not load"}
@@ -42,8 +48,14 @@ def test_the_bench_report_survives_a_crashing_peer_without_gold_in_modes(monkeyp
     monkeypatch.setattr(peers, "PEER_RUN", FAKE)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     js = tmp_path / "bench.json"
-    o = BenchOptions(tickets="12", modes=("sorted",), peers=("llama.cpp",), quick=True,
-                     calibrate=False, json_path=js)  # fmt: skip
+    o = BenchOptions(
+        tickets="12",
+        modes=("sorted",),
+        peers=("llama.cpp",),
+        quick=True,
+        calibrate=False,
+        json_path=js,
+    )
     said = []
     result, text = bench_job(o, lambda m: m, progress=said.append)
     assert [m["name"] for m in result["modes"]] == ["sorted (default)"]

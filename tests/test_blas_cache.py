@@ -27,8 +27,9 @@ MADE = "from mlxbatch.runtime import scipy_openblas; print(scipy_openblas.rename
 
 def python(code: str, cache: Path, **env) -> subprocess.CompletedProcess:
     env = {**os.environ, "XDG_CACHE_HOME": str(cache), **env}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=env, timeout=600)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600
+    )
 
 
 def test_a_copy_cut_short_is_made_again_not_loaded(tmp_path):
@@ -38,17 +39,22 @@ def test_a_copy_cut_short_is_made_again_not_loaded(tmp_path):
     assert made.returncode == 0 and copy.is_file(), made.stderr
     whole = copy.stat().st_size
     os.truncate(copy, whole // 2)
-    run = python("import mlxbatch; from mlxbatch import Classifier; import mlx.core as mx;"
-                 "a = mx.ones((64, 64)); mx.eval(a @ a);"
-                 "from mlxbatch.runtime import blas; print(blas.ACTIVE['source'])", tmp_path)  # fmt: skip
+    run = python(
+        "import mlxbatch; from mlxbatch import Classifier; import mlx.core as mx;"
+        "a = mx.ones((64, 64)); mx.eval(a @ a);"
+        "from mlxbatch.runtime import blas; print(blas.ACTIVE['source'])",
+        tmp_path,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split() == ["scipy-openblas32"]
     assert copy.stat().st_size == whole and elf.whole(copy)
 
 
-LOADS = ("import mlxbatch; from mlxbatch import Classifier; import mlx.core as mx;"
-         "a = mx.ones((64, 64)); mx.eval(a @ a);"
-         "from mlxbatch.runtime import blas; print(blas.ACTIVE['source'])")  # fmt: skip
+LOADS = (
+    "import mlxbatch; from mlxbatch import Classifier; import mlx.core as mx;"
+    "a = mx.ones((64, 64)); mx.eval(a @ a);"
+    "from mlxbatch.runtime import blas; print(blas.ACTIVE['source'])"
+)
 
 
 def digest(path: Path) -> str:
@@ -105,9 +111,12 @@ def test_a_cache_that_cannot_be_made_leaves_the_fast_blas_and_says_so(tmp_path, 
     afile, temp = tmp_path / "afile", tmp_path / "tmp"
     afile.write_text("not a directory\n")
     temp.mkdir()
-    run = python("from mlxbatch.runtime import blas; print(blas.activate_in_process(), "
-                 "blas.ACTIVE.get('source'), any(r.get('chosen') for r in blas.tried()))",
-                 afile, TMPDIR=str(temp))  # fmt: skip
+    run = python(
+        "from mlxbatch.runtime import blas; print(blas.activate_in_process(), "
+        "blas.ACTIVE.get('source'), any(r.get('chosen') for r in blas.tried()))",
+        afile,
+        TMPDIR=str(temp),
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["True", "scipy-openblas32", "True"]
     (private,) = (temp / f"mlxbatch-{os.getuid()}" / "blas-libs").iterdir()
@@ -115,9 +124,24 @@ def test_a_cache_that_cannot_be_made_leaves_the_fast_blas_and_says_so(tmp_path, 
     for level in (private.parent.parent, private.parent):  # mlxbatch-<uid>, blas-libs
         assert level.stat().st_mode & 0o777 == 0o700 and level.stat().st_uid == os.getuid()
     env = {**os.environ, "XDG_CACHE_HOME": str(afile), "TMPDIR": str(temp)}
-    cli = subprocess.run([sys.executable, "-m", "mlxbatch", "classify", "-", "--model",
-                          str(tiny_model_dir), "--labels", "a,b"], input="hello\n",
-                         capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlxbatch",
+            "classify",
+            "-",
+            "--model",
+            str(tiny_model_dir),
+            "--labels",
+            "a,b",
+        ],
+        input="hello\n",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert cli.returncode == 0, cli.stderr
     assert "Traceback" not in cli.stderr and "reference BLAS" not in cli.stderr
     assert f"note: the cache {afile}/mlxbatch cannot be made" in cli.stderr
@@ -132,8 +156,10 @@ def test_the_private_folder_is_private_under_a_group_umask(tmp_path):
     afile, temp = tmp_path / "afile", tmp_path / "tmp"
     afile.write_text("not a directory\n")
     temp.mkdir()
-    code = ("import os; os.umask(0o002); from mlxbatch.runtime import blas; "
-            "print(blas.activate_in_process(), blas.ACTIVE.get('source'))")  # fmt: skip
+    code = (
+        "import os; os.umask(0o002); from mlxbatch.runtime import blas; "
+        "print(blas.activate_in_process(), blas.ACTIVE.get('source'))"
+    )
     run = python(code, afile, TMPDIR=str(temp))
     assert run.returncode == 0 and run.stdout.split() == ["True", "scipy-openblas32"], run.stderr
     root = temp / f"mlxbatch-{os.getuid()}"
@@ -161,8 +187,16 @@ def test_processes_making_the_copy_together_all_get_it(tmp_path):
     """Processes started together on an empty cache shared one symbol-map file: one's clean-up
     removed it under another's patchelf (3 of 32 failed), which then ran on the reference."""
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
-    procs = [subprocess.Popen([sys.executable, "-c", MADE], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(4)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", MADE],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(4)
+    ]
     outs = [p.communicate(timeout=600) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     assert all(out.strip() not in ("", "None") for out, _ in outs), outs
@@ -174,14 +208,22 @@ def test_processes_making_the_copy_together_all_get_it(tmp_path):
     assert elf.whole(made / "libopenblas.so")
 
 
-@pytest.mark.skipif(platform.machine() != "x86_64" or cpu.AVX512 <= cpu.flags()
-                    or not {"avx2", "fma"} <= cpu.flags(),
-                    reason="needs an x86_64 CPU with AVX2 and without AVX-512")  # fmt: skip
+@pytest.mark.skipif(
+    platform.machine() != "x86_64"
+    or cpu.AVX512 <= cpu.flags()
+    or not {"avx2", "fma"} <= cpu.flags(),
+    reason="needs an x86_64 CPU with AVX2 and without AVX-512",
+)
 def test_a_coretype_this_cpu_cannot_run_is_one_line_not_a_sigill(tmp_path):
     """OPENBLAS_CORETYPE=SkylakeX on an AVX2 CPU died of SIGILL (NumPy's OpenBLAS reads it too)."""
     env = {**os.environ, "OPENBLAS_CORETYPE": "SkylakeX", "XDG_CACHE_HOME": str(tmp_path)}
-    cli = subprocess.run([sys.executable, "-m", "mlxbatch", "tickets", "3"], capture_output=True,
-                         text=True, env=env, timeout=600)  # fmt: skip
+    cli = subprocess.run(
+        [sys.executable, "-m", "mlxbatch", "tickets", "3"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert cli.returncode == 2, (cli.returncode, cli.stderr)
     lines = cli.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: OPENBLAS_CORETYPE=SkylakeX names")
@@ -192,13 +234,30 @@ def test_a_coretype_this_cpu_cannot_run_is_one_line_not_a_sigill(tmp_path):
     assert fine.returncode == 0, fine.stderr
 
 
-@pytest.mark.skipif(platform.machine() != "x86_64" or "avx" not in cpu.flags(),
-                    reason="needs an x86_64 CPU with AVX")  # fmt: skip
+@pytest.mark.skipif(
+    platform.machine() != "x86_64" or "avx" not in cpu.flags(),
+    reason="needs an x86_64 CPU with AVX",
+)
 def test_a_coretype_older_than_the_cpu_is_noted(tmp_path, tiny_model_dir):
     """OPENBLAS_CORETYPE=Prescott ran products at 13 GFLOP/s against 70, and nothing said so."""
     env = {**os.environ, "OPENBLAS_CORETYPE": "Prescott", "XDG_CACHE_HOME": str(tmp_path)}
-    cli = subprocess.run([sys.executable, "-m", "mlxbatch", "classify", "-", "--model",
-                          str(tiny_model_dir), "--labels", "a,b"], input="hello\n",
-                         capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlxbatch",
+            "classify",
+            "-",
+            "--model",
+            str(tiny_model_dir),
+            "--labels",
+            "a,b",
+        ],
+        input="hello\n",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert cli.returncode == 0, cli.stderr
     assert "note: OPENBLAS_CORETYPE=Prescott picks OpenBLAS kernels older than" in cli.stderr

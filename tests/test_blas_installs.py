@@ -7,10 +7,25 @@ import sys
 
 from mlxbatch.runtime import blas, probe
 
-FOUND = {"": {"gflops": 5.0}, "/a/libopenblas.so": {"gflops": 80.0, "corename": "Haswell",
-         "config": "x", "threads": 2, "layouts": ["tiled"], "invariant": True},
-         "/b/libopenblas.so": {"gflops": 70.0, "corename": "Haswell", "config": "x",
-         "threads": 2, "layouts": ["tiled"], "invariant": True}}  # fmt: skip
+FOUND = {
+    "": {"gflops": 5.0},
+    "/a/libopenblas.so": {
+        "gflops": 80.0,
+        "corename": "Haswell",
+        "config": "x",
+        "threads": 2,
+        "layouts": ["tiled"],
+        "invariant": True,
+    },
+    "/b/libopenblas.so": {
+        "gflops": 70.0,
+        "corename": "Haswell",
+        "config": "x",
+        "threads": 2,
+        "layouts": ["tiled"],
+        "invariant": True,
+    },
+}
 
 
 def test_two_installs_keep_their_own_probes(monkeypatch, tmp_path):
@@ -23,8 +38,9 @@ def test_two_installs_keep_their_own_probes(monkeypatch, tmp_path):
 
     def run(prefix: str) -> blas.BlasPlan:
         monkeypatch.setattr(sys, "prefix", prefix)
-        monkeypatch.setattr(blas, "candidates",
-                            lambda: [blas.Candidate("scipy-openblas32", installs[prefix])])  # fmt: skip
+        monkeypatch.setattr(
+            blas, "candidates", lambda: [blas.Candidate("scipy-openblas32", installs[prefix])]
+        )
         return blas.plan()
 
     assert run("/venv/a").library == "/a/libopenblas.so" and len(probed) == 2

@@ -15,8 +15,13 @@ PATH_TOO_LONG = "/tmp/" + "/".join(["b" * 200] * 25)  # 5,000 bytes, each name a
 
 def mlxbatch(*args, cache):
     env = {**os.environ, "XDG_CACHE_HOME": cache}
-    return subprocess.run([sys.executable, "-m", "mlxbatch", *args], capture_output=True,
-                          text=True, env=env, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "mlxbatch", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("cache", [NAME_TOO_LONG, PATH_TOO_LONG])

@@ -33,8 +33,10 @@ QWEN3_LIKE = (
     "{% for message in messages %}{% set content = message['content'] %}"
     "{% if message['role'] == 'assistant' and '</think>' in content %}"
     "{% set content = content.split('</think>')[-1].lstrip('\\n') %}{% endif %}"
-    + TURN.replace("CONTENT", "content") + "{% endfor %}" + GEN
-)  # fmt: skip
+    + TURN.replace("CONTENT", "content")
+    + "{% endfor %}"
+    + GEN
+)
 MISTRAL_V3 = (
     '{%- if messages[0]["role"] == "system" %}{%- set system_message = messages[0]["content"] %}'
     "{%- set loop_messages = messages[1:] %}{%- else %}{%- set loop_messages = messages %}"
@@ -59,9 +61,17 @@ CHANGED = {  # name: (template, what the refusal says the template does)
 }
 LABELS = ["billing", "technical", "account"]
 EXAMPLES = (("I was charged twice.", "billing"), ("  The app crashes\n", "technical"))
-TEXTS = ["I was charged twice this month", "\n\nstarts with blank lines", "  padded both sides  ",
-         "line one\nline two", "ends with newline\n", "x", "the app crashes on login " * 8,
-         " \n mixed \t whitespace\n\n", "<b>Tom & 'Jo'</b> 数据 🙂"]  # fmt: skip
+TEXTS = [
+    "I was charged twice this month",
+    "\n\nstarts with blank lines",
+    "  padded both sides  ",
+    "line one\nline two",
+    "ends with newline\n",
+    "x",
+    "the app crashes on login " * 8,
+    " \n mixed \t whitespace\n\n",
+    "<b>Tom & 'Jo'</b> 数据 🙂",
+]
 
 
 def with_template(dst: Path, template: str, jinja_file: bool = False) -> Path:
@@ -98,8 +108,10 @@ def test_every_prompt_is_transformers_or_the_template_is_refused_by_name(name, t
     except ModelError as e:
         message = str(e)
         assert what is not None, message
-        assert message.startswith(f"{path / 'tokenizer_config.json'} (chat_template): the chat "
-                                  "template changes the text it is given"), message  # fmt: skip
+        assert message.startswith(
+            f"{path / 'tokenizer_config.json'} (chat_template): the chat "
+            "template changes the text it is given"
+        ), message
         assert what in message and "\n" not in message and "tokenizer.json" not in message
         return
     assert what is None, f"{name}: not refused"
@@ -109,8 +121,9 @@ def test_every_prompt_is_transformers_or_the_template_is_refused_by_name(name, t
         for text in TEXTS:
             want = transformers_prompt(ref, system, text, examples)
             assert ours.prompt(system, text, examples) == want, (name, examples, text)
-        assert ours.prompts(system, TEXTS, examples) == [ours.prompt(system, t, examples)
-                                                         for t in TEXTS]  # fmt: skip
+        assert ours.prompts(system, TEXTS, examples) == [
+            ours.prompt(system, t, examples) for t in TEXTS
+        ]
 
 
 def test_a_chat_template_file_is_named_when_refused(tmp_path):
@@ -124,9 +137,13 @@ def test_a_template_changing_only_labels_is_refused_when_examples_are_used(tmp_p
     """The examples' contents are probed too: the split with examples is checked when made."""
     from transformers import AutoTokenizer
 
-    template = ("{% for message in messages %}{% set c = message['content'] %}"
-                "{% if message['role'] == 'assistant' %}{% set c = c | upper %}{% endif %}"
-                + TURN.replace("CONTENT", "c") + "{% endfor %}" + GEN)  # fmt: skip
+    template = (
+        "{% for message in messages %}{% set c = message['content'] %}"
+        "{% if message['role'] == 'assistant' %}{% set c = c | upper %}{% endif %}"
+        + TURN.replace("CONTENT", "c")
+        + "{% endfor %}"
+        + GEN
+    )
     path = with_template(tmp_path / "m", template)
     ours, ref = PromptTokenizer(path), AutoTokenizer.from_pretrained(path)
     system = default_system_prompt(LABELS)
@@ -138,10 +155,14 @@ def test_a_template_changing_only_labels_is_refused_when_examples_are_used(tmp_p
     assert "(it renders an example's label otherwise than given)" in str(e.value)
 
 
-@pytest.mark.parametrize(("config", "message"), [
-    ("{not json", "cannot be read as JSON"), ("[1]", "not a JSON object"),
-    ('{"chat_template": 5}', "chat_template is neither a template"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ("{not json", "cannot be read as JSON"),
+        ("[1]", "not a JSON object"),
+        ('{"chat_template": 5}', "chat_template is neither a template"),
+    ],
+)
 def test_an_unreadable_tokenizer_config_is_refused_not_passed_over(tmp_path, config, message):
     """A hostile pass found a corrupt tokenizer_config.json (or a chat_template of 5) read as
     absent: the prompt was built from another template, silently."""

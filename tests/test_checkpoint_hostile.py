@@ -62,12 +62,19 @@ def test_a_partial_rotary_factor_is_read_only_by_the_family_that_rotates_part_of
 
     from mlxbatch.model.load import load_model
 
-    cfg = transformers.Qwen2Config(vocab_size=151936, hidden_size=64, intermediate_size=96,
-                                   num_attention_heads=4, num_key_value_heads=2,
-                                   num_hidden_layers=2, partial_rotary_factor=0.5)  # fmt: skip
+    cfg = transformers.Qwen2Config(
+        vocab_size=151936,
+        hidden_size=64,
+        intermediate_size=96,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        partial_rotary_factor=0.5,
+    )
     torch.manual_seed(0)
-    path = save_randomised(transformers.AutoModelForCausalLM.from_config(cfg).float(),
-                           tmp_path / "qwen2")  # fmt: skip
+    path = save_randomised(
+        transformers.AutoModelForCausalLM.from_config(cfg).float(), tmp_path / "qwen2"
+    )
     hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     lm = load_model(path)
     tokens = lm.tokenizer.prompt("Classify.", "the app crashes when I log in " * 4)
@@ -86,17 +93,29 @@ def test_gemma_configs_whose_attention_mlxbatch_does_not_run_are_refused():
     from mlxbatch.errors import ModelError
     from mlxbatch.model.config import ModelArgs
 
-    base = dict(model_type="gemma3_text", hidden_size=64, intermediate_size=96,
-                num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
-                head_dim=16, vocab_size=300)  # fmt: skip
+    base = dict(
+        model_type="gemma3_text",
+        hidden_size=64,
+        intermediate_size=96,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_hidden_layers=2,
+        head_dim=16,
+        vocab_size=300,
+    )
     ModelArgs.from_dict(base)
     for extra, said in (
         ({"use_bidirectional_attention": True}, "use_bidirectional_attention"),
-        ({"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
-                              "sliding_attention": {"rope_type": "linear", "factor": 4.0,
-                                                    "rope_theta": 1e4}}},
-         "rope_parameters.sliding_attention: rope scaling 'linear'"),
-    ):  # fmt: skip
+        (
+            {
+                "rope_parameters": {
+                    "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                    "sliding_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e4},
+                }
+            },
+            "rope_parameters.sliding_attention: rope scaling 'linear'",
+        ),
+    ):
         with pytest.raises(ModelError, match=said):
             ModelArgs.from_dict(base | extra)
     vision = {"model_type": "gemma3", "text_config": base | {"use_bidirectional_attention": True}}
@@ -104,8 +123,9 @@ def test_gemma_configs_whose_attention_mlxbatch_does_not_run_are_refused():
         ModelArgs.from_dict(vision)
 
 
-def test_a_checkpoint_whose_weights_file_is_cut_is_not_the_default_model(tiny_model_dir,
-                                                                        tmp_path, monkeypatch):  # fmt: skip
+def test_a_checkpoint_whose_weights_file_is_cut_is_not_the_default_model(
+    tiny_model_dir, tmp_path, monkeypatch
+):
     """A model folder with a 2-byte model.safetensors was taken as runnable: `models` did not
     mark it BROKEN and classify with no --model chose it, then failed ("truncated safetensors
     file"). Its tensor table is read now (headers alone)."""
@@ -188,12 +208,16 @@ def test_config_values_of_the_wrong_type_are_one_line_not_a_traceback(tiny_model
         ({"model_type": {"name": "gemma3"}}, "is not supported"),
         ({"rope_scaling": {"rope_type": ["linear"], "factor": 2.0}}, "rope scaling \\['linear'\\]"),
         ({"rope_scaling": {"type": {"x": 1}, "factor": 2.0}}, "rope scaling {'x': 1}"),
-    ):  # fmt: skip
+    ):
         with pytest.raises(ModelError, match=said):
             ModelArgs.from_dict(base | changes)
     bad = _with_config(tiny_model_dir, tmp_path / "w", "a-bad", model_type=["qwen2"])
-    worse = _with_config(tiny_model_dir, tmp_path / "w", "b-worse",
-                         rope_scaling={"rope_type": ["linear"], "factor": 2.0})  # fmt: skip
+    worse = _with_config(
+        tiny_model_dir,
+        tmp_path / "w",
+        "b-worse",
+        rope_scaling={"rope_type": ["linear"], "factor": 2.0},
+    )
     good = _with_config(tiny_model_dir, tmp_path / "w", "c-good")
     assert "model_type" in not_runnable(bad) and "rope scaling" in not_runnable(worse)
     r = invoke(["classify", "-", "--model", bad, "--labels", "a,b"], tmp_path, input="hi\n")
@@ -206,8 +230,9 @@ def test_config_values_of_the_wrong_type_are_one_line_not_a_traceback(tiny_model
     assert {m["name"] for m in listed} >= {"b-worse", "c-good"}
 
 
-def test_an_empty_model_name_is_refused_not_taken_for_the_default(tiny_model_dir, tmp_path,
-                                                                  monkeypatch):  # fmt: skip
+def test_an_empty_model_name_is_refused_not_taken_for_the_default(
+    tiny_model_dir, tmp_path, monkeypatch
+):
     """`--model ""` (a script's unset $MODEL) ran as if no --model was given: it wrote a
     958 MB synthetic model under ./weights and classified with it, exit 0; the Python API
     said "config.json: not found (is . a model directory?)". Both say it now, in one line."""
@@ -215,8 +240,7 @@ def test_an_empty_model_name_is_refused_not_taken_for_the_default(tiny_model_dir
 
     monkeypatch.setenv("MLXBATCH_WEIGHTS", str(tmp_path / "none"))
     for empty in ("", " "):
-        r = invoke(["classify", "-", "--model", empty, "--labels", "a,b"], tmp_path,
-                   input="hi\n")  # fmt: skip
+        r = invoke(["classify", "-", "--model", empty, "--labels", "a,b"], tmp_path, input="hi\n")
         one_line_error(r, "empty string")
         with pytest.raises(ModelError, match="empty string"):
             Classifier.load(empty, ["a", "b"])

@@ -12,8 +12,9 @@ from mlxbatch import Classifier
 from mlxbatch.bench.workload import generate, write_jsonl
 
 
-def test_verify_fails_where_the_fast_path_abstains_and_the_gold_loop_answers(tiny_model_dir,
-                                                                            tmp_path):  # fmt: skip
+def test_verify_fails_where_the_fast_path_abstains_and_the_gold_loop_answers(
+    tiny_model_dir, tmp_path
+):
     """`--min-confidence` at a gold-loop top score: a fast score a few ulps under it abstained
     in the output, the gold loop answered, and --verify said 100% and exited 0."""
     rows = generate(50, seed=0)
@@ -27,8 +28,19 @@ def test_verify_fails_where_the_fast_path_abstains_and_the_gold_loop_answers(tin
     assert len(under), "no row's fast top score is below its gold one: pick other tickets"
     threshold = float(gold[under[0]].max())  # the gold loop answers (not below), fast abstains
     out = tmp_path / "o.jsonl"
-    r = invoke(["classify", src, "--model", tiny_model_dir, "--min-confidence", threshold,
-                "--verify", "-o", out])  # fmt: skip
+    r = invoke(
+        [
+            "classify",
+            src,
+            "--model",
+            tiny_model_dir,
+            "--min-confidence",
+            threshold,
+            "--verify",
+            "-o",
+            out,
+        ]
+    )
     assert r.exit_code == 1, r.output
     written = json.loads(out.read_text().splitlines()[int(under[0])])
     assert written["abstained"] and written["label"] is None
@@ -46,9 +58,14 @@ def test_a_check_disagrees_where_one_answer_abstains():
     one = Check("billing", "billing", 6e-8, 0.2, (False, True))
     assert both.agrees and not one.agrees
     assert one.answers() == ("billing", "billing (abstains)")
-    assert one.disagreement("t1") == {"id": "t1", "gold": "billing", "fast": "billing",
-                                      "gold_margin": 0.2, "gold_abstained": False,
-                                      "fast_abstained": True}  # fmt: skip
+    assert one.disagreement("t1") == {
+        "id": "t1",
+        "gold": "billing",
+        "fast": "billing",
+        "gold_margin": 0.2,
+        "gold_abstained": False,
+        "fast_abstained": True,
+    }
 
 
 def test_parity_says_in_one_line_when_mlx_lm_cannot_run_a_checkpoint(tied_pair, monkeypatch):
@@ -69,8 +86,7 @@ def test_parity_says_in_one_line_when_mlx_lm_cannot_run_a_checkpoint(tied_pair, 
     assert "--no-mlx-lm compares with transformers alone" in r.stderr
 
 
-def test_parity_says_in_one_line_when_transformers_cannot_run_a_checkpoint(tied_pair,
-                                                                          monkeypatch):  # fmt: skip
+def test_parity_says_in_one_line_when_transformers_cannot_run_a_checkpoint(tied_pair, monkeypatch):
     """transformers' own crash (a Qwen2 config with sliding layers and no window; Gemma with a
     partial rotary factor) was a traceback, exit 1, where mlx-lm's is one line, exit 2; the
     mlx-lm comparison still runs and is printed."""

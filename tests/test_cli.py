@@ -36,8 +36,19 @@ def test_all_modes_agree_and_rows_map_one_to_one(tiny_model_dir, tickets_file, t
     outs = {}
     for mode in ("sorted", "naive", "sequential"):
         out = tmp_path / f"{mode}.jsonl"
-        r = run("classify", tickets_file, "--model", tiny_model_dir, "-o", out, "--mode", mode,
-                "--batch-tokens", 2048, "--verify")  # fmt: skip
+        r = run(
+            "classify",
+            tickets_file,
+            "--model",
+            tiny_model_dir,
+            "-o",
+            out,
+            "--mode",
+            mode,
+            "--batch-tokens",
+            2048,
+            "--verify",
+        )
         assert r.exit_code == 0, r.output
         assert "100.00% label agreement" in r.output
         outs[mode] = read_jsonl(out)
@@ -52,8 +63,18 @@ def test_all_modes_agree_and_rows_map_one_to_one(tiny_model_dir, tickets_file, t
 
 def test_stdin_text_and_csv_output(tiny_model_dir, tmp_path):
     out = tmp_path / "o.csv"
-    r = run("classify", "-", "--model", tiny_model_dir, "-o", out, "--labels", "spam,ham",
-            "--no-prefix-cache", input="buy now\nsee you at lunch\n")  # fmt: skip
+    r = run(
+        "classify",
+        "-",
+        "--model",
+        tiny_model_dir,
+        "-o",
+        out,
+        "--labels",
+        "spam,ham",
+        "--no-prefix-cache",
+        input="buy now\nsee you at lunch\n",
+    )
     assert r.exit_code == 0, r.output
     lines = out.read_text().splitlines()
     assert lines[0] == "id,label,score_spam,score_ham,error" and len(lines) == 3
@@ -86,8 +107,19 @@ def test_too_long_policies(tiny_model_dir, tmp_path):
     r = run("classify", src, "--model", tiny_model_dir, "--max-tokens", 40)
     assert r.exit_code == 2 and "over the limit of 40" in r.output
     out = tmp_path / "o.jsonl"
-    r = run("classify", src, "--model", tiny_model_dir, "--max-tokens", 40, "--too-long", "truncate",
-            "-o", out, "--verify")  # fmt: skip
+    r = run(
+        "classify",
+        src,
+        "--model",
+        tiny_model_dir,
+        "--max-tokens",
+        40,
+        "--too-long",
+        "truncate",
+        "-o",
+        out,
+        "--verify",
+    )
     assert r.exit_code == 0, r.output
     rows = read_jsonl(out)
     assert "truncated" not in rows[0]
@@ -95,10 +127,15 @@ def test_too_long_policies(tiny_model_dir, tmp_path):
     assert t["from_tokens"] > 40 >= t["to_tokens"] and rows[1]["label"]
 
 
-@pytest.mark.parametrize("labels, message", [
-    ("billing,billing", "duplicate label"), ("billing", "at least two labels"),
-    ("billing,,x", "empty label"), ("account,account access", "token prefix"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "labels, message",
+    [
+        ("billing,billing", "duplicate label"),
+        ("billing", "at least two labels"),
+        ("billing,,x", "empty label"),
+        ("account,account access", "token prefix"),
+    ],
+)
 def test_bad_label_sets_are_refused(tiny_model_dir, tickets_file, labels, message):
     r = run("classify", tickets_file, "--model", tiny_model_dir, "--labels", labels)
     assert r.exit_code == 2 and message in r.output
@@ -121,8 +158,9 @@ def test_peak_memory_stays_under_the_stated_bound(tiny_model_dir, tickets_file):
     assert 0 < res.peak_memory <= res.memory_bound
 
 
-def test_peak_memory_leaves_out_the_planners_first_calibration(tiny_model_dir, tickets_file,
-                                                                tmp_path, monkeypatch):  # fmt: skip
+def test_peak_memory_leaves_out_the_planners_first_calibration(
+    tiny_model_dir, tickets_file, tmp_path, monkeypatch
+):
     """A machine's first job calibrates the planner while its settings resolve: its batches
     made a tiny model's peak 0.10 GiB against the job's stated bound of 0.04."""
     import mlx.core as mx
@@ -217,8 +255,13 @@ def require_fast_blas():
 @pytest.mark.skipif(platform.system() != "Linux", reason="the BLAS interposition is Linux-only")
 def test_cli_runs_mlx_on_openblas():
     require_fast_blas()
-    out = subprocess.run([sys.executable, "-m", "mlxbatch", "doctor", "--json", "--size", "256"],
-                         capture_output=True, text=True, env=cli_env(), check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "mlxbatch", "doctor", "--json", "--size", "256"],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        check=True,
+    )
     info = json.loads(out.stdout)
     assert info["fast_blas"] is True
     assert "openblas" in info["blas"] and info["blas_kernels"] not in (None, "Prescott")
@@ -243,14 +286,17 @@ def test_python_api_gets_the_fast_blas_in_process():
     require_fast_blas()
     # Which library serves MLX's sgemm symbol, not a speed ratio: a timing comparison failed
     # with both cores busy (9.6 against 6.5 GFLOP/s); `mlxbatch doctor` measures the speed.
-    code = ("import mlxbatch; mlxbatch.Classifier\n"
-            "from mlxbatch.runtime import sgemm\n"
-            "import json, mlx.core as mx\n"
-            "a = mx.ones((64, 64)); mx.eval(a @ a)\n"
-            "p = sgemm.sgemm_provider()\n"
-            "print(json.dumps([p['library'], p.get('corename')]))")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=cli_env(), check=True)  # fmt: skip
+    code = (
+        "import mlxbatch; mlxbatch.Classifier\n"
+        "from mlxbatch.runtime import sgemm\n"
+        "import json, mlx.core as mx\n"
+        "a = mx.ones((64, 64)); mx.eval(a @ a)\n"
+        "p = sgemm.sgemm_provider()\n"
+        "print(json.dumps([p['library'], p.get('corename')]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), check=True
+    )
     library, kernels = json.loads(out.stdout.splitlines()[-1])
     assert "openblas" in library and kernels
 
@@ -266,11 +312,16 @@ def test_blas_choice_is_measured_and_a_crashing_build_is_named(monkeypatch, tmp_
     crash.write_text("import os, signal; os.kill(os.getpid(), signal.SIGILL)")
     monkeypatch.setattr(probe, "_PROBE_CODE", crash.read_text())
     assert probe._probe("x", ())["failure"].startswith("died of SIGILL in the probe")
-    fake = [blas.Candidate("scipy-openblas32", None, problem="patchelf is not installed"),
-            blas.Candidate("avx512-only", "/a/libopenblas.so"),
-            blas.Candidate("system", "/b/libopenblas.so")]  # fmt: skip
-    found = {"": {"gflops": 5.0}, "/a/libopenblas.so": {"failure": "died of SIGILL in the probe"},
-             "/b/libopenblas.so": {"gflops": 80.0, "corename": "Haswell", "config": "x"}}  # fmt: skip
+    fake = [
+        blas.Candidate("scipy-openblas32", None, problem="patchelf is not installed"),
+        blas.Candidate("avx512-only", "/a/libopenblas.so"),
+        blas.Candidate("system", "/b/libopenblas.so"),
+    ]
+    found = {
+        "": {"gflops": 5.0},
+        "/a/libopenblas.so": {"failure": "died of SIGILL in the probe"},
+        "/b/libopenblas.so": {"gflops": 80.0, "corename": "Haswell", "config": "x"},
+    }
     monkeypatch.setattr(blas, "candidates", lambda: fake)
     monkeypatch.setattr(probe, "_probe", lambda lib, env: found[lib])
     assert blas.plan().source == "system"  # the AVX-512 build crashed: the next one is used
@@ -291,22 +342,34 @@ def test_blas_choice_is_measured_and_a_crashing_build_is_named(monkeypatch, tmp_
 
 
 @pytest.mark.skipif(platform.system() != "Linux", reason="the BLAS interposition is Linux-only")
-@pytest.mark.parametrize("edit", [
-    lambda d: d["/b/libopenblas.so"].update(gflops="x"),  # failed every run
-    lambda d: d["/b/libopenblas.so"].clear(),  # left MLX on the reference BLAS
-    lambda d: d.pop("/b/libopenblas.so"),
-    lambda d: d["/b/libopenblas.so"].update(invariant="yes"),  # counted as invariant
-    lambda d: d["/b/libopenblas.so"].update(layouts=["diagonal"], invariant=True),
-    lambda d: d["reference"].update(gflops=float("inf")),
-    lambda d: d.update(reference=[]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda d: d["/b/libopenblas.so"].update(gflops="x"),  # failed every run
+        lambda d: d["/b/libopenblas.so"].clear(),  # left MLX on the reference BLAS
+        lambda d: d.pop("/b/libopenblas.so"),
+        lambda d: d["/b/libopenblas.so"].update(invariant="yes"),  # counted as invariant
+        lambda d: d["/b/libopenblas.so"].update(layouts=["diagonal"], invariant=True),
+        lambda d: d["reference"].update(gflops=float("inf")),
+        lambda d: d.update(reference=[]),
+    ],
+)
 def test_an_edited_blas_cache_is_probed_again(monkeypatch, tmp_path, edit):
     """blas.json is a file a person can edit: cached probes that no probe writes are measured
     again (and saved over), not trusted; a cache as written is not."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     fake = [blas.Candidate("system", "/b/libopenblas.so")]
-    found = {"": {"gflops": 5.0}, "/b/libopenblas.so": {"gflops": 80.0, "corename": "Haswell",
-             "config": "x", "threads": 2, "layouts": ["tiled"], "invariant": True}}  # fmt: skip
+    found = {
+        "": {"gflops": 5.0},
+        "/b/libopenblas.so": {
+            "gflops": 80.0,
+            "corename": "Haswell",
+            "config": "x",
+            "threads": 2,
+            "layouts": ["tiled"],
+            "invariant": True,
+        },
+    }
     probed = []
     monkeypatch.setattr(blas, "candidates", lambda: fake)
     monkeypatch.setattr(probe, "_probe", lambda lib, env: probed.append(lib) or found[lib])
@@ -334,9 +397,25 @@ def test_the_symbol_table_reader_finds_the_prefixed_exports():
 
 def test_bench_quick_runs_end_to_end(tmp_path):
     js = tmp_path / "b.json"
-    out = subprocess.run([sys.executable, "-m", "mlxbatch", "bench", "--quick", "--tickets", "24",
-                          "--sweep", "512", "--no-peers", "--json", js],
-                         capture_output=True, text=True, env=cli_env())  # fmt: skip
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlxbatch",
+            "bench",
+            "--quick",
+            "--tickets",
+            "24",
+            "--sweep",
+            "512",
+            "--no-peers",
+            "--json",
+            js,
+        ],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(js.read_text())
     names = [m["name"] for m in result["modes"]]
@@ -359,9 +438,25 @@ def test_bench_against_a_reference_model(tiny_model_dir, tmp_path):
     half = tmp_path / "half"
     convert_hf(tiny_model_dir, half, dtype="bfloat16")
     js = tmp_path / "b.json"
-    r = CliRunner().invoke(cli, ["bench", "--model", str(tiny_model_dir), "--tickets", "12",
-                                 "--modes", "sorted", "--sweep", "", "--no-peers",
-                                 "--against", str(half), "--json", str(js)])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        [
+            "bench",
+            "--model",
+            str(tiny_model_dir),
+            "--tickets",
+            "12",
+            "--modes",
+            "sorted",
+            "--sweep",
+            "",
+            "--no-peers",
+            "--against",
+            str(half),
+            "--json",
+            str(js),
+        ],
+    )
     assert r.exit_code == 0, r.output
     a = json.loads(js.read_text())["against"]
     assert a["items"] == 12 and a["reference"] != a["model"]
@@ -433,45 +528,94 @@ def test_bench_built_in_prompts_grow_the_shared_prefix(tmp_path):
     prefix = {}
     for name in ("default", "descriptions", "few-shot"):
         js = tmp_path / f"{name}.json"
-        out = subprocess.run([sys.executable, "-m", "mlxbatch", "bench", "--quick", "--tickets", "8",
-                              "--prompt", name, "--modes", "gold,sorted", "--sweep", "",
-                              "--no-peers", "--no-calibrate", "--json", js],
-                             capture_output=True, text=True, env=cli_env())  # fmt: skip
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mlxbatch",
+                "bench",
+                "--quick",
+                "--tickets",
+                "8",
+                "--prompt",
+                name,
+                "--modes",
+                "gold,sorted",
+                "--sweep",
+                "",
+                "--no-peers",
+                "--no-calibrate",
+                "--json",
+                js,
+            ],
+            capture_output=True,
+            text=True,
+            env=cli_env(),
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         assert f"prompt {name} (" in out.stdout
         m = re.search(r"prompt \S+ \((\d+) shared prefix tokens\)", out.stdout)
         prefix[name] = int(m.group(1))
         assert all(m["agreement"] == 1.0 for m in json.loads(js.read_text())["modes"])
     assert prefix["default"] < prefix["descriptions"] < prefix["few-shot"]
-    alone = subprocess.run([sys.executable, "-m", "mlxbatch", "bench", "--quick", "--tickets", "8",
-                            "--modes", "sorted", "--no-peers", "--no-calibrate", "--json", js],
-                           capture_output=True, text=True, env=cli_env())  # fmt: skip
+    alone = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlxbatch",
+            "bench",
+            "--quick",
+            "--tickets",
+            "8",
+            "--modes",
+            "sorted",
+            "--no-peers",
+            "--no-calibrate",
+            "--json",
+            js,
+        ],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+    )
     assert alone.returncode == 0, alone.stderr[-2000:]
     (mode,) = json.loads(js.read_text())["modes"]
     assert mode["agreement"] is None and " n/a " in alone.stdout  # no reference ran: no claim
-    bad = subprocess.run([sys.executable, "-m", "mlxbatch", "bench", "--quick", "--prompt",
-                          "descriptions", "--system-prompt", "mine"],
-                         capture_output=True, text=True, env=cli_env())  # fmt: skip
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlxbatch",
+            "bench",
+            "--quick",
+            "--prompt",
+            "descriptions",
+            "--system-prompt",
+            "mine",
+        ],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+    )
     assert bad.returncode == 2 and "built-in prompt" in bad.stderr
 
 
 @pytest.mark.parametrize("command", [["serve"], ["bench-serve", "--quick"], ["bench", "--serve"]])
-def test_the_service_without_its_extra_is_one_line_naming_it(monkeypatch, tiny_model_dir,
-                                                             command):  # fmt: skip
+def test_the_service_without_its_extra_is_one_line_naming_it(monkeypatch, tiny_model_dir, command):
     """Without the serve extra, `serve` was a ModuleNotFoundError traceback (exit 1)."""
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "uvicorn" else real(name, *a))  # fmt: skip
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a)
+    )
     r = CliRunner().invoke(cli, [*command, "--model", str(tiny_model_dir)])
     assert r.exit_code == 2, r.output
     assert "needs the serve extra (uvicorn missing): pip install 'mlxbatch[serve]'" in r.output
     assert "Traceback" not in r.output
 
 
-def test_doctor_lists_the_calibrations_of_models_on_disk_and_counts_the_rest(tmp_path,
-                                                                             monkeypatch):  # fmt: skip
+def test_doctor_lists_the_calibrations_of_models_on_disk_and_counts_the_rest(tmp_path, monkeypatch):
     """The shared cache held ~40 entries of tests' and deleted models, unsorted."""
     from mlxbatch.bench import doctor
     from mlxbatch.engine import calibration
@@ -479,8 +623,10 @@ def test_doctor_lists_the_calibrations_of_models_on_disk_and_counts_the_rest(tmp
     cost = {"per_batch": 0.01, "per_token": 1e-4, "per_key": 1e-7, "lanes": 1}
     (tmp_path / "b").mkdir()
     (tmp_path / "a").mkdir()
-    entries = [{"model_path": str(tmp_path / p), "dtype": "float32", "at": "t", "model": cost}
-               for p in ("b", "gone", "a", "gone2")]  # fmt: skip
+    entries = [
+        {"model_path": str(tmp_path / p), "dtype": "float32", "at": "t", "model": cost}
+        for p in ("b", "gone", "a", "gone2")
+    ]
     # a cache edited by hand (a review found a traceback): a path that is no string, a NUL,
     # constants that are no numbers
     entries += [

@@ -33,8 +33,14 @@ def test_the_blas_warning_is_for_commands_that_compute(tiny_model_dir, tmp_path,
     from mlxbatch.runtime import blas
 
     monkeypatch.setattr(blas, "warning", lambda: "warning: the reference BLAS (test)")
-    for args in (["--help"], ["--version"], ["classify", "--help"], ["models"], ["eval", "--help"],
-                 ["tickets", "3", "-o", tmp_path / "t.jsonl"]):  # fmt: skip
+    for args in (
+        ["--help"],
+        ["--version"],
+        ["classify", "--help"],
+        ["models"],
+        ["eval", "--help"],
+        ["tickets", "3", "-o", tmp_path / "t.jsonl"],
+    ):
         r = invoke(args, tmp_path, obj={"warn_blas": True})  # as `main` runs it
         assert r.exit_code == 0 and "reference BLAS" not in r.stderr, (args, r.output)
     src = tmp_path / "in.jsonl"
@@ -58,8 +64,10 @@ def test_progress_off_a_terminal_is_a_line_every_few_seconds(monkeypatch, capsys
         bar.update(10)
     bar.close()
     lines = capsys.readouterr().err.splitlines()
-    assert lines == ["classify: 20/100 items, 0:11 elapsed, ETA 0:44",
-                     "classify: 40/100 items, 0:25 elapsed, ETA 0:38"]  # fmt: skip
+    assert lines == [
+        "classify: 20/100 items, 0:11 elapsed, ETA 0:44",
+        "classify: 40/100 items, 0:25 elapsed, ETA 0:38",
+    ]
     assert not isinstance(progress.bar(5, "x"), progress.Lines)  # only where asked for
 
 

@@ -21,13 +21,28 @@ from mlxbatch.engine.prompt import default_system_prompt
 from mlxbatch.model.config import ModelArgs
 from mlxbatch.model.load import load_model
 
-SMALL = dict(vocab_size=151936, hidden_size=64, intermediate_size=96, num_attention_heads=4,
-             num_key_value_heads=2, num_hidden_layers=2, max_position_embeddings=1024)  # fmt: skip
-_LONGROPE = {"rope_type": "longrope", "rope_theta": 10000.0, "original_max_position_embeddings": 256,
-             "short_factor": [1.0, 1.2, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0],
-             "long_factor": [2.0, 3.0, 4.0, 6.0, 8.0, 9.0, 10.0, 11.0]}  # fmt: skip
-_GEMMA = dict(num_hidden_layers=3, head_dim=16, sliding_window=8,
-              layer_types=["sliding_attention", "full_attention", "sliding_attention"])  # fmt: skip
+SMALL = dict(
+    vocab_size=151936,
+    hidden_size=64,
+    intermediate_size=96,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    num_hidden_layers=2,
+    max_position_embeddings=1024,
+)
+_LONGROPE = {
+    "rope_type": "longrope",
+    "rope_theta": 10000.0,
+    "original_max_position_embeddings": 256,
+    "short_factor": [1.0, 1.2, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0],
+    "long_factor": [2.0, 3.0, 4.0, 6.0, 8.0, 9.0, 10.0, 11.0],
+}
+_GEMMA = dict(
+    num_hidden_layers=3,
+    head_dim=16,
+    sliding_window=8,
+    layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+)
 
 
 def _drop(*keys):
@@ -58,31 +73,64 @@ def _only_inner_original(cfg):
 
 CASES = {
     # name: (transformers config class, its arguments, the edit of the saved config.json)
-    "llama_no_tie_key": ("LlamaConfig", dict(tie_word_embeddings=False),
-                         _drop("tie_word_embeddings")),
-    "llama_no_kv_heads": ("LlamaConfig", dict(num_key_value_heads=4, tie_word_embeddings=False),
-                          _drop("num_key_value_heads")),
-    "qwen2_no_rope_theta": ("Qwen2Config", dict(tie_word_embeddings=True),
-                            _drop("rope_parameters")),
-    "qwen3_no_head_dim_no_kv_heads": ("Qwen3Config", dict(
-        num_attention_heads=32, num_key_value_heads=32, head_dim=128, tie_word_embeddings=False),
-        _drop("head_dim", "num_key_value_heads")),
+    "llama_no_tie_key": (
+        "LlamaConfig",
+        dict(tie_word_embeddings=False),
+        _drop("tie_word_embeddings"),
+    ),
+    "llama_no_kv_heads": (
+        "LlamaConfig",
+        dict(num_key_value_heads=4, tie_word_embeddings=False),
+        _drop("num_key_value_heads"),
+    ),
+    "qwen2_no_rope_theta": (
+        "Qwen2Config",
+        dict(tie_word_embeddings=True),
+        _drop("rope_parameters"),
+    ),
+    "qwen3_no_head_dim_no_kv_heads": (
+        "Qwen3Config",
+        dict(
+            num_attention_heads=32, num_key_value_heads=32, head_dim=128, tie_word_embeddings=False
+        ),
+        _drop("head_dim", "num_key_value_heads"),
+    ),
     "gemma3_no_rope_theta": ("Gemma3TextConfig", _GEMMA, _drop("rope_parameters")),
-    "gemma3_no_query_pre_attn_scalar": ("Gemma3TextConfig", _GEMMA | dict(query_pre_attn_scalar=256),
-                                        _drop("query_pre_attn_scalar")),
-    "gemma3_no_layer_types_no_window": ("Gemma3TextConfig", _GEMMA, _drop(
-        "layer_types", "sliding_window", "_sliding_window_pattern")),
-    "phi3_no_rms_norm_eps": ("Phi3Config", dict(rms_norm_eps=1e-5, tie_word_embeddings=False),
-                             _drop("rms_norm_eps")),
-    "phi3_su": ("Phi3Config", dict(rope_parameters=_LONGROPE, original_max_position_embeddings=256),
-                _rope_scaling("su")),
-    "phi3_yarn": ("Phi3Config", dict(rope_parameters=_LONGROPE, original_max_position_embeddings=256),
-                  _rope_scaling("yarn")),
-    "phi3_original_only_in_rope": ("Phi3Config", dict(rope_parameters=_LONGROPE,
-                                                      max_position_embeddings=4096,
-                                                      original_max_position_embeddings=256),
-                                   _only_inner_original),
-}  # fmt: skip
+    "gemma3_no_query_pre_attn_scalar": (
+        "Gemma3TextConfig",
+        _GEMMA | dict(query_pre_attn_scalar=256),
+        _drop("query_pre_attn_scalar"),
+    ),
+    "gemma3_no_layer_types_no_window": (
+        "Gemma3TextConfig",
+        _GEMMA,
+        _drop("layer_types", "sliding_window", "_sliding_window_pattern"),
+    ),
+    "phi3_no_rms_norm_eps": (
+        "Phi3Config",
+        dict(rms_norm_eps=1e-5, tie_word_embeddings=False),
+        _drop("rms_norm_eps"),
+    ),
+    "phi3_su": (
+        "Phi3Config",
+        dict(rope_parameters=_LONGROPE, original_max_position_embeddings=256),
+        _rope_scaling("su"),
+    ),
+    "phi3_yarn": (
+        "Phi3Config",
+        dict(rope_parameters=_LONGROPE, original_max_position_embeddings=256),
+        _rope_scaling("yarn"),
+    ),
+    "phi3_original_only_in_rope": (
+        "Phi3Config",
+        dict(
+            rope_parameters=_LONGROPE,
+            max_position_embeddings=4096,
+            original_max_position_embeddings=256,
+        ),
+        _only_inner_original,
+    ),
+}
 TEXTS = ["I was charged twice this month", "the app crashes " * 6]
 
 
@@ -104,8 +152,9 @@ def assert_logits_equal_transformers(path: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
-                                              attn_implementation="eager").eval()  # fmt: skip
+    hf = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
     lm = load_model(path, dtype="float32")
     for text in TEXTS:
         tokens = lm.tokenizer.prompt(default_system_prompt(("a", "b")), text)
@@ -143,8 +192,15 @@ def test_a_tied_config_with_a_copy_of_the_embedding_stays_tied(tmp_path):
     assert_logits_equal_transformers(tmp_path)
 
 
-_READ = ("num_key_value_heads", "head_dim", "rms_norm_eps", "tie_word_embeddings",
-         "max_position_embeddings", "query_pre_attn_scalar", "sliding_window")  # fmt: skip
+_READ = (
+    "num_key_value_heads",
+    "head_dim",
+    "rms_norm_eps",
+    "tie_word_embeddings",
+    "max_position_embeddings",
+    "query_pre_attn_scalar",
+    "sliding_window",
+)
 
 
 @pytest.mark.parametrize(
@@ -154,8 +210,14 @@ def test_every_default_is_transformers(model_type):
     """A config with only the sizes: every value mlxbatch reads equals transformers' config's."""
     import transformers
 
-    sizes = dict(hidden_size=256, num_hidden_layers=12, intermediate_size=96,
-                 num_attention_heads=32, vocab_size=300, model_type=model_type)  # fmt: skip
+    sizes = dict(
+        hidden_size=256,
+        num_hidden_layers=12,
+        intermediate_size=96,
+        num_attention_heads=32,
+        vocab_size=300,
+        model_type=model_type,
+    )
     ref = transformers.CONFIG_MAPPING[model_type].from_dict(dict(sizes))
     args = ModelArgs.from_dict(sizes)
     theirs = {k: getattr(ref, k, None) for k in _READ}
@@ -183,12 +245,22 @@ def test_rope_parameters_own_theta_wins_over_the_top_level_one(model_type):
     top-level keys only where it lacks them; mlxbatch preferred the top-level ones."""
     import transformers
 
-    cfg = dict(hidden_size=256, num_hidden_layers=2, intermediate_size=96, num_attention_heads=8,
-               num_key_value_heads=8, vocab_size=300, model_type=model_type, rope_theta=10000.0,
-               rope_parameters={"rope_type": "default", "rope_theta": 500000.0})  # fmt: skip
+    cfg = dict(
+        hidden_size=256,
+        num_hidden_layers=2,
+        intermediate_size=96,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        vocab_size=300,
+        model_type=model_type,
+        rope_theta=10000.0,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+    )
     if model_type == "phi3":
-        cfg |= {"partial_rotary_factor": 1.0,
-                "rope_parameters": cfg["rope_parameters"] | {"partial_rotary_factor": 0.5}}  # fmt: skip
+        cfg |= {
+            "partial_rotary_factor": 1.0,
+            "rope_parameters": cfg["rope_parameters"] | {"partial_rotary_factor": 0.5},
+        }
     ref = transformers.CONFIG_MAPPING[model_type].from_dict(json.loads(json.dumps(cfg)))
     args = ModelArgs.from_dict(cfg)
     assert args.rope_theta == ref.rope_parameters["rope_theta"] == 500000.0
@@ -202,40 +274,75 @@ def test_gemma_sliding_layers_own_theta_wins_over_rope_local_base_freq():
     layers ran another rope, silently)."""
     import transformers
 
-    cfg = dict(hidden_size=256, num_hidden_layers=2, intermediate_size=96, num_attention_heads=8,
-               num_key_value_heads=8, vocab_size=300, model_type="gemma3_text",
-               rope_local_base_freq=20000.0,
-               rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
-                                "sliding_attention": {"rope_type": "default",
-                                                      "rope_theta": 5000.0}})  # fmt: skip
+    cfg = dict(
+        hidden_size=256,
+        num_hidden_layers=2,
+        intermediate_size=96,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        vocab_size=300,
+        model_type="gemma3_text",
+        rope_local_base_freq=20000.0,
+        rope_parameters={
+            "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 5000.0},
+        },
+    )
     ref = transformers.CONFIG_MAPPING["gemma3_text"].from_dict(json.loads(json.dumps(cfg)))
     args = ModelArgs.from_dict(cfg)
     assert args.rope_local_base_freq == ref.rope_parameters["sliding_attention"]["rope_theta"]
     assert args.rope_local_base_freq == 5000.0 and args.rope_theta == 1e6
 
 
-_SIZES = dict(hidden_size=64, num_hidden_layers=2, intermediate_size=96, num_attention_heads=4,
-              num_key_value_heads=4, vocab_size=300, max_position_embeddings=1024)  # fmt: skip
+_SIZES = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    intermediate_size=96,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    vocab_size=300,
+    max_position_embeddings=1024,
+)
 _ROPES = {
-    "llama": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-              "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+    "llama": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    },
     "gemma3_text": {"rope_type": "linear", "factor": 8.0},
-    "phi3": {"rope_type": "longrope", "original_max_position_embeddings": 256,
-             "short_factor": [1.0] * 8, "long_factor": [2.0] * 8},
-}  # fmt: skip
+    "phi3": {
+        "rope_type": "longrope",
+        "original_max_position_embeddings": 256,
+        "short_factor": [1.0] * 8,
+        "long_factor": [2.0] * 8,
+    },
+}
 
 
-@pytest.mark.parametrize(("model_type", "key", "value"), [
-    ("llama", "factor", "8"), ("llama", "factor", 0), ("llama", "low_freq_factor", 0),
-    ("llama", "high_freq_factor", 1.0), ("llama", "original_max_position_embeddings", "64"),
-    ("llama", "original_max_position_embeddings", 0), ("gemma3_text", "factor", 0),
-    ("gemma3_text", "factor", "2"), ("gemma3_text", "factor", -8.0),
-    ("phi3", "top original_max_position_embeddings", 0),  # Phi-3's top-level key wins over
-    ("phi3", "top original_max_position_embeddings", 1),  # the rope parameters' (ignored)
-    ("phi3", "max_position_embeddings", "131072"),
-    ("phi3", "factor", "x"), ("phi3", "attention_factor", "x"), ("phi3", "short_factor", [-1.0] * 8),
-    ("phi3", "short_factor", [float("nan")] * 8), ("phi3", "long_factor", "wide"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("model_type", "key", "value"),
+    [
+        ("llama", "factor", "8"),
+        ("llama", "factor", 0),
+        ("llama", "low_freq_factor", 0),
+        ("llama", "high_freq_factor", 1.0),
+        ("llama", "original_max_position_embeddings", "64"),
+        ("llama", "original_max_position_embeddings", 0),
+        ("gemma3_text", "factor", 0),
+        ("gemma3_text", "factor", "2"),
+        ("gemma3_text", "factor", -8.0),
+        ("phi3", "top original_max_position_embeddings", 0),  # Phi-3's top-level key wins over
+        ("phi3", "top original_max_position_embeddings", 1),  # the rope parameters' (ignored)
+        ("phi3", "max_position_embeddings", "131072"),
+        ("phi3", "factor", "x"),
+        ("phi3", "attention_factor", "x"),
+        ("phi3", "short_factor", [-1.0] * 8),
+        ("phi3", "short_factor", [float("nan")] * 8),
+        ("phi3", "long_factor", "wide"),
+    ],
+)
 def test_a_bad_rope_scaling_value_is_refused_naming_its_key(model_type, key, value):
     """A hostile pass found: a factor of "8" or 0, equal low and high frequency factors or an
     original context of 0 were a TypeError or a ZeroDivisionError deep in rope.py (exit 1, a

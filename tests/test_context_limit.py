@@ -13,9 +13,11 @@ from mlxbatch.model.load import load_model
 
 @pytest.mark.parametrize(
     ("case", "key", "tokens"),
-    [("phi4mini_longrope", "original_max_position_embeddings", 256),
-     ("phi3_untied_sliding", "max_position_embeddings", 1024)],
-)  # fmt: skip
+    [
+        ("phi4mini_longrope", "original_max_position_embeddings", 256),
+        ("phi3_untied_sliding", "max_position_embeddings", 1024),
+    ],
+)
 def test_the_context_limit_names_the_key_it_comes_from(case, key, tokens, tmp_path):
     engine = make_engine(load_model(make_checkpoint(tmp_path / case, case)))
     limit = item_limit(engine, RunSpec())

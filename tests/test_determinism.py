@@ -49,8 +49,13 @@ def test_budget_planner_and_cost_model_cannot_change_a_byte(clf, tickets, tmp_pa
     ref = tmp_path / "ref.jsonl"
     first = run(clf, tickets, ref)
     outputs, shapes = [], {tuple(map(tuple, (b.indices for b in first_batches(clf, tickets))))}
-    cases = [dict(batch_tokens=500), dict(batch_tokens=900, max_batch=3), dict(planner="greedy"),
-             dict(mode="naive", max_batch=7), dict(mode="sequential-prefix")]  # fmt: skip
+    cases = [
+        dict(batch_tokens=500),
+        dict(batch_tokens=900, max_batch=3),
+        dict(planner="greedy"),
+        dict(mode="naive", max_batch=7),
+        dict(mode="sequential-prefix"),
+    ]
     for n, case in enumerate(cases):
         out = tmp_path / f"o{n}.jsonl"
         run(clf, tickets, out, **case)
@@ -79,8 +84,9 @@ def first_batches(clf, tickets):
 
 
 @pytest.mark.parametrize("lanes", [1, 2, 4])
-def test_one_two_or_four_lanes_write_the_same_bytes(tiny_model_dir, tickets, tmp_path,
-                                                    monkeypatch, lanes):  # fmt: skip
+def test_one_two_or_four_lanes_write_the_same_bytes(
+    tiny_model_dir, tickets, tmp_path, monkeypatch, lanes
+):
     from mlxbatch.api.classifier import Classifier
     from mlxbatch.runtime import executor
 
@@ -94,8 +100,9 @@ def test_one_two_or_four_lanes_write_the_same_bytes(tiny_model_dir, tickets, tmp
     assert out.read_bytes() == ref.read_bytes()
 
 
-def test_lanes_finishing_in_any_order_write_the_same_bytes(tiny_model_dir, tickets, tmp_path,
-                                                          monkeypatch):  # fmt: skip
+def test_lanes_finishing_in_any_order_write_the_same_bytes(
+    tiny_model_dir, tickets, tmp_path, monkeypatch
+):
     """Each lane's batches delayed at random: batches complete out of order, the file does not
     change."""
     from mlxbatch.api.classifier import Classifier
@@ -119,8 +126,9 @@ def test_lanes_finishing_in_any_order_write_the_same_bytes(tiny_model_dir, ticke
 
 
 @pytest.mark.parametrize("stop_after", [1, 3, 6])
-def test_resumed_anywhere_equals_an_uninterrupted_run(clf, tickets, tmp_path, monkeypatch,
-                                                      stop_after):  # fmt: skip
+def test_resumed_anywhere_equals_an_uninterrupted_run(
+    clf, tickets, tmp_path, monkeypatch, stop_after
+):
     from mlxbatch.api.spec import RunSpec
     from mlxbatch.engine.engine import Engine
     from mlxbatch.io.inputs import read_rows
@@ -145,8 +153,9 @@ def test_resumed_anywhere_equals_an_uninterrupted_run(clf, tickets, tmp_path, mo
     assert out.read_bytes() == ref.read_bytes()
 
 
-def test_repeated_cli_runs_on_a_loaded_machine_after_a_recalibration(tiny_model_dir, tickets,
-                                                                    tmp_path):  # fmt: skip
+def test_repeated_cli_runs_on_a_loaded_machine_after_a_recalibration(
+    tiny_model_dir, tickets, tmp_path
+):
     """The same command twice, both cores busy, a fresh calibration of the cost model between
     the runs (it measures a loaded machine, so its constants move): one output."""
     env_cache = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
@@ -155,19 +164,41 @@ def test_repeated_cli_runs_on_a_loaded_machine_after_a_recalibration(tiny_model_
         outs = []
         for n in range(2):
             out = tmp_path / f"o{n}.jsonl"
-            cmd = [sys.executable, "-m", "mlxbatch", "classify", str(tickets), "--model",
-                   str(tiny_model_dir), "-o", str(out)]  # fmt: skip
-            done = subprocess.run(cmd, env=_env(env_cache), capture_output=True, text=True,
-                                  timeout=600)  # fmt: skip
+            cmd = [
+                sys.executable,
+                "-m",
+                "mlxbatch",
+                "classify",
+                str(tickets),
+                "--model",
+                str(tiny_model_dir),
+                "-o",
+                str(out),
+            ]
+            done = subprocess.run(
+                cmd, env=_env(env_cache), capture_output=True, text=True, timeout=600
+            )
             assert done.returncode == 0, done.stderr
             outs.append(out.read_bytes())
             if n == 1:
                 break
             calib = subprocess.run(
-                [sys.executable, "-m", "mlxbatch", "doctor", "--calibrate", "--model",
-                 str(tiny_model_dir), "--size", "64"],
-                env=_env(env_cache), capture_output=True, text=True, timeout=600,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "mlxbatch",
+                    "doctor",
+                    "--calibrate",
+                    "--model",
+                    str(tiny_model_dir),
+                    "--size",
+                    "64",
+                ],
+                env=_env(env_cache),
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             assert calib.returncode == 0, calib.stderr
     finally:
         for p in busy:

@@ -24,8 +24,18 @@ pytestmark = pytest.mark.skipif(not LAUNCH.exists(), reason="mlx.launch is not i
 
 
 def single(model, src, out, *extra):
-    cmd = [sys.executable, "-m", "mlxbatch", "classify", str(src), "--model", str(model),
-           "-o", str(out), *extra]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlxbatch",
+        "classify",
+        str(src),
+        "--model",
+        str(model),
+        "-o",
+        str(out),
+        *extra,
+    ]
     return subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
 
 
@@ -37,11 +47,27 @@ def verify_line(text: str) -> str:
 
 
 def launched(model, src, out, *extra, wait=True, env=None):
-    cmd = [str(LAUNCH), "-n", "2", "--backend", "ring", sys.executable, "-m", "mlxbatch",
-           "classify", str(src), "--model", str(model), "-o", str(out), *extra]  # fmt: skip
+    cmd = [
+        str(LAUNCH),
+        "-n",
+        "2",
+        "--backend",
+        "ring",
+        sys.executable,
+        "-m",
+        "mlxbatch",
+        "classify",
+        str(src),
+        "--model",
+        str(model),
+        "-o",
+        str(out),
+        *extra,
+    ]
     if not wait:
-        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=env)  # fmt: skip
+        return subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        )
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
@@ -117,15 +143,22 @@ def rank_pid(rank: int, marker: str) -> int | None:
 def test_a_killed_rank_fails_the_job_and_resume_completes_it(tiny_model_dir, tmp_path):
     src = tmp_path / "in.jsonl"
     write_jsonl(generate(240, seed=5), src)
-    extra = ["--max-batch", "2", "--planner", "greedy", "--batch-tokens", "1024",
-             "--window-rows", "100"]  # fmt: skip
+    extra = [
+        "--max-batch",
+        "2",
+        "--planner",
+        "greedy",
+        "--batch-tokens",
+        "1024",
+        "--window-rows",
+        "100",
+    ]
     ref = single(tiny_model_dir, src, tmp_path / "ref.jsonl", *extra, "--verify")
     out = tmp_path / "killed.jsonl"
     # rank 0 holds for good after journaling 3 rounds of the first window (50 batches of its
     # 100 rows, in rounds of at most 8 a rank: at least 4 rounds), and rank 1 waits for it in
     # round 4: both are alive to the kill
-    proc = launched(tiny_model_dir, src, out, *extra, wait=False,
-                    env={**os.environ, VARIABLE: "3"})  # fmt: skip
+    proc = launched(tiny_model_dir, src, out, *extra, wait=False, env={**os.environ, VARIABLE: "3"})
     seen = []
     for line in proc.stdout:
         seen.append(line)
@@ -152,8 +185,20 @@ def test_a_killed_rank_fails_the_job_and_resume_completes_it(tiny_model_dir, tmp
 def test_distributed_flag_without_a_launcher_fails_clearly(tiny_model_dir, tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("hello\n")
-    r = subprocess.run([sys.executable, "-m", "mlxbatch", "classify", str(src), "--model",
-                        str(tiny_model_dir), "--distributed"], capture_output=True, text=True)  # fmt: skip
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlxbatch",
+            "classify",
+            str(src),
+            "--model",
+            str(tiny_model_dir),
+            "--distributed",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2 and "mlx.launch" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -164,9 +209,20 @@ def test_two_ranks_answer_questions_as_one_process(tiny_model_dir, inputs):
 
     root, src = inputs
     q = root / "q.json"
-    q.write_text(json.dumps({"questions": [
-        {"name": "intent", "ask": "Which team?", "labels": ["billing", "technical", "account"]},
-        {"name": "tags", "multi_label": ["refund", "login"]}]}))  # fmt: skip
+    q.write_text(
+        json.dumps(
+            {
+                "questions": [
+                    {
+                        "name": "intent",
+                        "ask": "Which team?",
+                        "labels": ["billing", "technical", "account"],
+                    },
+                    {"name": "tags", "multi_label": ["refund", "login"]},
+                ]
+            }
+        )
+    )
     extra = ["--on-error", "skip", "--max-batch", "4", "--questions", str(q), "--verify"]
     single(tiny_model_dir, src, root / "one-q.jsonl", *extra)
     r = launched(tiny_model_dir, src, root / "two-q.jsonl", *extra)

@@ -24,14 +24,17 @@ GEMMA = {"model_type": "gemma3_text", "torch_dtype": "bfloat16"}  # as google/ge
     [
         (GEMMA, mx.bfloat16, "config.json's torch_dtype"),
         ({"dtype": "bfloat16", "torch_dtype": "float16"}, mx.bfloat16, "config.json's dtype"),
-        ({"model_type": "gemma3", "text_config": {"dtype": "bfloat16"}}, mx.bfloat16,
-         "config.json's text_config.dtype"),  # a vision-language checkpoint's language model
+        (
+            {"model_type": "gemma3", "text_config": {"dtype": "bfloat16"}},
+            mx.bfloat16,
+            "config.json's text_config.dtype",
+        ),  # a vision-language checkpoint's language model
         ({"torch_dtype": "float16"}, mx.float16, "config.json's torch_dtype"),
         ({"torch_dtype": "float32"}, mx.float32, "config.json's torch_dtype"),  # as mlx-lm
         ({}, mx.float16, "config.json names no dtype"),
         ({"torch_dtype": "auto"}, mx.float16, "config.json names no dtype"),
     ],
-)  # fmt: skip
+)
 def test_on_a_gpu_the_default_is_the_checkpoints_own_dtype(config, want, source):
     assert resolve_dtype(None, config, gpu=True) == (want, source)
     assert resolve_dtype("auto", config, gpu=True) == (want, source)

@@ -13,9 +13,20 @@ from mlxbatch.errors import UsageError
 from mlxbatch.runtime import blas, flags
 
 
-@pytest.mark.parametrize("raw, on", [("1", True), ("true", True), (" YES ", True), ("On", True),
-                                     ("0", False), ("false", False), ("No", False),
-                                     ("OFF", False), ("", False)])  # fmt: skip
+@pytest.mark.parametrize(
+    "raw, on",
+    [
+        ("1", True),
+        ("true", True),
+        (" YES ", True),
+        ("On", True),
+        ("0", False),
+        ("false", False),
+        ("No", False),
+        ("OFF", False),
+        ("", False),
+    ],
+)
 def test_every_switch_reads_the_same_words(monkeypatch, raw, on):
     for name in flags.SWITCHES:
         monkeypatch.setenv(name, raw)
@@ -61,8 +72,13 @@ def test_another_value_is_refused_naming_the_variable(monkeypatch):
 
 @pytest.mark.parametrize("name", sorted(flags.SWITCHES))
 def test_the_cli_refuses_a_switch_it_cannot_read(name):
-    r = subprocess.run([sys.executable, "-m", "mlxbatch", "doctor"], capture_output=True,
-                       text=True, env={**os.environ, name: "2"}, timeout=300)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "mlxbatch", "doctor"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, name: "2"},
+        timeout=300,
+    )
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert r.returncode == 2 and len(lines) == 1, r.stderr
     assert lines[0].startswith(f"error: {name}='2'"), lines[0]

@@ -13,15 +13,16 @@ from click.testing import CliRunner
 from mlxbatch.bench.workload import generate, write_jsonl
 from mlxbatch.cli import cli
 
-GOLD = "".join(json.dumps({"id": f"r{i}", "text": f"ticket {i} about {w}", "g": g}) + "\n"
-               for i, (w, g) in enumerate([("money", "a"), ("crash", "b")] * 3))  # fmt: skip
+GOLD = "".join(
+    json.dumps({"id": f"r{i}", "text": f"ticket {i} about {w}", "g": g}) + "\n"
+    for i, (w, g) in enumerate([("money", "a"), ("crash", "b")] * 3)
+)
 
 
 def _scored(tiny_model_dir, tmp_path):
     src, out = tmp_path / "gold.jsonl", tmp_path / "o.jsonl"
     src.write_text(GOLD)
-    r = invoke(["classify", src, "--model", tiny_model_dir, "--labels", "a,b", "-o", out],
-               tmp_path)  # fmt: skip
+    r = invoke(["classify", src, "--model", tiny_model_dir, "--labels", "a,b", "-o", out], tmp_path)
     assert r.exit_code == 0, r.output
     return src, out, [json.loads(x) for x in out.read_text().splitlines()]
 
@@ -43,16 +44,46 @@ def test_eval_reads_every_output_format_classify_writes(tiny_model_dir, tmp_path
     import json
 
     src = tmp_path / "gold.jsonl"
-    src.write_text("".join(json.dumps({"n": i, "text": f"ticket {i} about {w}", "g": g}) + "\n"
-                           for i, (w, g) in enumerate([("money", "a"), ("crash", "b"),
-                                                       ("login", "a"), ("refund", "b")] * 3)))  # fmt: skip
+    src.write_text(
+        "".join(
+            json.dumps({"n": i, "text": f"ticket {i} about {w}", "g": g}) + "\n"
+            for i, (w, g) in enumerate(
+                [("money", "a"), ("crash", "b"), ("login", "a"), ("refund", "b")] * 3
+            )
+        )
+    )
     reports = {}
     for name in ("o.jsonl", "o.csv", "o.tsv", "o.csv.gz"):
-        r = invoke(["classify", src, "--model", tiny_model_dir, "--labels", "a,b", "--id-field",
-                    "n", "-o", tmp_path / name], tmp_path)  # fmt: skip
+        r = invoke(
+            [
+                "classify",
+                src,
+                "--model",
+                tiny_model_dir,
+                "--labels",
+                "a,b",
+                "--id-field",
+                "n",
+                "-o",
+                tmp_path / name,
+            ],
+            tmp_path,
+        )
         assert r.exit_code == 0, r.output
-        r = invoke(["eval", src, tmp_path / name, "--gold-field", "g", "--id-field", "n",
-                    "--json", tmp_path / f"{name}.json"], tmp_path)  # fmt: skip
+        r = invoke(
+            [
+                "eval",
+                src,
+                tmp_path / name,
+                "--gold-field",
+                "g",
+                "--id-field",
+                "n",
+                "--json",
+                tmp_path / f"{name}.json",
+            ],
+            tmp_path,
+        )
         assert r.exit_code == 0, r.output
         reports[name] = json.loads((tmp_path / f"{name}.json").read_text())
     assert all(m == reports["o.jsonl"] for m in reports.values()), reports
@@ -80,10 +111,15 @@ def test_eval_takes_scores_rounded_to_two_decimals(tiny_model_dir, tmp_path):
     assert r.exit_code == 0, r.output
 
 
-@pytest.mark.parametrize(("scores", "refused"), [
-    ({"a": 0.33, "b": 0.33, "c": 0.33}, False), ({f"l{i}": 0.14 for i in range(7)}, False),
-    ({"a": 0.5, "b": 0.2, "c": 0.2}, True), ({"a": 0.6, "b": 0.6}, True),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("scores", "refused"),
+    [
+        ({"a": 0.33, "b": 0.33, "c": 0.33}, False),
+        ({f"l{i}": 0.14 for i in range(7)}, False),
+        ({"a": 0.5, "b": 0.2, "c": 0.2}, True),
+        ({"a": 0.6, "b": 0.6}, True),
+    ],
+)
 def test_eval_takes_two_decimal_rounding_over_any_number_of_labels(scores, refused):
     # 3 x 0.33 (0.99) was refused by a flat tolerance of 0.01
     from types import SimpleNamespace
@@ -95,12 +131,17 @@ def test_eval_takes_two_decimal_rounding_over_any_number_of_labels(scores, refus
     assert (problem is not None and "sum to" in problem) == refused, problem
 
 
-@pytest.mark.parametrize(("edit", "said"), [
-    (lambda r: r["scores"].pop("b"), "its scores name 'a', row 1's 'a', 'b'"),
-    (lambda r: r.update(label="b" if r["scores"]["a"] > r["scores"]["b"] else "a"),
-     "its label '"),
-    (lambda r: r.update(abstained=True), "it abstains, yet its label is"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        (lambda r: r["scores"].pop("b"), "its scores name 'a', row 1's 'a', 'b'"),
+        (
+            lambda r: r.update(label="b" if r["scores"]["a"] > r["scores"]["b"] else "a"),
+            "its label '",
+        ),
+        (lambda r: r.update(abstained=True), "it abstains, yet its label is"),
+    ],
+)
 def test_eval_refuses_rows_classify_never_writes(edit, said, tiny_model_dir, tmp_path):
     # a row scoring other labels, labelled by a score not its top one, or abstaining with a
     # label, was evaluated (the label set dropped a label; correct by label, confident by
@@ -110,8 +151,11 @@ def test_eval_refuses_rows_classify_never_writes(edit, said, tiny_model_dir, tmp
     edit(rows[2])
     out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     r = invoke(["eval", src, out, "--gold-field", "g"], tmp_path)
-    one_line_error(r, "o.jsonl: row 3: " + said, *([] if "scores" in said or "abstains" in said
-                                                   else ["is not its top score"]))  # fmt: skip
+    one_line_error(
+        r,
+        "o.jsonl: row 3: " + said,
+        *([] if "scores" in said or "abstains" in said else ["is not its top score"]),
+    )
 
 
 def test_an_evaluation_names_the_rows_it_could_not_score(tiny_model_dir, tmp_path):

@@ -29,40 +29,89 @@ from mlxbatch.errors import ModelError
 from mlxbatch.model.load import LoadedModel, load_model
 from mlxbatch.model.tokenizer import PromptTokenizer
 
-SMALL = dict(vocab_size=151936, hidden_size=64, intermediate_size=96, num_attention_heads=4,
-             num_key_value_heads=2, num_hidden_layers=2, max_position_embeddings=1024,
-             rms_norm_eps=1e-6)  # fmt: skip
-_LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-           "original_max_position_embeddings": 64, "rope_theta": 500000.0}  # fmt: skip
-_GEMMA_ROPE = {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
-               "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}  # fmt: skip
-_LONGROPE = {"rope_type": "longrope", "rope_theta": 10000.0, "original_max_position_embeddings": 256,
-             "short_factor": [1.0, 1.2, 1.5, 2.0, 3.0, 4.0],
-             "long_factor": [2.0, 3.0, 4.0, 6.0, 8.0, 9.0]}  # fmt: skip
+SMALL = dict(
+    vocab_size=151936,
+    hidden_size=64,
+    intermediate_size=96,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    num_hidden_layers=2,
+    max_position_embeddings=1024,
+    rms_norm_eps=1e-6,
+)
+_LLAMA3 = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64,
+    "rope_theta": 500000.0,
+}
+_GEMMA_ROPE = {
+    "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+    "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+}
+_LONGROPE = {
+    "rope_type": "longrope",
+    "rope_theta": 10000.0,
+    "original_max_position_embeddings": 256,
+    "short_factor": [1.0, 1.2, 1.5, 2.0, 3.0, 4.0],
+    "long_factor": [2.0, 3.0, 4.0, 6.0, 8.0, 9.0],
+}
 CASES = {
     # name: (transformers config class, its arguments)
-    "llama3_tied_biased": ("LlamaConfig", dict(tie_word_embeddings=True, rope_parameters=_LLAMA3,
-                                               attention_bias=True, mlp_bias=True)),
+    "llama3_tied_biased": (
+        "LlamaConfig",
+        dict(tie_word_embeddings=True, rope_parameters=_LLAMA3, attention_bias=True, mlp_bias=True),
+    ),
     "llama_untied_head_dim": ("LlamaConfig", dict(tie_word_embeddings=False, head_dim=24)),
     "qwen3_tied": ("Qwen3Config", dict(tie_word_embeddings=True, head_dim=32)),
     "qwen3_untied": ("Qwen3Config", dict(tie_word_embeddings=False, head_dim=16)),
-    "gemma3_sliding": ("Gemma3TextConfig", dict(
-        num_hidden_layers=3, head_dim=16, sliding_window=8, query_pre_attn_scalar=24,
-        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
-        rope_parameters=_GEMMA_ROPE, hidden_activation="gelu_pytorch_tanh")),
+    "gemma3_sliding": (
+        "Gemma3TextConfig",
+        dict(
+            num_hidden_layers=3,
+            head_dim=16,
+            sliding_window=8,
+            query_pre_attn_scalar=24,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            rope_parameters=_GEMMA_ROPE,
+            hidden_activation="gelu_pytorch_tanh",
+        ),
+    ),
     # Gemma 3 4B+: the same decoder inside Gemma3ForConditionalGeneration, beside a vision tower
-    "gemma3_vision_language": ("Gemma3Config", dict(
-        num_hidden_layers=3, head_dim=16, sliding_window=8, query_pre_attn_scalar=24,
-        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
-        rope_parameters=_GEMMA_ROPE, hidden_activation="gelu_pytorch_tanh")),
-    "phi4mini_longrope": ("Phi3Config", dict(tie_word_embeddings=True, partial_rotary_factor=0.75,
-                                             rope_parameters=_LONGROPE, max_position_embeddings=4096,
-                                             original_max_position_embeddings=256)),
+    "gemma3_vision_language": (
+        "Gemma3Config",
+        dict(
+            num_hidden_layers=3,
+            head_dim=16,
+            sliding_window=8,
+            query_pre_attn_scalar=24,
+            layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+            rope_parameters=_GEMMA_ROPE,
+            hidden_activation="gelu_pytorch_tanh",
+        ),
+    ),
+    "phi4mini_longrope": (
+        "Phi3Config",
+        dict(
+            tie_word_embeddings=True,
+            partial_rotary_factor=0.75,
+            rope_parameters=_LONGROPE,
+            max_position_embeddings=4096,
+            original_max_position_embeddings=256,
+        ),
+    ),
     "phi3_untied_sliding": ("Phi3Config", dict(tie_word_embeddings=False, sliding_window=8)),
-}  # fmt: skip
+}
 LABELS = ("billing", "account access", "technical support team")  # multi-token labels too
-TEXTS = ["I was charged twice this month", "x", "the app crashes " * 6,
-         "\n\nstarts with blank lines", " 数据 sync ünïcode error 0x1F "]  # fmt: skip  # fmt: skip
+TEXTS = [
+    "I was charged twice this month",
+    "x",
+    "the app crashes " * 6,
+    "\n\nstarts with blank lines",
+    " 数据 sync ünïcode error 0x1F ",
+]
 
 
 def make_checkpoint(path: Path, case: str, seed: int = 0) -> Path:
@@ -71,12 +120,18 @@ def make_checkpoint(path: Path, case: str, seed: int = 0) -> Path:
 
     cls_name, kwargs = CASES[case]
     if cls_name == "Gemma3Config":  # the kwargs are its language model's; a tiny vision tower
-        vision = transformers.SiglipVisionConfig(hidden_size=32, intermediate_size=64,
-                                                 num_hidden_layers=1, num_attention_heads=2,
-                                                 image_size=28, patch_size=14)  # fmt: skip
+        vision = transformers.SiglipVisionConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=28,
+            patch_size=14,
+        )
         text = transformers.Gemma3TextConfig(**(SMALL | kwargs)).to_dict()
-        cfg = transformers.Gemma3Config(text_config=text, vision_config=vision.to_dict(),
-                                        mm_tokens_per_image=4)  # fmt: skip
+        cfg = transformers.Gemma3Config(
+            text_config=text, vision_config=vision.to_dict(), mm_tokens_per_image=4
+        )
     else:
         cfg = getattr(transformers, cls_name)(**(SMALL | kwargs))
     torch.manual_seed(seed)
@@ -97,8 +152,9 @@ def case(request, tmp_path_factory) -> Case:
     from transformers import AutoModelForCausalLM
 
     path = make_checkpoint(tmp_path_factory.mktemp(request.param), request.param)
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
-                                              attn_implementation="eager").eval()  # fmt: skip
+    hf = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
     return Case(request.param, path, load_model(path), hf)
 
 
@@ -123,8 +179,9 @@ def transformers_scores(hf, prompts: list[list[int]], labels: LabelSet) -> np.nd
     full-vocabulary log-softmax at each label token, in one right-padded batch."""
     import torch
 
-    seqs = [(i, j, p + list(t[:-1])) for i, p in enumerate(prompts)
-            for j, t in enumerate(labels.tokens)]  # fmt: skip
+    seqs = [
+        (i, j, p + list(t[:-1])) for i, p in enumerate(prompts) for j, t in enumerate(labels.tokens)
+    ]
     width = max(len(s) for *_, s in seqs)
     ids = torch.tensor([s + [0] * (width - len(s)) for *_, s in seqs])  # causal: pads come last
     with torch.no_grad():
@@ -143,8 +200,11 @@ def test_every_mode_equals_the_gold_loop_and_transformers(case):
     gold_engine = make_engine(case.lm, prefix_cache=False)
     prompts = [gold_engine.prompt(t) for t in TEXTS]
     gold = np.stack([gold_engine.score_gold(p) for p in prompts])
-    for prefix_cache, mode, max_batch in ((True, "greedy", 4), (True, "sequential", 1),
-                                          (False, "naive", 3)):  # fmt: skip
+    for prefix_cache, mode, max_batch in (
+        (True, "greedy", 4),
+        (True, "sequential", 1),
+        (False, "naive", 3),
+    ):
         e = make_engine(case.lm, prefix_cache)
         probs = score_all(e, prompts, plan_batches(e.fed_lengths(prompts), mode, 10_000, max_batch))
         assert (probs.argmax(1) == gold.argmax(1)).all(), (case.name, mode, prefix_cache)
@@ -162,8 +222,9 @@ def test_random_texts_never_see_past_the_window_on_the_fast_path():
 
     r = random.Random(0)
     prefix = list(range(1, 13))
-    prompts = [prefix[: r.randint(9, 12)] + [50 + r.randint(0, 9)] * r.randint(1, 9)
-               for _ in range(5)]  # fmt: skip
+    prompts = [
+        prefix[: r.randint(9, 12)] + [50 + r.randint(0, 9)] * r.randint(1, 9) for _ in range(5)
+    ]
     lay = RowLayout.build(prompts, prefix, label_slots=0)
     full = lay.mask()
     slid = np.array(sliding_mask(mx.array(full), 4, lay.width, lay.capacity))
@@ -277,8 +338,12 @@ def test_a_folded_system_prompt_still_gives_one_shared_prefix(gemma_dir, tmp_pat
     np.testing.assert_allclose(probs, gold, atol=2e-6)
 
 
-PUBLISHED_PARAMETERS = {"qwen3-0.6b": 596_049_920, "llama-3.2-1b": 1_235_814_400,
-                        "gemma-3-1b": 999_885_952, "phi-4-mini": 3_836_021_760}  # fmt: skip
+PUBLISHED_PARAMETERS = {
+    "qwen3-0.6b": 596_049_920,
+    "llama-3.2-1b": 1_235_814_400,
+    "gemma-3-1b": 999_885_952,
+    "phi-4-mini": 3_836_021_760,
+}
 
 
 @pytest.mark.parametrize("preset", list(PUBLISHED_PARAMETERS))
@@ -305,11 +370,15 @@ def test_published_config_spellings_give_the_same_args():
         for k, v in old.items()
         if k not in ("rope_theta", "rope_local_base_freq", "rope_scaling", "sliding_window_pattern")
     }
-    new |= {"layer_types": ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
-                            for i in range(26)],
-            "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
-                                "sliding_attention": {"rope_type": "default",
-                                                      "rope_theta": 10000.0}}}  # fmt: skip
+    new |= {
+        "layer_types": [
+            "full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(26)
+        ],
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        },
+    }
     assert ModelArgs.from_dict(old) == ModelArgs.from_dict(new)
     llama = PRESETS["llama-3.2-1b"]
     moved = {k: v for k, v in llama.items() if k not in ("rope_theta", "rope_scaling")}
@@ -362,8 +431,14 @@ def test_init_random_widens_a_smaller_vocabulary_and_zeroes_gemma_norms(tmp_path
     from mlxbatch.model import convert
     from mlxbatch.model.presets import PRESETS
 
-    shrink = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=16)  # fmt: skip
+    shrink = dict(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+    )
     monkeypatch.setitem(PRESETS, "llama-small", PRESETS["llama-3.2-1b"] | shrink)
     monkeypatch.setitem(PRESETS, "gemma-small", PRESETS["gemma-3-1b"] | shrink)
     m = convert.init_random(tmp_path / "llama", "llama-small", dtype="float32")
@@ -417,11 +492,15 @@ def test_a_vision_language_checkpoint_runs_its_language_model(tmp_path):
     shutil.copytree(tmp_path / "q8", vl)
     (vl / "mlxbatch.json").unlink()
     tensors = mx.load(str(vl / "model.safetensors"))
-    mx.save_safetensors(str(vl / "model.safetensors"),
-                        {"language_model." + k: v for k, v in tensors.items()})  # fmt: skip
+    mx.save_safetensors(
+        str(vl / "model.safetensors"), {"language_model." + k: v for k, v in tensors.items()}
+    )
     q_cfg = json.loads((vl / "config.json").read_text())
-    outer = {"model_type": "gemma3", "quantization": q_cfg.pop("quantization"),
-             "text_config": q_cfg | {"model_type": "gemma3_text"}}  # fmt: skip
+    outer = {
+        "model_type": "gemma3",
+        "quantization": q_cfg.pop("quantization"),
+        "text_config": q_cfg | {"model_type": "gemma3_text"},
+    }
     (vl / "config.json").write_text(json.dumps(outer))
     q = load_model(vl)
     assert q.quantization["bits"] == 8 and q.model.args.vision_language
@@ -466,10 +545,23 @@ def test_a_vision_language_config_is_checked_as_its_language_models():
     with pytest.raises(ModelError, match=r"gemma3 \(its language model\)"):
         ModelArgs.from_dict({"model_type": "llava"})
     # the published 4B config's text_config: no heads, no vocabulary (transformers' defaults)
-    args = ModelArgs.from_dict({"model_type": "gemma3", "text_config": {
-        "hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
-        "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
-        "sliding_window": 1024}})  # fmt: skip
-    assert (args.num_attention_heads, args.num_key_value_heads, args.head_dim,
-            args.vocab_size) == (8, 4, 256, 262_208)  # fmt: skip
+    args = ModelArgs.from_dict(
+        {
+            "model_type": "gemma3",
+            "text_config": {
+                "hidden_size": 2560,
+                "intermediate_size": 10240,
+                "model_type": "gemma3_text",
+                "num_hidden_layers": 34,
+                "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                "sliding_window": 1024,
+            },
+        }
+    )
+    assert (args.num_attention_heads, args.num_key_value_heads, args.head_dim, args.vocab_size) == (
+        8,
+        4,
+        256,
+        262_208,
+    )
     assert args.layer_types[:6] == ("sliding_attention",) * 5 + ("full_attention",)

@@ -77,9 +77,18 @@ def test_a_first_jobs_calibration_is_not_counted_as_classifying(tiny_model_dir, 
     assert result.seconds <= after - ended[0]  # the clock started after the lookup
 
 
-@pytest.mark.parametrize("field, value", [("per_token", "abc"), ("per_token", float("nan")),
-                                          ("per_batch", -1.0), ("per_key", None), ("lanes", 0),
-                                          ("lanes", 2.5), ("source", 7)])  # fmt: skip
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("per_token", "abc"),
+        ("per_token", float("nan")),
+        ("per_batch", -1.0),
+        ("per_key", None),
+        ("lanes", 0),
+        ("lanes", 2.5),
+        ("source", 7),
+    ],
+)
 def test_an_edited_calibration_is_made_again_and_saved_over(engine, monkeypatch, field, value):
     """A cached calibration is a file a person can edit: a per_token of "abc" failed inside the
     planner (a traceback, the output left as .part), NaN failed writing the journal, and -1
@@ -108,9 +117,14 @@ def test_a_cost_model_refuses_what_no_calibration_writes():
     good = CostModel(0.01, 1e-5, 0.0, 2, "calibrated").to_dict()
     assert CostModel.from_dict(good) == CostModel(0.01, 1e-5, 0.0, 2, "calibrated")
     assert CostModel.from_dict(good | {"gone": 1}).lanes == 2  # an older version's field
-    for bad in ([], {"per_batch": 0.01}, good | {"per_key": float("inf")}, good | {"lanes": True},
-                good | {"lanes": 10**30},
-                good | {"per_batch": True}):  # fmt: skip
+    for bad in (
+        [],
+        {"per_batch": 0.01},
+        good | {"per_key": float("inf")},
+        good | {"lanes": True},
+        good | {"lanes": 10**30},
+        good | {"per_batch": True},
+    ):
         with pytest.raises(ValueError, match="cost_model"):
             CostModel.from_dict(bad)
 
@@ -123,8 +137,9 @@ def wrong_defaults(engine, monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("load, warned", [(5.0, True), (0.5, False)])
-def test_a_calibration_beside_other_work_says_the_machine_is_busy(engine, monkeypatch, load,
-                                                                  warned):  # fmt: skip
+def test_a_calibration_beside_other_work_says_the_machine_is_busy(
+    engine, monkeypatch, load, warned
+):
     """A newcomer's demo calibrated beside two busy cores (126 s) and cached constants that
     predicted every later job 1.7-3.4x slower than it ran, without a word."""
     wrong_defaults(engine, monkeypatch)
@@ -137,8 +152,7 @@ def test_a_calibration_beside_other_work_says_the_machine_is_busy(engine, monkey
     assert ("mlxbatch doctor --calibrate" in said[0]) == warned
 
 
-def test_the_demo_says_how_long_its_calibration_took(engine, tiny_model_dir, monkeypatch,
-                                                     tmp_path):  # fmt: skip
+def test_the_demo_says_how_long_its_calibration_took(engine, tiny_model_dir, monkeypatch, tmp_path):
     """The demo's last line counted a 126 s calibration as "the rest loading"."""
     from mlxbatch.bench.demo import run_demo
 

@@ -18,8 +18,14 @@ from mlxbatch.errors import InputError, OutputError
 from mlxbatch.io.inputs import open_rows, read_rows
 from mlxbatch.io.rows import output_format, read_results, write_records, write_rows
 
-ITEMS = [{"id": f"t{i}", "text": f"ticket {i}, about {'money' if i % 2 else 'bugs'}",
-          "gold": "billing" if i % 2 else "technical"} for i in range(1, 41)]  # fmt: skip
+ITEMS = [
+    {
+        "id": f"t{i}",
+        "text": f"ticket {i}, about {'money' if i % 2 else 'bugs'}",
+        "gold": "billing" if i % 2 else "technical",
+    }
+    for i in range(1, 41)
+]
 
 
 def jsonl(items) -> bytes:
@@ -66,12 +72,17 @@ INPUTS = {  # name: (file name, bytes)
     "gzip, misnamed": ("in.jsonl", lambda: gzip.compress(jsonl(ITEMS))),
     "gzip csv, no suffix": ("tickets", lambda: gzip.compress(table(ITEMS, ","))),
     "parquet, no suffix": ("data", lambda: parquet(ITEMS)),
-    "two gzip members": ("in.jsonl.gz", lambda: gzip.compress(jsonl(ITEMS[:9])) + gzip.compress(jsonl(ITEMS[9:]))),
+    "two gzip members": (
+        "in.jsonl.gz",
+        lambda: gzip.compress(jsonl(ITEMS[:9])) + gzip.compress(jsonl(ITEMS[9:])),
+    ),
     # pzstd's files start with a skippable frame (magic 0x184D2A50, its size, 4 bytes): they
     # were read as raw bytes, "not UTF-8"
-    "zstd after a skippable frame": ("in.jsonl.zst", lambda: b"\x50\x2a\x4d\x18\x04\x00\x00\x00"
-                                     b"\x00\x01\x02\x03" + zstd(jsonl(ITEMS))),
-}  # fmt: skip
+    "zstd after a skippable frame": (
+        "in.jsonl.zst",
+        lambda: b"\x50\x2a\x4d\x18\x04\x00\x00\x00\x00\x01\x02\x03" + zstd(jsonl(ITEMS)),
+    ),
+}
 
 
 @pytest.mark.parametrize("kind", list(INPUTS))
@@ -140,8 +151,11 @@ def test_missing_zstandard_names_the_extra(tmp_path, monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "zstandard" else real(name, *a))  # fmt: skip
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "zstandard" else real(name, *a),
+    )
     path = tmp_path / "in.jsonl.zst"
     path.write_bytes(b"\x28\xb5\x2f\xfd" + bytes(20))
     with pytest.raises(InputError, match=r"pip install 'mlxbatch\[zstd\]'"):
@@ -152,8 +166,9 @@ def test_missing_pyarrow_names_the_extra(tmp_path, monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "pyarrow" else real(name, *a))  # fmt: skip
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "pyarrow" else real(name, *a)
+    )
     path = tmp_path / "in.parquet"
     path.write_bytes(b"PAR1" + bytes(20))
     with pytest.raises(InputError, match=r"pip install 'mlxbatch\[parquet\]'"):
@@ -181,11 +196,24 @@ def test_parquet_columns_are_chosen_and_checked(tmp_path):
 
 # mtime=0 and explicit ids: gzip stamps the time into its header, and pytest-xdist refuses to run
 # when its workers collect parameters that differ (they did, a second apart, in a CI run).
-@pytest.mark.parametrize("data, message", [
-    (gzip.compress(jsonl(ITEMS), mtime=0)[:-20], "the data cannot be read .*cut short or corrupt"),
-    (gzip.compress(jsonl(ITEMS), mtime=0)[:30], "the data cannot be read .*cut short or corrupt"),
-    (gzip.compress(jsonl(ITEMS * 3000), mtime=0)[:-20], r"line 1\d{5}: the data cannot be read"),
-], ids=["tail cut", "header only", "cut after 100k lines"])  # fmt: skip
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (
+            gzip.compress(jsonl(ITEMS), mtime=0)[:-20],
+            "the data cannot be read .*cut short or corrupt",
+        ),
+        (
+            gzip.compress(jsonl(ITEMS), mtime=0)[:30],
+            "the data cannot be read .*cut short or corrupt",
+        ),
+        (
+            gzip.compress(jsonl(ITEMS * 3000), mtime=0)[:-20],
+            r"line 1\d{5}: the data cannot be read",
+        ),
+    ],
+    ids=["tail cut", "header only", "cut after 100k lines"],
+)
 def test_a_cut_short_archive_is_the_files_error(tmp_path, data, message):
     path = tmp_path / "in.jsonl.gz"
     path.write_bytes(data)
@@ -219,11 +247,18 @@ def test_format_is_detected_by_content_on_stdin(monkeypatch):
     assert fmt == "csv" and [r.text for r in rows] == ["first", "second"]
 
 
-@pytest.mark.parametrize("name, data, message", [
-    ("in.csv", b"id,text,id\n1,a,2\n", r"the CSV header repeats the column 'id' \(columns 1 and 3\)"),
-    ("in.tsv", b"text\tx\ttext\na\tb\tc\n", "the TSV header repeats the column 'text'"),
-    ("in.parquet", None, "the Parquet file repeats the column 'text'"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, data, message",
+    [
+        (
+            "in.csv",
+            b"id,text,id\n1,a,2\n",
+            r"the CSV header repeats the column 'id' \(columns 1 and 3\)",
+        ),
+        ("in.tsv", b"text\tx\ttext\na\tb\tc\n", "the TSV header repeats the column 'text'"),
+        ("in.parquet", None, "the Parquet file repeats the column 'text'"),
+    ],
+)
 def test_a_repeated_column_is_refused(tmp_path, name, data, message):
     if data is None:
         pa = pytest.importorskip("pyarrow")
@@ -239,8 +274,10 @@ def test_a_repeated_column_is_refused(tmp_path, name, data, message):
 
 def test_a_repeated_json_key_is_the_rows_error(tmp_path):
     path = tmp_path / "in.jsonl"
-    path.write_text('{"id": "a", "text": "x"}\n{"id": "b", "text": "y", "text": "z"}\n'
-                    '{"id": "c", "text": "ok", "meta": {"k": 1, "k": 2}}\n')  # fmt: skip
+    path.write_text(
+        '{"id": "a", "text": "x"}\n{"id": "b", "text": "y", "text": "z"}\n'
+        '{"id": "c", "text": "ok", "meta": {"k": 1, "k": 2}}\n'
+    )
     rows, _ = read_rows(str(path))
     assert [r.error for r in rows] == [
         None,
@@ -268,19 +305,34 @@ def test_ids_equal_as_text_are_duplicates_for_a_text_output(tmp_path):
     rows, _ = read_rows(str(path))
     assert [r.error for r in rows] == [None, None, None]
     rows, _ = read_rows(str(path), output_format="csv")
-    assert rows[1].error == ("duplicate id '1' (first at 1 as 1; the two are one id in a CSV "
-                             "output: write JSONL)") and rows[2].error is None  # fmt: skip
+    assert (
+        rows[1].error
+        == ("duplicate id '1' (first at 1 as 1; the two are one id in a CSV output: write JSONL)")
+        and rows[2].error is None
+    )
     rows, _ = read_rows(str(path), output_format="tsv")
     assert "tab or line break" in rows[2].error
 
 
-@pytest.mark.parametrize("name, want", [
-    ("o.jsonl", ("jsonl", False)), ("o.jsonl.gz", ("jsonl", True)), ("o.csv", ("csv", False)),
-    ("O.TSV", ("tsv", False)), ("o.tsv.gz", ("tsv", True)), ("results", ("jsonl", False)),
-    ("run.v2", ("jsonl", False)), ("o.ndjson", ("jsonl", False)),
-    ("o.json", None), ("o.parquet", None), ("o.xlsx", None), ("o.gz", None), ("o.csv.zst", None),
-    ("o.txt", None),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, want",
+    [
+        ("o.jsonl", ("jsonl", False)),
+        ("o.jsonl.gz", ("jsonl", True)),
+        ("o.csv", ("csv", False)),
+        ("O.TSV", ("tsv", False)),
+        ("o.tsv.gz", ("tsv", True)),
+        ("results", ("jsonl", False)),
+        ("run.v2", ("jsonl", False)),
+        ("o.ndjson", ("jsonl", False)),
+        ("o.json", None),
+        ("o.parquet", None),
+        ("o.xlsx", None),
+        ("o.gz", None),
+        ("o.csv.zst", None),
+        ("o.txt", None),
+    ],
+)
 def test_output_formats_are_what_their_names_say(name, want):
     if want is None:
         with pytest.raises(OutputError, match=r"mlxbatch writes \.jsonl, \.jsonl\.gz, \.csv"):
@@ -314,7 +366,11 @@ def test_jsonl_gz_output_is_gzip_and_reads_back(tmp_path):
 @pytest.mark.parametrize("name", ["o.tsv", "o.csv", "o.tsv.gz", "o.csv.gz"])
 def test_table_outputs_read_back_with_the_readers(tmp_path, name):
     written(tmp_path, name)
-    rows, fmt = read_rows(str(tmp_path / name), text_field="id", fields=("label", "score_billing", "error", "abstained"))  # fmt: skip
+    rows, fmt = read_rows(
+        str(tmp_path / name),
+        text_field="id",
+        fields=("label", "score_billing", "error", "abstained"),
+    )
     assert fmt == name.split(".")[1]
     assert [(r.text, r.fields) for r in rows] == [
         ("a", {"label": "billing", "score_billing": "0.75", "error": "", "abstained": ""}),

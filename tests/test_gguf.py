@@ -44,8 +44,9 @@ def transformers_gguf(path: Path, **config):
     import torch
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
-                                                dtype=torch.float32, **config).eval()  # fmt: skip
+    return AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=torch.float32, **config
+    ).eval()
 
 
 def logits_diff(lm, hf) -> float:
@@ -73,8 +74,9 @@ def test_float32_files_give_transformers_logits(case, checkpoints, tmp_path):
     assert logits_diff(lm, original) <= TOL  # and the checkpoint the file was written from
 
 
-@pytest.mark.parametrize("case, qtype", [("llama", "Q8_0"), ("llama", "Q4_0"), ("qwen2", "Q4_1"),
-                                         ("llama_mha", "F16")])  # fmt: skip
+@pytest.mark.parametrize(
+    "case, qtype", [("llama", "Q8_0"), ("llama", "Q4_0"), ("qwen2", "Q4_1"), ("llama_mha", "F16")]
+)
 def test_mlx_native_types_stay_quantized_and_match_transformers(case, qtype, checkpoints, tmp_path):
     path = write_gguf(checkpoints(case), tmp_path / f"{case}-{qtype}.gguf", qtype)
     model_dir = resolve(path)
@@ -89,8 +91,11 @@ def test_mlx_native_types_stay_quantized_and_match_transformers(case, qtype, che
 
 
 def test_k_quants_are_dequantized_by_the_gguf_package(checkpoints, tmp_path):
-    path = write_gguf(checkpoints("llama_256"), tmp_path / "k.gguf",
-                      kquant_types={"token_embd": "Q6_K", "*": "Q4_K"})  # fmt: skip
+    path = write_gguf(
+        checkpoints("llama_256"),
+        tmp_path / "k.gguf",
+        kquant_types={"token_embd": "Q6_K", "*": "Q4_K"},
+    )
     model_dir = resolve(path)
     manifest = json.loads((model_dir / "mlxbatch.json").read_text())
     assert manifest["gguf"]["types"]["Q4_K"] > 0 and manifest["gguf"]["types"]["Q6_K"] == 1
@@ -116,9 +121,19 @@ def test_the_random_blocks_are_valid_k_quants():
 
 # -- the tokenizer, on the real Qwen vocabulary --------------------------------------------------
 
-TEXTS = ["hello world", "  two leading spaces", "\n\nnewlines\r\nand\ttabs  ", "Ünïcödé — 🚀 数据",
-         "don't I'll we're 12345 3.14159", "<|im_end|> typed by a user <|im_start|>", "a" * 300,
-         "   ", "", "emoji 👩‍👩‍👧 flags 🇫🇷 and زبان فارسی", "x\u00a0y\u200bz"]  # fmt: skip
+TEXTS = [
+    "hello world",
+    "  two leading spaces",
+    "\n\nnewlines\r\nand\ttabs  ",
+    "Ünïcödé — 🚀 数据",
+    "don't I'll we're 12345 3.14159",
+    "<|im_end|> typed by a user <|im_start|>",
+    "a" * 300,
+    "   ",
+    "",
+    "emoji 👩‍👩‍👧 flags 🇫🇷 and زبان فارسی",
+    "x\u00a0y\u200bz",
+]
 
 
 @pytest.fixture(scope="module")
@@ -151,8 +166,19 @@ def test_tokens_equal_transformers_tokenizer_from_the_same_file(qwen_gguf):
 def test_classify_a_gguf_verifies(qwen_gguf, tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("\n".join(TEXTS[:6] + CORPUS) + "\n")
-    r = invoke(["classify", src, "--model", qwen_gguf, "--labels", "billing,technical,account",
-                "-o", tmp_path / "o.jsonl", "--verify"])  # fmt: skip
+    r = invoke(
+        [
+            "classify",
+            src,
+            "--model",
+            qwen_gguf,
+            "--labels",
+            "billing,technical,account",
+            "-o",
+            tmp_path / "o.jsonl",
+            "--verify",
+        ]
+    )
     assert r.exit_code == 0, r.output
     assert "100.00% label agreement" in r.output
 
@@ -176,8 +202,10 @@ def fake_ollama(root: Path, blob_source: Path | None, layers=None) -> Path:
     manifest = root / "manifests" / "registry.ollama.ai" / "library" / "tiny" / "latest"
     manifest.parent.mkdir(parents=True)
     if layers is None:
-        layers = [{"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:" + "cd" * 32},
-                  {"mediaType": MODEL_LAYER, "digest": f"sha256:{digest}"}]  # fmt: skip
+        layers = [
+            {"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:" + "cd" * 32},
+            {"mediaType": MODEL_LAYER, "digest": f"sha256:{digest}"},
+        ]
     manifest.write_text(json.dumps({"schemaVersion": 2, "layers": layers}))
     (root / "blobs").mkdir()
     if blob_source:
@@ -189,25 +217,42 @@ def test_ollama_names_the_same_bytes_as_the_path(checkpoints, tmp_path, monkeypa
     path = write_gguf(checkpoints("qwen2"), tmp_path / "tiny.gguf", "Q8_0")
     monkeypatch.setenv("OLLAMA_MODELS", str(fake_ollama(tmp_path / "ollama", path)))
     assert resolve("ollama:tiny") == resolve("ollama:tiny:latest") == resolve(path)
-    r = invoke(["classify", "-", "--model", "ollama:tiny", "--labels", "spam,ham", "--verify"],
-               input="buy now\nsee you\n")  # fmt: skip
+    r = invoke(
+        ["classify", "-", "--model", "ollama:tiny", "--labels", "spam,ham", "--verify"],
+        input="buy now\nsee you\n",
+    )
     assert r.exit_code == 0, r.output
 
 
-@pytest.mark.parametrize("layers, blob, words", [
-    (None, False, "lacks the model's blob"),
-    ([{"mediaType": "application/vnd.ollama.image.license", "digest": "sha256:" + "ef" * 32}],
-     True, "no model layer"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "layers, blob, words",
+    [
+        (None, False, "lacks the model's blob"),
+        (
+            [
+                {
+                    "mediaType": "application/vnd.ollama.image.license",
+                    "digest": "sha256:" + "ef" * 32,
+                }
+            ],
+            True,
+            "no model layer",
+        ),
+    ],
+)
 def test_ollama_store_problems_are_one_line(
     layers, blob, words, checkpoints, tmp_path, monkeypatch
 ):
     path = write_gguf(checkpoints("qwen2"), tmp_path / "tiny.gguf") if blob else None
     monkeypatch.setenv("OLLAMA_MODELS", str(fake_ollama(tmp_path / "ollama", path, layers)))
-    one_line_error(invoke(["classify", "-", "--model", "ollama:tiny", "--labels", "a,b"],
-                          input="x\n"), words)  # fmt: skip
-    one_line_error(invoke(["classify", "-", "--model", "ollama:absent:7b", "--labels", "a,b"],
-                          input="x\n"), "no such model", "absent/7b")  # fmt: skip
+    one_line_error(
+        invoke(["classify", "-", "--model", "ollama:tiny", "--labels", "a,b"], input="x\n"), words
+    )
+    one_line_error(
+        invoke(["classify", "-", "--model", "ollama:absent:7b", "--labels", "a,b"], input="x\n"),
+        "no such model",
+        "absent/7b",
+    )
 
 
 def test_models_lists_ollama_and_lm_studio_ggufs(checkpoints, tmp_path, monkeypatch):

@@ -77,8 +77,23 @@ def test_scores_equal_transformers_gguf_loading_and_verify(gguf_file, tmp_path):
     `--verify` (the gold loop) agreeing on every label."""
     src, out = tmp_path / "tickets.jsonl", tmp_path / "out.jsonl"
     src.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(TICKETS)))
-    r = invoke(["classify", src, "--model", gguf_file, "--labels", ",".join(LABELS), "-o", out,
-                "--verify", "--dtype", "float32", "--planner", "greedy"])  # fmt: skip
+    r = invoke(
+        [
+            "classify",
+            src,
+            "--model",
+            gguf_file,
+            "--labels",
+            ",".join(LABELS),
+            "-o",
+            out,
+            "--verify",
+            "--dtype",
+            "float32",
+            "--planner",
+            "greedy",
+        ]
+    )
     assert r.exit_code == 0, r.output
     assert "100.00% label agreement" in r.output
     rows = [json.loads(x) for x in out.read_text().splitlines()]
@@ -116,11 +131,21 @@ def record() -> None:
     path = smollm2_gguf()
     clf = Classifier.load(path, LABELS, dtype="float32")
     prompts = [clf.engine.prompt(t) for t in TICKETS]
-    hf = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
-                                              dtype=torch.float32).eval()  # fmt: skip
+    hf = AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=torch.float32
+    ).eval()
     scores = transformers_scores(hf, prompts, clf.labels)
-    GOLDEN.write_text(json.dumps({"gguf_sha256": sha256(path), "labels": LABELS,
-                                  "prompts": prompts, "scores": scores.tolist()}) + "\n")  # fmt: skip
+    GOLDEN.write_text(
+        json.dumps(
+            {
+                "gguf_sha256": sha256(path),
+                "labels": LABELS,
+                "prompts": prompts,
+                "scores": scores.tolist(),
+            }
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

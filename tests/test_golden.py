@@ -33,8 +33,12 @@ GOLDEN = Path(__file__).parent / "golden"
 @pytest.fixture(scope="module")
 def recorded_env_matches() -> bool:
     env = json.loads((GOLDEN / "ENV.json").read_text())
-    out = subprocess.run([sys.executable, "-m", "mlxbatch", "doctor", "--json", "--size", "64"],
-                         capture_output=True, text=True, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "mlxbatch", "doctor", "--json", "--size", "64"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     here = json.loads(out.stdout)
     # the family's name as the library spells it: "SKYLAKEX" (the build that recorded them),
     # "SkylakeX" (scipy-openblas32's corename); compared exactly, the bytes were never compared

@@ -84,8 +84,9 @@ def c_report(*extra, data=GOOD + '{"id": "c", "text": "x", "gold": "billing"}\n'
     def setup(tmp, m):
         src = write(tmp / "in.jsonl", data)
         args = ["classify", src, "--model", m, "--gold-field", "gold"]
-        return args + [tmp / x if str(x).endswith((".jsonl", ".part", ".png", ".txt")) else x
-                       for x in extra], None  # fmt: skip
+        return args + [
+            tmp / x if str(x).endswith((".jsonl", ".part", ".png", ".txt")) else x for x in extra
+        ], None
 
     return setup
 
@@ -99,8 +100,10 @@ def c_eval(predictions: str, *extra):
     return setup
 
 
-PRED = ('{"id": "a", "label": "billing", "scores": {"billing": 0.7, "technical": 0.3}}\n'
-        '{"id": "b", "label": "technical", "scores": {"billing": 0.4, "technical": 0.6}}\n')  # fmt: skip
+PRED = (
+    '{"id": "a", "label": "billing", "scores": {"billing": 0.7, "technical": 0.3}}\n'
+    '{"id": "b", "label": "technical", "scores": {"billing": 0.4, "technical": 0.6}}\n'
+)
 
 
 def c_into_model(option: str, name: str, *extra):
@@ -138,9 +141,13 @@ def _bad_dtype(m):
 
 
 def _overlap(m):
-    safetensors_with_header(m / "model.safetensors", {
-        "a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
-        "b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}})  # fmt: skip
+    safetensors_with_header(
+        m / "model.safetensors",
+        {
+            "a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+            "b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]},
+        },
+    )
 
 
 def _nan_weights(m):
@@ -173,8 +180,11 @@ def squeezed(kind: str, text: str) -> bytes:
         import zstandard
 
         return zstandard.ZstdCompressor().compress(text.encode())
-    return {"gz": gz, "bz2": lambda t: bz2.compress(t.encode()),
-            "xz": lambda t: lzma.compress(t.encode())}[kind](text)  # fmt: skip
+    return {
+        "gz": gz,
+        "bz2": lambda t: bz2.compress(t.encode()),
+        "xz": lambda t: lzma.compress(t.encode()),
+    }[kind](text)
 
 
 MAGIC = {"gz": b"\x1f\x8b", "bz2": b"BZh91AY&SY", "xz": b"\xfd7zXZ\x00", "zst": b"\x28\xb5\x2f\xfd"}
@@ -187,11 +197,17 @@ def cut_short_cases() -> dict:
     for k in SQUEEZES:
         whole = squeezed(k, GOOD)
         cases |= {
-            f"{k}: rows, then a member cut short": (c_in(whole + squeezed(k, GOOD)[:12], name=f"in.jsonl.{k}"), "cut short or corrupt"),
-            f"{k}: rows, then its magic alone": (c_in(whole + MAGIC[k], name=f"in.jsonl.{k}"), "cut short or corrupt"),
+            f"{k}: rows, then a member cut short": (
+                c_in(whole + squeezed(k, GOOD)[:12], name=f"in.jsonl.{k}"),
+                "cut short or corrupt",
+            ),
+            f"{k}: rows, then its magic alone": (
+                c_in(whole + MAGIC[k], name=f"in.jsonl.{k}"),
+                "cut short or corrupt",
+            ),
             f"{k}: only its magic": (c_in(MAGIC[k], name=f"in.jsonl.{k}"), "cut short or corrupt"),
             f"{k}: cut short on stdin": (c_stdin(whole[:-6]), "cut short or corrupt"),
-        }  # fmt: skip
+        }
     return cases
 
 
@@ -203,15 +219,25 @@ def c_cut_journal(content: str, *extra):
 
     def setup(tmp, m):
         write(tmp / "o.jsonl.part", content)
-        return ["classify", write(tmp / "in.jsonl", GOOD), "--model", m, "-o", "o.jsonl",
-                *extra], None  # fmt: skip
+        return [
+            "classify",
+            write(tmp / "in.jsonl", GOOD),
+            "--model",
+            m,
+            "-o",
+            "o.jsonl",
+            *extra,
+        ], None
 
     return setup
 
 
 ERRORS = {
     # input files
-    "missing input": ((lambda t, m: (["classify", t / "nope.jsonl", "--model", m], None)), "no such file"),
+    "missing input": (
+        (lambda t, m: (["classify", t / "nope.jsonl", "--model", m], None)),
+        "no such file",
+    ),
     "input is a directory": (lambda t, m: (["classify", t, "--model", m], None), "a directory"),
     "empty file": (c_in(""), "empty input"),
     "blank lines only": (c_in("\n  \n\n"), "empty input"),
@@ -220,54 +246,206 @@ ERRORS = {
     "deeply nested json": (c_in(GOOD + NESTED), "invalid JSON"),
     "huge integer": (c_in(GOOD + HUGE_INT), "invalid JSON"),
     "not utf-8": (c_in(b'{"text": "caf\xe9"}\n'), "not UTF-8"),
-    "csv unterminated quote": (c_in('id,text\n1,ok\n2,"never closed\n3,swallowed\n', name="in.csv"), "line 3: a quoted field"),
+    "csv unterminated quote": (
+        c_in('id,text\n1,ok\n2,"never closed\n3,swallowed\n', name="in.csv"),
+        "line 3: a quoted field",
+    ),
     "csv without text column": (c_in("id,body\n1,x\n", name="in.csv"), "no 'text' column"),
     "csv empty": (c_in("", name="in.csv"), "empty file"),
-    "csv wrong field count": (c_in("id,text\n1,a,b\n", name="in.csv"), "3 fields where the header has 2"),
+    "csv wrong field count": (
+        c_in("id,text\n1,a,b\n", name="in.csv"),
+        "3 fields where the header has 2",
+    ),
     "tsv wrong field count": (c_in("id\ttext\n1\ta\tb\n", name="in.tsv"), "3 fields"),
     "duplicate ids": (c_in('{"id": 1, "text": "a"}\n{"id": 1, "text": "b"}\n'), "duplicate id"),
     "missing id field": (c_in(GOOD, "--id-field", "key"), "missing id field 'key'"),
     "missing text field": (c_in(GOOD, "--text-field", "body"), "missing text field 'body'"),
     "non-string text": (c_in('{"text": 5}\n'), "not a string"),
-    "lone surrogate text": (c_in(GOOD + '{"id": "s", "text": "half \\ud800"}\n'), "line 3: text holds a lone surrogate"),
-    "lone surrogate id": (c_in(GOOD + '{"id": "\\ud800", "text": "x"}\n'), "line 3: id '\\ud800' holds a lone surrogate"),
-    "infinite id": (c_in(GOOD + '{"id": Infinity, "text": "x"}\n'), "line 3: id inf is not a finite number"),
+    "lone surrogate text": (
+        c_in(GOOD + '{"id": "s", "text": "half \\ud800"}\n'),
+        "line 3: text holds a lone surrogate",
+    ),
+    "lone surrogate id": (
+        c_in(GOOD + '{"id": "\\ud800", "text": "x"}\n'),
+        "line 3: id '\\ud800' holds a lone surrogate",
+    ),
+    "infinite id": (
+        c_in(GOOD + '{"id": Infinity, "text": "x"}\n'),
+        "line 3: id inf is not a finite number",
+    ),
     "binary file": (c_in(bytes(range(256)) * 4, name="in.txt"), "not UTF-8"),
     "utf-16 csv": (c_in("id,text\n1,a\n".encode("utf-16"), name="in.csv"), "UTF-16 text"),
     "xlsx workbook": (c_in(b"PK\x03\x04" + bytes(60), name="in.xlsx"), "zip archive"),
     "csv with semicolons": (c_in("id;text\n1;a\n", name="in.csv"), "separated by ';'"),
     "forced csv on jsonl": (c_in(GOOD, "--input-format", "csv"), "no 'text' column"),
     # endless or runaway files: a cap each, one line (io/caps.py)
-    "/dev/zero as the input": (lambda t, m: (["classify", "/dev/zero", "--model", m], None), "line 1: longer than 32 MiB, the cap on one line"),
-    "/dev/zero on stdin": (lambda t, m: (["classify", "-", "--model", m], open("/dev/zero", "rb")), "line 1: longer than 32 MiB"),
-    "a csv field past the row cap": (lambda t, m: c_in('id,text\n1,"' + "x\n" * (17 << 20), name="in.csv")(t, m), "data row 1 has a field longer than 32 MiB"),
-    "/dev/zero as --system-prompt-file": (c_in(GOOD, "--system-prompt-file", "/dev/zero"), "--system-prompt-file /dev/zero: larger than 1 MiB"),
-    "/dev/zero as --labels-file": (c_in(GOOD, "--labels-file", "/dev/zero"), "--labels-file /dev/zero: larger than 1 MiB"),
-    "/dev/zero as --examples": (c_in(GOOD, "--examples", "/dev/zero"), "line 1: longer than 32 MiB"),
+    "/dev/zero as the input": (
+        lambda t, m: (["classify", "/dev/zero", "--model", m], None),
+        "line 1: longer than 32 MiB, the cap on one line",
+    ),
+    "/dev/zero on stdin": (
+        lambda t, m: (["classify", "-", "--model", m], open("/dev/zero", "rb")),
+        "line 1: longer than 32 MiB",
+    ),
+    "a csv field past the row cap": (
+        lambda t, m: c_in('id,text\n1,"' + "x\n" * (17 << 20), name="in.csv")(t, m),
+        "data row 1 has a field longer than 32 MiB",
+    ),
+    "/dev/zero as --system-prompt-file": (
+        c_in(GOOD, "--system-prompt-file", "/dev/zero"),
+        "--system-prompt-file /dev/zero: larger than 1 MiB",
+    ),
+    "/dev/zero as --labels-file": (
+        c_in(GOOD, "--labels-file", "/dev/zero"),
+        "--labels-file /dev/zero: larger than 1 MiB",
+    ),
+    "/dev/zero as --examples": (
+        c_in(GOOD, "--examples", "/dev/zero"),
+        "line 1: longer than 32 MiB",
+    ),
     # a hostile pass: these did not say the file was --examples, nor what the label was
-    "empty --examples": (lambda t, m: c_in(GOOD, "--examples", write(t / "ex.jsonl", ""))(t, m), "error: --examples /"),
-    "missing --examples": (c_in(GOOD, "--examples", "nope.jsonl"), "--examples nope.jsonl: no such file"),
-    "an example's label a number": (lambda t, m: c_in(GOOD, "--examples", write(t / "ex.jsonl", '{"text": "x", "label": 5}\n'))(t, m), "line 1: the 'label' field is a number, not a string"),
-    "too many examples": (lambda t, m: c_in(GOOD, "--examples", write(t / "ex.jsonl", '{"text": "x", "label": "billing"}\n' * 1001))(t, m), "more than 1000 examples"),
-    "/dev/zero as --api-key-file": (lambda t, m: (["serve", "--model", m, "--api-key-file", "/dev/zero"], None), "--api-key-file /dev/zero: larger than 64 KiB"),
+    "empty --examples": (
+        lambda t, m: c_in(GOOD, "--examples", write(t / "ex.jsonl", ""))(t, m),
+        "error: --examples /",
+    ),
+    "missing --examples": (
+        c_in(GOOD, "--examples", "nope.jsonl"),
+        "--examples nope.jsonl: no such file",
+    ),
+    "an example's label a number": (
+        lambda t, m: c_in(GOOD, "--examples", write(t / "ex.jsonl", '{"text": "x", "label": 5}\n'))(
+            t, m
+        ),
+        "line 1: the 'label' field is a number, not a string",
+    ),
+    "too many examples": (
+        lambda t, m: c_in(
+            GOOD, "--examples", write(t / "ex.jsonl", '{"text": "x", "label": "billing"}\n' * 1001)
+        )(t, m),
+        "more than 1000 examples",
+    ),
+    "/dev/zero as --api-key-file": (
+        lambda t, m: (["serve", "--model", m, "--api-key-file", "/dev/zero"], None),
+        "--api-key-file /dev/zero: larger than 64 KiB",
+    ),
     # labels and prompts
     "duplicate labels": (c_in(GOOD, "--labels", "billing,billing"), "duplicate label"),
     "one label": (c_in(GOOD, "--labels", "billing"), "at least two labels"),
     "empty label": (c_in(GOOD, "--labels", "billing,,x"), "empty label"),
     "blank labels": (c_in(GOOD, "--labels", " , "), "empty label"),
-    "label not utf-8 on argv": (c_in(GOOD, "--labels", "billing,tech\udcffnical"), "holds a lone surrogate"),
-    "prompt not utf-8 on argv": (c_in(GOOD, "--system-prompt", "Classify \udcff"), "--system-prompt holds a lone surrogate"),
-    "examples text lone surrogate": (lambda t, m: (["classify", write(t / "in.jsonl", GOOD), "--model", m, "--examples", write(t / "ex.jsonl", '{"text": "\\ud800", "label": "billing"}\n')], None), "line 1: text holds a lone surrogate"),
-    "labels file lone surrogate": (lambda t, m: (["classify", write(t / "in.jsonl", GOOD), "--model", m, "--labels-file", write(t / "l.json", '{"billing": "money \\udfff", "technical": "bugs"}')], None), "description of 'billing' holds a lone surrogate"),
-    "prior 1e308": (c_in(GOOD, "--prior", "billing=1e308,technical=1,account=1"), "is a weight mistyped"),
-    "prior sum overflows": (c_in(GOOD, "--prior", "billing=1e308,technical=1e308,account=1e308"), "beyond a float"),
-    "prior named twice": (c_in(GOOD, "--prior", "billing=0.2,billing=0.5"), "--prior names 'billing' twice"),
-    "labels file whitespace twins": (lambda t, m: (["classify", write(t / "in.jsonl", GOOD), "--model", m, "--labels-file", write(t / "l.json", '{"billing": "money", "billing ": "cash", "technical": "bugs"}')], None), "'billing ' is given twice"),
-    "labels file repeated key": (lambda t, m: (["classify", write(t / "in.jsonl", GOOD), "--model", m, "--labels-file", write(t / "l.json", '{"billing": "money", "billing": "cash", "technical": "bugs"}')], None), "'billing' is given twice"),
+    "label not utf-8 on argv": (
+        c_in(GOOD, "--labels", "billing,tech\udcffnical"),
+        "holds a lone surrogate",
+    ),
+    "prompt not utf-8 on argv": (
+        c_in(GOOD, "--system-prompt", "Classify \udcff"),
+        "--system-prompt holds a lone surrogate",
+    ),
+    "examples text lone surrogate": (
+        lambda t, m: (
+            [
+                "classify",
+                write(t / "in.jsonl", GOOD),
+                "--model",
+                m,
+                "--examples",
+                write(t / "ex.jsonl", '{"text": "\\ud800", "label": "billing"}\n'),
+            ],
+            None,
+        ),
+        "line 1: text holds a lone surrogate",
+    ),
+    "labels file lone surrogate": (
+        lambda t, m: (
+            [
+                "classify",
+                write(t / "in.jsonl", GOOD),
+                "--model",
+                m,
+                "--labels-file",
+                write(t / "l.json", '{"billing": "money \\udfff", "technical": "bugs"}'),
+            ],
+            None,
+        ),
+        "description of 'billing' holds a lone surrogate",
+    ),
+    "prior 1e308": (
+        c_in(GOOD, "--prior", "billing=1e308,technical=1,account=1"),
+        "is a weight mistyped",
+    ),
+    "prior sum overflows": (
+        c_in(GOOD, "--prior", "billing=1e308,technical=1e308,account=1e308"),
+        "beyond a float",
+    ),
+    "prior named twice": (
+        c_in(GOOD, "--prior", "billing=0.2,billing=0.5"),
+        "--prior names 'billing' twice",
+    ),
+    "labels file whitespace twins": (
+        lambda t, m: (
+            [
+                "classify",
+                write(t / "in.jsonl", GOOD),
+                "--model",
+                m,
+                "--labels-file",
+                write(
+                    t / "l.json", '{"billing": "money", "billing ": "cash", "technical": "bugs"}'
+                ),
+            ],
+            None,
+        ),
+        "'billing ' is given twice",
+    ),
+    "labels file repeated key": (
+        lambda t, m: (
+            [
+                "classify",
+                write(t / "in.jsonl", GOOD),
+                "--model",
+                m,
+                "--labels-file",
+                write(t / "l.json", '{"billing": "money", "billing": "cash", "technical": "bugs"}'),
+            ],
+            None,
+        ),
+        "'billing' is given twice",
+    ),
     "prefix labels": (c_in(GOOD, "--labels", "account,account access"), "token prefix"),
-    "two system prompts": (lambda t, m: (["classify", write(t / "in.jsonl", GOOD), "--model", m, "--system-prompt", "x", "--system-prompt-file", write(t / "p.txt", "y")], None), "not both"),
-    "missing prompt file": (c_in(GOOD, "--system-prompt-file", "/nonexistent/p.txt"), "cannot read the system prompt"),
-    "non-utf8 prompt file": (lambda t, m: (["classify", write(t / "in.jsonl", GOOD), "--model", m, "--system-prompt-file", write(t / "p.txt", b"\xff\xfe")], None), "cannot read the system prompt"),
+    "two system prompts": (
+        lambda t, m: (
+            [
+                "classify",
+                write(t / "in.jsonl", GOOD),
+                "--model",
+                m,
+                "--system-prompt",
+                "x",
+                "--system-prompt-file",
+                write(t / "p.txt", "y"),
+            ],
+            None,
+        ),
+        "not both",
+    ),
+    "missing prompt file": (
+        c_in(GOOD, "--system-prompt-file", "/nonexistent/p.txt"),
+        "cannot read the system prompt",
+    ),
+    "non-utf8 prompt file": (
+        lambda t, m: (
+            [
+                "classify",
+                write(t / "in.jsonl", GOOD),
+                "--model",
+                m,
+                "--system-prompt-file",
+                write(t / "p.txt", b"\xff\xfe"),
+            ],
+            None,
+        ),
+        "cannot read the system prompt",
+    ),
     # outputs
     "-o is the input": (c_out(lambda t, s: s), "is the input file"),
     "-o hard link to input": (c_out(_hardlink), "is the input file"),
@@ -277,41 +455,186 @@ ERRORS = {
     "-o on a full disk": (c_out(lambda t, s: Path("/dev/full")), "No space left"),
     "-o journal name is someone's file": (c_out(_foreign_part), "not written by mlxbatch"),
     "input named like the journal": (_input_is_part, "is the input file"),
-    "-o is the examples file": (lambda t, m: (["classify", write(t / "in.jsonl", GOOD), "--model", m, "--examples", write(t / "ex.jsonl", '{"text": "x", "label": "billing"}\n'), "-o", t / "ex.jsonl"], None), "is the input file"),
-    "-o is another run's journal": (c_out(lambda t, s: write(t / "k.jsonl.part", JOURNAL)), "is the journal of another mlxbatch run"),
-    "--json onto another run's journal": (lambda t, m: c_report("--json", "k.jsonl.part")(t, m) if write(t / "k.jsonl.part", JOURNAL) else None, "is the journal of another mlxbatch run"),
-    "-o too long a name for its journal": (c_out(lambda t, s: t / ("x" * 246 + ".jsonl")), "the name of its journal is longer than"),
+    "-o is the examples file": (
+        lambda t, m: (
+            [
+                "classify",
+                write(t / "in.jsonl", GOOD),
+                "--model",
+                m,
+                "--examples",
+                write(t / "ex.jsonl", '{"text": "x", "label": "billing"}\n'),
+                "-o",
+                t / "ex.jsonl",
+            ],
+            None,
+        ),
+        "is the input file",
+    ),
+    "-o is another run's journal": (
+        c_out(lambda t, s: write(t / "k.jsonl.part", JOURNAL)),
+        "is the journal of another mlxbatch run",
+    ),
+    "--json onto another run's journal": (
+        lambda t, m: (
+            c_report("--json", "k.jsonl.part")(t, m) if write(t / "k.jsonl.part", JOURNAL) else None
+        ),
+        "is the journal of another mlxbatch run",
+    ),
+    "-o too long a name for its journal": (
+        c_out(lambda t, s: t / ("x" * 246 + ".jsonl")),
+        "the name of its journal is longer than",
+    ),
     "--plot too long a name": (c_report("--plot", "y" * 252 + ".png"), "--plot"),
-    "--json too long a name": (lambda t, m: c_report("--json", t / ("j" * 256))(t, m), "the name is longer than"),
-    "--resume on /dev/null": (c_out(lambda t, s: Path("/dev/null"), "--resume"), "regular output file"),
+    "--json too long a name": (
+        lambda t, m: c_report("--json", t / ("j" * 256))(t, m),
+        "the name is longer than",
+    ),
+    "--resume on /dev/null": (
+        c_out(lambda t, s: Path("/dev/null"), "--resume"),
+        "regular output file",
+    ),
     "--resume without -o": (c_in(GOOD, "--resume"), "--resume needs -o"),
     # evaluation reports
     "--json onto the input": (c_report("--json", "in.jsonl"), "--json"),
     "--plot onto the input": (c_report("--plot", "in.jsonl"), "would overwrite"),
     "--json onto -o": (c_report("-o", "o.jsonl", "--json", "o.jsonl"), "would overwrite"),
-    "--json onto the journal": (c_report("-o", "o.jsonl", "--json", "o.jsonl.part"), "would overwrite"),
-    "--json and --plot one path": (c_report("--json", "r.png", "--plot", "r.png"), "different paths"),
+    "--json onto the journal": (
+        c_report("-o", "o.jsonl", "--json", "o.jsonl.part"),
+        "would overwrite",
+    ),
+    "--json and --plot one path": (
+        c_report("--json", "r.png", "--plot", "r.png"),
+        "different paths",
+    ),
     "--plot not an image name": (c_report("--plot", "r.txt"), "must end in .png"),
-    "--json in a missing directory": (c_report("--json", "/nonexistent-mlxbatch/r.json"), "does not exist"),
-    "--gold-field no row has": (c_report("--gold-field", "golden"), "no row has the gold field 'golden'"),
-    "eval --json onto predictions": (lambda t, m: c_eval(PRED, "--json", t / "pred.jsonl")(t, m), "would overwrite"),
-    "eval --json onto the input": (lambda t, m: c_eval(PRED, "--json", t / "in.jsonl")(t, m), "would overwrite"),
-    "eval rows not predictions": (c_eval('{"id": "a", "label": "billing"}\n{"id": "b"}\n'), "row 1: neither an error row"),
-    "eval ids out of order": (c_eval("".join(reversed(PRED.splitlines(True)))), "row 1: id 'b' where the input's row 1 has id 'a'"),
-    "eval NaN score": (c_eval(PRED.replace("0.3", "NaN")), "row 1: the score of 'technical' is nan, not a probability in [0, 1]"),
-    "eval score 5.0": (c_eval(PRED.replace("0.6", "5.0")), "row 2: the score of 'technical' is 5.0, not a probability"),
-    "eval score 1e999": (c_eval(PRED.replace("0.7", "1e999")), "row 1: the score of 'billing' is inf"),
-    "eval negative score": (c_eval(PRED.replace("0.4", "-0.4")), "row 2: the score of 'billing' is -0.4"),
+    "--json in a missing directory": (
+        c_report("--json", "/nonexistent-mlxbatch/r.json"),
+        "does not exist",
+    ),
+    "--gold-field no row has": (
+        c_report("--gold-field", "golden"),
+        "no row has the gold field 'golden'",
+    ),
+    "eval --json onto predictions": (
+        lambda t, m: c_eval(PRED, "--json", t / "pred.jsonl")(t, m),
+        "would overwrite",
+    ),
+    "eval --json onto the input": (
+        lambda t, m: c_eval(PRED, "--json", t / "in.jsonl")(t, m),
+        "would overwrite",
+    ),
+    "eval rows not predictions": (
+        c_eval('{"id": "a", "label": "billing"}\n{"id": "b"}\n'),
+        "row 1: neither an error row",
+    ),
+    "eval ids out of order": (
+        c_eval("".join(reversed(PRED.splitlines(True)))),
+        "row 1: id 'b' where the input's row 1 has id 'a'",
+    ),
+    "eval NaN score": (
+        c_eval(PRED.replace("0.3", "NaN")),
+        "row 1: the score of 'technical' is nan, not a probability in [0, 1]",
+    ),
+    "eval score 5.0": (
+        c_eval(PRED.replace("0.6", "5.0")),
+        "row 2: the score of 'technical' is 5.0, not a probability",
+    ),
+    "eval score 1e999": (
+        c_eval(PRED.replace("0.7", "1e999")),
+        "row 1: the score of 'billing' is inf",
+    ),
+    "eval negative score": (
+        c_eval(PRED.replace("0.4", "-0.4")),
+        "row 2: the score of 'billing' is -0.4",
+    ),
     "eval no gold field": (c_eval(PRED, "--gold-field", "golden"), "no row has the gold field"),
-    "bench --sweep not a number": (lambda t, m: (["bench", "--model", m, "--tickets", "5", "--sweep", "512,abc", "--no-peers"], None), "--sweep: 'abc'"),
-    "bench --sweep zero": (lambda t, m: (["bench", "--model", m, "--tickets", "5", "--sweep", "0", "--no-peers"], None), "--sweep: '0'"),
-    "bench --tickets 0": (lambda t, m: (["bench", "--model", m, "--tickets", "0", "--no-peers"], None), "--tickets 0"),
-    "bench no modes": (lambda t, m: (["bench", "--model", m, "--tickets", "5", "--modes", ",", "--no-peers"], None), "--modes: choose at least one"),
-    "bench --against missing, before running": (lambda t, m: (["bench", "--model", m, "--tickets", "5", "--against", t / "nope", "--no-peers", "--modes", "gold"], None), "not found"),
-    "bench --json onto its tickets": (lambda t, m: (["bench", "--model", m, "--tickets", write(t / "b.jsonl", GOOD), "--json", t / "b.jsonl", "--no-peers", "--sweep", ""], None), "would overwrite"),
-    "examples longer than the context": (lambda t, m: (["classify", write(t / "in.jsonl", GOOD), "--model", (c_model(lambda d: edit_config(d, max_position_embeddings=256))(t, m)[0][-1]), "--examples", write(t / "ex.jsonl", '{"text": "' + "charged twice " * 200 + '", "label": "billing"}\n')], None), "no room left in the model's context of 256 tokens"),
-    "-o onto the model's weights": (c_into_model("-o", "model.safetensors"), "not .safetensors"),  # refused by its suffix, before the model's own file check
-    "--json onto the model's weights": (c_into_model("--json", "model.safetensors", "--gold-field", "gold"), "mlxbatch will not replace it"),  # not a report: refused before the model is resolved
+    "bench --sweep not a number": (
+        lambda t, m: (
+            ["bench", "--model", m, "--tickets", "5", "--sweep", "512,abc", "--no-peers"],
+            None,
+        ),
+        "--sweep: 'abc'",
+    ),
+    "bench --sweep zero": (
+        lambda t, m: (
+            ["bench", "--model", m, "--tickets", "5", "--sweep", "0", "--no-peers"],
+            None,
+        ),
+        "--sweep: '0'",
+    ),
+    "bench --tickets 0": (
+        lambda t, m: (["bench", "--model", m, "--tickets", "0", "--no-peers"], None),
+        "--tickets 0",
+    ),
+    "bench no modes": (
+        lambda t, m: (
+            ["bench", "--model", m, "--tickets", "5", "--modes", ",", "--no-peers"],
+            None,
+        ),
+        "--modes: choose at least one",
+    ),
+    "bench --against missing, before running": (
+        lambda t, m: (
+            [
+                "bench",
+                "--model",
+                m,
+                "--tickets",
+                "5",
+                "--against",
+                t / "nope",
+                "--no-peers",
+                "--modes",
+                "gold",
+            ],
+            None,
+        ),
+        "not found",
+    ),
+    "bench --json onto its tickets": (
+        lambda t, m: (
+            [
+                "bench",
+                "--model",
+                m,
+                "--tickets",
+                write(t / "b.jsonl", GOOD),
+                "--json",
+                t / "b.jsonl",
+                "--no-peers",
+                "--sweep",
+                "",
+            ],
+            None,
+        ),
+        "would overwrite",
+    ),
+    "examples longer than the context": (
+        lambda t, m: (
+            [
+                "classify",
+                write(t / "in.jsonl", GOOD),
+                "--model",
+                (c_model(lambda d: edit_config(d, max_position_embeddings=256))(t, m)[0][-1]),
+                "--examples",
+                write(
+                    t / "ex.jsonl",
+                    '{"text": "' + "charged twice " * 200 + '", "label": "billing"}\n',
+                ),
+            ],
+            None,
+        ),
+        "no room left in the model's context of 256 tokens",
+    ),
+    "-o onto the model's weights": (
+        c_into_model("-o", "model.safetensors"),
+        "not .safetensors",
+    ),  # refused by its suffix, before the model's own file check
+    "--json onto the model's weights": (
+        c_into_model("--json", "model.safetensors", "--gold-field", "gold"),
+        "mlxbatch will not replace it",
+    ),  # not a report: refused before the model is resolved
     # settings
     "budget cannot fit": (c_in(GOOD, "--batch-tokens", 10**9), "--batch-tokens"),
     "unknown option": (c_in(GOOD, "--fast-please"), "No such option"),
@@ -319,19 +642,49 @@ ERRORS = {
     "unknown mode": (c_in(GOOD, "--mode", "fast"), "--mode"),
     "unknown dtype": (c_in(GOOD, "--dtype", "int4"), "--dtype"),
     # models
-    "missing model": (lambda t, m: (["classify", write(t / "in.jsonl", GOOD), "--model", t / "nope"], None), "not found"),
+    "missing model": (
+        lambda t, m: (["classify", write(t / "in.jsonl", GOOD), "--model", t / "nope"], None),
+        "not found",
+    ),
     "config not json": (c_model(lambda m: write(m / "config.json", "{nope")), "not valid JSON"),
     "config is a list": (c_model(lambda m: write(m / "config.json", "[1, 2]")), "not an object"),
-    "config string number": (c_model(lambda m: edit_config(m, hidden_size="64")), "hidden_size must be a positive integer"),
-    "config zero heads": (c_model(lambda m: edit_config(m, num_attention_heads=0)), "num_attention_heads must be a positive integer"),
-    "config negative vocab": (c_model(lambda m: edit_config(m, vocab_size=-5)), "vocab_size must be"),
-    "config bool tie": (c_model(lambda m: edit_config(m, tie_word_embeddings="yes")), "tie_word_embeddings"),
-    "vocab below control tokens": (c_model(lambda m: edit_config(m, vocab_size=1000)), "do not belong together"),
-    "config a billion layers": (c_model(lambda m: edit_config(m, num_hidden_layers=10**9)), "num_hidden_layers 1,000,000,000 is beyond"),
-    "config layers as 1e9": (c_model(lambda m: edit_config(m, num_hidden_layers=1e9)), "num_hidden_layers"),
-    "config huge hidden size": (c_model(lambda m: edit_config(m, hidden_size=2**40, num_attention_heads=2**10)), "hidden_size"),
+    "config string number": (
+        c_model(lambda m: edit_config(m, hidden_size="64")),
+        "hidden_size must be a positive integer",
+    ),
+    "config zero heads": (
+        c_model(lambda m: edit_config(m, num_attention_heads=0)),
+        "num_attention_heads must be a positive integer",
+    ),
+    "config negative vocab": (
+        c_model(lambda m: edit_config(m, vocab_size=-5)),
+        "vocab_size must be",
+    ),
+    "config bool tie": (
+        c_model(lambda m: edit_config(m, tie_word_embeddings="yes")),
+        "tie_word_embeddings",
+    ),
+    "vocab below control tokens": (
+        c_model(lambda m: edit_config(m, vocab_size=1000)),
+        "do not belong together",
+    ),
+    "config a billion layers": (
+        c_model(lambda m: edit_config(m, num_hidden_layers=10**9)),
+        "num_hidden_layers 1,000,000,000 is beyond",
+    ),
+    "config layers as 1e9": (
+        c_model(lambda m: edit_config(m, num_hidden_layers=1e9)),
+        "num_hidden_layers",
+    ),
+    "config huge hidden size": (
+        c_model(lambda m: edit_config(m, hidden_size=2**40, num_attention_heads=2**10)),
+        "hidden_size",
+    ),
     "config huge vocab": (c_model(lambda m: edit_config(m, vocab_size=10**12)), "vocab_size"),
-    "config huge heads": (c_model(lambda m: edit_config(m, num_attention_heads=2**30, num_key_value_heads=2**30)), "num_attention_heads"),
+    "config huge heads": (
+        c_model(lambda m: edit_config(m, num_attention_heads=2**30, num_key_value_heads=2**30)),
+        "num_attention_heads",
+    ),
     "integer dense weight": (c_model(_int_weights), "a dense weight must be one of"),
     "safetensors header is a list": (c_model(_header_list), "corrupt safetensors header"),
     "safetensors missing offsets": (c_model(_no_offsets), "data_offsets"),
@@ -341,29 +694,77 @@ ERRORS = {
     "nan weights": (c_model(_nan_weights), "non-finite scores"),
     # other commands
     "tickets -o a directory": (lambda t, m: (["tickets", "5", "-o", t], None), "is a directory"),
-    "init-random negative seed": (lambda t, m: (["init-random", t / "x", "--preset", "tiny", "--seed", -1], None), "--seed"),
-    "init-random over a model": (lambda t, m: (["init-random", m, "--preset", "tiny"], None), "--force"),
+    "init-random negative seed": (
+        lambda t, m: (["init-random", t / "x", "--preset", "tiny", "--seed", -1], None),
+        "--seed",
+    ),
+    "init-random over a model": (
+        lambda t, m: (["init-random", m, "--preset", "tiny"], None),
+        "--force",
+    ),
     "convert onto its source": (lambda t, m: (["convert", m, m], None), "source checkpoint"),
-    "convert over a model": (lambda t, m: (["convert", m, shutil.copytree(m, t / "other")], None), "--force"),
-    "bench bad tickets file": (lambda t, m: (["bench", "--model", m, "--tickets", write(t / "b.jsonl", "{nope\n"), "--no-peers", "--sweep", ""], None), "invalid JSON"),
+    "convert over a model": (
+        lambda t, m: (["convert", m, shutil.copytree(m, t / "other")], None),
+        "--force",
+    ),
+    "bench bad tickets file": (
+        lambda t, m: (
+            [
+                "bench",
+                "--model",
+                m,
+                "--tickets",
+                write(t / "b.jsonl", "{nope\n"),
+                "--no-peers",
+                "--sweep",
+                "",
+            ],
+            None,
+        ),
+        "invalid JSON",
+    ),
     # input and output formats
     "csv on stdin without a text column": (c_stdin("id,body\n1,x\n2,y\n"), "no 'text' column"),
     "tsv on stdin without a text column": (c_stdin("id\tbody\n1\tx\n2\ty\n"), "no 'text' column"),
     "tsv.gz on stdin without a text column": (c_stdin(gz("id\tbody\n1\tx\n")), "no 'text' column"),
-    "tsv named without a suffix, no text column": (c_in("id\tbody\n1\tx\n", name="tickets"), "no 'text' column"),
-    "csv named without a suffix, no text column": (c_in("id,body\n1,x\n", name="tickets"), "no 'text' column"),
-    "csv header repeats a column": (c_in("id,text,text\n1,a,b\n", name="in.csv"), "repeats the column 'text'"),
-    "json record repeats a key": (c_in('{"id": "a", "text": "x", "text": "y"}\n'), "line 1: the key 'text' appears twice"),
+    "tsv named without a suffix, no text column": (
+        c_in("id\tbody\n1\tx\n", name="tickets"),
+        "no 'text' column",
+    ),
+    "csv named without a suffix, no text column": (
+        c_in("id,body\n1,x\n", name="tickets"),
+        "no 'text' column",
+    ),
+    "csv header repeats a column": (
+        c_in("id,text,text\n1,a,b\n", name="in.csv"),
+        "repeats the column 'text'",
+    ),
+    "json record repeats a key": (
+        c_in('{"id": "a", "text": "x", "text": "y"}\n'),
+        "line 1: the key 'text' appears twice",
+    ),
     "gzip cut short": (c_in(gz(GOOD)[:-12], name="in.jsonl.gz"), "cut short or corrupt"),
     **cut_short_cases(),
     "-o .json": (c_out(lambda t, s: t / "o.json"), "mlxbatch writes .jsonl, .jsonl.gz, .csv"),
     "-o .parquet": (c_out(lambda t, s: t / "o.parquet"), "mlxbatch writes .jsonl"),
     "-o .xlsx": (c_out(lambda t, s: t / "o.xlsx"), "mlxbatch writes .jsonl"),
-    "-o a FIFO named .csv": (c_out(lambda t, s: os.mkfifo(t / "f.csv") or t / "f.csv"), "a device or FIFO is written as JSONL"),
-    "ids 1 and '1' into a csv": (c_in('{"id": 1, "text": "a"}\n{"id": "1", "text": "b"}\n', "-o", "o.csv"), "one id in a CSV output"),
-    "tickets -o .tsv (texts hold line breaks)": (lambda t, m: (["tickets", "5", "-o", t / "t.tsv"], None), "which TSV (no quoting) cannot hold"),
-    "tickets -o .json": (lambda t, m: (["tickets", "5", "-o", t / "t.json"], None), "mlxbatch writes .jsonl"),
-}  # fmt: skip
+    "-o a FIFO named .csv": (
+        c_out(lambda t, s: os.mkfifo(t / "f.csv") or t / "f.csv"),
+        "a device or FIFO is written as JSONL",
+    ),
+    "ids 1 and '1' into a csv": (
+        c_in('{"id": 1, "text": "a"}\n{"id": "1", "text": "b"}\n', "-o", "o.csv"),
+        "one id in a CSV output",
+    ),
+    "tickets -o .tsv (texts hold line breaks)": (
+        lambda t, m: (["tickets", "5", "-o", t / "t.tsv"], None),
+        "which TSV (no quoting) cannot hold",
+    ),
+    "tickets -o .json": (
+        lambda t, m: (["tickets", "5", "-o", t / "t.json"], None),
+        "mlxbatch writes .jsonl",
+    ),
+}
 
 
 def rows_of(path: Path) -> list[dict]:
@@ -373,28 +774,83 @@ def rows_of(path: Path) -> list[dict]:
 OKS = {
     "nested json skipped": (c_in(GOOD + NESTED, "--on-error", "skip", "-o", "o.jsonl"), 3),
     "huge integer skipped": (c_in(GOOD + HUGE_INT, "--on-error", "skip", "-o", "o.jsonl"), 3),
-    "csv trailing blank lines": (c_in('id,text\n1,"a, b"\n2,c\n\n\n', "-o", "o.jsonl", name="in.csv"), 2),
+    "csv trailing blank lines": (
+        c_in('id,text\n1,"a, b"\n2,c\n\n\n', "-o", "o.jsonl", name="in.csv"),
+        2,
+    ),
     "csv with BOM": (c_in("\ufeffid,text\n1,a\n2,b\n", "-o", "o.jsonl", name="in.csv"), 2),
     "jsonl with BOM": (c_in("\ufeff" + GOOD, "-o", "o.jsonl"), 2),
     "text with BOM": (c_in("\ufefffirst\nsecond\n", "-o", "o.jsonl", name="in.txt"), 2),
-    "tsv keeps quotes": (c_in('id\ttext\n1\t"Urgent" please\n2\t"open quote\n3\tlast\n', "-o", "o.jsonl", name="in.tsv"), 3),
-    "huge csv field truncated": (c_in("id,text\n1," + "word " * 40_000 + "\n2,short\n", "--too-long", "truncate", "--max-tokens", 64, "-o", "o.jsonl", name="in.csv"), 2),
+    "tsv keeps quotes": (
+        c_in(
+            'id\ttext\n1\t"Urgent" please\n2\t"open quote\n3\tlast\n',
+            "-o",
+            "o.jsonl",
+            name="in.tsv",
+        ),
+        3,
+    ),
+    "huge csv field truncated": (
+        c_in(
+            "id,text\n1," + "word " * 40_000 + "\n2,short\n",
+            "--too-long",
+            "truncate",
+            "--max-tokens",
+            64,
+            "-o",
+            "o.jsonl",
+            name="in.csv",
+        ),
+        2,
+    ),
     "jsonl without a suffix": (c_in(GOOD, "-o", "o.jsonl", name="tickets"), ["a", "b"]),
-    "--input-format tsv on classify": (c_in("id\ttext\nx\ta, b\n", "--input-format", "tsv", "-o", "o.jsonl", name="in.data"), ["x"]),
-    "csv with another suffix": (c_in("id,text\nx,a\ny,b\n", "-o", "o.jsonl", name="in.csv.bak"), ["x", "y"]),
+    "--input-format tsv on classify": (
+        c_in("id\ttext\nx\ta, b\n", "--input-format", "tsv", "-o", "o.jsonl", name="in.data"),
+        ["x"],
+    ),
+    "csv with another suffix": (
+        c_in("id,text\nx,a\ny,b\n", "-o", "o.jsonl", name="in.csv.bak"),
+        ["x", "y"],
+    ),
     "max-batch huge": (c_in(GOOD, "--max-batch", 10**7, "-o", "o.jsonl"), 2),
     "0-byte journal (a full disk)": (c_cut_journal(""), 2),
     "0-byte journal, --resume": (c_cut_journal("", "--resume"), 2),
-    "journal header cut short, --resume": (c_cut_journal('{"mlxbatch_journal": 1, "fing', "--resume"), 2),
-    "bad rows skipped": (c_in(GOOD + "{nope\n" + '{"id": "c"}\n', "--on-error", "skip", "-o", "o.jsonl"), 4),
+    "journal header cut short, --resume": (
+        c_cut_journal('{"mlxbatch_journal": 1, "fing', "--resume"),
+        2,
+    ),
+    "bad rows skipped": (
+        c_in(GOOD + "{nope\n" + '{"id": "c"}\n', "--on-error", "skip", "-o", "o.jsonl"),
+        4,
+    ),
     "gzipped jsonl": (c_in(gz(GOOD), "-o", "o.jsonl", name="in.jsonl.gz"), ["a", "b"]),
     "gzip named .jsonl": (c_in(gz(GOOD), "-o", "o.jsonl"), ["a", "b"]),
     "gzip on stdin": (c_stdin(gz(GOOD), "-o", "o.jsonl"), ["a", "b"]),
     "csv.gz": (c_in(gz("id,text\nx,a\ny,b\n"), "-o", "o.jsonl", name="in.csv.gz"), ["x", "y"]),
-    "parquet": (lambda t, m: c_in(parquet_of([{"id": "x", "text": "a"}, {"id": "y", "text": "b"}]), "-o", "o.jsonl", name="in.parquet")(t, m), ["x", "y"]),
-    "wide csv header on stdin": (c_stdin(",".join(f"c{i}" for i in range(300)) + ",id,text\n" + "," * 300 + "x,a\n" + "," * 300 + "y,b\n", "-o", "o.jsonl"), ["x", "y"]),
+    "parquet": (
+        lambda t, m: c_in(
+            parquet_of([{"id": "x", "text": "a"}, {"id": "y", "text": "b"}]),
+            "-o",
+            "o.jsonl",
+            name="in.parquet",
+        )(t, m),
+        ["x", "y"],
+    ),
+    "wide csv header on stdin": (
+        c_stdin(
+            ",".join(f"c{i}" for i in range(300))
+            + ",id,text\n"
+            + "," * 300
+            + "x,a\n"
+            + "," * 300
+            + "y,b\n",
+            "-o",
+            "o.jsonl",
+        ),
+        ["x", "y"],
+    ),
     "CR-only line ends": (c_in("first\rsecond\rthird\r", "-o", "o.jsonl", name="in.txt"), 3),
-}  # fmt: skip
+}
 
 
 def invoke(args, stdin, cwd):
@@ -489,7 +945,22 @@ def test_truncation_meets_the_limit_on_character_boundaries(tiny_model_dir, tmp_
     texts = ["🚀" * 50, "é" * 300, "数据" * 100 + " tail", "word " * 200]
     src = write(tmp_path / "in.txt", "\n".join(texts) + "\n")
     out = tmp_path / "o.jsonl"
-    r = invoke(["classify", src, "--model", tiny_model_dir, "--max-tokens", 12, "--too-long", "truncate", "-o", out], None, tmp_path)  # fmt: skip
+    r = invoke(
+        [
+            "classify",
+            src,
+            "--model",
+            tiny_model_dir,
+            "--max-tokens",
+            12,
+            "--too-long",
+            "truncate",
+            "-o",
+            out,
+        ],
+        None,
+        tmp_path,
+    )
     assert r.exit_code == 0, r.output
     for row in rows_of(out):
         if "error" in row:
@@ -512,12 +983,18 @@ def test_a_second_run_on_the_same_output_is_refused_with_its_pid(tiny_model_dir,
     out = tmp_path / "o.jsonl"
     # the holder keeps the lock until it is killed, however long the refused runs take
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys\nfrom pathlib import Path\n"
-         "from mlxbatch.io.sinks import Journal\n"
-         f"j = Journal(Path({str(out)!r}), {{'fingerprint': 'x', 'settings': {{}}}}, False)\n"
-         "print('ready', flush=True)\nsys.stdin.read()\n"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys\nfrom pathlib import Path\n"
+            "from mlxbatch.io.sinks import Journal\n"
+            f"j = Journal(Path({str(out)!r}), {{'fingerprint': 'x', 'settings': {{}}}}, False)\n"
+            "print('ready', flush=True)\nsys.stdin.read()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "ready"
         src = write(tmp_path / "in.jsonl", GOOD)
@@ -551,7 +1028,11 @@ def test_resume_with_another_dtype_is_refused(tiny_model_dir, tmp_path, monkeypa
     )
     assert r.exit_code == 130
     monkeypatch.undo()
-    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out, "--dtype", "float16", "--resume"], None, tmp_path)  # fmt: skip
+    r = invoke(
+        ["classify", src, "--model", tiny_model_dir, "-o", out, "--dtype", "float16", "--resume"],
+        None,
+        tmp_path,
+    )
     assert r.exit_code == 2 and "different --dtype" in r.stderr, r.output
 
 
@@ -567,8 +1048,11 @@ def test_parity_without_torch_names_the_extra(tiny_model_dir, tmp_path, monkeypa
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name in ("torch", "transformers") else real(name, *a))  # fmt: skip
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name in ("torch", "transformers") else real(name, *a),
+    )
     r = invoke(["parity", tiny_model_dir], None, tmp_path)
     assert r.exit_code == 2 and "mlxbatch[parity]" in r.stderr
 
@@ -585,9 +1069,22 @@ def test_bad_memory_limit_is_named(tiny_model_dir, tmp_path, monkeypatch, limit)
 def test_output_onto_the_file_redirected_to_stdin_is_refused(tiny_model_dir, tmp_path):
     src = write(tmp_path / "in.jsonl", GOOD)
     with open(src, "rb") as stdin:
-        r = subprocess.run([sys.executable, "-m", "mlxbatch", "classify", "-", "--model",
-                            str(tiny_model_dir), "-o", str(src)], stdin=stdin,
-                           capture_output=True, text=True)  # fmt: skip
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mlxbatch",
+                "classify",
+                "-",
+                "--model",
+                str(tiny_model_dir),
+                "-o",
+                str(src),
+            ],
+            stdin=stdin,
+            capture_output=True,
+            text=True,
+        )
     assert r.returncode == 2 and "is the input file" in r.stderr
     assert src.read_text() == GOOD
 
@@ -596,8 +1093,20 @@ def test_the_printed_memory_bound_never_exceeds_the_machine(tiny_model_dir, tmp_
     from mlxbatch.runtime.memory import total_bytes
 
     src = write(tmp_path / "in.jsonl", GOOD)
-    r = invoke(["classify", src, "--model", tiny_model_dir, "--max-batch", 10**7,
-                "--labels", "billing issue,account access,technical problem"], None, tmp_path)  # fmt: skip
+    r = invoke(
+        [
+            "classify",
+            src,
+            "--model",
+            tiny_model_dir,
+            "--max-batch",
+            10**7,
+            "--labels",
+            "billing issue,account access,technical problem",
+        ],
+        None,
+        tmp_path,
+    )
     assert r.exit_code == 0, r.output
     bound = float(r.stderr.split("(bound ")[1].split(" GiB")[0])
     assert 0 < bound * 2**30 < total_bytes()
@@ -653,25 +1162,49 @@ def test_missing_extras_are_named_in_one_line(tiny_model_dir, tmp_path, monkeypa
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name in ("pyarrow", "zstandard") else real(name, *a))  # fmt: skip
-    for name, data, extra in (("in.parquet", b"PAR1" + bytes(20), "pip install 'mlxbatch[parquet]'"),
-                              ("in.jsonl.zst", b"\x28\xb5\x2f\xfd" + bytes(20), "pip install 'mlxbatch[zstd]'")):  # fmt: skip
-        r = invoke(["classify", write(tmp_path / name, data), "--model", tiny_model_dir], None, tmp_path)  # fmt: skip
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name in ("pyarrow", "zstandard") else real(name, *a),
+    )
+    for name, data, extra in (
+        ("in.parquet", b"PAR1" + bytes(20), "pip install 'mlxbatch[parquet]'"),
+        ("in.jsonl.zst", b"\x28\xb5\x2f\xfd" + bytes(20), "pip install 'mlxbatch[zstd]'"),
+    ):
+        r = invoke(
+            ["classify", write(tmp_path / name, data), "--model", tiny_model_dir], None, tmp_path
+        )
         assert r.exit_code == 2 and extra in r.stderr, r.output
         assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error: ")
 
 
-@pytest.mark.parametrize("name", ["model.safetensors", "model.gguf", "tokenizer.model",
-                                  "chat_template.jinja", "run.py", "pytorch_model.bin"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    [
+        "model.safetensors",
+        "model.gguf",
+        "tokenizer.model",
+        "chat_template.jinja",
+        "run.py",
+        "pytorch_model.bin",
+    ],
+)
 def test_outputs_never_take_a_weights_tokenizer_or_code_suffix(tiny_model_dir, tmp_path, name):
     """`tickets 5 -o tiny/model.safetensors` replaced the model's weights with JSONL (fresh
     adversarial pass, round four): such suffixes are refused for every output, whoever's file."""
     target = tmp_path / name
     target.write_bytes(b"precious")
-    for args in (["tickets", "5", "-o", target],
-                 ["classify", write(tmp_path / "in.txt", b"a ticket\n"), "--model", tiny_model_dir,
-                  "-o", target]):  # fmt: skip
+    for args in (
+        ["tickets", "5", "-o", target],
+        [
+            "classify",
+            write(tmp_path / "in.txt", b"a ticket\n"),
+            "--model",
+            tiny_model_dir,
+            "-o",
+            target,
+        ],
+    ):
         r = invoke(args, None, tmp_path)
         assert r.exit_code == 2 and r.stderr.startswith("error: ") and name in r.stderr, r.output
         assert target.read_bytes() == b"precious"

@@ -101,8 +101,11 @@ def test_a_journal_from_before_the_one_thread_prefix_is_refused(tiny_model_dir, 
     head["fingerprint"] = " ".join(f"{k}={v}" for k, v in fp.items())
     journal_path(out).write_text(json.dumps(head) + "\n" + "".join(lines[1:]))
     try:
-        refused(resume(tiny_model_dir, src, out), "compute path",
-                "shared-prefix BLAS threads none, now one")  # fmt: skip
+        refused(
+            resume(tiny_model_dir, src, out),
+            "compute path",
+            "shared-prefix BLAS threads none, now one",
+        )
     finally:
         journal_path(out).write_text(before)
 
@@ -148,14 +151,21 @@ BAD_ROWS = {
     "score NaN": (_set_score(float("nan")), "not a finite probability"),
     "score 5.0": (_set_score(5.0), "not a finite probability"),
     "label not its top score": (_swap_label, "where its top score is"),
-    "scores of other labels": (lambda e: e["result"].update(scores={"x": 0.5, "y": 0.5}), "not one per label"),
-    "id not its input row's": (lambda e: e["result"].update(id="r5"), "holds id 'r5' for input row 1, whose id is 'r0'"),
+    "scores of other labels": (
+        lambda e: e["result"].update(scores={"x": 0.5, "y": 0.5}),
+        "not one per label",
+    ),
+    "id not its input row's": (
+        lambda e: e["result"].update(id="r5"),
+        "holds id 'r5' for input row 1, whose id is 'r0'",
+    ),
     "id of another type": (lambda e: e["result"].update(id=0), "holds id 0 for input row 1"),
     "scores that do not sum to 1": (_scale_scores, "has scores that sum to 0.5, not 1"),
     "an error for a row this run scores": (
         lambda e: e.update(result={"id": "r0", "line": 1, "error": "made up"}),
-        "holds the error 'made up' for input row 1, which this run scores"),
-}  # fmt: skip
+        "holds the error 'made up' for input row 1, which this run scores",
+    ),
+}
 
 
 @pytest.mark.parametrize("name", list(BAD_ROWS))
@@ -173,8 +183,9 @@ def test_a_bad_journal_row_is_refused_naming_the_line(name, tiny_model_dir, inte
     assert not out.exists()
 
 
-def test_a_result_journaled_for_a_row_this_run_refuses_is_refused(tiny_model_dir, tmp_path,
-                                                                   monkeypatch):  # fmt: skip
+def test_a_result_journaled_for_a_row_this_run_refuses_is_refused(
+    tiny_model_dir, tmp_path, monkeypatch
+):
     """An error row edited into a result would have gone into the output as the row's answer."""
     from mlxbatch.runtime import testhold
 
@@ -186,8 +197,9 @@ def test_a_result_journaled_for_a_row_this_run_refuses_is_refused(tiny_model_dir
 
     monkeypatch.setattr(testhold, "after_batch", stop)
     skip = ("--on-error", "skip")
-    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out, "--max-batch", "2", *skip],
-               tmp_path)  # fmt: skip
+    r = invoke(
+        ["classify", src, "--model", tiny_model_dir, "-o", out, "--max-batch", "2", *skip], tmp_path
+    )
     assert r.exit_code == 130, r.output
     monkeypatch.undo()
     path = journal_path(out)
@@ -196,8 +208,12 @@ def test_a_result_journaled_for_a_row_this_run_refuses_is_refused(tiny_model_dir
     good = next(json.loads(x)["result"] for x in lines[1:] if '"scores"' in x)
     lines[at] = _edit_row(lines[at], lambda e: e.update(result={**good, "id": "r0"}))
     path.write_text("".join(lines))
-    refused(resume(tiny_model_dir, src, out, *skip), str(path), f"line {at + 1}",
-            "holds a result for input row 1, which this run refuses")  # fmt: skip
+    refused(
+        resume(tiny_model_dir, src, out, *skip),
+        str(path),
+        f"line {at + 1}",
+        "holds a result for input row 1, which this run refuses",
+    )
     assert not out.exists()
 
 
@@ -228,15 +244,22 @@ def _edit_settings(out, edit) -> None:
         (lambda s: s.update(window=10**30), "window 1000"),
         (lambda s: s.update(item_limit="4096"), "item_limit '4096'"),
         (lambda s: s.update(item_limit=[float("inf"), "x"]), "item_limit inf"),
-        (lambda s: s.update(cost_model={"per_batch": "x", "per_token": 1, "per_key": 0}),
-         "cost_model"),
-        (lambda s: s.update(cost_model={"per_batch": 1, "per_token": 1, "per_key": 0,
-                                        "lanes": "two"}), "cost_model lanes 'two'"),
+        (
+            lambda s: s.update(cost_model={"per_batch": "x", "per_token": 1, "per_key": 0}),
+            "cost_model",
+        ),
+        (
+            lambda s: s.update(
+                cost_model={"per_batch": 1, "per_token": 1, "per_key": 0, "lanes": "two"}
+            ),
+            "cost_model lanes 'two'",
+        ),
         (lambda s: s.clear(), "'item_limit'"),
     ],
-)  # fmt: skip
-def test_recorded_settings_a_run_cannot_write_are_refused_by_name(tiny_model_dir, interrupted,
-                                                                  edit, words):  # fmt: skip
+)
+def test_recorded_settings_a_run_cannot_write_are_refused_by_name(
+    tiny_model_dir, interrupted, edit, words
+):
     src, out = interrupted
     _edit_settings(out, edit)
     before = journal_path(out).read_bytes()
@@ -301,15 +324,39 @@ def test_a_journal_from_before_the_layout_was_recorded_resumes_in_the_tiled_one(
 
 EDITS = {
     "an empty line": (lambda lines: [lines[0], "\n", *lines[1:]], "line 2 is not a row"),
-    "an extra field": (lambda lines: [lines[0], _edit_row(lines[1], lambda e: e["result"].update(
-        note="mine")), *lines[2:]], "line 2 has fields ['note'] that mlxbatch does not write"),
-    "an edited truncation": (lambda lines: [lines[0], _edit_row(lines[1], lambda e: e["result"].update(
-        truncated={"x": 1})), *lines[2:]], "line 2 has a truncation that mlxbatch did not write"),
-    "an abstention with a label": (lambda lines: [lines[0], _edit_row(lines[1], lambda e: e["result"].update(
-        abstained=True)), *lines[2:]], "line 2 has an abstention that mlxbatch did not write"),
-    "an error row with a field more": (lambda lines: [lines[0], json.dumps({"row": 0, "result": {
-        "id": "r0", "error": "x", "why": 1}}) + "\n", *lines[2:]], "line 2 is not a row"),
-}  # fmt: skip
+    "an extra field": (
+        lambda lines: [
+            lines[0],
+            _edit_row(lines[1], lambda e: e["result"].update(note="mine")),
+            *lines[2:],
+        ],
+        "line 2 has fields ['note'] that mlxbatch does not write",
+    ),
+    "an edited truncation": (
+        lambda lines: [
+            lines[0],
+            _edit_row(lines[1], lambda e: e["result"].update(truncated={"x": 1})),
+            *lines[2:],
+        ],
+        "line 2 has a truncation that mlxbatch did not write",
+    ),
+    "an abstention with a label": (
+        lambda lines: [
+            lines[0],
+            _edit_row(lines[1], lambda e: e["result"].update(abstained=True)),
+            *lines[2:],
+        ],
+        "line 2 has an abstention that mlxbatch did not write",
+    ),
+    "an error row with a field more": (
+        lambda lines: [
+            lines[0],
+            json.dumps({"row": 0, "result": {"id": "r0", "error": "x", "why": 1}}) + "\n",
+            *lines[2:],
+        ],
+        "line 2 is not a row",
+    ),
+}
 
 
 @pytest.mark.parametrize("name", list(EDITS))
@@ -402,12 +449,16 @@ def test_an_interrupted_demo_says_how_to_resume_and_resumes(tiny_model_dir, tmp_
     assert len((out / "predictions.jsonl").read_text().splitlines()) == 12
 
 
-@pytest.mark.parametrize("floor,edit,words", [
-    (None, _abstain, "abstains where this run's --min-confidence (none) does not"),
-    ("0.99", _label, "has a label where this run's --min-confidence 0.99 abstains"),
-])  # fmt: skip
-def test_an_abstention_forged_in_a_journal_is_refused(floor, edit, words, tiny_model_dir,
-                                                      tmp_path, monkeypatch):  # fmt: skip
+@pytest.mark.parametrize(
+    "floor,edit,words",
+    [
+        (None, _abstain, "abstains where this run's --min-confidence (none) does not"),
+        ("0.99", _label, "has a label where this run's --min-confidence 0.99 abstains"),
+    ],
+)
+def test_an_abstention_forged_in_a_journal_is_refused(
+    floor, edit, words, tiny_model_dir, tmp_path, monkeypatch
+):
     # a run without --min-confidence resumed rows edited to abstain, and wrote them as its own
     extra = ["--min-confidence", floor] if floor else []
     args = _interrupted(tiny_model_dir, tmp_path, monkeypatch, *extra)
@@ -419,8 +470,9 @@ def test_an_abstention_forged_in_a_journal_is_refused(floor, edit, words, tiny_m
 
 
 @pytest.mark.parametrize("floor", [None, "0.99"])
-def test_a_journal_with_the_run_s_own_abstentions_resumes(floor, tiny_model_dir, tmp_path,
-                                                          monkeypatch):  # fmt: skip
+def test_a_journal_with_the_run_s_own_abstentions_resumes(
+    floor, tiny_model_dir, tmp_path, monkeypatch
+):
     extra = ["--min-confidence", floor] if floor else []
     args = _interrupted(tiny_model_dir, tmp_path, monkeypatch, *extra)
     r = invoke([*args, "--resume"], tmp_path)
@@ -429,20 +481,21 @@ def test_a_journal_with_the_run_s_own_abstentions_resumes(floor, tiny_model_dir,
     assert len(rows) == 6 and all(("abstained" in x) == bool(floor) for x in rows)
 
 
-def test_a_truncation_edited_into_a_run_that_does_not_truncate_is_refused(tiny_model_dir,
-                                                                         tmp_path, monkeypatch):  # fmt: skip
+def test_a_truncation_edited_into_a_run_that_does_not_truncate_is_refused(
+    tiny_model_dir, tmp_path, monkeypatch
+):
     # under --too-long error no row is ever cut: an edited "truncated" reached the output
     args = _interrupted(tiny_model_dir, tmp_path, monkeypatch)
     out = tmp_path / "o.jsonl"
     before = _edit_rows(out, _cut)
     r = invoke([*args, "--resume"], tmp_path)
-    one_line_error(r, "line 2", "is truncated where this run's --too-long does not truncate",
-                   alone=True)  # fmt: skip
+    one_line_error(
+        r, "line 2", "is truncated where this run's --too-long does not truncate", alone=True
+    )
     assert journal_path(out).read_bytes() == before and not out.exists()
 
 
-def test_a_run_that_truncates_resumes_its_own_truncated_rows(tiny_model_dir, tmp_path,
-                                                            monkeypatch):  # fmt: skip
+def test_a_run_that_truncates_resumes_its_own_truncated_rows(tiny_model_dir, tmp_path, monkeypatch):
     src, out = tmp_path / "in.jsonl", tmp_path / "o.jsonl"
     words = " ".join(f"word{k}" for k in range(40))
     src.write_text("".join(f'{{"id": "r{i}", "text": "{words} ticket {i}"}}\n' for i in range(6)))
@@ -451,8 +504,20 @@ def test_a_run_that_truncates_resumes_its_own_truncated_rows(tiny_model_dir, tmp
         raise KeyboardInterrupt
 
     monkeypatch.setattr(testhold, "after_batch", stop)
-    args = ["classify", src, "--model", tiny_model_dir, "-o", out, "--max-batch", "2",
-            "--too-long", "truncate", "--max-tokens", "24"]  # fmt: skip
+    args = [
+        "classify",
+        src,
+        "--model",
+        tiny_model_dir,
+        "-o",
+        out,
+        "--max-batch",
+        "2",
+        "--too-long",
+        "truncate",
+        "--max-tokens",
+        "24",
+    ]
     assert invoke(args, tmp_path).exit_code == 130
     monkeypatch.undo()
     rows = journal_path(out).read_text().splitlines()[1:]
@@ -487,8 +552,10 @@ def test_ctrl_c_before_the_journal_promises_none(tiny_model_dir, tmp_path, monke
     src.write_text("".join(f'{{"text": "ticket {i}"}}\n' for i in range(6)))
     r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out, "--max-batch", "2"])
     assert r.exit_code == 130 and (tmp_path / "o.jsonl.part").exists(), r.output
-    assert f"finished batches are saved in {tmp_path / 'o.jsonl.part'}. Run the same command " \
-           "with --resume to continue." in r.stderr  # fmt: skip
+    assert (
+        f"finished batches are saved in {tmp_path / 'o.jsonl.part'}. Run the same command "
+        "with --resume to continue." in r.stderr
+    )
 
 
 def test_a_job_refused_before_its_first_row_leaves_no_journal(tiny_model_dir, tmp_path):
@@ -506,10 +573,28 @@ def test_a_job_refused_before_its_first_row_leaves_no_journal(tiny_model_dir, tm
     env = {**__import__("os").environ, "MLXBATCH_MEMORY_LIMIT": "3G"}
 
     def classify(*extra):
-        return subprocess.run([sys.executable, "-m", "mlxbatch", "classify", str(src), "--model",
-                               str(tiny_model_dir), "--labels", "spam,ham", "-o", str(out),
-                               "--mode", "naive", *extra],
-                              capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mlxbatch",
+                "classify",
+                str(src),
+                "--model",
+                str(tiny_model_dir),
+                "--labels",
+                "spam,ham",
+                "-o",
+                str(out),
+                "--mode",
+                "naive",
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
 
     r = classify()
     assert r.returncode == 2 and "one batch needs about" in r.stderr, r.stderr[-2000:]

@@ -50,11 +50,17 @@ def test_a_finished_run_removes_only_its_own_journal(tmp_path):
 def test_an_output_locked_by_another_process_is_refused(tiny_model_dir, tmp_path):
     out = write(tmp_path / "busy.jsonl", "theirs\n")
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl, os, sys\n"
-         f"fd = os.open({str(out)!r}, os.O_RDWR)\nfcntl.lockf(fd, fcntl.LOCK_EX)\n"
-         "print('ready', flush=True)\nsys.stdin.read()\n"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys\n"
+            f"fd = os.open({str(out)!r}, os.O_RDWR)\nfcntl.lockf(fd, fcntl.LOCK_EX)\n"
+            "print('ready', flush=True)\nsys.stdin.read()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "ready"
         src = write(tmp_path / "in.jsonl", GOOD)
@@ -76,9 +82,22 @@ def test_a_link_to_this_process_stdout_is_written_straight(tiny_model_dir, tmp_p
     src = write(tmp_path / "in.jsonl", GOOD.replace("}", ', "gold": "billing"}'))
     args = ["-o", link] if option == "-o" else ["--gold-field", "gold", "--json", link]
     with open(redirect, "a") as f:  # a `>>` redirect: what the file held is kept
-        r = subprocess.run([sys.executable, "-m", "mlxbatch", "classify", str(src), "--model",
-                            str(tiny_model_dir), *map(str, args)], stdout=f, stderr=subprocess.PIPE,
-                           text=True, cwd=tmp_path)  # fmt: skip
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mlxbatch",
+                "classify",
+                str(src),
+                "--model",
+                str(tiny_model_dir),
+                *map(str, args),
+            ],
+            stdout=f,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
     assert r.returncode == 0, r.stderr
     assert link.is_symlink() and os.readlink(link) == "/proc/self/fd/1"
     text = redirect.read_text()
@@ -103,8 +122,16 @@ def test_modes_follow_the_umask_and_an_existing_file_keeps_its_own(tiny_model_di
     src = write(tmp_path / "in.jsonl", GOOD.replace("}", ', "gold": "billing"}'))
     old = os.umask(0o077)
     try:
-        r = classify(tiny_model_dir, src, tmp_path / "new.jsonl", "--gold-field", "gold",
-                     "--json", tmp_path / "new.json", cwd=tmp_path)  # fmt: skip
+        r = classify(
+            tiny_model_dir,
+            src,
+            tmp_path / "new.jsonl",
+            "--gold-field",
+            "gold",
+            "--json",
+            tmp_path / "new.json",
+            cwd=tmp_path,
+        )
     finally:
         os.umask(old)
     assert r.exit_code == 0, r.output
@@ -116,20 +143,24 @@ def test_modes_follow_the_umask_and_an_existing_file_keeps_its_own(tiny_model_di
     assert stat.S_IMODE(kept.stat().st_mode) == 0o640 and len(rows_of(kept)) == 2
 
 
-@pytest.mark.parametrize("line", [
-    '{"row": 0, "result": 5}',
-    '{"row": -1, "result": {"id": "a", "error": "x"}}',
-    '{"row": 0, "result": {"id": "a", "label": "nope", "scores": {"billing": 1.0, "technical": 0.0}}}',
-    '{"row": "0", "result": {"id": "a", "error": "x"}}',
-    '{"row": 2, "result": {"id": "c", "error": "again"}}',
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"row": 0, "result": 5}',
+        '{"row": -1, "result": {"id": "a", "error": "x"}}',
+        '{"row": 0, "result": {"id": "a", "label": "nope", "scores": {"billing": 1.0, "technical": 0.0}}}',
+        '{"row": "0", "result": {"id": "a", "error": "x"}}',
+        '{"row": 2, "result": {"id": "c", "error": "again"}}',
+    ],
+)
 def test_a_journal_edited_by_hand_is_refused_by_line(tiny_model_dir, tmp_path, monkeypatch, line):
     out = interrupted_journal(tiny_model_dir, tmp_path, monkeypatch)
     part = tmp_path / "o.jsonl.part"
     before = part.read_text() + line + "\n"
     part.write_text(before)
-    r = classify(tiny_model_dir, tmp_path / "in.jsonl", out, "--on-error", "skip", "--resume",
-                 cwd=tmp_path)  # fmt: skip
+    r = classify(
+        tiny_model_dir, tmp_path / "in.jsonl", out, "--on-error", "skip", "--resume", cwd=tmp_path
+    )
     assert r.exit_code == 2 and "line 3" in r.stderr and "Traceback" not in r.output, r.output
     assert part.read_text() == before and not out.exists()
 
@@ -140,8 +171,15 @@ def test_a_journal_cut_short_by_a_full_disk_starts_over(tiny_model_dir, tmp_path
     for content in ("", '{"mlxbatch_journal": 1, "finger'):
         for extra in ([], ["--resume"]):
             part.write_text(content)
-            r = classify(tiny_model_dir, tmp_path / "in.jsonl", out, "--on-error", "skip", *extra,
-                         cwd=tmp_path)  # fmt: skip
+            r = classify(
+                tiny_model_dir,
+                tmp_path / "in.jsonl",
+                out,
+                "--on-error",
+                "skip",
+                *extra,
+                cwd=tmp_path,
+            )
             assert r.exit_code == 0, r.output
             assert len(rows_of(out)) == 3 and not part.exists()
             out.unlink()
@@ -151,8 +189,9 @@ def test_resume_keeps_zero_blocks_out(tiny_model_dir, tmp_path, monkeypatch):
     out = interrupted_journal(tiny_model_dir, tmp_path, monkeypatch)
     part = tmp_path / "o.jsonl.part"
     part.write_bytes(part.read_bytes() + b"\0" * 100 + b"\n")  # blocks a crash left unwritten
-    r = classify(tiny_model_dir, tmp_path / "in.jsonl", out, "--on-error", "skip", "--resume",
-                 cwd=tmp_path)  # fmt: skip
+    r = classify(
+        tiny_model_dir, tmp_path / "in.jsonl", out, "--on-error", "skip", "--resume", cwd=tmp_path
+    )
     assert r.exit_code == 0, r.output
     assert [json.loads(x)["id"] for x in out.read_text().splitlines()][:2] == ["a", "b"]
 
@@ -179,8 +218,9 @@ def test_resume_names_the_part_that_differs(tiny_model_dir, tmp_path, monkeypatc
     assert r.exit_code == 2 and "the model's model.safetensors changed" in r.stderr, r.output
     shutil.copyfile(tiny_model_dir / "model.safetensors", weights)  # the first model back
     os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))
-    r = classify(model, src, out, "--on-error", "skip", "--resume", "--system-prompt", "Sort.",
-                 cwd=tmp_path)  # fmt: skip
+    r = classify(
+        model, src, out, "--on-error", "skip", "--resume", "--system-prompt", "Sort.", cwd=tmp_path
+    )
     assert r.exit_code == 2 and "different system prompt or examples;" in r.stderr, r.output
     assert classify(model, src, out, "--on-error", "skip", "--resume", cwd=tmp_path).exit_code == 0
 
@@ -188,15 +228,44 @@ def test_resume_names_the_part_that_differs(tiny_model_dir, tmp_path, monkeypatc
 def test_eval_counts_predictions_outside_the_label_set(tiny_model_dir, tmp_path):
     """--labels with a subset of the predicted labels dropped the others from the matrix
     (accuracy 66.7% beside a macro-F1 of 1.000)."""
-    gold = write(tmp_path / "g.jsonl", "".join(
-        f'{{"id": "{i}", "text": "x", "gold": "{g}"}}\n'
-        for i, g in enumerate(["billing", "technical", "billing"])))  # fmt: skip
-    pred = write(tmp_path / "p.jsonl", "".join(  # each label its row's top score, as classify's
-        json.dumps({"id": str(i), "label": p, "scores": {k: 0.5 if k == p else 0.25 for k in
-                    ("billing", "technical", "account")}}) + "\n"
-        for i, p in enumerate(["billing", "technical", "account"])))  # fmt: skip
-    r = invoke(["eval", gold, pred, "--gold-field", "gold", "--labels", "billing,technical",
-                "--json", tmp_path / "m.json"], None, tmp_path)  # fmt: skip
+    gold = write(
+        tmp_path / "g.jsonl",
+        "".join(
+            f'{{"id": "{i}", "text": "x", "gold": "{g}"}}\n'
+            for i, g in enumerate(["billing", "technical", "billing"])
+        ),
+    )
+    pred = write(
+        tmp_path / "p.jsonl",
+        "".join(  # each label its row's top score, as classify's
+            json.dumps(
+                {
+                    "id": str(i),
+                    "label": p,
+                    "scores": {
+                        k: 0.5 if k == p else 0.25 for k in ("billing", "technical", "account")
+                    },
+                }
+            )
+            + "\n"
+            for i, p in enumerate(["billing", "technical", "account"])
+        ),
+    )
+    r = invoke(
+        [
+            "eval",
+            gold,
+            pred,
+            "--gold-field",
+            "gold",
+            "--labels",
+            "billing,technical",
+            "--json",
+            tmp_path / "m.json",
+        ],
+        None,
+        tmp_path,
+    )
     assert r.exit_code == 0, r.output
     m = json.loads((tmp_path / "m.json").read_text())
     assert m["accuracy"] == pytest.approx(2 / 3) and m["per_class"]["billing"]["recall"] == 0.5
@@ -210,12 +279,16 @@ def test_plot_without_matplotlib_is_refused_before_computing(tiny_model_dir, tmp
     from mlxbatch.engine.engine import Engine
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "matplotlib" else real(name, *a))  # fmt: skip
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "matplotlib" else real(name, *a),
+    )
     monkeypatch.setattr(Engine, "run", lambda *a, **k: pytest.fail("computed before refusing"))
     src = write(tmp_path / "in.jsonl", GOOD.replace("}", ', "gold": "billing"}'))
-    r = classify(tiny_model_dir, src, tmp_path / "o.jsonl", "--gold-field", "gold", "--plot",
-                 cwd=tmp_path)  # fmt: skip
+    r = classify(
+        tiny_model_dir, src, tmp_path / "o.jsonl", "--gold-field", "gold", "--plot", cwd=tmp_path
+    )
     assert r.exit_code == 2 and "--plot needs matplotlib" in r.stderr, r.output
 
 
@@ -240,10 +313,24 @@ def test_sigterm_keeps_the_journal_and_prints_the_resume_hint(tiny_model_dir, tm
         tmp_path / "in.txt", "".join(f"ticket {i} was charged twice\n" for i in range(20000))
     )
     out, part = tmp_path / "o.jsonl", tmp_path / "o.jsonl.part"
-    job = subprocess.Popen([sys.executable, "-m", "mlxbatch", "classify", str(src), "--model",
-                            str(tiny_model_dir), "-o", str(out), "--max-batch", "8"],
-                           stderr=subprocess.PIPE, text=True,
-                           env={**os.environ, VARIABLE: "1"})  # fmt: skip
+    job = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlxbatch",
+            "classify",
+            str(src),
+            "--model",
+            str(tiny_model_dir),
+            "-o",
+            str(out),
+            "--max-batch",
+            "8",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, VARIABLE: "1"},
+    )
     seen = []  # the job holds for good after its first journaled batch: it cannot finish first
     for line in job.stderr:
         seen.append(line)
@@ -256,8 +343,11 @@ def test_sigterm_keeps_the_journal_and_prints_the_resume_hint(tiny_model_dir, tm
     err = "".join(seen) + job.communicate(timeout=300)[1]
     assert job.returncode == 143, err
     assert "--resume" in err and "Traceback" not in err and part.exists() and not out.exists()
-    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out, "--max-batch", 8,
-                "--resume"], None, tmp_path)  # fmt: skip
+    r = invoke(
+        ["classify", src, "--model", tiny_model_dir, "-o", out, "--max-batch", 8, "--resume"],
+        None,
+        tmp_path,
+    )
     assert r.exit_code == 0, r.output
     assert len(rows_of(out)) == 20000
 
@@ -276,14 +366,18 @@ def test_models_marks_a_broken_directory(tiny_model_dir, tmp_path, monkeypatch):
     assert found["good"] is None and "num_hidden_layers" in found["bad"]
 
 
-@pytest.mark.parametrize(("edit", "listed"), [
-    ({"model_type": ["qwen2"]}, None),  # a TypeError (unhashable) took the listing down
-    ({"quantization": {"group_size": 64}}, "quantization"),  # a KeyError ('bits')
-    ({"quantization": {"bits": -4, "group_size": 64}}, "-4 bits"),  # were listed runnable
-    ({"quantization": {"bits": 4, "group_size": 0}}, "group_size 0"),  # (0: SIGFPE in MLX)
-])  # fmt: skip
-def test_one_bad_config_does_not_take_the_model_listing_down(tiny_model_dir, tmp_path,
-                                                             monkeypatch, edit, listed):  # fmt: skip
+@pytest.mark.parametrize(
+    ("edit", "listed"),
+    [
+        ({"model_type": ["qwen2"]}, None),  # a TypeError (unhashable) took the listing down
+        ({"quantization": {"group_size": 64}}, "quantization"),  # a KeyError ('bits')
+        ({"quantization": {"bits": -4, "group_size": 64}}, "-4 bits"),  # were listed runnable
+        ({"quantization": {"bits": 4, "group_size": 0}}, "group_size 0"),  # (0: SIGFPE in MLX)
+    ],
+)
+def test_one_bad_config_does_not_take_the_model_listing_down(
+    tiny_model_dir, tmp_path, monkeypatch, edit, listed
+):
     """A hostile pass found `mlxbatch models` crashing (exit 1, a traceback) on one directory
     whose config.json had a list for model_type or a quantization without bits."""
     import shutil
@@ -306,8 +400,9 @@ def test_one_bad_config_does_not_take_the_model_listing_down(tiny_model_dir, tmp
 
 @pytest.mark.parametrize("target", ["model.safetensors", "tokenizer.json", "notes.txt"])
 @pytest.mark.parametrize("command", ["classify", "tickets"])
-def test_a_link_onto_a_file_no_output_is_named_is_refused(tiny_model_dir, tmp_path, command,
-                                                          target):  # fmt: skip
+def test_a_link_onto_a_file_no_output_is_named_is_refused(
+    tiny_model_dir, tmp_path, command, target
+):
     """A hostile pass found `-o out.jsonl`, a link onto another model's model.safetensors (or
     its tokenizer.json, or a notes.txt), replaced that file: only the link's name was read."""
     import shutil
@@ -346,18 +441,29 @@ def test_json_never_replaces_a_file_of_a_model(tiny_model_dir, tmp_path, name):
     r = invoke(["eval", src, preds, "--gold-field", "intent", "--json", path], None, tmp_path)
     assert r.exit_code == 2 and "a file of a model" in r.output, r.output
     assert path.read_bytes() == before
-    r = invoke(["eval", src, preds, "--gold-field", "intent", "--json", tmp_path / "e.json"],
-               None, tmp_path)  # fmt: skip
+    r = invoke(
+        ["eval", src, preds, "--gold-field", "intent", "--json", tmp_path / "e.json"],
+        None,
+        tmp_path,
+    )
     assert r.exit_code == 0, r.output
-    r = invoke(["eval", src, preds, "--gold-field", "intent", "--json", tmp_path / "e.json"],
-               None, tmp_path)  # fmt: skip
+    r = invoke(
+        ["eval", src, preds, "--gold-field", "intent", "--json", tmp_path / "e.json"],
+        None,
+        tmp_path,
+    )
     assert r.exit_code == 0, r.output  # a report is replaced by the next one
 
 
-@pytest.mark.parametrize(("labels", "message"), [
-    (",,", "empty label"), ("billing,billing", "duplicate label(s): 'billing'"),
-    ("billing", "at least two labels"), (" ,billing", "empty label"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("labels", "message"),
+    [
+        (",,", "empty label"),
+        ("billing,billing", "duplicate label(s): 'billing'"),
+        ("billing", "at least two labels"),
+        (" ,billing", "empty label"),
+    ],
+)
 def test_eval_takes_labels_as_classify_does(tiny_model_dir, tmp_path, labels, message):
     """A hostile pass found `eval --labels` never checked: ",,", a label twice or one label
     printed tables (of empty names, doubled rows), exit 0. (Labels the predictions score
@@ -368,6 +474,9 @@ def test_eval_takes_labels_as_classify_does(tiny_model_dir, tmp_path, labels, me
     assert r.exit_code == 0, r.output
     r = invoke(["eval", src, preds, "--gold-field", "intent", "--labels", labels], None, tmp_path)
     assert r.exit_code == 2 and message in r.output and len(r.output.splitlines()) == 1, r.output
-    r = invoke(["eval", src, preds, "--gold-field", "intent", "--labels", "technical, billing"],
-               None, tmp_path)  # fmt: skip
+    r = invoke(
+        ["eval", src, preds, "--gold-field", "intent", "--labels", "technical, billing"],
+        None,
+        tmp_path,
+    )
     assert r.exit_code == 0 and "accuracy" in r.output, r.output  # another order: its table's

@@ -95,8 +95,9 @@ def test_csv_rows_header_and_field_counts(tmp_path):
         read_rows(path, text_field="body")
 
 
-@pytest.mark.parametrize("content, message", [(b"", "empty input"), (b"\n \n", "empty input"),
-                                              (None, "no such file")])  # fmt: skip
+@pytest.mark.parametrize(
+    "content, message", [(b"", "empty input"), (b"\n \n", "empty input"), (None, "no such file")]
+)
 def test_unusable_files_fail_whole(tmp_path, content, message):
     path = (
         str(tmp_path / "missing.jsonl") if content is None else write(tmp_path, "x.jsonl", content)

@@ -22,8 +22,9 @@ def test_a_jobs_input_stays_locked_until_the_job_ends(tiny_model_dir, tmp_path, 
     src.write_text("".join(f'{{"text": "ticket number {i}"}}\n' for i in range(8)))
     seen = []
     monkeypatch.setattr(testhold, "after_batch", lambda n: seen.append(read_by_a_run(src)))
-    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out, "--max-batch", "1"],
-               tmp_path)  # fmt: skip
+    r = invoke(
+        ["classify", src, "--model", tiny_model_dir, "-o", out, "--max-batch", "1"], tmp_path
+    )
     assert r.exit_code == 0, r.output
     assert seen and all(seen), seen  # every batch: another run's -o would be refused
     assert not read_by_a_run(src)  # released once the job is done
@@ -45,8 +46,9 @@ def test_a_label_holding_an_equals_sign_takes_a_prior():
 
 
 @pytest.mark.parametrize("name", ["in.jsonl", "in.csv", "in.txt"])
-def test_an_empty_input_is_refused_before_the_model_loads(name, tiny_model_dir, tmp_path,
-                                                          monkeypatch):  # fmt: skip
+def test_an_empty_input_is_refused_before_the_model_loads(
+    name, tiny_model_dir, tmp_path, monkeypatch
+):
     # refused by the scan, after the load and the planner's first timing: on a fresh machine
     # the planner's notice came first, and the one-line error second (seconds later)
     from mlxbatch.api.classifier import Classifier
@@ -56,8 +58,10 @@ def test_an_empty_input_is_refused_before_the_model_loads(name, tiny_model_dir, 
 
     monkeypatch.setattr(Classifier, "load", no_load)
     (tmp_path / name).write_text("")
-    r = invoke(["classify", tmp_path / name, "--model", tiny_model_dir, "-o", tmp_path / "o.jsonl"],
-               tmp_path)  # fmt: skip
+    r = invoke(
+        ["classify", tmp_path / name, "--model", tiny_model_dir, "-o", tmp_path / "o.jsonl"],
+        tmp_path,
+    )
     one_line_error(r, "empty", alone=True)
     assert not (tmp_path / "o.jsonl").exists()
 
@@ -91,8 +95,11 @@ def test_a_system_prompt_file_saved_on_windows_is_the_prompt_typed(tmp_path):
     from mlxbatch.io.promptspec import system_prompt_from
 
     typed = "You classify tickets.\nAnswer with one label."
-    for raw in (typed.encode(), b"\xef\xbb\xbf" + typed.encode(),
-                typed.replace("\n", "\r\n").encode() + b"\r\n"):  # fmt: skip
+    for raw in (
+        typed.encode(),
+        b"\xef\xbb\xbf" + typed.encode(),
+        typed.replace("\n", "\r\n").encode() + b"\r\n",
+    ):
         path = tmp_path / "p.txt"
         path.write_bytes(raw)
         assert system_prompt_from(None, path) == typed, raw

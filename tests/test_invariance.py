@@ -67,9 +67,13 @@ def needle_batches(prompts: list[list[int]], seed: int) -> list[tuple[list[list[
 @pytest.mark.parametrize(
     "labels, prefix_cache, lanes",
     [(SINGLE, True, 1), (MULTI, True, 2), (MULTI, False, 3), (SINGLE, False, 2)],
-    ids=["single-prefix-1lane", "multi-prefix-2lanes", "multi-noprefix-3lanes",
-         "single-noprefix-2lanes"],
-)  # fmt: skip
+    ids=[
+        "single-prefix-1lane",
+        "multi-prefix-2lanes",
+        "multi-noprefix-3lanes",
+        "single-noprefix-2lanes",
+    ],
+)
 def test_a_ticket_scores_the_same_bits_in_any_batch(lm, labels, prefix_cache, lanes):
     e = engine(lm, labels, prefix_cache, lanes)
     prompts = tickets(e, 30, seed=lanes)
@@ -87,13 +91,18 @@ def test_a_ticket_scores_the_same_bits_in_any_batch(lm, labels, prefix_cache, la
 def questions_engine(lm, prefix_cache: bool, lanes: int):
     from mlxbatch.engine.question_engine import QuestionsEngine
 
-    asked = [("\n\nWhich team?", SINGLE), ("\n\nWhich problem?", MULTI),
-             ("\n\nDoes this message concern refunds? Answer yes or no.", ("yes", "no"))]  # fmt: skip
-    sets = [LabelSet.build(labels, lm.tokenizer.label, lm.model.args.vocab_size)
-            for _, labels in asked]  # fmt: skip
+    asked = [
+        ("\n\nWhich team?", SINGLE),
+        ("\n\nWhich problem?", MULTI),
+        ("\n\nDoes this message concern refunds? Answer yes or no.", ("yes", "no")),
+    ]
+    sets = [
+        LabelSet.build(labels, lm.tokenizer.label, lm.model.args.vocab_size) for _, labels in asked
+    ]
     executor = CpuLanes(lanes) if lanes > 1 else SingleStream()
-    return QuestionsEngine(lm, [tail for tail, _ in asked], sets, "Answer the question.",
-                           prefix_cache, executor)  # fmt: skip
+    return QuestionsEngine(
+        lm, [tail for tail, _ in asked], sets, "Answer the question.", prefix_cache, executor
+    )
 
 
 @pytest.mark.parametrize("prefix_cache, lanes", [(True, 1), (True, 2), (False, 3)])

@@ -21,13 +21,21 @@ import pytest
 from mlxbatch.runtime import cpu, scipy_openblas
 
 FLAGS = cpu.flags()
-NEEDS = {"SkylakeX": cpu.AVX512, "Cooperlake": cpu.FAMILY_NEEDS["cooperlake"],
-         "SapphireRapids": cpu.FAMILY_NEEDS["sapphirerapids"],
-         "Haswell": {"avx2", "fma"}, "Zen": {"avx2", "fma"}, "SandyBridge": {"avx"}}  # fmt: skip
+NEEDS = {
+    "SkylakeX": cpu.AVX512,
+    "Cooperlake": cpu.FAMILY_NEEDS["cooperlake"],
+    "SapphireRapids": cpu.FAMILY_NEEDS["sapphirerapids"],
+    "Haswell": {"avx2", "fma"},
+    "Zen": {"avx2", "fma"},
+    "SandyBridge": {"avx"},
+}
 # what the library runs for a family it may not build: Zen runs Haswell's kernels, and a
 # scipy-openblas32 without Cooperlake's or Sapphire Rapids' (0.3.34) runs SkylakeX's
-RUNS_AS = {"Zen": {"haswell"}, "Cooperlake": {"cooperlake", "skylakex"},
-           "SapphireRapids": {"sapphirerapids", "skylakex"}}  # fmt: skip
+RUNS_AS = {
+    "Zen": {"haswell"},
+    "Cooperlake": {"cooperlake", "skylakex"},
+    "SapphireRapids": {"sapphirerapids", "skylakex"},
+}
 X86 = platform.system() == "Linux" and platform.machine() == "x86_64"
 
 JOB = """
@@ -69,13 +77,19 @@ def heavy_tail_tickets(tmp_path_factory):
 
 @pytest.mark.skipif(not X86, reason="OpenBLAS's x86_64 kernel families")
 @pytest.mark.parametrize("family", list(NEEDS))
-def test_the_same_bytes_under_each_kernel_family(family, tiny_model_dir, heavy_tail_tickets,
-                                                 tmp_path):  # fmt: skip
+def test_the_same_bytes_under_each_kernel_family(
+    family, tiny_model_dir, heavy_tail_tickets, tmp_path
+):
     if not NEEDS[family] <= FLAGS:
         pytest.skip(f"this CPU cannot run OpenBLAS's {family} kernels")
     env = {**os.environ, cpu.CORETYPE: family}
-    out = subprocess.run([sys.executable, "-c", JOB, str(tiny_model_dir), str(heavy_tail_tickets),
-                          str(tmp_path)], capture_output=True, text=True, env=env, timeout=900)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", JOB, str(tiny_model_dir), str(heavy_tail_tickets), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["active"]["invariant"] is True and got["kernels"] == got["active"]["corename"]
@@ -115,12 +129,16 @@ def test_the_probe_finds_each_layout_invariant_or_not(family):
         pytest.skip(f"this CPU cannot run OpenBLAS's {family} kernels")
     env = {**os.environ, cpu.CORETYPE: family}
     env.pop("MLXBATCH_HOST_LAYOUT", None)
-    out = subprocess.run([sys.executable, "-c", LAYOUTS], capture_output=True, text=True,
-                         env=env, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", LAYOUTS], capture_output=True, text=True, env=env, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    want = {"Haswell": ["tiled"], "SkylakeX": ["plain", "tiled"],
-            "SandyBridge": ["plain", "tiled"]}[family]  # fmt: skip
+    want = {
+        "Haswell": ["tiled"],
+        "SkylakeX": ["plain", "tiled"],
+        "SandyBridge": ["plain", "tiled"],
+    }[family]
     assert got["found"] == want and got["chosen"] == want[0]
     if family != "SandyBridge":  # no small-matrix kernel or row groups there
         assert got["unpadded"] is False
@@ -145,12 +163,22 @@ def test_the_layout_is_the_fastest_the_probe_found_invariant_unless_tiled_is_ask
 @pytest.mark.parametrize("asked", ["plain", "Tiled", "fast"])
 def test_a_layout_that_is_not_a_choice_is_one_line_before_any_work(asked, tmp_path):
     env = {**os.environ, "MLXBATCH_HOST_LAYOUT": asked}
-    cli = subprocess.run([sys.executable, "-m", "mlxbatch", "tickets", "3"], capture_output=True,
-                         text=True, env=env, timeout=600)  # fmt: skip
+    cli = subprocess.run(
+        [sys.executable, "-m", "mlxbatch", "tickets", "3"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     lines = cli.stderr.strip().splitlines()
     assert cli.returncode == 2 and len(lines) == 1, (cli.returncode, cli.stderr)
     assert lines[0].startswith(f"error: MLXBATCH_HOST_LAYOUT='{asked}' is not a choice")
     assert not cli.stdout
-    api = subprocess.run([sys.executable, "-c", "from mlxbatch import Classifier"],
-                         capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    api = subprocess.run(
+        [sys.executable, "-c", "from mlxbatch import Classifier"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert api.returncode == 1 and "UsageError: MLXBATCH_HOST_LAYOUT=" in api.stderr

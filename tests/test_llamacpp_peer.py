@@ -50,9 +50,14 @@ def test_the_converter_is_found_in_llama_cpp_or_its_python_sdist(tmp_path, monke
 def test_the_converter_command_and_the_cache_key(tmp_path):
     conv = tmp_path / "convert_hf_to_gguf.py"
     assert convert_command(conv, tmp_path / "m", "q8_0", tmp_path / "o.gguf") == [
-        sys.executable, str(conv), str(tmp_path / "m"), "--outtype", "q8_0",
-        "--outfile", str(tmp_path / "o.gguf"),
-    ]  # fmt: skip
+        sys.executable,
+        str(conv),
+        str(tmp_path / "m"),
+        "--outtype",
+        "q8_0",
+        "--outfile",
+        str(tmp_path / "o.gguf"),
+    ]
     model = tmp_path / "m"
     model.mkdir()
     (model / "config.json").write_text('{"hidden_size": 64}')
@@ -73,8 +78,18 @@ def test_the_shared_prefix_leaves_each_prompt_a_token():
 
 def test_llama_cpp_names_both_peers_and_says_why_they_cannot_run(tmp_path, monkeypatch):
     monkeypatch.delenv(SRC_ENV, raising=False)
-    out = run_peers(tmp_path, [[1, 2, 3]], [5, 6], [0], 4096, 8, 8, ("llama.cpp", "llama.cpp-f32"),
-                    lambda m: None, LlamaCppOptions())  # fmt: skip
+    out = run_peers(
+        tmp_path,
+        [[1, 2, 3]],
+        [5, 6],
+        [0],
+        4096,
+        8,
+        8,
+        ("llama.cpp", "llama.cpp-f32"),
+        lambda m: None,
+        LlamaCppOptions(),
+    )
     assert [p["name"] for p in out] == ["llama.cpp F32", "llama.cpp Q8_0"]
     installed = importlib.util.find_spec("llama_cpp") is not None
     why = "--llama-cpp-src" if installed else "mlxbatch[llamacpp]"
@@ -112,14 +127,16 @@ def test_llama_cpp_agrees_with_the_gold_loop_on_the_tiny_model(tiny_model_dir, t
     top2 = np.sort(gold_probs, 1)[:, -2:]
     clear = (top2[:, 1] - top2[:, 0]) > 1e-3  # not a near-tie: fp32 op orders cannot flip it
     o = LlamaCppOptions(threads=1, cache=tmp_path)
-    f32 = llamacpp_peer("llama.cpp-f32", tiny_model_dir, prompts, clf.labels.first_ids, gold, o,
-                        lambda m: None)  # fmt: skip
+    f32 = llamacpp_peer(
+        "llama.cpp-f32", tiny_model_dir, prompts, clf.labels.first_ids, gold, o, lambda m: None
+    )
     assert "error" not in f32, f32
     assert f32["agreement"] >= 0.9 and f32["threads"] == 1
     picked, _ = score_gguf(Path(f32["gguf"]), prompts, clf.labels.first_ids, 1)
     assert clear.any() and all(p == g for p, g, c in zip(picked, gold, clear) if c)
-    q8 = llamacpp_peer("llama.cpp-q8_0", tiny_model_dir, prompts, clf.labels.first_ids, gold, o,
-                       lambda m: None)  # fmt: skip
+    q8 = llamacpp_peer(
+        "llama.cpp-q8_0", tiny_model_dir, prompts, clf.labels.first_ids, gold, o, lambda m: None
+    )
     assert "error" not in q8, q8
     assert q8["agreement"] >= 0.5  # 8-bit weights of a random model: near-ties may flip
     assert os.path.getsize(q8["gguf"]) < os.path.getsize(f32["gguf"]) / 2

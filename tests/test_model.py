@@ -213,10 +213,15 @@ def test_host_attention_equals_mlx_sdpa(heads, kv, mask_kind, layout):
 
     rng = np.random.default_rng(heads * 10 + kv)
     B, L, S, hd = 3, 5, 9, 16
-    q, k, v = (mx.array(rng.standard_normal(s).astype(np.float32))
-               for s in ((B, heads, L, hd), (B, kv, S, hd), (B, kv, S, hd)))  # fmt: skip
-    mask = {"array": mx.array(rng.random((B, 1, L, S)) < 0.7) | mx.eye(L, S, S - L, dtype=mx.bool_),
-            "causal": "causal", "none": None}[mask_kind]  # fmt: skip
+    q, k, v = (
+        mx.array(rng.standard_normal(s).astype(np.float32))
+        for s in ((B, heads, L, hd), (B, kv, S, hd), (B, kv, S, hd))
+    )
+    mask = {
+        "array": mx.array(rng.random((B, 1, L, S)) < 0.7) | mx.eye(L, S, S - L, dtype=mx.bool_),
+        "causal": "causal",
+        "none": None,
+    }[mask_kind]
     want = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask=mask)
     got = hostops.KERNELS[layout][1](q, k, v, 0.25, hostops.prepare(mask, L, S))
     np.testing.assert_allclose(np.array(got), np.array(want), atol=2e-6)
@@ -277,12 +282,18 @@ def test_host_forward_and_last_position_forward_equal_the_mlx_forward(tiny_model
     a = lm.model.args
 
     def forward(**kw):
-        pre = KVCache.allocate(a.num_hidden_layers, 1, a.num_key_value_heads, a.head_dim,
-                               len(prefix), mx.float32)  # fmt: skip
+        pre = KVCache.allocate(
+            a.num_hidden_layers, 1, a.num_key_value_heads, a.head_dim, len(prefix), mx.float32
+        )
         lm.model(mx.array([prefix]), pre, 0, "causal", host_kernels=kw.get("host_kernels", False))
         kv = pre.expand(layout.batch, layout.capacity)
-        return lm.model(mx.array(layout.tokens()), kv, mx.array(layout.positions()),
-                        mx.array(layout.mask()), **kw)  # fmt: skip
+        return lm.model(
+            mx.array(layout.tokens()),
+            kv,
+            mx.array(layout.positions()),
+            mx.array(layout.mask()),
+            **kw,
+        )
 
     plain = np.array(forward())
     last = layout.last()

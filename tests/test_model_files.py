@@ -26,27 +26,48 @@ def own_model(tiny_model_dir, tmp_path):
 
 @pytest.mark.parametrize(
     "name",
-    ["model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json",
-     "special_tokens_map.json", "mlxbatch.json"],
-)  # fmt: skip
-def test_a_fifo_in_the_model_directory_is_refused_by_name_without_a_hang(name, tiny_model_dir,
-                                                                         tmp_path):  # fmt: skip
+    [
+        "model.safetensors",
+        "config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "mlxbatch.json",
+    ],
+)
+def test_a_fifo_in_the_model_directory_is_refused_by_name_without_a_hang(
+    name, tiny_model_dir, tmp_path
+):
     model = own_model(tiny_model_dir, tmp_path)
     (model / name).unlink(missing_ok=True)
     os.mkfifo(model / name)
     src, out = tmp_path / "in.jsonl", tmp_path / "o.jsonl"
     src.write_text('{"id": 1, "text": "my invoice is wrong"}\n')
-    r = subprocess.run([sys.executable, "-m", "mlxbatch", "classify", str(src), "--model",
-                        str(model), "-o", str(out)], capture_output=True, text=True,
-                       timeout=120)  # fmt: skip
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlxbatch",
+            "classify",
+            str(src),
+            "--model",
+            str(model),
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1, r.stderr
     assert lines[0].startswith(f"error: {model / name}: is not a regular file (a FIFO)")
     assert not out.exists()
 
 
-def test_a_link_to_a_directory_is_refused_and_a_link_to_a_file_is_followed(tiny_model_dir,
-                                                                           tmp_path):  # fmt: skip
+def test_a_link_to_a_directory_is_refused_and_a_link_to_a_file_is_followed(
+    tiny_model_dir, tmp_path
+):
     model = own_model(tiny_model_dir, tmp_path)
     (model / "tokenizer_config.json").rename(tmp_path / "real.json")
     (model / "tokenizer_config.json").symlink_to(tmp_path / "real.json")
@@ -58,8 +79,9 @@ def test_a_link_to_a_directory_is_refused_and_a_link_to_a_file_is_followed(tiny_
     assert "is not a regular file" in not_runnable(model)
 
 
-GOLD = "".join(f'{{"id": {i}, "text": "ticket {i} about billing", "intent": "billing"}}\n'
-               for i in range(3))  # fmt: skip
+GOLD = "".join(
+    f'{{"id": {i}, "text": "ticket {i} about billing", "intent": "billing"}}\n' for i in range(3)
+)
 
 
 def test_no_output_of_any_command_lands_in_a_model_directory(tiny_model_dir, tmp_path):
@@ -77,10 +99,17 @@ def test_no_output_of_any_command_lands_in_a_model_directory(tiny_model_dir, tmp
     for args in (
         ["eval", src, preds, "--gold-field", "intent", "--json", model / "chat_template.json"],
         [*base, "-o", model / "preds.jsonl"],
-        [*base, "-o", tmp_path / "p2.jsonl", "--gold-field", "intent", "--json",
-         model / "runs" / "eval.json"],
+        [
+            *base,
+            "-o",
+            tmp_path / "p2.jsonl",
+            "--gold-field",
+            "intent",
+            "--json",
+            model / "runs" / "eval.json",
+        ],
         ["tickets", "3", "-o", model / "tickets.jsonl"],
-    ):  # fmt: skip
+    ):
         r = invoke(args, tmp_path)
         one_line_error(r, str(model))
         assert sorted(p.name for p in model.iterdir()) == before

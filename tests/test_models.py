@@ -43,8 +43,20 @@ def hf_dirs(tmp_path_factory):
 def verify_all_modes(model, tickets, tmp_path, env=None):
     for mode in ("sorted", "naive", "sequential"):
         out = tmp_path / f"{mode}.jsonl"
-        r = run("classify", tickets, "--model", model, "-o", out, "--mode", mode, "--verify",
-                "--labels", "billing,account access,technical", env=env)  # fmt: skip
+        r = run(
+            "classify",
+            tickets,
+            "--model",
+            model,
+            "-o",
+            out,
+            "--mode",
+            mode,
+            "--verify",
+            "--labels",
+            "billing,account access,technical",
+            env=env,
+        )
         assert r.exit_code == 0, r.output
         assert "100.00% label agreement" in r.stderr
 
@@ -81,8 +93,9 @@ def test_hub_id_resolves_from_the_cache_offline(hf_dirs, tickets, tmp_path, monk
 
 
 @pytest.mark.parametrize("ref", ["", "\n", "no-such-snapshot", None])
-def test_a_cache_whose_refs_name_no_snapshot_is_one_line_and_marked(hf_dirs, tickets, tmp_path,
-                                                                    ref):  # fmt: skip
+def test_a_cache_whose_refs_name_no_snapshot_is_one_line_and_marked(
+    hf_dirs, tickets, tmp_path, ref
+):
     """A hostile pass found an empty refs/main said ".../snapshots/config.json: not found", and
     `models` listed a snapshot without refs/main as runnable while `--model` missed it."""
     snap = fake_cache(tmp_path / "hf", "Org/Odd", hf_dirs["tied_gqa"])
@@ -138,9 +151,24 @@ def their_logits(path, tokens):
 @pytest.mark.parametrize("name", ["tied_gqa", "untied_mha"])
 def test_mlx_lm_quantized_checkpoints_load_and_match_mlx_lm(hf_dirs, tmp_path, name):
     out = tmp_path / "q4"
-    subprocess.run([sys.executable, "-m", "mlx_lm.convert", "--hf-path", str(hf_dirs[name]),
-                    "--mlx-path", str(out), "-q", "--q-bits", "4", "--q-group-size", "32"],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlx_lm.convert",
+            "--hf-path",
+            str(hf_dirs[name]),
+            "--mlx-path",
+            str(out),
+            "-q",
+            "--q-bits",
+            "4",
+            "--q-group-size",
+            "32",
+        ],
+        check=True,
+        capture_output=True,
+    )
     assert json.loads((out / "config.json").read_text())["quantization"]["bits"] == 4
     toks = tokens_of(out)
     ours, theirs = our_logits(out, toks), their_logits(out, toks)
@@ -195,9 +223,11 @@ def test_fp16_overflow_is_refused_on_conversion(hf_dirs, tmp_path):
 
 
 PUBLISHED = {  # parameter counts of the published checkpoints (embeddings counted once if tied)
-    "qwen2.5-0.5b": 494_032_768, "qwen2.5-1.5b": 1_543_714_304,
-    "qwen2.5-3b": 3_085_938_688, "qwen2.5-7b": 7_615_616_512,
-}  # fmt: skip
+    "qwen2.5-0.5b": 494_032_768,
+    "qwen2.5-1.5b": 1_543_714_304,
+    "qwen2.5-3b": 3_085_938_688,
+    "qwen2.5-7b": 7_615_616_512,
+}
 
 
 @pytest.mark.parametrize("preset", list(PUBLISHED))
@@ -208,8 +238,10 @@ def test_presets_have_the_published_parameter_counts(preset):
     assert args.tie_word_embeddings == (preset != "qwen2.5-7b")
 
 
-@pytest.mark.skipif(not os.environ.get("MLXBATCH_BIG_TESTS"),
-                    reason="a 3 GB model: MLXBATCH_BIG_TESTS=1 runs it (the 0.5B shapes run always)")  # fmt: skip
+@pytest.mark.skipif(
+    not os.environ.get("MLXBATCH_BIG_TESTS"),
+    reason="a 3 GB model: MLXBATCH_BIG_TESTS=1 runs it (the 0.5B shapes run always)",
+)
 def test_a_synthetic_1_5b_model_verifies(tmp_path):
     model = tmp_path / "q15"
     r = run("init-random", model, "--preset", "qwen2.5-1.5b", "--dtype", "bfloat16")

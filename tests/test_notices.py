@@ -30,9 +30,24 @@ def test_loading_a_converted_checkpoint_warns_of_nothing(tied_pair):
 def test_the_command_line_names_random_weights_without_a_python_warning(tiny_model_dir, tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text(json.dumps({"text": "hello"}) + "\n")
-    r = subprocess.run([sys.executable, "-m", "mlxbatch", "classify", str(src), "--model",
-                        str(tiny_model_dir), "--labels", "spam,ham", "-o", str(tmp_path / "o.jsonl")],
-                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlxbatch",
+            "classify",
+            str(src),
+            "--model",
+            str(tiny_model_dir),
+            "--labels",
+            "spam,ham",
+            "-o",
+            str(tmp_path / "o.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "SYNTHETIC" in r.stderr and "SyntheticWeights" not in r.stderr, r.stderr
 

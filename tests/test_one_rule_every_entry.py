@@ -17,8 +17,9 @@ from mlxbatch.io.prompts import read_labels_file
 GOOD = '{"id": "a", "text": "I was charged twice"}\n{"id": "b", "text": "the app crashes"}\n'
 
 
-def test_a_label_with_whitespace_around_it_or_a_control_character_is_refused(tiny_model_dir,
-                                                                               tmp_path):  # fmt: skip
+def test_a_label_with_whitespace_around_it_or_a_control_character_is_refused(
+    tiny_model_dir, tmp_path
+):
     # classify's --labels strips " billing"; the API kept it and scored another label
     with pytest.raises(LabelError, match="begins or ends with whitespace.*write 'billing'"):
         Classifier.load(tiny_model_dir, labels=[" billing", "technical"])
@@ -26,8 +27,19 @@ def test_a_label_with_whitespace_around_it_or_a_control_character_is_refused(tin
         Classifier.load(tiny_model_dir, labels=["a\tb", "c"])
     src = tmp_path / "in.jsonl"
     src.write_text(GOOD)
-    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", tmp_path / "o.jsonl",
-                "--labels", "a\tb,c"], tmp_path)  # fmt: skip
+    r = invoke(
+        [
+            "classify",
+            src,
+            "--model",
+            tiny_model_dir,
+            "-o",
+            tmp_path / "o.jsonl",
+            "--labels",
+            "a\tb,c",
+        ],
+        tmp_path,
+    )
     one_line_error(r, "control character")  # a tab in a label broke the TSV output's columns
     assert not (tmp_path / "o.jsonl").exists()
 
@@ -35,8 +47,11 @@ def test_a_label_with_whitespace_around_it_or_a_control_character_is_refused(tin
 def test_examples_and_descriptions_are_checked_as_their_files_are(tiny_model_dir, tmp_path):
     labels = ["billing", "technical"]
     with pytest.raises(UsageError, match=r"examples\[1\]: the text is empty"):
-        Classifier.load(tiny_model_dir, labels=labels,
-                        examples=[("charged twice", "billing"), ("  ", "technical")])  # fmt: skip
+        Classifier.load(
+            tiny_model_dir,
+            labels=labels,
+            examples=[("charged twice", "billing"), ("  ", "technical")],
+        )
     with pytest.raises(LabelError, match=r"descriptions\['bill'\]: not one of the labels"):
         Classifier.load(tiny_model_dir, labels=labels, descriptions={"bill": "money"})
     with pytest.raises(UsageError, match="spans several lines"):
@@ -45,8 +60,9 @@ def test_examples_and_descriptions_are_checked_as_their_files_are(tiny_model_dir
         Classifier.load(tiny_model_dir, labels=labels, descriptions={"billing": 3})
     # the same descriptions give the same prompt, from a labels file or from the API
     (tmp_path / "l.json").write_text(json.dumps({"billing": "  money  ", "technical": ""}))
-    from_file = Classifier.load(tiny_model_dir, labels=labels,
-                                descriptions=read_labels_file(tmp_path / "l.json"))  # fmt: skip
+    from_file = Classifier.load(
+        tiny_model_dir, labels=labels, descriptions=read_labels_file(tmp_path / "l.json")
+    )
     given = Classifier.load(tiny_model_dir, labels=labels, descriptions={"billing": "  money  "})
     assert given.system_prompt == from_file.system_prompt
     assert "- billing: money\n- technical\n" in given.system_prompt
@@ -73,8 +89,21 @@ def test_classify_takes_the_item_limits_the_api_and_serve_take(tiny_model_dir, t
     clf = Classifier.load(tiny_model_dir)
     texts = ["I was charged twice", "the app crashes"]
     # 7: taken, and refused alike (the prompt's end leaves no token of text beside the marker)
-    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out, "--max-tokens", 7,
-                "--too-long", "truncate"], tmp_path)  # fmt: skip
+    r = invoke(
+        [
+            "classify",
+            src,
+            "--model",
+            tiny_model_dir,
+            "-o",
+            out,
+            "--max-tokens",
+            7,
+            "--too-long",
+            "truncate",
+        ],
+        tmp_path,
+    )
     assert r.exit_code == 0, r.output  # error rows, as every row over a limit is
     for row in map(json.loads, out.read_text().splitlines()):
         assert "over the limit of 7 set by --max-tokens 7" in row["error"], row
@@ -82,8 +111,21 @@ def test_classify_takes_the_item_limits_the_api_and_serve_take(tiny_model_dir, t
     with pytest.raises(ItemTooLong, match="over the limit of 7 set by max_tokens=7, and too few"):
         clf.classify(texts, max_tokens=7, truncate=True)
     fits = len(clf.engine.fed(clf.engine.prompt(texts[0]))) - 1  # the first text is cut
-    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", out, "--max-tokens", fits,
-                "--too-long", "truncate"], tmp_path)  # fmt: skip
+    r = invoke(
+        [
+            "classify",
+            src,
+            "--model",
+            tiny_model_dir,
+            "-o",
+            out,
+            "--max-tokens",
+            fits,
+            "--too-long",
+            "truncate",
+        ],
+        tmp_path,
+    )
     assert r.exit_code == 0, r.output
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     api = clf.classify(texts, max_tokens=fits, truncate=True)
@@ -92,13 +134,17 @@ def test_classify_takes_the_item_limits_the_api_and_serve_take(tiny_model_dir, t
     assert [row["scores"] for row in rows] == [p.scores for p in api]  # the same bits
 
 
-def test_memory_that_holds_no_item_is_one_error_naming_what_takes_it(tiny_model_dir, tmp_path,
-                                                                     monkeypatch):  # fmt: skip
+def test_memory_that_holds_no_item_is_one_error_naming_what_takes_it(
+    tiny_model_dir, tmp_path, monkeypatch
+):
     src = tmp_path / "in.jsonl"
     src.write_text(GOOD)
     # every row was "over the limit of 1 set by the free memory (0.0 GiB with the weights)"
-    r = invoke(["classify", src, "--model", tiny_model_dir, "-o", tmp_path / "o.jsonl"],
-               tmp_path, env={"MLXBATCH_MEMORY_LIMIT": "1K"})  # fmt: skip
+    r = invoke(
+        ["classify", src, "--model", tiny_model_dir, "-o", tmp_path / "o.jsonl"],
+        tmp_path,
+        env={"MLXBATCH_MEMORY_LIMIT": "1K"},
+    )
     one_line_error(r, "MLXBATCH_MEMORY_LIMIT=1K (1.0 KiB)", "the weights alone need")
     # many multi-token labels: one item of one token needs more than the cap leaves
     labels = [f"q{i}z" for i in range(60)]

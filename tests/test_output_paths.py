@@ -22,14 +22,23 @@ GOOD = '{"id": "a", "text": "I was charged twice"}\n{"id": "b", "text": "the app
 
 def _rows(tmp_path):
     src = tmp_path / "in.jsonl"
-    src.write_text("".join(json.dumps({"text": f"ticket {i}", "gold": ["spam", "ham"][i % 2]})
-                           + "\n" for i in range(6)))  # fmt: skip
+    src.write_text(
+        "".join(
+            json.dumps({"text": f"ticket {i}", "gold": ["spam", "ham"][i % 2]}) + "\n"
+            for i in range(6)
+        )
+    )
     return src
 
 
 def _mlxbatch(args, cwd):
-    return subprocess.run([sys.executable, "-m", "mlxbatch", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "mlxbatch", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def invoke_raising(*args, cwd=None):
@@ -101,16 +110,15 @@ def test_a_relative_xdg_cache_home_is_ignored(monkeypatch, tmp_path):
     assert cache_dir() == tmp_path / "abs" / "mlxbatch"
 
 
-@pytest.mark.parametrize("option, path", [("-o", "/proc/mlxbatch-new.jsonl"),
-                                          ("--json", "/sys/mlxbatch-new.json")])  # fmt: skip
-def test_a_new_file_under_proc_or_sys_is_refused_before_the_model_loads(option, path,
-                                                                        tmp_path):  # fmt: skip
+@pytest.mark.parametrize(
+    "option, path", [("-o", "/proc/mlxbatch-new.jsonl"), ("--json", "/sys/mlxbatch-new.json")]
+)
+def test_a_new_file_under_proc_or_sys_is_refused_before_the_model_loads(option, path, tmp_path):
     # as root the folder's access check passed: the journal failed once the input was scanned
     src = tmp_path / "in.jsonl"
     src.write_text('{"id": "a", "text": "hello", "g": "billing"}\n')
     extra = ["-o", tmp_path / "o.jsonl", "--gold-field", "g"] if option == "--json" else []
-    r = invoke(["classify", src, "--model", tmp_path / "no-model", option, path, *extra],
-               tmp_path)  # fmt: skip
+    r = invoke(["classify", src, "--model", tmp_path / "no-model", option, path, *extra], tmp_path)
     one_line_error(r, option, "holds no new files", alone=True)
 
 
@@ -127,8 +135,9 @@ def test_closed_standard_streams_never_take_a_files_place(tiny_model_dir, tmp_pa
     cmd = [sys.executable, "-m", "mlxbatch", "classify", str(src), "--model", str(tiny_model_dir)]
 
     def run(args, closed: int):  # the stream closed in the child, after the pipes are set
-        return subprocess.run(args, capture_output=True, text=True, timeout=300,
-                              preexec_fn=lambda: os.close(closed))  # fmt: skip
+        return subprocess.run(
+            args, capture_output=True, text=True, timeout=300, preexec_fn=lambda: os.close(closed)
+        )
 
     r = run(cmd, 1)
     assert r.returncode == 2 and "standard output is closed" in r.stderr, r.stderr
@@ -177,14 +186,21 @@ def test_an_output_named_as_a_folder_is_refused(tiny_model_dir, tmp_path):
     assert not (tmp_path / "newdir").exists()
 
 
-def test_json_dash_is_standard_output_and_the_text_report_moves_to_stderr(tiny_model_dir,
-                                                                         tmp_path):  # fmt: skip
+def test_json_dash_is_standard_output_and_the_text_report_moves_to_stderr(tiny_model_dir, tmp_path):
     """`--json -` wrote the report to a file named "-" in the working directory (`-o -` is
     standard output); now it is standard output, whole, and the evaluation's table for people
     goes to standard error, so that `| jq` reads JSON alone."""
     src, out = _rows(tmp_path), tmp_path / "rows.jsonl"
-    job = ["classify", src, "--model", tiny_model_dir, "--labels", "spam,ham", "--gold-field",
-           "gold"]  # fmt: skip
+    job = [
+        "classify",
+        src,
+        "--model",
+        tiny_model_dir,
+        "--labels",
+        "spam,ham",
+        "--gold-field",
+        "gold",
+    ]
     r = _mlxbatch([*job, "-o", out, "--json", "-"], tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads(r.stdout)["evaluated"] == 6 and "accuracy" in r.stderr
@@ -199,8 +215,21 @@ def test_json_to_the_standard_output_the_rows_take_is_refused(tiny_model_dir, tm
     unreadable from its last row on."""
     src = _rows(tmp_path)
     for given in ("-", "/dev/stdout"):
-        r = invoke(["classify", src, "--model", tiny_model_dir, "--labels", "spam,ham",
-                    "--gold-field", "gold", "--json", given], tmp_path)  # fmt: skip
+        r = invoke(
+            [
+                "classify",
+                src,
+                "--model",
+                tiny_model_dir,
+                "--labels",
+                "spam,ham",
+                "--gold-field",
+                "gold",
+                "--json",
+                given,
+            ],
+            tmp_path,
+        )
         one_line_error(r, "--json", "standard output holds the rows")
         assert not r.stdout
 
@@ -211,25 +240,41 @@ def test_standard_output_redirected_onto_the_input_is_refused(tiny_model_dir, tm
     refused. Standard input read from the same file is refused too."""
     src = _rows(tmp_path)
     before = src.read_bytes()
-    job = [sys.executable, "-m", "mlxbatch", "classify", "--model", str(tiny_model_dir),
-           "--labels", "spam,ham"]  # fmt: skip
+    job = [
+        sys.executable,
+        "-m",
+        "mlxbatch",
+        "classify",
+        "--model",
+        str(tiny_model_dir),
+        "--labels",
+        "spam,ham",
+    ]
     for args, stdin in (([str(src)], None), (["-"], src)):
         with src.open("ab") as out, stdin.open("rb") if stdin else open(os.devnull) as inp:
-            r = subprocess.run(job + args, stdout=out, stdin=inp, stderr=subprocess.PIPE,
-                               text=True, timeout=300)  # fmt: skip
+            r = subprocess.run(
+                job + args, stdout=out, stdin=inp, stderr=subprocess.PIPE, text=True, timeout=300
+            )
         assert r.returncode == 2, r.stderr
         first = r.stderr.splitlines()[0]
         assert first.startswith("error: standard output is the input file"), r.stderr
         assert src.name in first and src.read_bytes() == before
     other = tmp_path / "rows.jsonl"
     with other.open("wb") as out:
-        r = subprocess.run(job + [str(src)], stdout=out, stderr=subprocess.PIPE, text=True,
-                           timeout=300)  # fmt: skip
+        r = subprocess.run(
+            job + [str(src)], stdout=out, stderr=subprocess.PIPE, text=True, timeout=300
+        )
     assert r.returncode == 0 and len(other.read_text().splitlines()) == 6, r.stderr
     # both streams on one device (a terminal, /dev/null) write into nothing that is read: the
     # first cut of this check refused them (samefile of /dev/stdout and /dev/stdin)
-    r = subprocess.run(job + ["-"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE, text=True, timeout=300)  # fmt: skip
+    r = subprocess.run(
+        job + ["-"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2 and "empty input" in r.stderr and "standard output" not in r.stderr
 
 
@@ -239,13 +284,33 @@ def test_json_dash_into_a_socket_is_written_to_the_open_stream(tiny_model_dir, t
     import socket
 
     src, out = _rows(tmp_path), tmp_path / "rows.jsonl"
-    assert invoke(["classify", src, "--model", tiny_model_dir, "--labels", "spam,ham",
-                   "-o", out], tmp_path).exit_code == 0  # fmt: skip
+    assert (
+        invoke(
+            ["classify", src, "--model", tiny_model_dir, "--labels", "spam,ham", "-o", out],
+            tmp_path,
+        ).exit_code
+        == 0
+    )
     ours, theirs = socket.socketpair()
     with ours, theirs:
-        r = subprocess.run([sys.executable, "-m", "mlxbatch", "eval", str(src), str(out),
-                            "--gold-field", "gold", "--json", "-"], stdout=theirs,
-                           stderr=subprocess.PIPE, text=True, timeout=300)  # fmt: skip
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mlxbatch",
+                "eval",
+                str(src),
+                str(out),
+                "--gold-field",
+                "gold",
+                "--json",
+                "-",
+            ],
+            stdout=theirs,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
         theirs.close()
         got = b""
         while data := ours.recv(65536):

@@ -37,16 +37,22 @@ def brute_force(lengths, cost, prefix, budget, max_batch):
 
 
 @settings(max_examples=60, deadline=None)
-@given(lengths=st.lists(st.integers(1, 120), min_size=1, max_size=9),
-       budget=st.integers(100, 600), max_batch=st.integers(1, 6))  # fmt: skip
+@given(
+    lengths=st.lists(st.integers(1, 120), min_size=1, max_size=9),
+    budget=st.integers(100, 600),
+    max_batch=st.integers(1, 6),
+)
 def test_the_dp_is_exact_on_small_inputs(lengths, budget, max_batch):
     batches = plan_cost(lengths, CM, 40, budget, max_batch, max_padding=None)
     assert predicted(batches) == pytest.approx(brute_force(lengths, CM, 40, budget, max_batch))
 
 
 @settings(max_examples=60, deadline=None)
-@given(lengths=st.lists(st.integers(1, 400), min_size=1, max_size=200),
-       cap=st.sampled_from([0.0, 0.01, 0.03, 0.1]), max_batch=st.integers(1, 70))  # fmt: skip
+@given(
+    lengths=st.lists(st.integers(1, 400), min_size=1, max_size=200),
+    cap=st.sampled_from([0.0, 0.01, 0.03, 0.1]),
+    max_batch=st.integers(1, 70),
+)
 def test_the_padding_cap_holds_at_the_least_cost_it_allows(lengths, cap, max_batch):
     free = plan_cost(lengths, CM, 40, 1 << 20, max_batch, max_padding=None)
     capped = plan_cost(lengths, CM, 40, 1 << 20, max_batch, max_padding=cap)
@@ -61,8 +67,11 @@ def test_the_padding_cap_holds_at_the_least_cost_it_allows(lengths, cap, max_bat
 
 
 @settings(max_examples=100, deadline=None)
-@given(lengths=st.lists(st.integers(1, 400), min_size=1, max_size=300),
-       budget=st.integers(400, 8000), max_batch=st.integers(1, 70))  # fmt: skip
+@given(
+    lengths=st.lists(st.integers(1, 400), min_size=1, max_size=300),
+    budget=st.integers(400, 8000),
+    max_batch=st.integers(1, 70),
+)
 def test_every_item_once_within_caps_and_never_worse_than_greedy(lengths, budget, max_batch):
     batches = plan(lengths, "cost", budget, max_batch, CM, 40)
     flat = [i for b in batches for i in b.indices]

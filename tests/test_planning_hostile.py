@@ -11,8 +11,19 @@ from cli_run import invoke
 def test_peak_memory_is_never_negative(tiny_model_dir, tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text('{"id": "a"}\n{"id": "b", "text": "  "}\n')  # nothing to score
-    r = invoke(["classify", src, "--model", tiny_model_dir, "--on-error", "skip", "-o",
-                tmp_path / "o.jsonl"], tmp_path)  # fmt: skip
+    r = invoke(
+        [
+            "classify",
+            src,
+            "--model",
+            tiny_model_dir,
+            "--on-error",
+            "skip",
+            "-o",
+            tmp_path / "o.jsonl",
+        ],
+        tmp_path,
+    )
     assert r.exit_code == 0, r.output
     assert "(0 scored, 2 errors)" in r.stderr and "peak memory -" not in r.stderr, r.stderr
 
@@ -22,8 +33,7 @@ def test_copies_of_a_few_texts_are_not_priced_at_their_pace():
     one item scored alone carried the job's fixed cost)."""
     from mlxbatch.jobs.result import JobResult
 
-    base = dict(errors=0, padding_overhead=0.0, batch_tokens=1024, peak_memory=0,
-                memory_bound=0)  # fmt: skip
+    base = dict(errors=0, padding_overhead=0.0, batch_tokens=1024, peak_memory=0, memory_bound=0)
     one = JobResult(rows=20_000, scored=20_000, seconds=0.55, duplicates=19_999, **base)
     assert "19999 duplicates scored once (100.0% of the rows)" in one.summary(), one.summary()
     many = JobResult(rows=2_000, scored=2_000, seconds=10.0, duplicates=1_000, **base)
@@ -40,21 +50,47 @@ def test_many_multi_token_labels_stay_within_the_memory_bound(tiny_model_dir, tm
     import sys
 
     src = tmp_path / "in.jsonl"
-    src.write_text("".join(json.dumps({"text": f"ticket {i}: the invoice was charged twice "
-                                               f"and the refund is {i} days late"}) + "\n"
-                           for i in range(20)))  # fmt: skip
+    src.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "text": f"ticket {i}: the invoice was charged twice "
+                    f"and the refund is {i} days late"
+                }
+            )
+            + "\n"
+            for i in range(20)
+        )
+    )
     labels = ",".join(f"label{i:03d}" for i in range(40))
-    r = subprocess.run([sys.executable, "-m", "mlxbatch", "classify", str(src), "--model",
-                        str(tiny_model_dir), "--labels", labels, "-o", str(tmp_path / "o.jsonl")],
-                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlxbatch",
+            "classify",
+            str(src),
+            "--model",
+            str(tiny_model_dir),
+            "--labels",
+            labels,
+            "-o",
+            str(tmp_path / "o.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
-    peak, bound = map(float, re.search(r"peak memory ([\d.]+) GiB \(bound ([\d.]+) GiB\)",
-                                       r.stderr).groups())  # fmt: skip
+    peak, bound = map(
+        float, re.search(r"peak memory ([\d.]+) GiB \(bound ([\d.]+) GiB\)", r.stderr).groups()
+    )
     assert peak <= bound, r.stderr
 
 
-def test_the_continuation_pass_gives_the_same_bits_a_few_rows_at_a_time(tiny_model_dir,
-                                                                        monkeypatch):  # fmt: skip
+def test_the_continuation_pass_gives_the_same_bits_a_few_rows_at_a_time(
+    tiny_model_dir, monkeypatch
+):
     """The later label tokens' log-probs, taken a row at a time to bound their memory, are
     the ones all rows at once give, bit for bit."""
     import mlx.core as mx
@@ -66,8 +102,9 @@ def test_the_continuation_pass_gives_the_same_bits_a_few_rows_at_a_time(tiny_mod
     clf = Classifier.load(tiny_model_dir, [f"label{i:03d}" for i in range(6)])
     model, labels = clf.lm.model, clf.labels
     assert labels.max_len > 1
-    h_lab = mx.random.normal((5 * len(labels.names), labels.max_len - 1, model.args.hidden_size),
-                             key=mx.random.key(0))  # fmt: skip
+    h_lab = mx.random.normal(
+        (5 * len(labels.names), labels.max_len - 1, model.args.hidden_size), key=mx.random.key(0)
+    )
     whole = np.array(lab.continuation_logprobs(model, h_lab, labels, host_kernels=True))
     monkeypatch.setattr(lab, "LOGIT_BYTES", 1)  # one row a chunk
     assert lab.continuation_rows(10, model.args.vocab_size) == 1

@@ -61,9 +61,12 @@ def test_the_fast_path_without_host_kernels_equals_the_gold_loop(
     assert engine.scorers["fast"].host_kernels is False
     prompts = [engine.prompt(t) for t in TEXTS]
     gold = np.stack([engine.score_gold(p) for p in prompts])
-    runs = [score_all(engine, prompts, plan_batches(engine.fed_lengths(prompts), "greedy",
-                                                    budget, most))
-            for budget, most in BUDGETS]  # fmt: skip
+    runs = [
+        score_all(
+            engine, prompts, plan_batches(engine.fed_lengths(prompts), "greedy", budget, most)
+        )
+        for budget, most in BUDGETS
+    ]
     for probs in runs:
         assert (probs.argmax(1) == gold.argmax(1)).all(), (family, dtype)
         np.testing.assert_allclose(probs, gold, atol=tolerance(lm.dtype), err_msg=family)

@@ -16,18 +16,36 @@ from mlxbatch.api.classifier import Classifier
 QUESTIONS = {
     "system": "You triage support tickets.",
     "questions": [
-        {"name": "intent", "ask": "Which team should handle this message? Answer with one of: "
-         "billing, technical, account.", "labels": ["billing", "technical", "account"]},
-        {"name": "urgency", "ask": "How urgent is this message? Answer low or high.",
-         "labels": ["low", "high"]},
+        {
+            "name": "intent",
+            "ask": "Which team should handle this message? Answer with one of: "
+            "billing, technical, account.",
+            "labels": ["billing", "technical", "account"],
+        },
+        {
+            "name": "urgency",
+            "ask": "How urgent is this message? Answer low or high.",
+            "labels": ["low", "high"],
+        },
         {"name": "tags", "multi_label": {"refund": "money back", "login": ""}},
-        {"name": "product", "ask": "Which product is it about?",
-         "labels": ["mobile app", "web dashboard", "API"]},  # several tokens a label
+        {
+            "name": "product",
+            "ask": "Which product is it about?",
+            "labels": ["mobile app", "web dashboard", "API"],
+        },  # several tokens a label
     ],
-}  # fmt: skip
+}
 # ends that BPE may merge with the question's "\n\n": the shared part is never guessed
-TEXTS = ["I was charged twice.", "Why can't I log in?", "The app crashed!", "refund me   ",
-         "line one\n", "help\n\n", "ok", "Multi\n\nparagraph text: 数据 sync"]  # fmt: skip
+TEXTS = [
+    "I was charged twice.",
+    "Why can't I log in?",
+    "The app crashed!",
+    "refund me   ",
+    "line one\n",
+    "help\n\n",
+    "ok",
+    "Multi\n\nparagraph text: 数据 sync",
+]
 
 
 def hf_scores(hf, tok, system: str, text: str, ask: str, labels: list[list[int]]) -> np.ndarray:
@@ -35,8 +53,10 @@ def hf_scores(hf, tok, system: str, text: str, ask: str, labels: list[list[int]]
     ChatML prompt written out, tokenized whole, each label's tokens scored behind it."""
     import torch
 
-    whole = (f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{text}\n\n{ask}"
-             "<|im_end|>\n<|im_start|>assistant\n")  # fmt: skip
+    whole = (
+        f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{text}\n\n{ask}"
+        "<|im_end|>\n<|im_start|>assistant\n"
+    )
     p = tok.encode(whole, add_special_tokens=False).ids
     sums = []
     for label in labels:
@@ -97,8 +117,7 @@ def job(tiny_model_dir, tmp_path):
 
     def run(name: str, *args):
         out = tmp_path / name
-        r = invoke(["classify", src, "--model", tiny_model_dir, "--questions", q, "-o", out,
-                    *args])  # fmt: skip
+        r = invoke(["classify", src, "--model", tiny_model_dir, "--questions", q, "-o", out, *args])
         assert r.exit_code == 0, r.output
         return out, r
 
@@ -112,9 +131,11 @@ def test_the_bytes_do_not_depend_on_budget_windows_or_mode(job):
     assert set(row) == {"id", "answers"}
     assert list(row["answers"]) == ["intent", "urgency", "tags", "product"]
     assert set(row["answers"]["tags"]) == {"labels", "scores"}
-    for name, args in [("small.jsonl", ["--batch-tokens", "200", "--max-batch", "3"]),
-                       ("windows.jsonl", ["--window-rows", "7"]),
-                       ("naive.jsonl", ["--mode", "naive"])]:  # fmt: skip
+    for name, args in [
+        ("small.jsonl", ["--batch-tokens", "200", "--max-batch", "3"]),
+        ("windows.jsonl", ["--window-rows", "7"]),
+        ("naive.jsonl", ["--mode", "naive"]),
+    ]:
         out, _ = job(name, *args)
         assert out.read_bytes() == ref.read_bytes(), name
 
@@ -122,9 +143,11 @@ def test_the_bytes_do_not_depend_on_budget_windows_or_mode(job):
 def test_a_table_has_a_column_per_question_and_per_score(job):
     out, _ = job("out.csv")
     lines = out.read_text().splitlines()
-    assert lines[0] == ("id,intent,urgency,tags,product,intent_billing,intent_technical,"
-                        "intent_account,urgency_low,urgency_high,tags_refund,tags_login,"
-                        "product_mobile app,product_web dashboard,product_API,error")  # fmt: skip
+    assert lines[0] == (
+        "id,intent,urgency,tags,product,intent_billing,intent_technical,"
+        "intent_account,urgency_low,urgency_high,tags_refund,tags_login,"
+        "product_mobile app,product_web dashboard,product_API,error"
+    )
     assert len(lines) == 31
 
 
@@ -135,8 +158,9 @@ def test_an_interrupted_job_resumes_to_the_same_bytes(tiny_model_dir, tmp_path, 
     from mlxbatch.runtime import testhold
 
     src, ref, out = tmp_path / "t.jsonl", tmp_path / "ref.jsonl", tmp_path / "out.jsonl"
-    src.write_text("".join(json.dumps({"text": t + " y" * i}) + "\n"
-                           for i, t in enumerate(TEXTS * 2)))  # fmt: skip
+    src.write_text(
+        "".join(json.dumps({"text": t + " y" * i}) + "\n" for i, t in enumerate(TEXTS * 2))
+    )
     clf = Classifier.load(tiny_model_dir, questions=QUESTIONS)
     rows, _ = read_rows(str(src))
     spec = RunSpec(max_batch=2)
@@ -205,8 +229,12 @@ def test_eval_reports_each_question_with_a_gold_field(job, tmp_path):
     rows = [json.loads(x) for x in src.read_text().splitlines()]
     said = [json.loads(x)["answers"] for x in out.read_text().splitlines()]
     gold = tmp_path / "gold.jsonl"
-    gold.write_text("".join(json.dumps(r | {"intent": a["intent"]["label"], "tags": ["login"]})
-                            + "\n" for r, a in zip(rows, said)))  # fmt: skip
+    gold.write_text(
+        "".join(
+            json.dumps(r | {"intent": a["intent"]["label"], "tags": ["login"]}) + "\n"
+            for r, a in zip(rows, said)
+        )
+    )
     report = tmp_path / "m.json"
     r = invoke(["eval", gold, out, "--questions", q, "--json", report])
     assert r.exit_code == 0, r.output

@@ -64,9 +64,20 @@ def test_a_multi_label_template_names_each_tag():
         ({"questions": [], "x": 1}, ["unknown key", "x"]),
         ({"questions": []}, ["'questions'", "non-empty"]),
     ],
-    ids=["duplicate", "invalid", "reserved", "empty-ask", "no-labels", "same-labels",
-         "boolean-label", "both", "unknown-field", "unknown-key", "none"],
-)  # fmt: skip
+    ids=[
+        "duplicate",
+        "invalid",
+        "reserved",
+        "empty-ask",
+        "no-labels",
+        "same-labels",
+        "boolean-label",
+        "both",
+        "unknown-field",
+        "unknown-key",
+        "none",
+    ],
+)
 def test_bad_questions_are_refused_by_question_and_field(data, words):
     with pytest.raises(InputError) as e:
         questions_from(data, "q.json")

@@ -103,13 +103,20 @@ def test_shell_block_runs(newcomer, body):
     # `wait`: a server sent SIGTERM by the block has drained and exited before the test ends;
     # the trap ends one the block left running when a command of it failed
     script = f"trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n{script}\nwait\n"
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, f"{script}\n{done.stdout}\n{done.stderr}"
     if "mlxbatch classify" in script:
         rows = [json.loads(x) for x in (cwd / "labels.jsonl").read_text().splitlines()]
-        assert len(rows) == 40 and all(r["label"] in {"billing", "technical", "account"}
-                                       for r in rows)  # fmt: skip
+        assert len(rows) == 40 and all(
+            r["label"] in {"billing", "technical", "account"} for r in rows
+        )
         assert "verify: 100.00% label agreement" in done.stderr, done.stderr
     if "mlxbatch serve" in script:
         reply = json.loads(done.stdout)
@@ -120,8 +127,9 @@ def test_shell_block_runs(newcomer, body):
 @pytest.mark.parametrize("body", readme_blocks("python"))
 def test_python_block_runs(newcomer, body):
     cwd, env = newcomer
-    done = subprocess.run([sys.executable, "-c", body], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", body], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr
     assert len(done.stdout.splitlines()) == 2, done.stdout
 

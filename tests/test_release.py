@@ -51,14 +51,35 @@ def test_wheel_holds_every_module(dists):
 def test_installed_command_runs(dists, kind, tmp_path):
     wheel = dists["wheel"]
     if kind == "sdist":  # what `pip install mlxbatch-X.tar.gz` does: build a wheel, install it
-        run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-index",
-            "--no-build-isolation", "-w", tmp_path / "from-sdist", dists["sdist"])  # fmt: skip
+        run(
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--no-build-isolation",
+            "-w",
+            tmp_path / "from-sdist",
+            dists["sdist"],
+        )
         (wheel,) = (tmp_path / "from-sdist").glob("mlxbatch-*.whl")
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", "--without-pip", venv)
     python, mlxbatch = venv / "bin" / "python", venv / "bin" / "mlxbatch"
-    run(sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps",
-        "--no-index", wheel)  # fmt: skip
+    run(
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        python,
+        "install",
+        "-q",
+        "--no-deps",
+        "--no-index",
+        wheel,
+    )
     # Only now let the venv see this environment's dependencies (mlx, click, ...): its own
     # site-packages stays first, and pip never saw (or offered to replace) the mlxbatch here.
     purelib = run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
@@ -91,8 +112,11 @@ def _lowest(spec: str) -> tuple[int, ...]:
 def test_requires_python_is_what_every_dependency_requires():
     """`requires-python` promised 3.10 while mlx-lm 0.32 needs 3.11: on 3.10 `pip install`
     failed with "No matching distribution found for mlx-lm>=0.32" instead of naming Python."""
-    ours = _lowest(re.search(r'^requires-python = "(.+)"', (ROOT / "pyproject.toml").read_text(),
-                             re.M).group(1))  # fmt: skip
+    ours = _lowest(
+        re.search(r'^requires-python = "(.+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(
+            1
+        )
+    )
     for req in metadata.requires("mlxbatch") or []:
         if "extra ==" in req:
             continue

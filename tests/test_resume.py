@@ -27,8 +27,22 @@ def job(tiny_model_dir, tmp_path_factory):
 
 
 def command(model, src, out, *extra):
-    return [sys.executable, "-m", "mlxbatch", "classify", str(src), "--model", str(model), "-o",
-            str(out), "--max-batch", "2", "--batch-tokens", "1024", *extra]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "mlxbatch",
+        "classify",
+        str(src),
+        "--model",
+        str(model),
+        "-o",
+        str(out),
+        "--max-batch",
+        "2",
+        "--batch-tokens",
+        "1024",
+        *extra,
+    ]
 
 
 def journal_rows(out) -> int:
@@ -66,8 +80,12 @@ def test_killed_ten_times_then_resumed_matches_an_uninterrupted_run(tiny_model_d
         target = journal_rows(out) + rng.randint(1, hold)
         err = root / f"killed-{kill}.err"
         with open(err, "wb") as f:
-            proc = subprocess.Popen(command(tiny_model_dir, src, out, *(["--resume"] if kill else [])),
-                                    stdout=subprocess.DEVNULL, stderr=f, env=held_after(hold))  # fmt: skip
+            proc = subprocess.Popen(
+                command(tiny_model_dir, src, out, *(["--resume"] if kill else [])),
+                stdout=subprocess.DEVNULL,
+                stderr=f,
+                env=held_after(hold),
+            )
         while (
             proc.poll() is None and journal_rows(out) < target and VARIABLE not in err.read_text()
         ):
@@ -75,8 +93,10 @@ def test_killed_ten_times_then_resumed_matches_an_uninterrupted_run(tiny_model_d
         time.sleep(rng.uniform(0, 0.03))
         if proc.poll() is not None or journal_rows(out) < target:
             proc.kill()
-            raise AssertionError(f"run {kill} ended (exit {proc.wait()}) or held with fewer than "
-                                 f"{target} rows journaled: {err.read_text()[-2000:]}")  # fmt: skip
+            raise AssertionError(
+                f"run {kill} ended (exit {proc.wait()}) or held with fewer than "
+                f"{target} rows journaled: {err.read_text()[-2000:]}"
+            )
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         assert not out.exists()
@@ -93,9 +113,14 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tiny_model_dir, job):
     # SIGINT at its default in the child: a shell starting this suite in the background
     # (`pytest &` without job control) leaves it ignored, and Python then never raises
     # KeyboardInterrupt (the run would sleep at its hold point until the timeout)
-    proc = subprocess.Popen(command(tiny_model_dir, src, out), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env=held_after(2),
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    proc = subprocess.Popen(
+        command(tiny_model_dir, src, out),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=held_after(2),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     err = wait_until_held(proc)  # two batches are journaled and the run cannot finish
     assert journal_rows(out) >= 2
     proc.send_signal(signal.SIGINT)
@@ -139,8 +164,9 @@ def test_journal_of_another_run_is_refused(tiny_model_dir, job, tmp_path):
     assert os.path.exists(journal_path(out))
 
 
-def test_a_resume_with_less_free_memory_keeps_the_first_runs_item_limit(tiny_model_dir, tmp_path,
-                                                                         monkeypatch):  # fmt: skip
+def test_a_resume_with_less_free_memory_keeps_the_first_runs_item_limit(
+    tiny_model_dir, tmp_path, monkeypatch
+):
     """Under --too-long error (--on-error fail), a resume on a machine with less free memory
     checks each row against the limit the first run recorded, not a fresh one: every row the
     first run accepted is accepted again, and the file equals an uninterrupted run's."""
@@ -222,9 +248,20 @@ def test_a_resumes_summary_figures_are_this_runs():
     from the journal, 10 scored in 1 s, none of them a duplicate (the 30 were journaled)."""
     from mlxbatch.jobs.result import JobResult
 
-    result = JobResult(rows=300, scored=300, errors=0, seconds=1.0, padding_overhead=0.0,
-                       batch_tokens=1024, peak_memory=0, memory_bound=0, duplicates=30,
-                       resumed=290, computed=10, computed_duplicates=0)  # fmt: skip
+    result = JobResult(
+        rows=300,
+        scored=300,
+        errors=0,
+        seconds=1.0,
+        padding_overhead=0.0,
+        batch_tokens=1024,
+        peak_memory=0,
+        memory_bound=0,
+        duplicates=30,
+        resumed=290,
+        computed=10,
+        computed_duplicates=0,
+    )
     line = result.summary()
     assert (
         "10.00 items/s" in line and "30 duplicates scored once (10.0% of the rows, ~0.0 s" in line

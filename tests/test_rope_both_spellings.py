@@ -27,7 +27,7 @@ BOTH = {
     "gemma3_sliding": {"rope_scaling": {"factor": 2.0}},
     # LongRoPE at 0.75 partial rotary replaced by plain rope at rope_scaling's 0.5
     "phi4mini_longrope": {"rope_scaling": {"rope_type": "default", "partial_rotary_factor": 0.5}},
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", list(BOTH))
@@ -39,8 +39,9 @@ def test_both_rope_spellings_run_as_transformers_runs_them(case, tmp_path):
     cfg = json.loads((path / "config.json").read_text())
     assert cfg.get("rope_parameters")  # what transformers >= 5 saves
     (path / "config.json").write_text(json.dumps(cfg | BOTH[case]))
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
-                                              attn_implementation="eager").eval()  # fmt: skip
+    hf = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
     lm = load_model(path, dtype="float32")
     tokens = lm.tokenizer.prompt(default_system_prompt(LABELS), TEXTS[2])
     ours = np.array(lm.model.head(lm.model(mx.array([tokens])))[0])
@@ -50,10 +51,19 @@ def test_both_rope_spellings_run_as_transformers_runs_them(case, tmp_path):
 
 
 def test_rope_scaling_beside_gemma_rope_parameters_without_a_full_attention_entry_is_refused():
-    cfg = {"model_type": "gemma3_text", "hidden_size": 64, "intermediate_size": 96,
-           "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 1000,
-           "rope_scaling": {"rope_type": "linear", "factor": 8.0},
-           "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}  # fmt: skip
-    with pytest.raises(ModelError, match=r"^config.json: rope_scaling is given beside a "
-                       "rope_parameters without a 'full_attention' entry"):  # fmt: skip
+    cfg = {
+        "model_type": "gemma3_text",
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "vocab_size": 1000,
+        "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1e6},
+    }
+    with pytest.raises(
+        ModelError,
+        match=r"^config.json: rope_scaling is given beside a "
+        "rope_parameters without a 'full_attention' entry",
+    ):
         ModelArgs.from_dict(cfg)

@@ -12,8 +12,9 @@ import pytest
 
 from mlxbatch.runtime import testhold
 
-TEXTS = [f"ticket {k}: " + "my invoice is wrong and the app crashes " * (k % 7 + 1)
-         for k in range(40)]  # fmt: skip
+TEXTS = [
+    f"ticket {k}: " + "my invoice is wrong and the app crashes " * (k % 7 + 1) for k in range(40)
+]
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +85,7 @@ def test_arriving_work_is_batched_and_every_caller_gets_its_own_answers(clf):
     prompts = [item(engine, None, t) for t in TEXTS]
     alone = np.concatenate(engine.score_batches([[p.prompt] for p in prompts]))
     records = []
-    live = LiveScheduler(engine, policy(clf), max_wait=0.01, max_queue=64,
-                         on_batch=records.append)  # fmt: skip
+    live = LiveScheduler(engine, policy(clf), max_wait=0.01, max_queue=64, on_batch=records.append)
     live.start()
 
     def request(n: int) -> None:
@@ -122,8 +122,9 @@ def test_classify_from_eight_threads_at_once(clf):
             mine = clf.classify(TEXTS[:8], mode="sequential" if n % 4 == 0 else "sorted")
             for p, g in zip(mine, gold):
                 assert p.label == g.label
-                np.testing.assert_allclose(list(p.scores.values()), list(g.scores.values()),
-                                           atol=2e-6)  # fmt: skip
+                np.testing.assert_allclose(
+                    list(p.scores.values()), list(g.scores.values()), atol=2e-6
+                )
         except BaseException as e:  # noqa: BLE001  (re-raised in the main thread)
             errors.append(e)
 
@@ -193,8 +194,12 @@ def test_closing_without_a_drain_mid_round_fails_the_requests_and_ends_the_threa
     failures = []
     previous, threading.excepthook = threading.excepthook, failures.append
     try:
-        live = LiveScheduler(TwoLanes(), policy(clf, batch_tokens=64, max_batch=2),
-                             max_wait=0.05, on_batch=close_from_another_thread)  # fmt: skip
+        live = LiveScheduler(
+            TwoLanes(),
+            policy(clf, batch_tokens=64, max_batch=2),
+            max_wait=0.05,
+            on_batch=close_from_another_thread,
+        )
         futures = [live.submit([item(engine, None, t)]) for t in TEXTS[:8]]
         live.start()
         live._thread.join(60)
@@ -229,8 +234,9 @@ def test_a_small_request_is_not_kept_behind_a_large_one(clf, monkeypatch):
     engine, records, hold = clf.engine, [], threading.Event()
     hold.set()
     monkeypatch.setattr(testhold, "held", hold.is_set)
-    live = LiveScheduler(OneLane(engine), policy(clf, max_batch=1), max_wait=0.001,
-                         on_batch=records.append)  # fmt: skip
+    live = LiveScheduler(
+        OneLane(engine), policy(clf, max_batch=1), max_wait=0.001, on_batch=records.append
+    )
     live.start()
     long = [t for t in TEXTS if t.count("crashes") == 7][:1] * 12
     large = live.submit([item(engine, None, t) for t in long])
@@ -261,8 +267,9 @@ def test_a_stream_of_small_requests_does_not_starve_a_large_one(clf):
         if len(sent) < 40:
             sent.append(live.submit([short]))
 
-    live = LiveScheduler(OneLane(engine), policy(clf, max_batch=1), max_wait=0.001,
-                         on_batch=another)  # fmt: skip
+    live = LiveScheduler(
+        OneLane(engine), policy(clf, max_batch=1), max_wait=0.001, on_batch=another
+    )
     large_done_after = []
     large = live.submit(large_items)
     large.add_done_callback(lambda f: large_done_after.append(len(records)))
@@ -276,7 +283,9 @@ def test_a_stream_of_small_requests_does_not_starve_a_large_one(clf):
     before = records[: large_done_after[0]]
     stream = sum(r.width for r in before if r.width == short.fed)
     assert len(before) < 6 + 40 and stream <= sum(i.fed for i in large_items), (
-        [r.width for r in before], stream)  # fmt: skip
+        [r.width for r in before],
+        stream,
+    )
 
 
 def test_a_drain_answers_the_requests_nearest_done_first(clf, monkeypatch):
@@ -290,8 +299,9 @@ def test_a_drain_answers_the_requests_nearest_done_first(clf, monkeypatch):
     engine, records, hold = clf.engine, [], threading.Event()
     hold.set()
     monkeypatch.setattr(testhold, "held", hold.is_set)
-    live = LiveScheduler(OneLane(engine), policy(clf, max_batch=2), max_wait=0.001,
-                         on_batch=records.append)  # fmt: skip
+    live = LiveScheduler(
+        OneLane(engine), policy(clf, max_batch=2), max_wait=0.001, on_batch=records.append
+    )
     live.start()
     done_after = []
     futures = []

@@ -36,10 +36,23 @@ class Server:
         self.port = free_port()
         self.url, self.name = f"http://127.0.0.1:{self.port}", str(model)
         self.log = (tmp or ".") / f"serve-{self.port}.log"
-        cmd = [sys.executable, "-m", "mlxbatch", "serve", "--model", str(model),
-               "--port", str(self.port), *args]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, stdout=self.log.open("wb"), stderr=subprocess.STDOUT,
-                                     env={**os.environ, **(env or {})})  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "mlxbatch",
+            "serve",
+            "--model",
+            str(model),
+            "--port",
+            str(self.port),
+            *args,
+        ]
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=self.log.open("wb"),
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
         self.seen = []  # /health statuses before ready
         deadline = time.monotonic() + 600  # a bound for a hung start, not a race: left early
         while time.monotonic() < deadline:
@@ -56,8 +69,11 @@ class Server:
 
     def metric(self, name: str) -> float:
         text = httpx.get(self.url + "/metrics", timeout=10).text
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith(name) and line[len(name)] in " {,")  # fmt: skip
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(name) and line[len(name)] in " {,"
+        )
 
     def stop(self) -> int:
         if self.proc.poll() is None:
@@ -109,14 +125,17 @@ def gold(tiny_model_dir, texts) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     clf = Classifier.load(tiny_model_dir)
     loop = clf.classify(texts, mode="sequential")
     alone = clf.classify(texts, mode="sequential-prefix")
-    return {t: (np.array(list(g.scores.values())), np.array(list(a.scores.values())))
-            for t, g, a in zip(texts, loop, alone)}  # fmt: skip
+    return {
+        t: (np.array(list(g.scores.values())), np.array(list(a.scores.values())))
+        for t, g, a in zip(texts, loop, alone)
+    }
 
 
 @pytest.fixture(scope="module")
 def server(tiny_model_dir, tmp_path_factory):
-    with running(tiny_model_dir, "--verify-sample", "0.005",
-                 tmp=tmp_path_factory.mktemp("serve")) as s:  # fmt: skip
+    with running(
+        tiny_model_dir, "--verify-sample", "0.005", tmp=tmp_path_factory.mktemp("serve")
+    ) as s:
         yield s
     assert SECRET not in s.log.read_text()  # texts are not logged at the default level
 
@@ -158,8 +177,7 @@ def test_1000_requests_from_32_clients_match_the_gold_loop(server, texts, gold):
 
     def send(client_id: int) -> list:
         with httpx.Client(timeout=60) as c:
-            return [(b, c.post(server.url + "/v1/classify", json=b))
-                    for b in bodies[client_id::32]]  # fmt: skip
+            return [(b, c.post(server.url + "/v1/classify", json=b)) for b in bodies[client_id::32]]
 
     with ThreadPoolExecutor(32) as pool:
         answers = [a for chunk in pool.map(send, range(32)) for a in chunk]
@@ -184,8 +202,10 @@ def test_1000_requests_from_32_clients_match_the_gold_loop(server, texts, gold):
     assert identical  # whatever batch an item lands in, it scores as it does alone
     assert server.metric("mlxbatch_requests_total") - ok_before == 1000
     # the sampled items (0.5%) were verified on the gold loop while idle, and none disagreed
-    wait_for(lambda: not httpx.get(server.url + "/health").json()["verify_pending"],
-             "the sampled items to be verified")  # fmt: skip
+    wait_for(
+        lambda: not httpx.get(server.url + "/health").json()["verify_pending"],
+        "the sampled items to be verified",
+    )
     assert server.metric("mlxbatch_items_verified_total") >= 3
     assert server.metric("mlxbatch_verify_mismatches_total") == 0
     assert httpx.get(server.url + "/health").json()["status"] == "ok"
@@ -254,8 +274,10 @@ def _whole(reply: bytes) -> bool:
 
 
 def test_a_50_mb_body_is_refused_before_it_is_read(server):
-    head = (b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: 52428800\r\n\r\n")  # fmt: skip
+    head = (
+        b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 52428800\r\n\r\n"
+    )
     reply = raw_exchange(server.port, head, [b"x" * 2**20] * 3)
     assert reply.startswith(b"HTTP/1.1 413") and b"(--max-body-mb)" in reply  # the option named
     # no Content-Length (chunked): counted as it arrives, refused past the cap
@@ -288,15 +310,21 @@ def test_an_item_over_max_tokens_is_422_unless_truncated(server, texts):
 
 def test_clients_that_leave_early_do_not_hurt_the_server(server, texts):
     before = server.metric('mlxbatch_requests_total{outcome="disconnected"')
-    head = (b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: 1000\r\n\r\n")  # fmt: skip
+    head = (
+        b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 1000\r\n\r\n"
+    )
     raw_exchange(server.port, head, [b'{"input": "half'], read=False)  # gone mid-body
     body = json.dumps({"input": texts[:40]}).encode()
-    head = (b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n" % len(body))  # fmt: skip
+    head = (
+        b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(body)
+    )
     raw_exchange(server.port, head, [body], read=False)  # gone while its items are scored
-    wait_for(lambda: server.metric('mlxbatch_requests_total{outcome="disconnected"') >= before + 2,
-             "the server to count both clients that left")  # fmt: skip
+    wait_for(
+        lambda: server.metric('mlxbatch_requests_total{outcome="disconnected"') >= before + 2,
+        "the server to count both clients that left",
+    )
     assert server.metric('mlxbatch_requests_total{outcome="disconnected"') == before + 2
     assert post(server, {"input": texts[:3]}).status_code == 200
 
@@ -309,8 +337,9 @@ def test_a_full_queue_is_429_and_a_key_file_is_401(tiny_model_dir, tmp_path, tex
     with running(tiny_model_dir, *args, tmp=tmp_path, env={HOLD_FILE: str(hold)}) as s:
         auth = {"Authorization": "Bearer s3cret-key"}
         error_of(post(s, {"input": "x"}), 401, "unauthorized")
-        error_of(post(s, {"input": "x"}, headers={"Authorization": "Bearer wrong"}), 401,
-                 "unauthorized")  # fmt: skip
+        error_of(
+            post(s, {"input": "x"}, headers={"Authorization": "Bearer wrong"}), 401, "unauthorized"
+        )
         assert httpx.get(s.url + "/v1/models").status_code == 401
         assert httpx.get(s.url + "/health").status_code == 200  # open, as /metrics
         hold.touch()
@@ -358,8 +387,12 @@ def test_a_verification_mismatch_is_logged_and_degrades(caplog):
 
     def check(prompt, probs):  # the gold loop says [0.9, 0.1] for every item
         gold = np.array([0.9, 0.1])
-        return Check(labels[int(np.argmax(gold))], labels[int(np.argmax(probs))],
-                     float(np.abs(gold - probs).max()), 0.8)  # fmt: skip
+        return Check(
+            labels[int(np.argmax(gold))],
+            labels[int(np.argmax(probs))],
+            float(np.abs(gold - probs).max()),
+            0.8,
+        )
 
     v = Verifier(1.0, check, on_result=lambda mismatch, diff: seen.append((mismatch, diff)))
     v.offer("classify-abc", [[1, 2], [3, 4]], np.array([[0.9, 0.1], [0.2, 0.8]]))
@@ -380,10 +413,24 @@ def test_verification_samples_about_its_fraction():
 def test_a_model_that_fails_to_load_stops_the_server(tmp_path):
     bad = tmp_path / "not-a-model"
     bad.mkdir()
-    r = subprocess.run([sys.executable, "-m", "mlxbatch", "serve", "--model", str(bad),
-                        "--host", "127.0.0.2", "--port", str(free_port())],
-                       capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlxbatch",
+            "serve",
+            "--model",
+            str(bad),
+            "--host",
+            "127.0.0.2",
+            "--port",
+            str(free_port()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert r.returncode == 2 and "error:" in r.stderr
     assert "warning: --host 127.0.0.2 serves beyond this machine" in r.stderr
 

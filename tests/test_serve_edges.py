@@ -28,8 +28,13 @@ def exchange(port: int, request: bytes) -> bytes:
 
 
 def classify(target: bytes) -> bytes:
-    return (b"POST " + target + HEAD[len(b"POST /v1/classify") :]
-            + b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(BODY) + BODY)  # fmt: skip
+    return (
+        b"POST "
+        + target
+        + HEAD[len(b"POST /v1/classify") :]
+        + b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(BODY)
+        + BODY
+    )
 
 
 def get(target: bytes) -> bytes:
@@ -47,8 +52,9 @@ def test_an_absolute_form_target_is_served_as_its_path(server):
         assert exchange(server.port, get(target)).startswith(b"HTTP/1.1 200"), target
 
 
-@pytest.mark.parametrize("target", [b"ftp://x/health", b"http:/health", b"health",
-                                    b"http://user@x/health", b"x:80"])  # fmt: skip
+@pytest.mark.parametrize(
+    "target", [b"ftp://x/health", b"http:/health", b"health", b"http://user@x/health", b"x:80"]
+)
 def test_a_target_neither_a_path_nor_an_http_url_is_400(server, target):
     reply = exchange(server.port, get(target))
     assert reply.startswith(b"HTTP/1.1 400"), reply[:300]
@@ -72,8 +78,10 @@ def test_a_head_over_the_limit_is_431_and_counted(server, header_kb):
     assert b"content-type: application/json" in head and b"connection: close" in head
     error = json.loads(body)["error"]
     assert error["type"] == "headers_too_large" and error["code"] == 431 and error["message"]
-    wait_for(lambda: server.metric('mlxbatch_requests_total{outcome="headers_too_large"')
-             == before + 1, "the 431 counted")  # fmt: skip
+    wait_for(
+        lambda: server.metric('mlxbatch_requests_total{outcome="headers_too_large"') == before + 1,
+        "the 431 counted",
+    )
 
 
 @pytest.mark.parametrize("target", [b"/v1%2Fclassify", b"/v1%2fclassify"])

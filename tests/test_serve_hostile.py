@@ -65,8 +65,15 @@ def test_a_head_that_stalls_gets_408_and_an_idle_socket_is_closed(server):
         assert read_until_closed(idle) == b""  # sent nothing: closed without a word
     assert server.metric('mlxbatch_requests_total{outcome="timeout"') == before + 1
     # logged as the other refusals are (it was counted, and no line said so)
-    wait_for(lambda: re.search(r"127\.0\.0\.1:\d+ - refused 408: the request head came too "
-                               "slowly", server.log.read_text()), "the 408 logged", 60)  # fmt: skip
+    wait_for(
+        lambda: re.search(
+            r"127\.0\.0\.1:\d+ - refused 408: the request head came too "
+            "slowly",
+            server.log.read_text(),
+        ),
+        "the 408 logged",
+        60,
+    )
 
 
 def test_a_head_still_trickling_at_its_deadline_reads_the_408_not_a_reset(server):
@@ -122,8 +129,10 @@ def test_a_trickled_head_cannot_outlive_its_deadline(server):
 def test_connections_past_the_cap_are_refused_and_the_log_stays_quiet(tiny_model_dir, tmp_path):
     with running(tiny_model_dir, *SLOW, "--max-connections", "20", tmp=tmp_path) as s:
         held = [connect(s.port) for _ in range(20)]
-        wait_for(lambda: s.metric("mlxbatch_connections_refused_total") > 0 or
-                 refused(s.port), "a connection past the cap to be refused")  # fmt: skip
+        wait_for(
+            lambda: s.metric("mlxbatch_connections_refused_total") > 0 or refused(s.port),
+            "a connection past the cap to be refused",
+        )
         many = [connect(s.port) for _ in range(300)]  # a few hundred more, all refused
         replies = [read_until_closed(c) for c in many]
         assert all(r == b"" or r.startswith(b"HTTP/1.1 503") for r in replies)
@@ -186,8 +195,11 @@ def test_a_signal_drains_past_stalled_clients_and_exits(tiny_model_dir, tmp_path
 
 @pytest.mark.parametrize("megabytes", [3, 20])
 def test_urllib_reads_the_413_of_a_body_over_the_cap(server, megabytes):
-    request = urllib.request.Request(server.url + "/v1/classify", data=b"x" * (megabytes << 20),
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    request = urllib.request.Request(
+        server.url + "/v1/classify",
+        data=b"x" * (megabytes << 20),
+        headers={"Content-Type": "application/json"},
+    )
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(request, timeout=60)
     assert caught.value.code == 413
@@ -198,8 +210,9 @@ def test_urllib_reads_the_413_of_a_body_over_the_cap(server, megabytes):
 @pytest.mark.parametrize("where", ['{"input": "x", "user": N}', '{"input": ["x", N]}', "N"])
 def test_an_integer_past_the_digit_limit_is_400(server, where):
     body = where.replace("N", "9" * 5000).encode()
-    message = error_of(httpx.post(server.url + "/v1/classify", content=body, timeout=60), 400,
-                       "invalid_request")  # fmt: skip
+    message = error_of(
+        httpx.post(server.url + "/v1/classify", content=body, timeout=60), 400, "invalid_request"
+    )
     assert "5,000 digits" in message
 
 
@@ -207,14 +220,19 @@ def test_an_integer_past_the_digit_limit_is_400(server, where):
 
 
 def start(model, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mlxbatch", "serve", "--model", str(model),
-                           *args], capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "mlxbatch", "serve", "--model", str(model), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def error_lines(r: subprocess.CompletedProcess) -> list[str]:
     """stderr less the warnings (this machine's BLAS may have one)."""
-    return [line for line in r.stderr.splitlines() if line.strip()
-            and not line.startswith("warning:")]  # fmt: skip
+    return [
+        line for line in r.stderr.splitlines() if line.strip() and not line.startswith("warning:")
+    ]
 
 
 def test_a_port_in_use_is_one_line_and_exit_2(tiny_model_dir):
@@ -249,8 +267,10 @@ def test_a_key_with_a_space_is_refused_at_start(tiny_model_dir, tmp_path):
 
 def test_metrics_count_unknown_routes_and_wrong_methods(server):
     count = server.metric
-    before = (count('mlxbatch_requests_total{outcome="not_found"'),
-              count('mlxbatch_requests_total{outcome="method_not_allowed"'))  # fmt: skip
+    before = (
+        count('mlxbatch_requests_total{outcome="not_found"'),
+        count('mlxbatch_requests_total{outcome="method_not_allowed"'),
+    )
     error_of(httpx.get(server.url + "/nothing", timeout=60), 404, "not_found")
     error_of(httpx.get(server.url + "/v1/classify", timeout=60), 405, "method_not_allowed")
     assert count('mlxbatch_requests_total{outcome="not_found"') == before[0] + 1
@@ -265,16 +285,18 @@ def test_a_non_ascii_key_matches_its_utf8_bytes_and_401s_are_counted(tiny_model_
         bad = {"Authorization": "Bearer cl\xe9-secr\xe8te".encode("latin-1")}
         url = s.url + "/v1/classify"
         assert httpx.post(url, json={"input": "x"}, headers=good, timeout=60).status_code == 200
-        error_of(httpx.post(url, json={"input": "x"}, headers=bad, timeout=60), 401,
-                 "unauthorized")  # fmt: skip
+        error_of(httpx.post(url, json={"input": "x"}, headers=bad, timeout=60), 401, "unauthorized")
         error_of(httpx.get(s.url + "/v1/models", timeout=60), 401, "unauthorized")
         assert httpx.get(s.url + "/v1/models", headers=good, timeout=60).status_code == 200
         # two keys: the first was checked, so a right one after a wrong one was refused and
         # the other way round served; either order is a 401 now
         for pair in ([bad, good], [good, bad]):
             headers = httpx.Headers([("Authorization", h["Authorization"]) for h in pair])
-            error_of(httpx.post(url, json={"input": "x"}, headers=headers, timeout=60), 401,
-                     "unauthorized")  # fmt: skip
+            error_of(
+                httpx.post(url, json={"input": "x"}, headers=headers, timeout=60),
+                401,
+                "unauthorized",
+            )
         # an unknown /v1/ route was a 404 without a key: a client could list the routes
         error_of(httpx.get(s.url + "/v1/nope", timeout=60), 401, "unauthorized")
         error_of(httpx.get(s.url + "/v1/nope", headers=good, timeout=60), 404, "not_found")
@@ -284,8 +306,10 @@ def test_a_non_ascii_key_matches_its_utf8_bytes_and_401s_are_counted(tiny_model_
 def test_query_strings_never_reach_the_access_log(server):
     httpx.get(server.url + "/health?api_key=hunter2-in-a-url", timeout=60)
     httpx.post(server.url + "/v1/classify?key=hunter2-in-a-url", json={"input": "x"}, timeout=60)
-    wait_for(lambda: server.log.read_text().count('"POST /v1/classify HTTP/1.1"') >= 1,
-             "the access log line")  # fmt: skip
+    wait_for(
+        lambda: server.log.read_text().count('"POST /v1/classify HTTP/1.1"') >= 1,
+        "the access log line",
+    )
     log = server.log.read_text()
     assert '"GET /health HTTP/1.1" 200' in log and "hunter2" not in log
 
@@ -299,8 +323,9 @@ def test_health_answers_while_long_texts_are_tokenized(server):
     texts = [f"ticket {i}: my invoice is wrong and the app crashes " * 38_000 for i in range(4)]
 
     def send(text: str) -> int:
-        return httpx.post(server.url + "/v1/classify", json={"input": text, "truncate": True},
-                          timeout=600).status_code  # fmt: skip
+        return httpx.post(
+            server.url + "/v1/classify", json={"input": text, "truncate": True}, timeout=600
+        ).status_code
 
     with ThreadPoolExecutor(4) as pool:
         futures = [pool.submit(send, t) for t in texts]
@@ -322,8 +347,12 @@ def test_health_answers_while_a_body_of_numbers_is_parsed(tiny_model_dir, tmp_pa
     with running(tiny_model_dir, "--max-body-mb", "13", tmp=tmp_path) as server:
 
         def send() -> int:
-            return httpx.post(server.url + "/v1/classify", content=body, timeout=600,
-                              headers={"content-type": "application/json"}).status_code  # fmt: skip
+            return httpx.post(
+                server.url + "/v1/classify",
+                content=body,
+                timeout=600,
+                headers={"content-type": "application/json"},
+            ).status_code
 
         with ThreadPoolExecutor(2) as pool:
             futures = [pool.submit(send) for _ in range(2)]
@@ -449,12 +478,16 @@ def test_requests_cut_at_the_drain_deadline_get_503_and_the_exit_keeps_it(tiny_m
 # -- found by a hostile pass of the service (slow, odd and misbehaving clients) -------------
 
 
-@pytest.mark.parametrize("raw", [
-    HEAD + b"Content-Length: abc\r\n\r\n{}",  # not a length
-    b"POST /v1/classify HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",  # HTTP/1.1 without Host
-    HEAD + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",  # a bad chunk size
-    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 64,  # a TLS ClientHello
-], ids=["length", "no-host", "chunk-size", "tls"])  # fmt: skip
+@pytest.mark.parametrize(
+    "raw",
+    [
+        HEAD + b"Content-Length: abc\r\n\r\n{}",  # not a length
+        b"POST /v1/classify HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",  # HTTP/1.1 without Host
+        HEAD + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",  # a bad chunk size
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 64,  # a TLS ClientHello
+    ],
+    ids=["length", "no-host", "chunk-size", "tls"],
+)
 def test_bytes_that_are_not_http_get_the_json_error_and_are_counted(server, raw):
     """They got uvicorn's text/plain "Invalid HTTP request received." and no metric; a bad
     chunk size after a valid head was counted twice, as a 400 and as a client gone (499)."""
@@ -466,10 +499,15 @@ def test_bytes_that_are_not_http_get_the_json_error_and_are_counted(server, raw)
     head, body = reply.split(b"\r\n\r\n", 1)
     assert head.startswith(b"HTTP/1.1 400") and b"content-type: application/json" in head
     assert int(head.split(b"content-length: ")[1].split(b"\r\n")[0]) == len(body)
-    assert json.loads(body)["error"] == {"message": "the request is not valid HTTP/1.1",
-                                         "type": "invalid_request", "code": 400}  # fmt: skip
-    wait_for(lambda: server.metric('mlxbatch_requests_total{outcome="invalid_request"')
-             == before + 1, "the 400 counted")  # fmt: skip
+    assert json.loads(body)["error"] == {
+        "message": "the request is not valid HTTP/1.1",
+        "type": "invalid_request",
+        "code": 400,
+    }
+    wait_for(
+        lambda: server.metric('mlxbatch_requests_total{outcome="invalid_request"') == before + 1,
+        "the 400 counted",
+    )
     time.sleep(2.5)  # a refused body lingers up to 2 s before the app sees the disconnect
     assert server.metric('mlxbatch_requests_total{outcome="invalid_request"') == before + 1
     assert server.metric('mlxbatch_requests_total{outcome="disconnected"') == gone
@@ -482,19 +520,24 @@ def test_a_refused_head_is_answered_to_a_client_still_sending_and_logged_with_it
     Upgrade header logged "pip install 'uvicorn[standard]'"."""
     body = b"x" * 1_000_000
     with connect(server.port) as s:
-        sending = threading.Thread(target=lambda: _send_all(s, HEAD + b"Content-Length: abc"
-                                                            b"\r\n\r\n" + body))  # fmt: skip
+        sending = threading.Thread(
+            target=lambda: _send_all(s, HEAD + b"Content-Length: abc\r\n\r\n" + body)
+        )
         sending.start()
         reply = read_until_closed(s)
         sending.join()
     assert reply.startswith(b"HTTP/1.1 400"), reply[:200]
     with connect(server.port) as s:
-        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n"
-                  b"Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
-                  b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")  # fmt: skip
+        s.sendall(
+            b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n"
+            b"Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        )
         assert s.recv(65536).startswith(b"HTTP/1.1 200")
-    wait_for(lambda: "refused 400: the request is not valid HTTP/1.1" in server.log.read_text(),
-             "the refusal logged")  # fmt: skip
+    wait_for(
+        lambda: "refused 400: the request is not valid HTTP/1.1" in server.log.read_text(),
+        "the refusal logged",
+    )
     log = server.log.read_text()
     assert "Invalid HTTP request received" not in log and "WebSocket" not in log, log[-3000:]
     line = next(x for x in log.splitlines() if "refused 400" in x)
@@ -729,8 +772,11 @@ def test_a_client_that_never_reads_its_replies_is_dropped(tiny_model_dir, tmp_pa
                 pass
             stalled.append(c)
         try:
-            wait_for(lambda: s.metric("mlxbatch_connections_dropped_total") == 2,
-                     "both readers dropped", limit=120)  # fmt: skip
+            wait_for(
+                lambda: s.metric("mlxbatch_connections_dropped_total") == 2,
+                "both readers dropped",
+                limit=120,
+            )
             assert httpx.get(s.url + "/health", timeout=30).status_code == 200
         finally:
             for c in stalled:
@@ -738,13 +784,13 @@ def test_a_client_that_never_reads_its_replies_is_dropped(tiny_model_dir, tmp_pa
     assert "Traceback" not in s.log.read_text()
 
 
-def test_a_client_not_reading_when_the_drain_ends_is_dropped_with_a_line(tiny_model_dir,
-                                                                         tmp_path):  # fmt: skip
+def test_a_client_not_reading_when_the_drain_ends_is_dropped_with_a_line(tiny_model_dir, tmp_path):
     """A client that stops reading its replies, with --drain-timeout shorter than
     --timeout-reply: the drain's end drops it (one log line, counted), before uvicorn cancels
     the reply it blocks, which logged "Exception in ASGI application" and a traceback."""
-    s = Server(tiny_model_dir, *SLOW, "--drain-timeout", "3", "--timeout-reply", "600",
-               tmp=tmp_path)  # fmt: skip
+    s = Server(
+        tiny_model_dir, *SLOW, "--drain-timeout", "3", "--timeout-reply", "600", tmp=tmp_path
+    )
     c = socket.socket()
     try:
         c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -770,18 +816,25 @@ def test_a_client_not_reading_when_the_drain_ends_is_dropped_with_a_line(tiny_mo
     assert "did not read its replies by the drain's end" in log
 
 
-@pytest.mark.parametrize("head, status, words", [
-    (b"Transfer-Encoding: chunked\r\n", 400, "Transfer-Encoding is not HTTP/1.0"),
-    (b"", 411, "needs Content-Length"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "head, status, words",
+    [
+        (b"Transfer-Encoding: chunked\r\n", 400, "Transfer-Encoding is not HTTP/1.0"),
+        (b"", 411, "needs Content-Length"),
+    ],
+)
 def test_an_http10_body_is_framed_by_content_length_alone(server, head, status, words):
     """HTTP/1.0 has no chunked framing (RFC 9112 6.1): such a body was scored (200); a POST
     without Content-Length was read as empty and answered "the body is not valid JSON"."""
     body = b'{"input": "hello"}'
     sent = b"11\r\n" + body[:17] + b"\r\n1\r\n}\r\n0\r\n\r\n" if head else body
     with connect(server.port) as c:
-        c.sendall(b"POST /v1/classify HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  + head + b"\r\n" + sent)  # fmt: skip
+        c.sendall(
+            b"POST /v1/classify HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + head
+            + b"\r\n"
+            + sent
+        )
         if not head:
             c.shutdown(socket.SHUT_WR)  # an HTTP/1.0 body without a length ends at EOF
         reply = read_until_closed(c)
@@ -793,8 +846,12 @@ def test_a_trailing_slash_an_ambiguous_length_and_a_huge_model_name(server):
     """A trailing slash was a 307 to a Location built from the client's Host header; a request
     with both Content-Length and Transfer-Encoding was served and its connection kept (a
     smuggling vector behind a proxy); a 100 KB model name came back whole in the 404."""
-    r = httpx.post(server.url + "/v1/classify/", json={"input": "a"}, timeout=30,
-                   headers={"Host": "evil.example"})  # fmt: skip
+    r = httpx.post(
+        server.url + "/v1/classify/",
+        json={"input": "a"},
+        timeout=30,
+        headers={"Host": "evil.example"},
+    )
     assert error_of(r, 404, "not_found") and "location" not in r.headers
     chunked = b"11\r\n" + b'{"input": "hello"}'[:17] + b"\r\n0\r\n\r\n"
     with connect(server.port) as c:
@@ -802,8 +859,9 @@ def test_a_trailing_slash_an_ambiguous_length_and_a_huge_model_name(server):
         reply = read_until_closed(c)  # closed after the reply, not kept alive
     assert reply.startswith(b"HTTP/1.1 400") and b"connection: close" in reply.lower()
     assert "both Content-Length and Transfer-Encoding" in body_of(reply)["error"]["message"]
-    r = httpx.post(server.url + "/v1/classify", json={"model": "m" * 100_000, "input": "a"},
-                   timeout=30)  # fmt: skip
+    r = httpx.post(
+        server.url + "/v1/classify", json={"model": "m" * 100_000, "input": "a"}, timeout=30
+    )
     message = error_of(r, 404, "not_found")
     assert len(message) < 400 and "100,000 characters" in message
 
@@ -828,14 +886,20 @@ def test_a_body_in_tiny_chunks_is_refused_before_it_holds_the_loop(server):
     message = body_of(reply)["error"]["message"]
     assert f"{FREE_CHUNKS + 1:,} chunks of 1 bytes" in message and str(CHUNK_BYTES) in message
     assert time.monotonic() - start < 30  # refused after ~1,000 chunks, not ~1,000,000
-    big = b"".join(b"%x\r\n" % len(body[i : i + 4096]) + body[i : i + 4096] + b"\r\n"
-                   for i in range(0, len(body), 4096))  # fmt: skip
+    big = b"".join(
+        b"%x\r\n" % len(body[i : i + 4096]) + body[i : i + 4096] + b"\r\n"
+        for i in range(0, len(body), 4096)
+    )
     pieces = [b"x"] * (FREE_CHUNKS - 2)  # with its two ends: FREE_CHUNKS chunks, all small
     small = b"".join(b"%x\r\n" % len(p) + p + b"\r\n" for p in [b'{"input": "'] + pieces + [b'"}'])
     for wire in (big, small):
         with connect(server.port) as s:
-            s.sendall(HEAD + b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + wire
-                      + b"0\r\n\r\n")  # fmt: skip
+            s.sendall(
+                HEAD
+                + b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                + wire
+                + b"0\r\n\r\n"
+            )
             assert read_until_closed(s).startswith(b"HTTP/1.1 200")
     time.sleep(2.5)  # the refused body's disconnect reaches the app after the linger
     assert server.metric('mlxbatch_requests_total{outcome="disconnected"') == gone
@@ -858,8 +922,9 @@ def test_a_partial_head_pipelined_behind_a_request_gets_its_408(server):
     the 408 of a head that came too slowly."""
     first = json.dumps({"input": "hello"}).encode()
     with connect(server.port) as s:
-        s.sendall(HEAD + b"Content-Length: %d\r\n\r\n" % len(first) + first
-                  + b"GET /health HTTP/1.1\r\n")  # fmt: skip
+        s.sendall(
+            HEAD + b"Content-Length: %d\r\n\r\n" % len(first) + first + b"GET /health HTTP/1.1\r\n"
+        )
         replies = read_until_closed(s)
     assert re.findall(rb"HTTP/1\.1 (\d{3}) ", replies) == [b"200", b"408"], replies[:300]
 
@@ -879,10 +944,14 @@ def test_an_api_key_file_saved_with_a_bom_holds_the_key_without_it(tmp_path, cap
 
 @pytest.mark.parametrize(
     "body, said",
-    [(b"[1]", "not an array"), (b'{"input": 5}', "not a number"),
-     (b'{"input": {"a": 1}}', "not an object"), (b'{"input": ["x", null]}', "input[1] must be "
-     "a string, not null"), (b'{"input": "x", "truncate": "yes"}', "not a string")],
-)  # fmt: skip
+    [
+        (b"[1]", "not an array"),
+        (b'{"input": 5}', "not a number"),
+        (b'{"input": {"a": 1}}', "not an object"),
+        (b'{"input": ["x", null]}', "input[1] must be a string, not null"),
+        (b'{"input": "x", "truncate": "yes"}', "not a string"),
+    ],
+)
 def test_a_request_names_a_wrong_value_in_jsons_words(body, said):
     # the service said "not a list" and "not a null": its own copy of io/formats.json_kind
     from mlxbatch.serve.errors import ApiError
@@ -911,9 +980,11 @@ def test_a_request_with_numbers_json_does_not_have_is_a_400():
     from mlxbatch.serve.errors import ApiError
     from mlxbatch.serve.limits import Limits, parse_classify
 
-    for body, said in ((b'{"input": "a", "user": NaN}', "NaN is not a JSON number"),
-                       (b'{"input": "a", "user": -Infinity}', "-Infinity is not a JSON number"),
-                       (b'{"input": "a", "user": 1e999}', "1e999 is past a float's range")):  # fmt: skip
+    for body, said in (
+        (b'{"input": "a", "user": NaN}', "NaN is not a JSON number"),
+        (b'{"input": "a", "user": -Infinity}', "-Infinity is not a JSON number"),
+        (b'{"input": "a", "user": 1e999}', "1e999 is past a float's range"),
+    ):
         with pytest.raises(ApiError) as e:
             parse_classify(body, Limits(), ("m",))
         assert e.value.status == 400 and said in str(e.value), str(e.value)

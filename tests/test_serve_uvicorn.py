@@ -14,11 +14,16 @@ from mlxbatch.cli.serve import need_uvicorn
 @pytest.mark.parametrize("found", ["0.28.1", "0.56.0", "1.0", "weird"])
 def test_a_uvicorn_outside_the_tested_range_is_one_line(found, tmp_path, monkeypatch):
     real = importlib.metadata.version
-    monkeypatch.setattr(importlib.metadata, "version",
-                        lambda name: found if name == "uvicorn" else real(name))  # fmt: skip
+    monkeypatch.setattr(
+        importlib.metadata, "version", lambda name: found if name == "uvicorn" else real(name)
+    )
     r = invoke(["serve", "--model", tmp_path / "absent"], tmp_path)
-    one_line_error(r, f"mlxbatch serve needs uvicorn >=0.29,<0.56 (found {found})",
-                   "pip install 'uvicorn>=0.29,<0.56'", alone=True)  # fmt: skip
+    one_line_error(
+        r,
+        f"mlxbatch serve needs uvicorn >=0.29,<0.56 (found {found})",
+        "pip install 'uvicorn>=0.29,<0.56'",
+        alone=True,
+    )
 
 
 @pytest.mark.parametrize("found", ["0.29.0", "0.55.0", "0.55.1rc1"])

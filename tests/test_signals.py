@@ -25,11 +25,14 @@ CODE = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 def start(args, env=None, **kw) -> subprocess.Popen:
     # SIGINT at its default: a suite started in the background leaves it ignored in children
-    return subprocess.Popen([sys.executable, "-m", "mlxbatch", *map(str, args)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, **(env or {})},
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-                            **kw)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "mlxbatch", *map(str, args)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        **kw,
+    )
 
 
 def children(pid: int) -> list[str]:

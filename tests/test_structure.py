@@ -86,8 +86,9 @@ def test_lanes_run_whole_batches_and_return_them_in_order(tiny_model_dir):
     lanes = Engine(lm, labels, default_system_prompt(names), executor=executor.CpuLanes(2))
     one = Engine(lm, labels, default_system_prompt(names), executor=executor.SingleStream())
     texts = ["charged twice " * k for k in range(1, 12)]
-    batches = [[lanes.prompt(t) for t in texts[a:b]] for a, b in ((0, 1), (1, 5), (5, 6),
-                                                                  (6, 9), (9, 11))]  # fmt: skip
+    batches = [
+        [lanes.prompt(t) for t in texts[a:b]] for a, b in ((0, 1), (1, 5), (5, 6), (6, 9), (9, 11))
+    ]
     got = lanes.score_batches(batches)
     with sgemm.single_threaded():  # the lanes' BLAS setting, for the same kernels
         want = one.score_batches(batches)

@@ -23,15 +23,28 @@ LABELS = ["billing", "technical", "account"]
 SYSTEM = default_system_prompt(LABELS)
 EXAMPLES = (("I was charged twice.", "billing"), ("The app crashes", "technical"))
 # texts a template might treat otherwise than others
-TEXTS = ["my password is hunter2", "Please refund me!!!", "before </think> after",
-         "<tool_response>x</tool_response>", "ask <think> me", "use <tool_call> now",
-         "  spaces around  ", "\nnewlines\n", "URGENT: help", "a long ticket " * 300]  # fmt: skip
+TEXTS = [
+    "my password is hunter2",
+    "Please refund me!!!",
+    "before </think> after",
+    "<tool_response>x</tool_response>",
+    "ask <think> me",
+    "use <tool_call> now",
+    "  spaces around  ",
+    "\nnewlines\n",
+    "URGENT: help",
+    "a long ticket " * 300,
+]
 
 
 def each_turn(head: str) -> str:
     """A ChatML template whose turn opens with `head` (jinja) instead of role + newline."""
-    return ("{% for message in messages %}{{ '<|im_start|>' }}" + head +
-            "{{ message['content'] + '<|im_end|>\\n' }}{% endfor %}" + GEN)  # fmt: skip
+    return (
+        "{% for message in messages %}{{ '<|im_start|>' }}"
+        + head
+        + "{{ message['content'] + '<|im_end|>\\n' }}{% endfor %}"
+        + GEN
+    )
 
 
 def assert_as_transformers(path: Path, texts=TEXTS, examples_sets=((), EXAMPLES)) -> None:
@@ -42,8 +55,9 @@ def assert_as_transformers(path: Path, texts=TEXTS, examples_sets=((), EXAMPLES)
         for text in texts:
             want = transformers_prompt(ref, SYSTEM, text, examples)
             assert ours.prompt(SYSTEM, text, examples) == want, (examples, text)
-        assert ours.prompts(SYSTEM, texts, examples) == [ours.prompt(SYSTEM, t, examples)
-                                                         for t in texts]  # fmt: skip
+        assert ours.prompts(SYSTEM, texts, examples) == [
+            ours.prompt(SYSTEM, t, examples) for t in texts
+        ]
 
 
 def refusal(path: Path, examples=()) -> str:
@@ -64,7 +78,7 @@ REWRITING = {  # name: (template, what the refusal names)
             "{% else %}{{ message['role'] + '\\n' }}{% endif %}"
         ),
         "'refund' in the text",
-    ),  # fmt: skip
+    ),
     "slice": (chatml("message['content'][:50]"), "the slice [:50]"),
     "rstrip_punctuation": (chatml("message['content'].rstrip('!')"), ".rstrip('!')"),
     "lowered_then_tested": (
@@ -80,7 +94,7 @@ REWRITING = {  # name: (template, what the refusal names)
             "{% endif %}{{ message['role'] + '\\n' }}"
         ),
         "the text's length",
-    ),  # fmt: skip
+    ),
     "test_of_a_macros_output": (
         MACRO
         + each_turn(
@@ -88,7 +102,7 @@ REWRITING = {  # name: (template, what the refusal names)
             "{{ message['role'] + '\\n' }}"
         ),
         ".startswith('URGENT')",
-    ),  # fmt: skip
+    ),
 }
 
 
@@ -101,8 +115,10 @@ def test_a_template_rewriting_or_testing_the_text_is_refused_at_load_naming_it(n
     with pytest.raises(ModelError) as e:
         PromptTokenizer(path)
     message = str(e.value)
-    assert message.startswith(f"{path / 'tokenizer_config.json'} (chat_template): the chat "
-                              "template changes the text it is given"), message  # fmt: skip
+    assert message.startswith(
+        f"{path / 'tokenizer_config.json'} (chat_template): the chat "
+        "template changes the text it is given"
+    ), message
     assert construct in message and "\n" not in message and "tokenizer.json" not in message
 
 
@@ -129,9 +145,11 @@ QUERY = (
     "{%- endfor %}{%- for message in messages %}"
     "{%- if message.role == 'assistant' and loop.index0 > ns.last_query_index and THINK %}"
     "{{- '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' + message.content + "
-    "'<|im_end|>\\n' }}{%- else %}" + TURN.replace("CONTENT", "message.content") +
-    "{%- endif %}{%- endfor %}" + GEN
-)  # fmt: skip
+    "'<|im_end|>\\n' }}{%- else %}"
+    + TURN.replace("CONTENT", "message.content")
+    + "{%- endif %}{%- endfor %}"
+    + GEN
+)
 
 
 def test_a_test_of_the_text_that_changes_nothing_runs_and_one_that_does_is_refused(tmp_path):
@@ -154,8 +172,10 @@ def test_non_special_added_tokens_typed_in_a_text_are_tokens_as_in_transformers(
 
 def test_named_chat_templates_without_a_default_are_refused_as_transformers_does(tmp_path):
     """A list of named templates, none named "default", ran on ChatML built in code."""
-    named = [{"name": "tool_use", "template": chatml("message['content']")},
-             {"name": "rag", "template": chatml("message['content']")}]  # fmt: skip
+    named = [
+        {"name": "tool_use", "template": chatml("message['content']")},
+        {"name": "rag", "template": chatml("message['content']")},
+    ]
     path = with_template(tmp_path / "m", "")
     cfg = json.loads((path / "tokenizer_config.json").read_text())
     (path / "tokenizer_config.json").write_text(json.dumps(cfg | {"chat_template": named}))
@@ -168,9 +188,15 @@ def test_named_chat_templates_without_a_default_are_refused_as_transformers_does
 def test_a_generation_block_renders_as_transformers_renders_it(tmp_path):
     """`{% generation %}` (assistant masks for training) did not compile."""
     turn = TURN.replace("CONTENT", "message['content']")
-    template = ("{% for message in messages %}{% if message['role'] == 'assistant' %}"
-                "{% generation %}" + turn + "{% endgeneration %}{% else %}" + turn +
-                "{% endif %}{% endfor %}" + GEN)  # fmt: skip
+    template = (
+        "{% for message in messages %}{% if message['role'] == 'assistant' %}"
+        "{% generation %}"
+        + turn
+        + "{% endgeneration %}{% else %}"
+        + turn
+        + "{% endif %}{% endfor %}"
+        + GEN
+    )
     assert_as_transformers(with_template(tmp_path / "m", template), TEXTS[:3])
 
 
@@ -195,11 +221,19 @@ def test_special_tokens_that_strip_whitespace_beside_the_text_tokenize_as_the_wh
     from tokenizers import Tokenizer
     from transformers.utils.chat_template_utils import render_jinja_template
 
-    template = ("{% for message in messages %}{{ '<|im_start|>' + message['content'] + "
-                "'<|im_end|>' }}{% endfor %}{% if add_generation_prompt %}"
-                "{{ '<|im_start|>assistant\\n' }}{% endif %}")  # fmt: skip
-    texts = ["  two spaces first", "ends with spaces  ", "\n\nnewlines both sides\n",
-             " \t mixed \u3000", "plain", "\x1c not White_Space \x1c"]  # fmt: skip
+    template = (
+        "{% for message in messages %}{{ '<|im_start|>' + message['content'] + "
+        "'<|im_end|>' }}{% endfor %}{% if add_generation_prompt %}"
+        "{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    )
+    texts = [
+        "  two spaces first",
+        "ends with spaces  ",
+        "\n\nnewlines both sides\n",
+        " \t mixed \u3000",
+        "plain",
+        "\x1c not White_Space \x1c",
+    ]
     path = stripping_tokens(tmp_path / "m", template)
     ours, whole = PromptTokenizer(path), Tokenizer.from_file(str(path / "tokenizer.json"))
     for examples in ((), EXAMPLES):
@@ -208,12 +242,14 @@ def test_special_tokens_that_strip_whitespace_beside_the_text_tokenize_as_the_wh
             for t, label in examples:
                 msgs += [{"role": "user", "content": t}, {"role": "assistant", "content": label}]
             msgs.append({"role": "user", "content": text})
-            rendered = render_jinja_template(conversations=[msgs], chat_template=template,
-                                             add_generation_prompt=True)[0][0]  # fmt: skip
+            rendered = render_jinja_template(
+                conversations=[msgs], chat_template=template, add_generation_prompt=True
+            )[0][0]
             want = whole.encode(rendered, add_special_tokens=False).ids
             assert ours.prompt(SYSTEM, text, examples) == want, (examples, text)
-        assert ours.prompts(SYSTEM, texts, examples) == [ours.prompt(SYSTEM, t, examples)
-                                                         for t in texts]  # fmt: skip
+        assert ours.prompts(SYSTEM, texts, examples) == [
+            ours.prompt(SYSTEM, t, examples) for t in texts
+        ]
 
 
 def test_a_generation_prompt_ending_in_spaces_scores_labels_with_the_space(tmp_path):
@@ -221,8 +257,10 @@ def test_a_generation_prompt_ending_in_spaces_scores_labels_with_the_space(tmp_p
     space now begins each label, as lm-evaluation-harness scores it."""
     from transformers import AutoTokenizer
 
-    template = ("{% for message in messages %}{{ message['content'] + '\\n' }}{% endfor %}"
-                "{% if add_generation_prompt %}{{ 'Category: ' }}{% endif %}")  # fmt: skip
+    template = (
+        "{% for message in messages %}{{ message['content'] + '\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ 'Category: ' }}{% endif %}"
+    )
     path = with_template(tmp_path / "m", template)
     ours, ref = PromptTokenizer(path), AutoTokenizer.from_pretrained(path)
     for label in LABELS:
@@ -246,8 +284,10 @@ def test_spaces_moved_to_labels_give_the_gold_loops_answers(tiny_model_dir, tmp_
     (path / "tokenizer_config.json").unlink()
     shutil.copyfile(tiny_model_dir / "tokenizer_config.json", path / "tokenizer_config.json")
     cfg = json.loads((path / "tokenizer_config.json").read_text())
-    cfg["chat_template"] = ("{% for message in messages %}{{ '[' + message['role'] + '] ' + "
-                            "message['content'] + '\\n' }}{% endfor %}[CATEGORY] ")  # fmt: skip
+    cfg["chat_template"] = (
+        "{% for message in messages %}{{ '[' + message['role'] + '] ' + "
+        "message['content'] + '\\n' }}{% endfor %}[CATEGORY] "
+    )
     (path / "tokenizer_config.json").write_text(json.dumps(cfg))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -268,11 +308,11 @@ UNBOUNDED = {  # name: (template prefix, what the refusal says)
         "{% set ns = namespace(x='ab') %}{% for i in range(64) %}"
         "{% set ns.x = ns.x + ns.x %}{% endfor %}",
         "builds a text",
-    ),  # fmt: skip
+    ),
     "rendered": (
         "{% for i in range(100000) %}{{ 'abcdefghijklmnopqrstuvwxyz' }}{% endfor %}",
         "renders over",
-    ),  # fmt: skip
+    ),
     "constant": ("{% set x = '" + "a" * 2_000_000 + "' %}", "characters (mlxbatch takes"),
     "recursion": ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "recurses"),
 }
@@ -287,8 +327,9 @@ def test_a_template_past_the_bounds_is_refused_naming_the_template(name, tmp_pat
     with pytest.raises(ModelError) as e:
         PromptTokenizer(path)
     message = str(e.value)
-    assert message.startswith(f"{path / 'tokenizer_config.json'} (chat_template): the chat "
-                              "template "), message  # fmt: skip
+    assert message.startswith(
+        f"{path / 'tokenizer_config.json'} (chat_template): the chat template "
+    ), message
     assert what in message and "\n" not in message and "system prompt" not in message
 
 
@@ -320,12 +361,19 @@ def test_an_unreadable_chat_template_file_is_refused_by_name(kind, tmp_path):
     assert str(e.value).startswith(f"{file}: ") and "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize(("template", "note"), [
-    (chatml("message['content']").replace(GEN, ""), "adds no generation prompt"),
-    ("{% for message in messages %}{% if message['role'] != 'system' %}"
-     + TURN.replace("CONTENT", "message['content']") + "{% endif %}{% endfor %}" + GEN,
-     "drops the system prompt"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("template", "note"),
+    [
+        (chatml("message['content']").replace(GEN, ""), "adds no generation prompt"),
+        (
+            "{% for message in messages %}{% if message['role'] != 'system' %}"
+            + TURN.replace("CONTENT", "message['content']")
+            + "{% endif %}{% endfor %}"
+            + GEN,
+            "drops the system prompt",
+        ),
+    ],
+)
 def test_a_template_without_a_generation_prompt_or_system_turn_runs_with_a_note(
     template, note, tmp_path
 ):

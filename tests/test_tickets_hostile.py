@@ -14,8 +14,12 @@ from mlxbatch.cli import cli
 
 def _rows(tmp_path):
     src = tmp_path / "in.jsonl"
-    src.write_text("".join(json.dumps({"text": f"ticket {i}", "gold": ["spam", "ham"][i % 2]})
-                           + "\n" for i in range(6)))  # fmt: skip
+    src.write_text(
+        "".join(
+            json.dumps({"text": f"ticket {i}", "gold": ["spam", "ham"][i % 2]}) + "\n"
+            for i in range(6)
+        )
+    )
     return src
 
 
@@ -53,9 +57,7 @@ def test_tickets_does_not_replace_a_file_another_run_reads(tmp_path):
     assert len(src.read_text().splitlines()) == 5
 
 
-def test_tickets_force_refuses_inputs_that_change_or_cannot_be_read_twice(
-    tiny_model_dir, tmp_path
-):  # fmt: skip
+def test_tickets_force_refuses_inputs_that_change_or_cannot_be_read_twice(tiny_model_dir, tmp_path):
     """tickets -o onto a journal; --force over a model directory holding other files; a file
     edited while a windowed job reads it; compressed Parquet; a pipe or FIFO as the input."""
     import gzip
@@ -116,7 +118,12 @@ def test_tickets_force_refuses_inputs_that_change_or_cannot_be_read_twice(
     text = (tmp_path / "again.jsonl").read_bytes()
     writer = threading.Thread(target=lambda: fifo.write_bytes(text))
     writer.start()
-    res = run_job(clf, JobInput.of_file(str(fifo)), RunSpec(window=7), tmp_path / "f.jsonl",
-                  keep_results=False)  # fmt: skip
+    res = run_job(
+        clf,
+        JobInput.of_file(str(fifo)),
+        RunSpec(window=7),
+        tmp_path / "f.jsonl",
+        keep_results=False,
+    )
     writer.join(timeout=60)
     assert res.rows == 30 and res.errors == 0

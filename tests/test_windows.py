@@ -38,8 +38,7 @@ def job(clf, source, out, resume=False, **settings):
     from mlxbatch.jobs.job import run_job
 
     spec = RunSpec(on_error="skip", **settings)
-    return run_job(clf, JobInput.of_file(str(source)), spec, out, resume=resume,
-                   keep_results=False)  # fmt: skip
+    return run_job(clf, JobInput.of_file(str(source)), spec, out, resume=resume, keep_results=False)
 
 
 def test_the_window_size_changes_no_byte(clf, tickets, tmp_path):
@@ -57,8 +56,9 @@ def test_the_window_size_changes_no_byte(clf, tickets, tmp_path):
         assert rows[k]["scores"] == rows[4]["scores"] and rows[k]["id"] != rows[4]["id"]
 
 
-def test_a_window_of_long_texts_ends_at_its_characters_and_changes_no_byte(clf, tickets,
-                                                                          tmp_path, monkeypatch):  # fmt: skip
+def test_a_window_of_long_texts_ends_at_its_characters_and_changes_no_byte(
+    clf, tickets, tmp_path, monkeypatch
+):
     """A window ends at WINDOW_CHARS characters of text as well as at its rows: 16,384 rows of
     27,000 characters were held at once (3.6 GB for a 54 MB input)."""
     from mlxbatch.api import spec
@@ -131,8 +131,9 @@ def interrupted_at_third_window(clf, tickets, out, monkeypatch) -> None:
     monkeypatch.setattr(job_module, "plan_window", real)
 
 
-def test_a_resume_at_a_window_boundary_equals_an_uninterrupted_run(clf, tickets, tmp_path,
-                                                                 monkeypatch):  # fmt: skip
+def test_a_resume_at_a_window_boundary_equals_an_uninterrupted_run(
+    clf, tickets, tmp_path, monkeypatch
+):
     ref, out = tmp_path / "ref.jsonl", tmp_path / "out.jsonl"
     job(clf, tickets, ref, window=8)
     interrupted_at_third_window(clf, tickets, out, monkeypatch)
@@ -152,8 +153,9 @@ def test_a_resumed_job_verifies_the_rows_its_journal_held(clf, tickets, tmp_path
     out = tmp_path / "out.jsonl"
     interrupted_at_third_window(clf, tickets, out, monkeypatch)
     spec = RunSpec(on_error="skip", window=8)
-    res = job_module.run_job(clf, JobInput.of_file(str(tickets)), spec, out, resume=True,
-                             verify=True, keep_results=False)  # fmt: skip
+    res = job_module.run_job(
+        clf, JobInput.of_file(str(tickets)), spec, out, resume=True, verify=True, keep_results=False
+    )
     assert res.resumed == 16 and res.verify["passed"]
     assert res.verify["items"] == res.scored - res.duplicates == 38  # every prompt scored
 
@@ -168,14 +170,16 @@ def test_a_resumed_job_returns_every_row_for_the_evaluation(clf, tickets, tmp_pa
     ref, out = tmp_path / "ref.jsonl", tmp_path / "out.jsonl"
     job(clf, tickets, ref, window=8)
     interrupted_at_third_window(clf, tickets, out, monkeypatch)
-    res = run_job(clf, JobInput.of_file(str(tickets)), RunSpec(on_error="skip", window=8), out,
-                  resume=True)  # fmt: skip
+    res = run_job(
+        clf, JobInput.of_file(str(tickets)), RunSpec(on_error="skip", window=8), out, resume=True
+    )
     assert res.resumed == 16
     assert res.results == [json.loads(x) for x in ref.read_text().splitlines()]
 
 
-def test_a_batch_whose_copy_was_cut_off_is_scored_again_and_verified_once(clf, tickets,
-                                                                         tmp_path, monkeypatch):  # fmt: skip
+def test_a_batch_whose_copy_was_cut_off_is_scored_again_and_verified_once(
+    clf, tickets, tmp_path, monkeypatch
+):
     """A journal write cut short after a scored row but before its copy (row 5 repeats row 4):
     the resume scores that batch again, and --verify counts each item once."""
     from mlxbatch.api.spec import RunSpec
@@ -200,8 +204,9 @@ def test_a_batch_whose_copy_was_cut_off_is_scored_again_and_verified_once(clf, t
     header = journal.read_text().splitlines()[0]
     entries = [json.dumps({"row": i, "result": json.loads(lines[i])}) for i in range(16) if i != 5]
     journal.write_text("\n".join([header, *entries]) + "\n")
-    res = job_module.run_job(clf, JobInput.of_file(str(tickets)), spec, out, resume=True,
-                             verify=True, keep_results=False)  # fmt: skip
+    res = job_module.run_job(
+        clf, JobInput.of_file(str(tickets)), spec, out, resume=True, verify=True, keep_results=False
+    )
     assert out.read_bytes() == ref.read_bytes()
     assert res.verify["items"] == 38 and res.verify["passed"]
 

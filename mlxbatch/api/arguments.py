@@ -20,9 +20,14 @@ def check_load_args(model_dir, labels, system_prompt, examples, min_confidence, 
 
     def strings(name: str, value) -> None:
         if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-            raise UsageError(f"{name}: expected a list of strings, got {type(value).__name__}"
-                             + (f" {value!r} (write [{value!r}] or split it yourself)"
-                                if isinstance(value, str) else ""))  # fmt: skip
+            raise UsageError(
+                f"{name}: expected a list of strings, got {type(value).__name__}"
+                + (
+                    f" {value!r} (write [{value!r}] or split it yourself)"
+                    if isinstance(value, str)
+                    else ""
+                )
+            )
         for i, v in enumerate(value):
             if not isinstance(v, str):
                 raise UsageError(f"{name}[{i}]: expected a str, got {type(v).__name__}")
@@ -35,17 +40,20 @@ def check_load_args(model_dir, labels, system_prompt, examples, min_confidence, 
     if system_prompt is not None and (problem := unicode_problem(system_prompt)):
         raise UsageError(f"system_prompt holds {problem}")  # as labels and texts are checked
     for i, pair in enumerate(examples):
-        if not (isinstance(pair, (list, tuple)) and len(pair) == 2
-                and all(isinstance(x, str) for x in pair)):  # fmt: skip
+        if not (
+            isinstance(pair, (list, tuple))
+            and len(pair) == 2
+            and all(isinstance(x, str) for x in pair)
+        ):
             raise UsageError(f"examples[{i}]: expected a (text, label) pair of strings")
         if not pair[0].strip():  # as --examples refuses an example row without text
             raise UsageError(f"examples[{i}]: the text is empty")
         if problem := unicode_problem(pair[0]):
             raise UsageError(f"examples[{i}]: the text holds {problem}")
-    if min_confidence is not None and (isinstance(min_confidence, bool)
-                                       or not isinstance(min_confidence, Real)):  # fmt: skip
-        raise UsageError(f"min_confidence: expected a number, got "
-                         f"{type(min_confidence).__name__}")  # fmt: skip
+    if min_confidence is not None and (
+        isinstance(min_confidence, bool) or not isinstance(min_confidence, Real)
+    ):
+        raise UsageError(f"min_confidence: expected a number, got {type(min_confidence).__name__}")
     if min_confidence is not None and not 0 <= min_confidence <= 1:  # NaN included
         raise LabelError(f"min_confidence {str(min_confidence)[:40]} is not between 0 and 1")
     if descriptions is not None and not isinstance(descriptions, dict):
@@ -65,8 +73,9 @@ def check_prior(prior) -> None:
     if prior is None or isinstance(prior, str):
         return
     if not isinstance(prior, dict):
-        raise UsageError(f"prior: expected {{label: weight}} or 'a=0.5,b=0.5', got "
-                         f"{type(prior).__name__}")  # fmt: skip
+        raise UsageError(
+            f"prior: expected {{label: weight}} or 'a=0.5,b=0.5', got {type(prior).__name__}"
+        )
     for label, weight in prior.items():
         if isinstance(weight, bool) or not isinstance(weight, Real):
             raise UsageError(f"prior[{label!r}]: expected a number, got {type(weight).__name__}")
@@ -75,11 +84,15 @@ def check_prior(prior) -> None:
 def checked_texts(texts) -> list[str]:
     """`texts` as a list of valid strings, or a UsageError naming the first bad one."""
     if isinstance(texts, (str, bytes)):
-        raise UsageError(f"texts: expected a list of strings, got one {type(texts).__name__} "
-                         "(wrap a single text in a list)")  # fmt: skip
+        raise UsageError(
+            f"texts: expected a list of strings, got one {type(texts).__name__} "
+            "(wrap a single text in a list)"
+        )
     if isinstance(texts, (Mapping, AbstractSet)):  # keys, or no order to match answers to
-        raise UsageError(f"texts: expected a list of strings, got {type(texts).__name__} "
-                         "(an unordered collection: the predictions come in input order)")  # fmt: skip
+        raise UsageError(
+            f"texts: expected a list of strings, got {type(texts).__name__} "
+            "(an unordered collection: the predictions come in input order)"
+        )
     try:
         texts = list(texts)
     except TypeError:
@@ -97,5 +110,6 @@ def checked_texts(texts) -> list[str]:
 def check_flag(name: str, value) -> None:
     """A bool parameter, refused otherwise: a truthy string such as "no" would turn it on."""
     if not isinstance(value, bool):
-        raise UsageError(f"{name}: expected True or False, got {type(value).__name__} "
-                         f"{value!r}"[:200])  # fmt: skip
+        raise UsageError(
+            f"{name}: expected True or False, got {type(value).__name__} {value!r}"[:200]
+        )

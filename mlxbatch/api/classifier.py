@@ -55,13 +55,20 @@ class Prediction:
 
 class Classifier:
     def __init__(
-        self, lm: LoadedModel, labels: LabelSet, system_prompt: str, prefix_cache: bool,
-        examples: Examples = (), adjust: Adjustment | None = None, engine: Engine | None = None,
-    ):  # fmt: skip
+        self,
+        lm: LoadedModel,
+        labels: LabelSet,
+        system_prompt: str,
+        prefix_cache: bool,
+        examples: Examples = (),
+        adjust: Adjustment | None = None,
+        engine: Engine | None = None,
+    ):
         self.lm, self.labels, self.system_prompt = lm, labels, system_prompt
         self.examples = tuple(examples)
-        self.engine = engine or Engine(lm, labels, system_prompt, prefix_cache=prefix_cache,
-                                       examples=self.examples)  # fmt: skip
+        self.engine = engine or Engine(
+            lm, labels, system_prompt, prefix_cache=prefix_cache, examples=self.examples
+        )
         self.adjust = adjust or Adjustment()
         self.footprint = self.engine.footprint
         self._cost: CostModel | None = None  # the planner's cost model, looked up once
@@ -74,19 +81,29 @@ class Classifier:
         """Refuse use in a forked child: MLX's allocator and threads are the parent's, and the
         first call into it there (`mx.set_cache_limit`) hangs for good instead of failing."""
         if os.getpid() != self.pid:
-            raise UsageError(f"this Classifier was loaded in process {self.pid} and is used in "
-                             f"a forked child ({os.getpid()}), where MLX hangs: load one in the "
-                             "child, or start workers with multiprocessing's 'spawn'")  # fmt: skip
+            raise UsageError(
+                f"this Classifier was loaded in process {self.pid} and is used in "
+                f"a forked child ({os.getpid()}), where MLX hangs: load one in the "
+                "child, or start workers with multiprocessing's 'spawn'"
+            )
 
     @classmethod
     def load(
-        cls, model_dir: str | Path, labels: list[str] | tuple[str, ...] = DEFAULT_LABELS,
-        system_prompt: str | None = None, dtype: str | None = None, prefix_cache: bool = True,
-        check_finite: bool = False, examples: Examples = (), calibrate: bool = False,
-        prior: dict[str, float] | str | None = None, min_confidence: float | None = None,
-        descriptions: dict[str, str] | None = None, questions=None,
+        cls,
+        model_dir: str | Path,
+        labels: list[str] | tuple[str, ...] = DEFAULT_LABELS,
+        system_prompt: str | None = None,
+        dtype: str | None = None,
+        prefix_cache: bool = True,
+        check_finite: bool = False,
+        examples: Examples = (),
+        calibrate: bool = False,
+        prior: dict[str, float] | str | None = None,
+        min_confidence: float | None = None,
+        descriptions: dict[str, str] | None = None,
+        questions=None,
         tag_threshold: float = 0.5,
-    ) -> Classifier:  # fmt: skip
+    ) -> Classifier:
         """Load a model (a directory or a hub id) for a label set. `examples`: few-shot (text, label) pairs; `calibrate`:
         contextual calibration; `prior`: {label: weight} or "a=0.5,b=0.5"; `min_confidence`:
         abstain below it; `descriptions`: {label: one line} for the default system prompt.
@@ -95,17 +112,33 @@ class Classifier:
         `questions` and `system`); the predictions then carry `answers`, tags on at P(yes)
         >= `tag_threshold`."""
         if questions is not None:
-            return cls._load_questions(model_dir, questions, labels, system_prompt, dtype,
-                                       prefix_cache, check_finite, examples, calibrate, prior,
-                                       min_confidence, descriptions, tag_threshold)  # fmt: skip
+            return cls._load_questions(
+                model_dir,
+                questions,
+                labels,
+                system_prompt,
+                dtype,
+                prefix_cache,
+                check_finite,
+                examples,
+                calibrate,
+                prior,
+                min_confidence,
+                descriptions,
+                tag_threshold,
+            )
         try:  # once: a generator checked here would reach the prompt empty
             examples = tuple(examples)
         except TypeError:
-            raise UsageError(f"examples: expected (text, label) pairs, got "
-                             f"{type(examples).__name__}") from None  # fmt: skip
+            raise UsageError(
+                f"examples: expected (text, label) pairs, got {type(examples).__name__}"
+            ) from None
         check_load_args(model_dir, labels, system_prompt, examples, min_confidence, descriptions)
-        for name, value in (("prefix_cache", prefix_cache), ("check_finite", check_finite),
-                            ("calibrate", calibrate)):  # fmt: skip
+        for name, value in (
+            ("prefix_cache", prefix_cache),
+            ("check_finite", check_finite),
+            ("calibrate", calibrate),
+        ):
             check_flag(name, value)
         check_prior(prior)  # None is no prior; an empty one is refused as the CLI's is
         if min_confidence is not None and type(min_confidence) not in (int, float):
@@ -119,38 +152,66 @@ class Classifier:
             system_prompt = default_system_prompt(labels, descriptions)
         lm = load_model(resolve(model_dir), dtype=dtype, check_finite=check_finite)
         if lm.synthetic:  # a newcomer's first load is often the demo's random model
-            warnings.warn(f"{lm.path}: SYNTHETIC random weights, not a real model: the labels "
-                          "are at chance level", SyntheticWeights, stacklevel=2)  # fmt: skip
+            warnings.warn(
+                f"{lm.path}: SYNTHETIC random weights, not a real model: the labels "
+                "are at chance level",
+                SyntheticWeights,
+                stacklevel=2,
+            )
         tokens = label_tokens(labels, lm.tokenizer.label, lm.model.args.vocab_size)
         clf = cls(lm, LabelSet(labels, tokens), system_prompt, prefix_cache, examples)
         clf.adjust = Adjustment(
             clf.engine.content_free() if calibrate else None, weights, min_confidence
-        )  # fmt: skip
+        )
         return clf
 
     @classmethod
-    def _load_questions(cls, model_dir, questions, labels, system_prompt, dtype, prefix_cache,
-                        check_finite, examples, calibrate, prior, min_confidence, descriptions,
-                        tag_threshold) -> Classifier:  # fmt: skip
+    def _load_questions(
+        cls,
+        model_dir,
+        questions,
+        labels,
+        system_prompt,
+        dtype,
+        prefix_cache,
+        check_finite,
+        examples,
+        calibrate,
+        prior,
+        min_confidence,
+        descriptions,
+        tag_threshold,
+    ) -> Classifier:
         from .questions import QuestionsClassifier, questions_of
 
         questions = questions_of(questions)
-        given = [n for n, v in (("labels", labels is not DEFAULT_LABELS), ("examples", examples),
-                                ("prior", prior is not None), ("descriptions", descriptions))
-                 if v]  # fmt: skip
+        given = [
+            n
+            for n, v in (
+                ("labels", labels is not DEFAULT_LABELS),
+                ("examples", examples),
+                ("prior", prior is not None),
+                ("descriptions", descriptions),
+            )
+            if v
+        ]
         if given:
             raise UsageError(f"{given[0]} and questions: each question gives its own labels")
         check_load_args(model_dir, list(DEFAULT_LABELS), system_prompt, (), min_confidence, None)
-        for name, value in (("prefix_cache", prefix_cache), ("check_finite", check_finite),
-                            ("calibrate", calibrate)):  # fmt: skip
+        for name, value in (
+            ("prefix_cache", prefix_cache),
+            ("check_finite", check_finite),
+            ("calibrate", calibrate),
+        ):
             check_flag(name, value)
         if isinstance(tag_threshold, bool) or not 0.0 <= float(tag_threshold) <= 1.0:
             raise UsageError(f"tag_threshold: expected a number in [0, 1], got {tag_threshold!r}")
         if system_prompt not in (None, questions.system) and questions.system is not None:
             raise UsageError("system_prompt and the questions' `system`: give one of them")
         lm = load_model(resolve(model_dir), dtype=dtype, check_finite=check_finite)
-        clf = QuestionsClassifier(lm, questions, system_prompt or questions.system,
-                                  prefix_cache, float(tag_threshold))  # fmt: skip
+        clf = QuestionsClassifier(
+            lm, questions, system_prompt or questions.system, prefix_cache, float(tag_threshold)
+        )
         clf.adjusted(calibrate, min_confidence)
         return clf
 
@@ -159,15 +220,19 @@ class Classifier:
         """The output's score columns: the labels."""
         return self.labels.names
 
-    def settings(self, spec: RunSpec | None = None, recorded: dict | None = None,
-                 cost: CostModel | None = None, names: Names = flag) -> Settings:  # fmt: skip
+    def settings(
+        self,
+        spec: RunSpec | None = None,
+        recorded: dict | None = None,
+        cost: CostModel | None = None,
+        names: Names = flag,
+    ) -> Settings:
         """This classifier's settings for a run under `spec` (see `spec.resolve_settings`; the
         cost planner's model is `cost`, else this classifier's, looked up only when needed;
         `names`: how messages name a setting, the CLI's flags by default)."""
         spec = spec or RunSpec()
         limit = self.item_limit(spec, names) if recorded is None else None
-        return resolve_settings(self.engine, spec, recorded, cost or self.cost_model, names,
-                                limit)  # fmt: skip
+        return resolve_settings(self.engine, spec, recorded, cost or self.cost_model, names, limit)
 
     def item_limit(self, spec: RunSpec, names: Names = keyword) -> Limit:
         """The most tokens an item may feed under `spec` (`spec.item_limit`), measured once per
@@ -188,17 +253,26 @@ class Classifier:
             return self._cost
 
     def policy(
-        self, mode: str = "sorted", batch_tokens: int | None = None,
-        max_batch: int = DEFAULT_MAX_BATCH, planner: str = "cost", cost: CostModel | None = None,
-    ) -> BatchPolicy:  # fmt: skip
+        self,
+        mode: str = "sorted",
+        batch_tokens: int | None = None,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        planner: str = "cost",
+        cost: CostModel | None = None,
+    ) -> BatchPolicy:
         """How this classifier's scheduler cuts and scores items in `mode`: its resolved
         settings' policy (`cost`: another cost model for the cost planner)."""
         return self.settings(RunSpec(mode, planner, batch_tokens, max_batch), cost=cost).policy
 
     def plan(
-        self, prompts: list[list[int]], mode: str = "sorted", batch_tokens: int | None = None,
-        max_batch: int = DEFAULT_MAX_BATCH, planner: str = "cost", cost: CostModel | None = None,
-    ) -> list[Batch]:  # fmt: skip
+        self,
+        prompts: list[list[int]],
+        mode: str = "sorted",
+        batch_tokens: int | None = None,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        planner: str = "cost",
+        cost: CostModel | None = None,
+    ) -> list[Batch]:
         """Batches of `prompts` (indices are positions) for `mode`, as the scheduler cuts them
         (`cost`: another cost model for the cost planner)."""
         policy = self.policy(mode, batch_tokens, max_batch, planner, cost)
@@ -223,15 +297,20 @@ class Classifier:
         calibration, prior and abstention applied."""
         shape, labels = np.shape(probs), len(self.labels.names)
         if len(shape) != 2 or shape[1] != labels:  # was a TypeError or an IndexError inside
-            raise UsageError(f"probs: expected an (N, {labels}) array, one score per label, "
-                             f"got shape {shape}")  # fmt: skip
+            raise UsageError(
+                f"probs: expected an (N, {labels}) array, one score per label, got shape {shape}"
+            )
         return [self._prediction(p) for p in self.adjust.apply(probs)]
 
     def classify(
-        self, texts: list[str], mode: str = "sorted", batch_tokens: int | None = None,
-        max_batch: int = DEFAULT_MAX_BATCH, max_tokens: int | None = None,
+        self,
+        texts: list[str],
+        mode: str = "sorted",
+        batch_tokens: int | None = None,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        max_tokens: int | None = None,
         truncate: bool = False,
-    ) -> list[Prediction]:  # fmt: skip
+    ) -> list[Prediction]:
         """Label probabilities for each text, in input order (mode='sequential': the gold loop);
         safe from several threads at once. Texts over `max_tokens` are refused, or cut to fit
         with `truncate`."""
@@ -240,19 +319,22 @@ class Classifier:
         texts = checked_texts(texts)
         spec = RunSpec(
             mode, "cost", batch_tokens, max_batch, max_tokens, "truncate" if truncate else "error"
-        )  # fmt: skip (validates)
+        )  # (validates)
         if not texts:
             return []
         settings = self.settings(spec, names=keyword)
-        items, slot = prepare_distinct(self.engine, texts, settings.limit, settings.truncating,
-                                       API_HINT)  # fmt: skip
+        items, slot = prepare_distinct(
+            self.engine, texts, settings.limit, settings.truncating, API_HINT
+        )
         scheduler = Scheduler(self.engine, settings.policy, items)
         done = [(batch, list(probs)) for batch, probs, _ in scheduler.step()]
         answers = self.predictions(np.stack(unsort(done, len(items)))[slot])
         for i, said in enumerate(answers):
             if said.not_finite:  # as the file job's rows are refused
-                raise ModelError(f"texts[{i}]: {self.non_finite()}; load it with "
-                                 "dtype='float32', or check_finite=True to check its weights")  # fmt: skip
+                raise ModelError(
+                    f"texts[{i}]: {self.non_finite()}; load it with "
+                    "dtype='float32', or check_finite=True to check its weights"
+                )
         cut = [items[k].truncated for k in slot]  # as classify's rows and the service say
         return [replace(p, truncated=c) if c else p for p, c in zip(answers, cut)]
 

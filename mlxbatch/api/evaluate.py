@@ -28,9 +28,11 @@ def expected_calibration_error(
 
 
 def evaluate(
-    predicted: list[str | None], gold: list, labels: tuple[str, ...] | list[str],
+    predicted: list[str | None],
+    gold: list,
+    labels: tuple[str, ...] | list[str],
     confidence: list[float] | None = None,
-) -> dict:  # fmt: skip
+) -> dict:
     """Metrics of `predicted` against `gold` over the label set `labels`."""
     labels = tuple(labels)
     if len(predicted) != len(gold):
@@ -61,7 +63,7 @@ def evaluate(
             "columns": [c if c else "(abstained)" for c in cols],
             "outside_label_set": outside,
             "matrix": matrix,
-        },  # fmt: skip
+        },
         "coverage": len(answered) / n if n else None,
         "accuracy_answered": float(correct[answered].mean()) if answered else None,
         "abstained": n - len(answered),
@@ -96,8 +98,13 @@ def _per_class(labels: tuple[str, ...], matrix: list[list[int]]) -> dict:
         p = tp / predicted_as if predicted_as else 0.0
         r = tp / support if support else 0.0
         f1 = 2 * p * r / (p + r) if p + r else 0.0
-        per_class[lab] = {"precision": p, "recall": r, "f1": f1, "support": support,
-                          "predicted": predicted_as}  # fmt: skip
+        per_class[lab] = {
+            "precision": p,
+            "recall": r,
+            "f1": f1,
+            "support": support,
+            "predicted": predicted_as,
+        }
     return per_class
 
 
@@ -106,8 +113,10 @@ def _above_thresholds(confidence: np.ndarray, correct: np.ndarray) -> dict:
     out = {}
     for t in THRESHOLDS:
         above = confidence >= t
-        out[str(t)] = {"coverage": float(above.mean()),
-                       "accuracy": float(correct[above].mean()) if above.any() else None}  # fmt: skip
+        out[str(t)] = {
+            "coverage": float(above.mean()),
+            "accuracy": float(correct[above].mean()) if above.any() else None,
+        }
     return out
 
 
@@ -125,11 +134,15 @@ def format_evaluation(m: dict) -> str:
     w = max(12, *(len(x) + 2 for x in labels))
     errors = m.get("error_rows", 0)
     rows = m["items"] + errors
-    lines = [f"evaluation over {m['evaluated']} of {rows} rows with a known gold label: "
-             f"accuracy {_pct(m['accuracy'])}, macro-F1 {_num(m['macro_f1'])}"]  # fmt: skip
+    lines = [
+        f"evaluation over {m['evaluated']} of {rows} rows with a known gold label: "
+        f"accuracy {_pct(m['accuracy'])}, macro-F1 {_num(m['macro_f1'])}"
+    ]
     if errors:
-        lines.append(f"error rows (not scored, not evaluated): {errors} of {rows}; accuracy "
-                     f"counting them as wrong {_pct(m['evaluated'] and m['accuracy'] * m['evaluated'] / (m['evaluated'] + errors))}")  # fmt: skip
+        lines.append(
+            f"error rows (not scored, not evaluated): {errors} of {rows}; accuracy "
+            f"counting them as wrong {_pct(m['evaluated'] and m['accuracy'] * m['evaluated'] / (m['evaluated'] + errors))}"
+        )
     if m["unknown_gold"]:
         names = ", ".join(f"{k!r} x{v}" for k, v in sorted(m["unknown_gold"].items()))
         lines.append(f"gold labels not in the label set (not evaluated): {names}")
@@ -139,27 +152,35 @@ def format_evaluation(m: dict) -> str:
     if m.get("missing_gold"):
         lines.append(f"rows without a gold label (not evaluated): {m['missing_gold']}")
     if m["abstained"]:
-        lines.append(f"coverage {_pct(m['coverage'])} ({m['abstained']} abstained, counted as "
-                     f"wrong above); accuracy on the rows kept {_pct(m['accuracy_answered'])}")  # fmt: skip
+        lines.append(
+            f"coverage {_pct(m['coverage'])} ({m['abstained']} abstained, counted as "
+            f"wrong above); accuracy on the rows kept {_pct(m['accuracy_answered'])}"
+        )
         if m.get("accuracy_top_label") is not None:
             lines.append(
                 f"top-label accuracy if nothing abstained: {_pct(m['accuracy_top_label'])}"
             )
     lines += ["", f"{'class':<{w}} {'precision':>9} {'recall':>7} {'f1':>6} {'support':>8}"]
     for lab, c in m["per_class"].items():
-        lines.append(f"{lab:<{w}} {c['precision']:>9.3f} {c['recall']:>7.3f} {c['f1']:>6.3f} "
-                     f"{c['support']:>8}")  # fmt: skip
+        lines.append(
+            f"{lab:<{w}} {c['precision']:>9.3f} {c['recall']:>7.3f} {c['f1']:>6.3f} "
+            f"{c['support']:>8}"
+        )
     cols = m["confusion"]["columns"]
     cw = max(8, *(len(c) + 1 for c in cols))
-    lines += ["", "confusion (rows: gold, columns: predicted)",
-              f"{'':<{w}}" + "".join(f"{c:>{cw}}" for c in cols)]  # fmt: skip
+    lines += [
+        "",
+        "confusion (rows: gold, columns: predicted)",
+        f"{'':<{w}}" + "".join(f"{c:>{cw}}" for c in cols),
+    ]
     for lab, row in zip(labels, m["confusion"]["matrix"]):
         lines.append(f"{lab:<{w}}" + "".join(f"{v:>{cw}}" for v in row))
     if "ece" in m:
         lines += ["", f"calibration: expected calibration error {m['ece']:.3f} (10 bins)"]
         for t, v in m["above_threshold"].items():
-            lines.append(f"  confidence >= {t}: {v['coverage']:.1%} of rows, "
-                         f"accuracy {_pct(v['accuracy'])}")  # fmt: skip
+            lines.append(
+                f"  confidence >= {t}: {v['coverage']:.1%} of rows, accuracy {_pct(v['accuracy'])}"
+            )
     return "\n".join(lines)
 
 
@@ -179,17 +200,22 @@ def plot_confusion(m: dict, path) -> None:
     mat = np.array(m["confusion"]["matrix"])
     # capped: 200 labels asked matplotlib for a 29k x 26k-pixel figure
     scale = min(1.0, MAX_INCHES / (1.2 * max(mat.shape) + 2))
-    fig, ax = plt.subplots(figsize=(scale * (1.2 * mat.shape[1] + 2),
-                                    scale * (1.1 * mat.shape[0] + 1.5)))  # fmt: skip
+    fig, ax = plt.subplots(
+        figsize=(scale * (1.2 * mat.shape[1] + 2), scale * (1.1 * mat.shape[0] + 1.5))
+    )
     ax.tick_params(labelsize=max(3.0, 10 * scale))
     ax.imshow(mat, cmap="Blues")
     ax.set_xticks(range(mat.shape[1]), m["confusion"]["columns"], rotation=30, ha="right")
     ax.set_yticks(range(mat.shape[0]), m["confusion"]["labels"])
     for (i, j), v in np.ndenumerate(mat if max(mat.shape) <= MAX_CELL_TEXT else np.zeros((0, 0))):
-        ax.text(j, i, str(v), ha="center", va="center",
-                color="white" if v > mat.max() / 2 else "black")  # fmt: skip
-    ax.set(xlabel="predicted", ylabel="gold",
-           title=f"accuracy {_pct(m['accuracy'])}, macro-F1 {_num(m['macro_f1'])}")  # fmt: skip
+        ax.text(
+            j, i, str(v), ha="center", va="center", color="white" if v > mat.max() / 2 else "black"
+        )
+    ax.set(
+        xlabel="predicted",
+        ylabel="gold",
+        title=f"accuracy {_pct(m['accuracy'])}, macro-F1 {_num(m['macro_f1'])}",
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -27,8 +27,12 @@ def multi_label(predicted: list[set[str]], gold: list[set[str]], tags: tuple[str
         tp = sum(tag in p and tag in g for p, g in zip(predicted, gold))
         fp = sum(tag in p and tag not in g for p, g in zip(predicted, gold))
         fn = sum(tag not in p and tag in g for p, g in zip(predicted, gold))
-        per_tag[tag] = {"precision": _ratio(tp, tp + fp), "recall": _ratio(tp, tp + fn),
-                        "f1": _ratio(2 * tp, 2 * tp + fp + fn), "support": tp + fn}  # fmt: skip
+        per_tag[tag] = {
+            "precision": _ratio(tp, tp + fp),
+            "recall": _ratio(tp, tp + fn),
+            "f1": _ratio(2 * tp, 2 * tp + fp + fn),
+            "support": tp + fn,
+        }
         totals = [totals[0] + tp, totals[1] + fp, totals[2] + fn]
     tp, fp, fn = totals
     n = len(gold)
@@ -51,8 +55,11 @@ def evaluate_answers(results: list[dict], fields: list[dict], questions: Questio
     """Per question with a gold field: its metrics; `fields`: each input row's fields."""
     out = {}
     for q in questions.questions:
-        pairs = [(r["answers"][q.name], f[q.name]) for r, f in zip(results, fields)
-                 if "answers" in r and f.get(q.name) is not None]  # fmt: skip
+        pairs = [
+            (r["answers"][q.name], f[q.name])
+            for r, f in zip(results, fields)
+            if "answers" in r and f.get(q.name) is not None
+        ]
         if not any(f.get(q.name) is not None for f in fields):
             continue
         if q.multi:
@@ -79,13 +86,17 @@ def format_answers(m: dict, questions: Questions) -> str:
         if not e["multi_label"]:
             lines.append(format_evaluation(e | {"error_rows": 0}))
             continue
-        lines.append(f"multi-label over {e['evaluated']} rows: micro-F1 {_num(e['micro_f1'])}, "
-                     f"macro-F1 {_num(e['macro_f1'])}, Hamming loss {_num(e['hamming_loss'])}, "
-                     f"exact match {_pct(e['exact_match'])}")  # fmt: skip
+        lines.append(
+            f"multi-label over {e['evaluated']} rows: micro-F1 {_num(e['micro_f1'])}, "
+            f"macro-F1 {_num(e['macro_f1'])}, Hamming loss {_num(e['hamming_loss'])}, "
+            f"exact match {_pct(e['exact_match'])}"
+        )
         if e["unknown_tags"]:
             lines.append(f"gold tags not among the tags (not evaluated): {e['unknown_tags']}")
         lines.append(f"{'tag':<16} {'precision':>9} {'recall':>7} {'f1':>6} {'support':>8}")
         for tag, t in e["per_tag"].items():
-            lines.append(f"{tag:<16} {t['precision']:>9.3f} {t['recall']:>7.3f} "
-                         f"{t['f1']:>6.3f} {t['support']:>8}")  # fmt: skip
+            lines.append(
+                f"{tag:<16} {t['precision']:>9.3f} {t['recall']:>7.3f} "
+                f"{t['f1']:>6.3f} {t['support']:>8}"
+            )
     return "\n".join(lines)

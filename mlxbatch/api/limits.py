@@ -64,9 +64,14 @@ def context_limit(engine: Engine) -> int:
 
 
 def prepare(
-    engine: Engine, text: str, limit: Limit, truncating: bool, key: Hashable = None,
-    prompt: list[int] | None = None, hint: str = " (see --max-tokens, --too-long)",
-) -> Item | str:  # fmt: skip
+    engine: Engine,
+    text: str,
+    limit: Limit,
+    truncating: bool,
+    key: Hashable = None,
+    prompt: list[int] | None = None,
+    hint: str = " (see --max-tokens, --too-long)",
+) -> Item | str:
     """`text` as an item keyed `key`: its prompt (`prompt`, when already tokenized) within
     `limit`, or why it cannot be (a message naming the limit, then `hint`: how to get past it)."""
     where = f"over the limit of {limit.tokens} set by {limit.source}"
@@ -86,8 +91,9 @@ def prepare(
     return Item(key, tokenized(engine, cut), m, {"from_tokens": n, "to_tokens": m})
 
 
-def prepare_distinct(engine: Engine, texts: list[str], limit: Limit, truncating: bool,
-                     hint: str) -> tuple[list[Item], list[int]]:  # fmt: skip
+def prepare_distinct(
+    engine: Engine, texts: list[str], limit: Limit, truncating: bool, hint: str
+) -> tuple[list[Item], list[int]]:
     """The items of `texts`, one per distinct prompt (the same tokens give the same answer), keyed
     0, 1, ...; and the key whose answer each text takes. A text that cannot be an item is
     refused at its first place."""

@@ -30,14 +30,21 @@ TAG_THRESHOLD = 0.5
 
 
 class QuestionsClassifier(Classifier):
-    def __init__(self, lm: LoadedModel, questions: Questions, system_prompt: str | None,
-                 prefix_cache: bool = True, tag_threshold: float = TAG_THRESHOLD):  # fmt: skip
+    def __init__(
+        self,
+        lm: LoadedModel,
+        questions: Questions,
+        system_prompt: str | None,
+        prefix_cache: bool = True,
+        tag_threshold: float = TAG_THRESHOLD,
+    ):
         self.questions, self.asked = questions, questions.asked()
         self.tag_threshold = tag_threshold
         system_prompt = system_prompt if system_prompt is not None else DEFAULT_SYSTEM
         sets = tuple(label_set(lm, a) for a in self.asked)
-        engine = QuestionsEngine(lm, [a.user_text("") for a in self.asked], sets, system_prompt,
-                                 prefix_cache)  # fmt: skip
+        engine = QuestionsEngine(
+            lm, [a.user_text("") for a in self.asked], sets, system_prompt, prefix_cache
+        )
         super().__init__(lm, engine.labels, system_prompt, prefix_cache, engine=engine)
         self.adjusts = tuple(Adjustment() for _ in self.asked)
 
@@ -46,10 +53,13 @@ class QuestionsClassifier(Classifier):
         per single-label question."""
         p_cf = self.engine.content_free() if calibrate else None
         self.adjusts = tuple(
-            Adjustment(None if p_cf is None else p_cf[a:b], None,
-                       None if asked.tag is not None else min_confidence)
+            Adjustment(
+                None if p_cf is None else p_cf[a:b],
+                None,
+                None if asked.tag is not None else min_confidence,
+            )
             for asked, (a, b) in zip(self.asked, self.engine.spans())
-        )  # fmt: skip
+        )
         self.adjust = Adjustment(min_confidence=min_confidence)  # what a journal's rows carry
 
     def cost_model(self) -> CostModel:
@@ -57,8 +67,9 @@ class QuestionsClassifier(Classifier):
         plain prompts): a text's questions feed about as many tokens as its width says."""
         with self._lock:
             if self._cost is None:
-                single = Engine(self.lm, self.engine.label_sets[0], self.system_prompt,
-                                self.engine.prefix_cache)  # fmt: skip
+                single = Engine(
+                    self.lm, self.engine.label_sets[0], self.system_prompt, self.engine.prefix_cache
+                )
                 self._cost = cost_model(single)
             return self._cost
 
@@ -70,8 +81,9 @@ class QuestionsClassifier(Classifier):
     def predictions(self, probs: np.ndarray) -> list[Prediction]:
         shape, width = np.shape(probs), len(self.labels.names)
         if len(shape) != 2 or shape[1] != width:
-            raise UsageError(f"probs: expected an (N, {width}) array, one score per column, "
-                             f"got shape {shape}")  # fmt: skip
+            raise UsageError(
+                f"probs: expected an (N, {width}) array, one score per column, got shape {shape}"
+            )
         return [self._answers(row) for row in np.asarray(probs)]
 
     def _answers(self, row: np.ndarray) -> Prediction:
@@ -93,8 +105,10 @@ class QuestionsClassifier(Classifier):
             elif adjust.abstains(p):
                 answers[asked.question] = {"label": None, "abstained": True, "scores": scores}
             else:
-                answers[asked.question] = {"label": asked.labels[int(np.argmax(p))],
-                                           "scores": scores}  # fmt: skip
+                answers[asked.question] = {
+                    "label": asked.labels[int(np.argmax(p))],
+                    "scores": scores,
+                }
         return Prediction(None, flat, answers=answers)
 
     def check_answers(self, prompt: list[int], served: dict) -> tuple[dict, dict, float]:
@@ -103,8 +117,13 @@ class QuestionsClassifier(Classifier):
         finite)."""
         gold = self.predictions(self.engine.score_gold(prompt)[None])[0]
         want = np.array(list(gold.scores.values()), np.float64)
-        got = np.array([((served.get(q) or {}).get("scores") or {}).get(x, np.nan)
-                        for q, x in self._column_keys()], np.float64)  # fmt: skip
+        got = np.array(
+            [
+                ((served.get(q) or {}).get("scores") or {}).get(x, np.nan)
+                for q, x in self._column_keys()
+            ],
+            np.float64,
+        )
         ok = np.isfinite(want).all() and np.isfinite(got).all()
         return gold.answers, served, float(np.abs(want - got).max()) if ok else float("nan")
 

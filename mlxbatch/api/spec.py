@@ -67,8 +67,9 @@ class RunSpec:
             value = getattr(self, name)
             if value is None and name in ("max_batch", "window"):  # no default to fall back on
                 raise UsageError(f"{name} must be a positive whole number, not None")
-            if value is not None and (isinstance(value, bool) or not isinstance(value, Integral)
-                                      or value < 1):  # fmt: skip
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, Integral) or value < 1
+            ):
                 raise UsageError(f"{name} must be a positive whole number, not {value!r}")
             if value is not None:  # NumPy's integers too, kept as int (the journal records it)
                 object.__setattr__(self, name, int(value))
@@ -111,19 +112,27 @@ class Settings:
         """What a resume takes from the journal instead of resolving (the fingerprint covers
         it: a journal whose recorded shape was edited is refused, not followed)."""
         p = self.policy
-        return [p.batch_tokens, p.max_batch, p.cost.to_dict() if p.cost else None,
-                [self.limit.tokens, self.limit.source], self.window,
-                *([self.window_chars] if self.window_chars else [])]  # fmt: skip
+        return [
+            p.batch_tokens,
+            p.max_batch,
+            p.cost.to_dict() if p.cost else None,
+            [self.limit.tokens, self.limit.source],
+            self.window,
+            *([self.window_chars] if self.window_chars else []),
+        ]
 
     def record(self) -> dict:
         """What a journal records (the options, with the budget, cost model, item limit and
         window as resolved): `resolve_settings` makes the same settings from it."""
         p, cost = self.policy, self.policy.cost
-        return asdict(self.spec) | {"batch_tokens": p.batch_tokens, "max_batch": p.max_batch,
-                                    "cost_model": cost.to_dict() if cost else None,
-                                    "item_limit": [self.limit.tokens, self.limit.source],
-                                    "window": self.window,
-                                    "window_chars": self.window_chars}  # fmt: skip
+        return asdict(self.spec) | {
+            "batch_tokens": p.batch_tokens,
+            "max_batch": p.max_batch,
+            "cost_model": cost.to_dict() if cost else None,
+            "item_limit": [self.limit.tokens, self.limit.source],
+            "window": self.window,
+            "window_chars": self.window_chars,
+        }
 
     def planner_label(self) -> str:
         """The planner in words, for the summary: the sorted mode's alone (the other modes name
@@ -135,10 +144,13 @@ class Settings:
 
 
 def resolve_settings(
-    engine: Engine, spec: RunSpec, recorded: dict | None = None,
-    cost: CostModel | Callable[[], CostModel] | None = None, names: Names = flag,
+    engine: Engine,
+    spec: RunSpec,
+    recorded: dict | None = None,
+    cost: CostModel | Callable[[], CostModel] | None = None,
+    names: Names = flag,
     limit: Limit | None = None,
-) -> Settings:  # fmt: skip
+) -> Settings:
     """The settings of a run on `engine` under `spec`: a journal's (`recorded`, on a resume),
     else resolved here, the same for every window. `cost`: the cost planner's model or how to
     look it up; `names`: how messages name a setting (CLI flags or API keywords); `limit`: the
@@ -157,10 +169,19 @@ def resolve_settings(
             cost = cost()
         if spec.batch_tokens:  # a declared budget must fit memory, whatever the input
             check_fits(engine.footprint, budget, max_batch, min(limit.tokens, budget), spec, names)
-    policy = BatchPolicy(step.planner, step.scorer, budget, max_batch,
-                         cost if step.planner == "cost" else None)  # fmt: skip
-    return Settings(spec, policy, limit, window, engine.labels.names, engine.system_prompt,
-                    engine.examples, window_chars)  # fmt: skip
+    policy = BatchPolicy(
+        step.planner, step.scorer, budget, max_batch, cost if step.planner == "cost" else None
+    )
+    return Settings(
+        spec,
+        policy,
+        limit,
+        window,
+        engine.labels.names,
+        engine.system_prompt,
+        engine.examples,
+        window_chars,
+    )
 
 
 def _recorded(recorded: dict, spec: RunSpec) -> tuple:
@@ -172,13 +193,19 @@ def _recorded(recorded: dict, spec: RunSpec) -> tuple:
             raise ValueError(f"item_limit {limit!r}")
         window = recorded["window"] if "window" in recorded else spec.window  # 0 is refused
         chars = recorded.get("window_chars")  # absent or null: a journal from before the bound
-        return (_count("batch_tokens", recorded["batch_tokens"]),
-                _count("max_batch", recorded["max_batch"]), _cost(recorded.get("cost_model")),
-                Limit(_count("item_limit", limit[0]), limit[1]), _count("window", window),
-                None if chars is None else _count("window_chars", chars))  # fmt: skip
+        return (
+            _count("batch_tokens", recorded["batch_tokens"]),
+            _count("max_batch", recorded["max_batch"]),
+            _cost(recorded.get("cost_model")),
+            Limit(_count("item_limit", limit[0]), limit[1]),
+            _count("window", window),
+            None if chars is None else _count("window_chars", chars),
+        )
     except (KeyError, TypeError, ValueError) as e:
-        raise ResumeError(f"the journal's recorded settings are unreadable ({e}); delete the "
-                          "journal to start over") from None  # fmt: skip
+        raise ResumeError(
+            f"the journal's recorded settings are unreadable ({e}); delete the "
+            "journal to start over"
+        ) from None
 
 
 def _count(name: str, value) -> int:
@@ -214,8 +241,10 @@ def item_limit(engine: Engine, spec: RunSpec, names: Names = flag) -> Limit:
             "what the weights leave of",
         )
     if fits < 1:  # no row can run: one error for the job, not one "over the limit of 1" a row
-        raise JobError(f"{available_source()} ({amount(avail)}) holds not even one item of one "
-                       f"token: {_what_needs(fp, fp.batch_cost(1, 1, 1), avail)}")  # fmt: skip
+        raise JobError(
+            f"{available_source()} ({amount(avail)}) holds not even one item of one "
+            f"token: {_what_needs(fp, fp.batch_cost(1, 1, 1), avail)}"
+        )
     if fits < tokens:
         return Limit(fits, f"{share} {available_source()} ({amount(avail)} with them)")
     return Limit(tokens, source)
@@ -226,15 +255,20 @@ def _what_needs(fp: Footprint, cost, avail: int) -> str:
     if fp.weight_bytes >= avail:
         return f"the weights alone need {amount(fp.weight_bytes)}"
     if fp.label_len > 1:
-        return (f"it needs about {amount(cost.total)} beside the weights ({amount(fp.weight_bytes)}) "
-                f"for {fp.n_labels} labels of up to {fp.label_len} tokens (each row's cache and "
-                "scores are repeated per label); use fewer or shorter labels")  # fmt: skip
-    return (f"it needs about {amount(cost.total)} beside the weights ({amount(fp.weight_bytes)}); "
-            "free memory, or shorten the prompt before each item (system prompt, examples)")  # fmt: skip
+        return (
+            f"it needs about {amount(cost.total)} beside the weights ({amount(fp.weight_bytes)}) "
+            f"for {fp.n_labels} labels of up to {fp.label_len} tokens (each row's cache and "
+            "scores are repeated per label); use fewer or shorter labels"
+        )
+    return (
+        f"it needs about {amount(cost.total)} beside the weights ({amount(fp.weight_bytes)}); "
+        "free memory, or shorten the prompt before each item (system prompt, examples)"
+    )
 
 
-def check_fits(fp: Footprint, tokens: int, rows: int, width: int, spec: RunSpec,
-               names: Names = flag) -> None:  # fmt: skip
+def check_fits(
+    fp: Footprint, tokens: int, rows: int, width: int, spec: RunSpec, names: Names = flag
+) -> None:
     """Refuse a batch shape whose memory exceeds what is available, naming the setting."""
     cost, avail = fp.batch_cost(tokens, rows, width), available_bytes()
     if fp.weight_bytes + cost.total <= avail:
@@ -244,12 +278,16 @@ def check_fits(fp: Footprint, tokens: int, rows: int, width: int, spec: RunSpec,
     elif spec.mode == "naive" or rows >= 256:
         culprit = f"{names('max_batch', spec.max_batch)} (rows per batch); lower it"
     elif fp.label_len > 1 and cost.kv_cache > cost.activations:
-        culprit = (f"{fp.n_labels} labels of up to {fp.label_len} tokens (each row's cache is "
-                   f"repeated per label); use fewer or shorter labels, or lower "
-                   f"{names('max_batch')}")  # fmt: skip
+        culprit = (
+            f"{fp.n_labels} labels of up to {fp.label_len} tokens (each row's cache is "
+            f"repeated per label); use fewer or shorter labels, or lower "
+            f"{names('max_batch')}"
+        )
     else:
-        culprit = (f"items of {width} tokens; set {names('max_tokens')} with "
-                   f"{names('too_long', 'truncate')}")  # fmt: skip
+        culprit = (
+            f"items of {width} tokens; set {names('max_tokens')} with "
+            f"{names('too_long', 'truncate')}"
+        )
     raise JobError(
         f"one batch needs about {amount(fp.weight_bytes + cost.total)} with the weights, more "
         f"than the {amount(avail)} of {available_source()}: {culprit}"

@@ -34,10 +34,15 @@ def against(
     ref_probs, ref_seconds, ref_peak = _sorted_run(ref, texts, max_batch)
     ref_peak -= clf.footprint.weight_bytes  # still resident, but not the reference's
     return {
-        "model": clf.lm.describe(), "reference": ref.lm.describe(), "items": len(texts),
+        "model": clf.lm.describe(),
+        "reference": ref.lm.describe(),
+        "items": len(texts),
         "label_agreement": float((probs.argmax(1) == ref_probs.argmax(1)).mean()),
         "max_abs_prob_diff": float(np.abs(probs - ref_probs).max()),
-        "seconds": seconds, "items_per_s": len(texts) / seconds, "peak_memory": peak,
-        "reference_seconds": ref_seconds, "reference_items_per_s": len(texts) / ref_seconds,
+        "seconds": seconds,
+        "items_per_s": len(texts) / seconds,
+        "peak_memory": peak,
+        "reference_seconds": ref_seconds,
+        "reference_items_per_s": len(texts) / ref_seconds,
         "reference_peak_memory": ref_peak,
-    }  # fmt: skip
+    }

@@ -85,15 +85,28 @@ def bench_options(req: BenchRequest, say: Callable[[str], None]) -> BenchOptions
     )
     system, shots = _prompt(req, spec)
     return BenchOptions(
-        model=req.model, tickets=req.tickets_spec, mix=req.mix, labels=spec.labels,
-        system_prompt=system, examples=shots, descriptions=spec.descriptions,
+        model=req.model,
+        tickets=req.tickets_spec,
+        mix=req.mix,
+        labels=spec.labels,
+        system_prompt=system,
+        examples=shots,
+        descriptions=spec.descriptions,
         prompt_name=req.prompt_name if not req.examples else f"examples from {req.examples}",
-        batch_tokens=req.batch_tokens, max_batch=req.max_batch, naive_batch=req.naive_batch,
-        sweep=budgets(req.sweep), modes=wanted, peers=peers,
+        batch_tokens=req.batch_tokens,
+        max_batch=req.max_batch,
+        naive_batch=req.naive_batch,
+        sweep=budgets(req.sweep),
+        modes=wanted,
+        peers=peers,
         peer_batch_tokens=req.peer_batch_tokens,
         llama_cpp=LlamaCppOptions(req.llama_cpp_src, req.llama_threads),
-        quick=req.quick, calibrate=not req.no_calibrate, against=against, json_path=req.json_path, plot_path=req.plot_path,
-    )  # fmt: skip
+        quick=req.quick,
+        calibrate=not req.no_calibrate,
+        against=against,
+        json_path=req.json_path,
+        plot_path=req.plot_path,
+    )
 
 
 def _prompt(req: BenchRequest, spec: PromptSpec) -> tuple[str | None, tuple[tuple[str, str], ...]]:
@@ -102,8 +115,9 @@ def _prompt(req: BenchRequest, spec: PromptSpec) -> tuple[str | None, tuple[tupl
     if req.prompt_name == "default":
         return spec.system, spec.examples
     if req.system_prompt or req.system_prompt_file or req.examples:
-        raise UsageError(f"--prompt {req.prompt_name} is a built-in prompt: do not combine it "
-                         "with your own")  # fmt: skip
+        raise UsageError(
+            f"--prompt {req.prompt_name} is a built-in prompt: do not combine it with your own"
+        )
     try:
         return built_in_prompt(req.prompt_name, spec.labels)
     except ValueError as e:
@@ -144,12 +158,15 @@ def _ranks(req: BenchRequest, tickets_file: list[Path], say) -> int:
             init_random(model, preset="tiny", seed=0, dtype="float32")
             tickets_spec = "60" if tickets_spec == "600" else tickets_spec
         texts, source = load_tickets(tickets_spec, req.mix)
-        m = measure_ranks(req.ranks, model_dir(model, say), texts, ["--max-batch", str(req.max_batch)],
-                          say)  # fmt: skip
+        m = measure_ranks(
+            req.ranks, model_dir(model, say), texts, ["--max-batch", str(req.max_batch)], say
+        )
     n = req.ranks
-    say(f"{source}: 1 rank {m['seconds_1']:.1f} s, {n} ranks {m[f'seconds_{n}']:.1f} s: "
+    say(
+        f"{source}: 1 rank {m['seconds_1']:.1f} s, {n} ranks {m[f'seconds_{n}']:.1f} s: "
         f"{m['speedup']:.2f}x on {m['cpu_count']} cores of {m['host']}; output files identical: "
-        f"{m['identical_output']}")  # fmt: skip
+        f"{m['identical_output']}"
+    )
     if req.json_path:
         write_json_report(req.json_path, m)
     return 0
@@ -165,12 +182,14 @@ def _questions(req: BenchRequest, tickets_file: list[Path], say) -> int:
     check_reports(req.json_path, None, [*tickets_file, req.questions])
     gold = "gold" in _names(req.modes, MODE_NAMES, "--modes")
     with tempfile.TemporaryDirectory() as tmp:
-        model, tickets, _ = bench_inputs(BenchOptions(model=req.model, tickets=req.tickets_spec,
-                                                      quick=req.quick), Path(tmp))  # fmt: skip
+        model, tickets, _ = bench_inputs(
+            BenchOptions(model=req.model, tickets=req.tickets_spec, quick=req.quick), Path(tmp)
+        )
         texts, source = load_tickets(tickets, req.mix)
         say(f"{source}; questions from {req.questions}")
-        r = bench_questions(model_dir(model and str(model), say), asked, texts,
-                            req.batch_tokens, gold, say)  # fmt: skip
+        r = bench_questions(
+            model_dir(model and str(model), say), asked, texts, req.batch_tokens, gold, say
+        )
     print(format_questions(r), file=report_stream(req.json_path))
     if req.json_path:
         write_json_report(req.json_path, r)

@@ -19,8 +19,9 @@ from ..jobs.job import run_job
 from .workload import generate, jsonl_text, write_jsonl
 
 
-def run_demo(n: int, model: Path, out_dir: Path, progress=print,
-             resume: bool = False) -> tuple[list[str], bool]:  # fmt: skip
+def run_demo(
+    n: int, model: Path, out_dir: Path, progress=print, resume: bool = False
+) -> tuple[list[str], bool]:
     """Classify `n` synthetic tickets with sorted batching and --verify; (report lines, passed).
     `resume`: continue the demo a Ctrl-C stopped (its journal checks the tickets are its own)."""
     t0 = time.perf_counter()
@@ -29,11 +30,15 @@ def run_demo(n: int, model: Path, out_dir: Path, progress=print,
     tickets = generate(n)
     if journal_path(out).exists():  # checked before its tickets are written again
         if not resume:
-            raise ResumeError(f"{journal_path(out)} holds an interrupted demo: `mlxbatch demo "
-                              "--resume` continues it; delete it to start over")  # fmt: skip
+            raise ResumeError(
+                f"{journal_path(out)} holds an interrupted demo: `mlxbatch demo "
+                "--resume` continues it; delete it to start over"
+            )
         if src.exists() and src.read_bytes() != jsonl_text(tickets).encode("utf-8"):
-            raise ResumeError(f"{journal_path(out)} is a demo of other tickets than --tickets {n} "
-                              f"makes ({src}): resume with the first run's --tickets")  # fmt: skip
+            raise ResumeError(
+                f"{journal_path(out)} is a demo of other tickets than --tickets {n} "
+                f"makes ({src}): resume with the first run's --tickets"
+            )
     write_jsonl(tickets, src)  # the same bytes for the same n: a resume's input is unchanged
     clf = Classifier.load(model)
     first = cached(clf.engine) is None  # this machine's first job checks the planner's defaults
@@ -44,8 +49,10 @@ def run_demo(n: int, model: Path, out_dir: Path, progress=print,
     try:
         res = run_job(clf, rows, spec, out, resume=resume, verify=True, source=str(src), fmt=fmt)
     except KeyboardInterrupt:
-        raise Interrupted(f"interrupted; finished batches are saved in {journal_path(out)}: "
-                          "`mlxbatch demo --resume` continues") from None  # fmt: skip
+        raise Interrupted(
+            f"interrupted; finished batches are saved in {journal_path(out)}: "
+            "`mlxbatch demo --resume` continues"
+        ) from None
     preds = [json.loads(x) for x in out.read_text().splitlines()]
     v = res.verify
     counts = Counter(p["label"] for p in preds)

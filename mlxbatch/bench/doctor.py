@@ -97,11 +97,15 @@ def calibrations() -> list[str] | str:
 
     entries = [e for e in cached_entries() if isinstance(e.get("model"), dict)]
     here = sorted(filter(_on_disk, entries), key=lambda e: (e["model_path"], str(e.get("at", ""))))
-    lines = [f"{e['model_path']} ({e.get('dtype', '?')}, {e.get('at', '?')}): " + _described(e)
-             for e in here]  # fmt: skip
+    lines = [
+        f"{e['model_path']} ({e.get('dtype', '?')}, {e.get('at', '?')}): " + _described(e)
+        for e in here
+    ]
     if len(here) < len(entries):
-        lines.append(f"{len(entries) - len(here)} more for models no longer on disk (all in "
-                     f"{cache_dir() / 'planner.json'})")  # fmt: skip
+        lines.append(
+            f"{len(entries) - len(here)} more for models no longer on disk (all in "
+            f"{cache_dir() / 'planner.json'})"
+        )
     return lines or "none cached (mlxbatch doctor --calibrate --model DIR, or any bench run)"
 
 

@@ -21,8 +21,9 @@ def run_isolated(target: str, name: str, kwargs: dict) -> dict:
         args, out = Path(tmp) / "args.pickle", Path(tmp) / "result.json"
         args.write_bytes(pickle.dumps(kwargs))
         # its standard output is not the report's; its progress goes to standard error
-        run = subprocess.run([sys.executable, "-m", __name__, target, str(args), str(out)],
-                             stdout=subprocess.DEVNULL)  # fmt: skip
+        run = subprocess.run(
+            [sys.executable, "-m", __name__, target, str(args), str(out)], stdout=subprocess.DEVNULL
+        )
         if run.returncode < 0:
             try:
                 why = signal.Signals(-run.returncode).name
@@ -46,8 +47,10 @@ def _child(target: str, args: str, out: str) -> None:
     try:
         result = getattr(importlib.import_module(module), function)(**kwargs)
     except Exception as e:  # a peer's failure is a line of the report, never the bench's end
-        result = {"name": kwargs.get("name", target), "error": " ".join(str(e).split())[:300]
-                  or type(e).__name__}  # fmt: skip
+        result = {
+            "name": kwargs.get("name", target),
+            "error": " ".join(str(e).split())[:300] or type(e).__name__,
+        }
     Path(out).write_text(json.dumps(result))
 
 

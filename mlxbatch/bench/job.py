@@ -70,14 +70,20 @@ def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
     with tempfile.TemporaryDirectory() as tmp:
         model, tickets, llama = bench_inputs(o, Path(tmp))
         texts, source = load_tickets(tickets, o.mix)
-        clf = Classifier.load(resolve(model), o.labels, o.system_prompt, examples=o.examples,
-                              descriptions=o.descriptions)  # fmt: skip
+        clf = Classifier.load(
+            resolve(model),
+            o.labels,
+            o.system_prompt,
+            examples=o.examples,
+            descriptions=o.descriptions,
+        )
         prompts = [clf.engine.prompt(t) for t in texts]
         greedy = greedy_budget(clf, clf.engine.fed_lengths(prompts), o.batch_tokens, o.max_batch)
         info = doctor_report(2048 if not o.quick else 512, read_config(clf.lm.path))
         cost, calib = planner_cost(clf, o.calibrate, progress)
-        result = run_bench(clf, texts, greedy, o.max_batch, o.naive_batch, list(o.sweep),
-                           progress, o.modes, cost)  # fmt: skip
+        result = run_bench(
+            clf, texts, greedy, o.max_batch, o.naive_batch, list(o.sweep), progress, o.modes, cost
+        )
         result["calibration"] = calib
         result["meta"] = bench_meta(clf, source, o.prompt_name, info)
         result.update(peers_entry(o, clf, prompts, result["gold_labels"], llama, progress))
@@ -112,9 +118,11 @@ def greedy_budget(clf: Classifier, fed: list[int], batch_tokens: int | None, max
 
     greedy = batch_tokens or clf.engine.default_budget(max_batch, max(fed))
     if greedy < max(fed):
-        raise UsageError(f"the free memory allows batches of {greedy} tokens, fewer than the "
-                         f"longest ticket's {max(fed)}: free some memory or set "
-                         f"--batch-tokens")  # fmt: skip
+        raise UsageError(
+            f"the free memory allows batches of {greedy} tokens, fewer than the "
+            f"longest ticket's {max(fed)}: free some memory or set "
+            f"--batch-tokens"
+        )
     return greedy
 
 
@@ -142,17 +150,26 @@ def reference_labels(clf: Classifier, prompts: list[list[int]]) -> list[int]:
 def bench_meta(clf: Classifier, source: str, prompt_name: str, info: dict) -> dict:
     """What ran: the model, tickets and prompt, on the machine `doctor` describes."""
     return {
-        "model": clf.lm.describe(), "tickets": source, "prompt": prompt_name,
-        "device": info["device"], "device_name": info["device_name"], "dtype": info["dtype"],
+        "model": clf.lm.describe(),
+        "tickets": source,
+        "prompt": prompt_name,
+        "device": info["device"],
+        "device_name": info["device_name"],
+        "dtype": info["dtype"],
         "blas": info["blas_kernels"] or info["blas"],
-        "peak_matmul_gflops": info[f"matmul_gflops_{info['dtype']}"], "doctor": info,
-    }  # fmt: skip
+        "peak_matmul_gflops": info[f"matmul_gflops_{info['dtype']}"],
+        "doctor": info,
+    }
 
 
 def peers_entry(
-    o: BenchOptions, clf: Classifier, prompts: list[list[int]], gold_labels: list[str],
-    llama: LlamaCppOptions, progress,
-) -> dict:  # fmt: skip
+    o: BenchOptions,
+    clf: Classifier,
+    prompts: list[list[int]],
+    gold_labels: list[str],
+    llama: LlamaCppOptions,
+    progress,
+) -> dict:
     """The report's `peers` entry: their runs against the reference's labels, or why they
     cannot run; none when no peer was asked for. Where --modes ran no reference (neither gold
     nor prefix), the gold loop runs for the peers, untimed: it costs what one peer does."""
@@ -168,6 +185,17 @@ def peers_entry(
     else:
         progress("running the gold loop, the peers' reference (not in --modes, untimed) ...")
         gold = reference_labels(clf, prompts)
-    return {"peers": run_peers(clf.lm.path, prompts, clf.labels.first_ids, gold,
-                               o.peer_batch_tokens, o.max_batch, o.naive_batch, o.peers,
-                               progress, llama)}  # fmt: skip
+    return {
+        "peers": run_peers(
+            clf.lm.path,
+            prompts,
+            clf.labels.first_ids,
+            gold,
+            o.peer_batch_tokens,
+            o.max_batch,
+            o.naive_batch,
+            o.peers,
+            progress,
+            llama,
+        )
+    }

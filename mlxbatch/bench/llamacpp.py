@@ -33,8 +33,10 @@ def find_converter(src: Path | None) -> tuple[Path | None, str]:
     """llama.cpp's converter under `src` (or $MLXBATCH_LLAMA_CPP_SRC), or None and why not."""
     given = src or (Path(os.environ[SRC_ENV]) if os.environ.get(SRC_ENV) else None)
     if given is None:
-        return None, (f"no llama.cpp converter: give --llama-cpp-src DIR or {SRC_ENV} (an "
-                      "unpacked llama.cpp, or llama-cpp-python sdist, with convert_hf_to_gguf.py)")  # fmt: skip
+        return None, (
+            f"no llama.cpp converter: give --llama-cpp-src DIR or {SRC_ENV} (an "
+            "unpacked llama.cpp, or llama-cpp-python sdist, with convert_hf_to_gguf.py)"
+        )
     for d in (given, given / "vendor" / "llama.cpp"):
         if (d / CONVERTER).is_file() and (d / "gguf-py").is_dir():
             return d / CONVERTER, ""
@@ -43,8 +45,15 @@ def find_converter(src: Path | None) -> tuple[Path | None, str]:
 
 def convert_command(converter: Path, model_dir: Path, outtype: str, outfile: Path) -> list[str]:
     """The converter's command line (its bundled gguf-py is used: no NO_LOCAL_GGUF)."""
-    return [sys.executable, str(converter), str(model_dir), "--outtype", outtype,
-            "--outfile", str(outfile)]  # fmt: skip
+    return [
+        sys.executable,
+        str(converter),
+        str(model_dir),
+        "--outtype",
+        outtype,
+        "--outfile",
+        str(outfile),
+    ]
 
 
 def cache_key(model_dir: Path, converter: Path) -> str:
@@ -65,8 +74,9 @@ def gguf_for(model_dir: Path, outtype: str, converter: Path, cache: Path, progre
     out.parent.mkdir(parents=True, exist_ok=True)
     part = out.with_name(f"{out.stem}.part.gguf")  # renamed once whole
     progress(f"  converting {model_dir} to GGUF {outtype} with {converter} ...")
-    run = subprocess.run(convert_command(converter, model_dir, outtype, part),
-                         capture_output=True, text=True)  # fmt: skip
+    run = subprocess.run(
+        convert_command(converter, model_dir, outtype, part), capture_output=True, text=True
+    )
     if run.returncode != 0:
         last = (run.stderr.strip().splitlines() or ["?"])[-1]
         raise RuntimeError(f"{CONVERTER} failed (exit {run.returncode}): {last}")
@@ -93,9 +103,15 @@ def score_gguf(
     import llama_cpp
 
     P = shared_prefix_len(prompts)
-    llm = llama_cpp.Llama(str(gguf), n_ctx=max(len(p) for p in prompts), n_batch=512,
-                          n_threads=threads, n_threads_batch=threads, logits_all=False,
-                          verbose=False)  # fmt: skip
+    llm = llama_cpp.Llama(
+        str(gguf),
+        n_ctx=max(len(p) for p in prompts),
+        n_batch=512,
+        n_threads=threads,
+        n_threads_batch=threads,
+        logits_all=False,
+        verbose=False,
+    )
     n_vocab, ids = llm.n_vocab(), np.array(label_ids)
     picked = []
     t = time.perf_counter()
@@ -111,9 +127,14 @@ def score_gguf(
 
 
 def llamacpp_peer(
-    key: str, model_dir: Path, prompts: list[list[int]], label_ids: list[int], gold: list[int],
-    o: LlamaCppOptions, progress=print,
-) -> dict:  # fmt: skip
+    key: str,
+    model_dir: Path,
+    prompts: list[list[int]],
+    label_ids: list[int],
+    gold: list[int],
+    o: LlamaCppOptions,
+    progress=print,
+) -> dict:
     """One llama.cpp peer (`llama.cpp-f32`, `llama.cpp-q8_0`): GGUF, then timed scoring."""
     outtype = OUTTYPES[key]
     name = f"llama.cpp {outtype.upper()}"
@@ -132,12 +153,19 @@ def llamacpp_peer(
     threads = o.threads or usable_threads()
     load = os.getloadavg()[0]
     if load > usable_threads():
-        progress(f"  load average {load:.1f} on {usable_threads()} cores: llama.cpp's threads "
-                 "spin under load, time it on a quiet machine")  # fmt: skip
+        progress(
+            f"  load average {load:.1f} on {usable_threads()} cores: llama.cpp's threads "
+            "spin under load, time it on a quiet machine"
+        )
     picked, seconds = score_gguf(gguf, prompts, label_ids, threads)
     threads_text = f"{threads} thread{'s' if threads > 1 else ''}"
-    return {"name": f"{name} ({threads_text}, prefix reused)", "seconds": seconds,
-            "items_per_s": len(prompts) / seconds,
-            "agreement": float(np.mean(np.array(picked) == np.array(gold))),
-            "threads": threads, "load_before": load, "gguf": str(gguf),
-            "llama_cpp_version": llama_cpp.__version__}  # fmt: skip
+    return {
+        "name": f"{name} ({threads_text}, prefix reused)",
+        "seconds": seconds,
+        "items_per_s": len(prompts) / seconds,
+        "agreement": float(np.mean(np.array(picked) == np.array(gold))),
+        "threads": threads,
+        "load_before": load,
+        "gguf": str(gguf),
+        "llama_cpp_version": llama_cpp.__version__,
+    }

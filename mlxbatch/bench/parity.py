@@ -182,8 +182,9 @@ def run_parity(
     def transformers() -> tuple[str, list[np.ndarray]]:
         path = Path(hf_dir)
         if path.is_file():  # a GGUF, read by transformers' own GGUF loading
-            hf = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
-                                                      dtype=torch.float32).eval()  # fmt: skip
+            hf = AutoModelForCausalLM.from_pretrained(
+                path.parent, gguf_file=path.name, dtype=torch.float32
+            ).eval()
             name = "transformers (GGUF)"
         else:
             hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
@@ -197,8 +198,9 @@ def run_parity(
     return reports
 
 
-def _reference(name: str, logits: Callable[[], tuple[str, list[np.ndarray]]],
-               ours: list[np.ndarray]) -> ParityReport | NotCompared:  # fmt: skip
+def _reference(
+    name: str, logits: Callable[[], tuple[str, list[np.ndarray]]], ours: list[np.ndarray]
+) -> ParityReport | NotCompared:
     """A reference's logits compared with ours, or why it could not run the checkpoint: its
     own limits (mlx-lm's Gemma 3 indexes layer 6 of 2; transformers' Qwen2 with sliding layers
     and no window). Our comparison's own errors are not the reference's."""
@@ -206,6 +208,9 @@ def _reference(name: str, logits: Callable[[], tuple[str, list[np.ndarray]]],
         shown, ref = logits()
     except Exception as e:
         where = traceback.extract_tb(e.__traceback__)[-1]
-        return NotCompared(name, f"{type(e).__name__}: {one_line(e, 300)} (in "
-                                 f"{Path(where.filename).name}:{where.lineno})")  # fmt: skip
+        return NotCompared(
+            name,
+            f"{type(e).__name__}: {one_line(e, 300)} (in "
+            f"{Path(where.filename).name}:{where.lineno})",
+        )
     return compare(shown, ours, ref)

@@ -41,9 +41,12 @@ def _mlx_lm_model(model_dir: Path, dtype=None):
 
 
 def mlx_lm_single_peer(
-    model_dir: Path, prompts: list[list[int]], label_ids: list[int], gold: list[int],
+    model_dir: Path,
+    prompts: list[list[int]],
+    label_ids: list[int],
+    gold: list[int],
     fp16: bool = False,
-) -> dict:  # fmt: skip
+) -> dict:
     """mlx-lm one ticket at a time: its model's forward, label logits at the last position."""
     import mlx.core as mx
 
@@ -56,8 +59,12 @@ def mlx_lm_single_peer(
         picked.append(int(mx.argmax(logits[ids]).item()))
     seconds = time.perf_counter() - t
     name = "mlx-lm one at a time" + (" (fp16)" if fp16 else "")
-    return {"name": name, "seconds": seconds, "items_per_s": len(prompts) / seconds,
-            "agreement": _agreement(picked, gold)}  # fmt: skip
+    return {
+        "name": name,
+        "seconds": seconds,
+        "items_per_s": len(prompts) / seconds,
+        "agreement": _agreement(picked, gold),
+    }
 
 
 def mlx_lm_peer(
@@ -77,21 +84,36 @@ def mlx_lm_peer(
 
     t = time.perf_counter()
     out = gen.batch_generate(
-        model, tokenizer, prompts, max_tokens=1, return_token_ids=True,
-        logits_processors=[only_labels], completion_batch_size=batch, prefill_batch_size=batch,
-    )  # fmt: skip
+        model,
+        tokenizer,
+        prompts,
+        max_tokens=1,
+        return_token_ids=True,
+        logits_processors=[only_labels],
+        completion_batch_size=batch,
+        prefill_batch_size=batch,
+    )
     seconds = time.perf_counter() - t
     picked = [
         label_ids.index(ids[0]) if ids and ids[0] in label_ids else -1 for ids in out.token_ids
     ]
-    return {"name": f"mlx-lm batch_generate (batch {batch})", "seconds": seconds,
-            "items_per_s": len(prompts) / seconds, "agreement": _agreement(picked, gold)}  # fmt: skip
+    return {
+        "name": f"mlx-lm batch_generate (batch {batch})",
+        "seconds": seconds,
+        "items_per_s": len(prompts) / seconds,
+        "agreement": _agreement(picked, gold),
+    }
 
 
 def transformers_peer(
-    model_dir: Path, prompts: list[list[int]], label_ids: list[int], gold: list[int],
-    batch_tokens: int, max_batch: int, dtype: str = "float32",
-) -> dict:  # fmt: skip
+    model_dir: Path,
+    prompts: list[list[int]],
+    label_ids: list[int],
+    gold: list[int],
+    batch_tokens: int,
+    max_batch: int,
+    dtype: str = "float32",
+) -> dict:
     """PyTorch transformers, length-sorted left-padded batches, label logits only."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -116,8 +138,12 @@ def transformers_peer(
             for r, i in enumerate(b.indices):
                 picked[i] = int(logits[r].float().argmax())
     seconds = time.perf_counter() - t
-    return {"name": f"transformers {dtype} (sorted, budget {batch_tokens})", "seconds": seconds,
-            "items_per_s": len(prompts) / seconds, "agreement": _agreement(picked, gold)}  # fmt: skip
+    return {
+        "name": f"transformers {dtype} (sorted, budget {batch_tokens})",
+        "seconds": seconds,
+        "items_per_s": len(prompts) / seconds,
+        "agreement": _agreement(picked, gold),
+    }
 
 
 DEFAULT_PEERS = ("mlx-lm", "mlx-lm-batch", "transformers", "transformers-bf16")
@@ -128,10 +154,17 @@ PEER_RUN = "mlxbatch.bench.peers:run_peer"  # what each peer's child process cal
 
 
 def run_peers(
-    model_dir: Path, prompts: list[list[int]], label_ids: list[int], gold: list[int],
-    budget: int, max_batch: int, naive_batch: int, names=DEFAULT_PEERS, progress=print,
+    model_dir: Path,
+    prompts: list[list[int]],
+    label_ids: list[int],
+    gold: list[int],
+    budget: int,
+    max_batch: int,
+    naive_batch: int,
+    names=DEFAULT_PEERS,
+    progress=print,
     llama: LlamaCppOptions | None = None,
-) -> list[dict]:  # fmt: skip
+) -> list[dict]:
     """Every requested peer that can run here, each in a child process of its own (one that
     crashes is reported with its signal); the others say why not."""
     import mlx.core as mx
@@ -146,11 +179,21 @@ def run_peers(
             out.append({"name": "transformers bfloat16", "error": "no native bf16 on this CPU"})
             continue
         progress(f"running peer {name} ...")
-        result = run_isolated(PEER_RUN, name, dict(
-            name=name, model_dir=Path(model_dir), prompts=prompts, label_ids=label_ids,
-            gold=gold, budget=budget, max_batch=max_batch, naive_batch=naive_batch,
-            llama=llama or LlamaCppOptions(),
-        ))  # fmt: skip
+        result = run_isolated(
+            PEER_RUN,
+            name,
+            dict(
+                name=name,
+                model_dir=Path(model_dir),
+                prompts=prompts,
+                label_ids=label_ids,
+                gold=gold,
+                budget=budget,
+                max_batch=max_batch,
+                naive_batch=naive_batch,
+                llama=llama or LlamaCppOptions(),
+            ),
+        )
         if "crashed" in result:
             progress(f"{name}: {result['error']}")
         out.append(result)
@@ -158,25 +201,32 @@ def run_peers(
 
 
 def run_peer(
-    name: str, model_dir: Path, prompts: list[list[int]], label_ids: list[int],
-    gold: list[int], budget: int, max_batch: int, naive_batch: int, llama: LlamaCppOptions,
-) -> dict:  # fmt: skip
+    name: str,
+    model_dir: Path,
+    prompts: list[list[int]],
+    label_ids: list[int],
+    gold: list[int],
+    budget: int,
+    max_batch: int,
+    naive_batch: int,
+    llama: LlamaCppOptions,
+) -> dict:
     """One peer by name, in the process that calls it (run_peers' child)."""
     runs = {
         "mlx-lm": lambda: mlx_lm_single_peer(model_dir, prompts, label_ids, gold),
         "mlx-lm-batch": lambda: mlx_lm_peer(model_dir, prompts, label_ids, gold, naive_batch),
         "transformers": lambda: transformers_peer(
             model_dir, prompts, label_ids, gold, budget, max_batch
-        ),  # fmt: skip
+        ),
         "transformers-bf16": lambda: transformers_peer(
             model_dir, prompts, label_ids, gold, budget, max_batch, "bfloat16"
-        ),  # fmt: skip
+        ),
         "mlx-lm-fp16": lambda: mlx_lm_single_peer(model_dir, prompts, label_ids, gold, True),
     }
     for key in OUTTYPES:
         runs[key] = lambda key=key: llamacpp_peer(
             key, model_dir, prompts, label_ids, gold, llama, _say
-        )  # fmt: skip
+        )
     try:
         result = runs[name]()
     except ImportError as e:

@@ -52,12 +52,20 @@ def timed(clf: Classifier, texts: list[str], mode: str, batch_tokens: int | None
 
 def singles(clf: QuestionsClassifier) -> list[Classifier]:
     """A single-question classifier per prompt a text is given, on the same loaded model."""
-    return [Classifier(clf.lm, labels, clf.system_prompt, clf.engine.prefix_cache)
-            for labels in clf.engine.label_sets]  # fmt: skip
+    return [
+        Classifier(clf.lm, labels, clf.system_prompt, clf.engine.prefix_cache)
+        for labels in clf.engine.label_sets
+    ]
 
 
-def bench_questions(model: Path, questions: Questions, texts: list[str],
-                    batch_tokens: int | None, gold: bool, progress) -> dict:  # fmt: skip
+def bench_questions(
+    model: Path,
+    questions: Questions,
+    texts: list[str],
+    batch_tokens: int | None,
+    gold: bool,
+    progress,
+) -> dict:
     """The three runs and their ratios (see the module docstring)."""
     clf = Classifier.load(model, questions=questions)
     alone = singles(clf)
@@ -72,11 +80,16 @@ def bench_questions(model: Path, questions: Questions, texts: list[str],
         one_labels.append([p.label for p in said])
     progress("the questions run ...")
     said, together = timed(clf, texts, "sorted", batch_tokens)
-    out = {"texts": len(texts), "prompts_a_text": len(clf.asked),
-           "single": _sum(one_runs), "questions": together.__dict__ | {"padding": together.padding},
-           "single_peak_bytes": max(r.peak_bytes for r in one_runs)}  # fmt: skip
-    out["single"]["padding"] = PaddingStats(out["single"]["fed_tokens"],
-                                            out["single"]["padded_tokens"]).overhead  # fmt: skip
+    out = {
+        "texts": len(texts),
+        "prompts_a_text": len(clf.asked),
+        "single": _sum(one_runs),
+        "questions": together.__dict__ | {"padding": together.padding},
+        "single_peak_bytes": max(r.peak_bytes for r in one_runs),
+    }
+    out["single"]["padding"] = PaddingStats(
+        out["single"]["fed_tokens"], out["single"]["padded_tokens"]
+    ).overhead
     out["agreement_single"] = _agreement(clf, said, one_labels)
     if gold:
         progress("the gold loop ...")
@@ -91,8 +104,11 @@ def bench_questions(model: Path, questions: Questions, texts: list[str],
 
 
 def _sum(runs: list[Run]) -> dict:
-    return {"seconds": sum(r.seconds for r in runs), "fed_tokens": sum(r.fed_tokens for r in runs),
-            "padded_tokens": sum(r.padded_tokens for r in runs)}  # fmt: skip
+    return {
+        "seconds": sum(r.seconds for r in runs),
+        "fed_tokens": sum(r.fed_tokens for r in runs),
+        "padded_tokens": sum(r.padded_tokens for r in runs),
+    }
 
 
 def _labels_of(clf: QuestionsClassifier, said) -> list[list]:
@@ -129,6 +145,8 @@ def format_questions(r: dict) -> str:
         "single-question run's",
     ]
     if "gold" in r:
-        lines.append(f"  gold loop: {r['gold']['seconds']:.2f} s: the questions run is "
-                     f"{r['gold_ratio']:.1f}x faster; agreement {r['agreement_gold']:.2%}")  # fmt: skip
+        lines.append(
+            f"  gold loop: {r['gold']['seconds']:.2f} s: the questions run is "
+            f"{r['gold_ratio']:.1f}x faster; agreement {r['agreement_gold']:.2%}"
+        )
     return "\n".join(lines)

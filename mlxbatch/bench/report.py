@@ -34,9 +34,11 @@ def format_report(r: dict) -> str:
         f"naive {tax['naive_factor']:.2f}x, greedy {tax['greedy_factor']:.2f}x, "
         f"cost planner {tax['sorted_factor']:.2f}x",
         "",
-    ]  # fmt: skip
-    head = (f"{'mode':<28} {'time s':>8} {'pred s':>7} {'items/s':>8} {'speedup':>8} {'padding':>8} "
-            f"{'processed':>10} {'useful':>8} {'agree':>7} {'max|dp|':>9} {'peak GiB':>9} {'MFU':>6}")  # fmt: skip
+    ]
+    head = (
+        f"{'mode':<28} {'time s':>8} {'pred s':>7} {'items/s':>8} {'speedup':>8} {'padding':>8} "
+        f"{'processed':>10} {'useful':>8} {'agree':>7} {'max|dp|':>9} {'peak GiB':>9} {'MFU':>6}"
+    )
     lines += [head, "-" * len(head)]
     gold = _gold(r)
     for x in r["modes"]:
@@ -53,8 +55,11 @@ def format_report(r: dict) -> str:
     if gold and best:
         gold_rate = gold["processed_tokens"] / gold["seconds"]
         useful_rate = best["useful_tokens"] / best["seconds"]
-        lines += ["", f"batching efficiency (sorted useful tok/s over gold tok/s): "
-                  f"{useful_rate:.0f} / {gold_rate:.0f} = {useful_rate / gold_rate:.2f}"]  # fmt: skip
+        lines += [
+            "",
+            f"batching efficiency (sorted useful tok/s over gold tok/s): "
+            f"{useful_rate:.0f} / {gold_rate:.0f} = {useful_rate / gold_rate:.2f}",
+        ]
     if r.get("peers"):
         lines += ["", f"{'peer':<46} {'time s':>8} {'items/s':>8} {'agree':>7} {'sorted is':>10}"]
         for p in r["peers"]:
@@ -62,18 +67,26 @@ def format_report(r: dict) -> str:
                 lines.append(f"{p['name']:<46} {'' if 'crashed' in p else 'skipped: '}{p['error']}")
                 continue
             ratio = f"{p['seconds'] / best['seconds']:>9.2f}x" if best else f"{'n/a':>10}"
-            lines.append(f"{p['name']:<46} {p['seconds']:>8.1f} {p['items_per_s']:>8.2f} "
-                         f"{p['agreement']:>7.1%} {ratio}")  # fmt: skip
+            lines.append(
+                f"{p['name']:<46} {p['seconds']:>8.1f} {p['items_per_s']:>8.2f} "
+                f"{p['agreement']:>7.1%} {ratio}"
+            )
     a = r.get("against")
     if a:
-        lines += ["", f"against {a['reference']}: label agreement {a['label_agreement']:.1%}, "
-                  f"max |prob diff| {a['max_abs_prob_diff']:.2e} over {a['items']} items",
-                  f"  this model: {a['items_per_s']:.2f} items/s, peak {a['peak_memory'] / 2**30:.2f} GiB; "
-                  f"reference: {a['reference_items_per_s']:.2f} items/s, peak "
-                  f"{a['reference_peak_memory'] / 2**30:.2f} GiB"]  # fmt: skip
-    lines += ["", "speedup: over the gold loop, same run; pred s: the planner's cost model for "
-              "those batches; MFU: useful model FLOPs per second over the peak matmul rate above; "
-              "agree/max|dp|: against the gold loop's labels and probabilities."]  # fmt: skip
+        lines += [
+            "",
+            f"against {a['reference']}: label agreement {a['label_agreement']:.1%}, "
+            f"max |prob diff| {a['max_abs_prob_diff']:.2e} over {a['items']} items",
+            f"  this model: {a['items_per_s']:.2f} items/s, peak {a['peak_memory'] / 2**30:.2f} GiB; "
+            f"reference: {a['reference_items_per_s']:.2f} items/s, peak "
+            f"{a['reference_peak_memory'] / 2**30:.2f} GiB",
+        ]
+    lines += [
+        "",
+        "speedup: over the gold loop, same run; pred s: the planner's cost model for "
+        "those batches; MFU: useful model FLOPs per second over the peak matmul rate above; "
+        "agree/max|dp|: against the gold loop's labels and probabilities.",
+    ]
     return "\n".join(lines)
 
 
@@ -95,10 +108,12 @@ def plot(r: dict, path: Path, lengths: list[int]) -> None:
     ax[1].set(title="throughput", xlabel="items/s")
     sweep = r["padding_tax"]["sweep"]
     if sweep:
-        ax[2].plot(list(map(int, sweep)), [100 * v for v in sweep.values()], marker="o",
-                   label="greedy")  # fmt: skip
-        ax[2].axhline(100 * (1 - 1 / r["padding_tax"]["sorted_factor"]), color="C1",
-                      label="cost planner")  # fmt: skip
+        ax[2].plot(
+            list(map(int, sweep)), [100 * v for v in sweep.values()], marker="o", label="greedy"
+        )
+        ax[2].axhline(
+            100 * (1 - 1 / r["padding_tax"]["sorted_factor"]), color="C1", label="cost planner"
+        )
         ax[2].legend()
     ax[2].set(title="padding vs budget", xlabel="--batch-tokens", ylabel="padding %", xscale="log")
     fig.tight_layout()

@@ -40,22 +40,37 @@ class ScaleRequest:
 
 def _row(run: dict, n: int, repeats: int, tok: dict, progress, **extra) -> dict:
     share = (n / tok["items_per_s"]) / run["job_seconds"] if run["job_seconds"] else 0.0
-    progress(f"scale: {n} tickets: {run['items_per_s']:.1f} items/s, max RSS "
-             f"{run['max_rss_mb']:.0f} MB, padding {run['padding']:.2%}, "
-             f"{run['duplicates_scored_once']} scored once, {run['wall_seconds']:.0f} s")  # fmt: skip
-    return {"tickets": n, "duplicates_in_file": repeats / n, "tokenizer_share": share,
-            **run, **extra}  # fmt: skip
+    progress(
+        f"scale: {n} tickets: {run['items_per_s']:.1f} items/s, max RSS "
+        f"{run['max_rss_mb']:.0f} MB, padding {run['padding']:.2%}, "
+        f"{run['duplicates_scored_once']} scored once, {run['wall_seconds']:.0f} s"
+    )
+    return {
+        "tickets": n,
+        "duplicates_in_file": repeats / n,
+        "tokenizer_share": share,
+        **run,
+        **extra,
+    }
 
 
 def run_scale(request: ScaleRequest, progress=print) -> dict:
     """Every run of the request, then the targets and the projection (see `assess`)."""
     from ..model.convert import init_random
 
-    result: dict = {"request": {"sizes": list(request.sizes), "large": request.large,
-                                "compare": request.compare, "duplicates": request.duplicates,
-                                "seed": request.seed},
-                    "host": {"cpus": os.cpu_count(), "load_before": os.getloadavg()},
-                    "tiny": [], "large": [], "plans": []}  # fmt: skip
+    result: dict = {
+        "request": {
+            "sizes": list(request.sizes),
+            "large": request.large,
+            "compare": request.compare,
+            "duplicates": request.duplicates,
+            "seed": request.seed,
+        },
+        "host": {"cpus": os.cpu_count(), "load_before": os.getloadavg()},
+        "tiny": [],
+        "large": [],
+        "plans": [],
+    }
     with tempfile.TemporaryDirectory(prefix="mlxbatch-scale-") as tmp:
         tmp = Path(tmp)
         init_random(tmp / "tiny", preset="tiny", seed=request.seed)
@@ -130,39 +145,61 @@ def assess(r: dict) -> dict:
     if len(tiny) >= 2:
         a, b = tiny[0], tiny[-1]
         grow = b["max_rss_mb"] - a["max_rss_mb"]
-        targets.append({"target": f"max RSS at {b['tickets']} within 10% (or 100 MB) of "
-                        f"{a['tickets']}", "measured": f"{a['max_rss_mb']:.0f} -> "
-                        f"{b['max_rss_mb']:.0f} MB ({grow:+.0f} MB)",
-                        "met": grow <= max(0.1 * a["max_rss_mb"], 100)})  # fmt: skip
+        targets.append(
+            {
+                "target": f"max RSS at {b['tickets']} within 10% (or 100 MB) of {a['tickets']}",
+                "measured": f"{a['max_rss_mb']:.0f} -> {b['max_rss_mb']:.0f} MB ({grow:+.0f} MB)",
+                "met": grow <= max(0.1 * a["max_rss_mb"], 100),
+            }
+        )
         ratio = b["items_per_s"] / a["items_per_s"]
-        targets.append({"target": f"items/s at {b['tickets']} within 10% of {a['tickets']}",
-                        "measured": f"{a['items_per_s']:.1f} -> {b['items_per_s']:.1f} ({ratio - 1:+.1%}); "
-                        f"repeats caught {a['duplicates_scored_once'] / a['tickets']:.1%} -> "
-                        f"{b['duplicates_scored_once'] / b['tickets']:.1%}; items the model scored "
-                        f"{model_rate(a):.1f} -> {model_rate(b):.1f}/s ({model_rate(b) / model_rate(a) - 1:+.1%})",
-                        "met": ratio >= 0.9})  # fmt: skip
-        targets.append({"target": f".jsonl.gz of {b['tickets']} classified without unpacking",
-                        "measured": f"{b['scored']} scored from the .gz", "met": b["scored"] == b["tickets"]})  # fmt: skip
+        targets.append(
+            {
+                "target": f"items/s at {b['tickets']} within 10% of {a['tickets']}",
+                "measured": f"{a['items_per_s']:.1f} -> {b['items_per_s']:.1f} ({ratio - 1:+.1%}); "
+                f"repeats caught {a['duplicates_scored_once'] / a['tickets']:.1%} -> "
+                f"{b['duplicates_scored_once'] / b['tickets']:.1%}; items the model scored "
+                f"{model_rate(a):.1f} -> {model_rate(b):.1f}/s ({model_rate(b) / model_rate(a) - 1:+.1%})",
+                "met": ratio >= 0.9,
+            }
+        )
+        targets.append(
+            {
+                "target": f".jsonl.gz of {b['tickets']} classified without unpacking",
+                "measured": f"{b['scored']} scored from the .gz",
+                "met": b["scored"] == b["tickets"],
+            }
+        )
     plans = {p["name"]: p for p in r.get("plans", [])}
     if {"global", "windows"} <= set(plans):
         g, w = plans["global"], plans["windows"]
         gap = w["padding"] - g["padding"]
         run = large.get("windows")
         same = run is not None and abs(run["padding"] - w["padding"]) < 0.0005
-        targets.append({"target": f"0.5B padding, {w['windows']} windows within 0.5 pp of one global plan",
-                        "measured": f"{w['padding']:.2%} vs {g['padding']:.2%} ({gap * 100:+.2f} pp; "
-                        f"the run's own {run['padding']:.2%})" if run else f"{w['padding']:.2%} vs {g['padding']:.2%}",
-                        "met": abs(gap) <= 0.005 and same})  # fmt: skip
+        targets.append(
+            {
+                "target": f"0.5B padding, {w['windows']} windows within 0.5 pp of one global plan",
+                "measured": f"{w['padding']:.2%} vs {g['padding']:.2%} ({gap * 100:+.2f} pp; "
+                f"the run's own {run['padding']:.2%})"
+                if run
+                else f"{w['padding']:.2%} vs {g['padding']:.2%}",
+                "met": abs(gap) <= 0.005 and same,
+            }
+        )
     if {"repeats", "no repeats"} <= set(large):
         g, u = large["repeats"], large["no repeats"]
         # CPU seconds (whole child) decide: wall time on a shared host swings with its load
         speed = u["cpu_seconds"] / g["cpu_seconds"]
         agree = bool(g["repeats_agree"] and large.get("windows", g)["repeats_agree"])
-        targets.append({"target": "0.5B, 20% repeats: >= 1.2x faster than no repeats, repeats agree",
-                        "measured": f"CPU {u['cpu_seconds']:.0f} s / {g['cpu_seconds']:.0f} s = {speed:.2f}x "
-                        f"(job wall {u['job_seconds'] / g['job_seconds']:.2f}x) at {g['tickets']} tickets; "
-                        f"{g['duplicates_scored_once']} scored once; repeats agree {agree}",
-                        "met": speed >= 1.2 and agree})  # fmt: skip
+        targets.append(
+            {
+                "target": "0.5B, 20% repeats: >= 1.2x faster than no repeats, repeats agree",
+                "measured": f"CPU {u['cpu_seconds']:.0f} s / {g['cpu_seconds']:.0f} s = {speed:.2f}x "
+                f"(job wall {u['job_seconds'] / g['job_seconds']:.2f}x) at {g['tickets']} tickets; "
+                f"{g['duplicates_scored_once']} scored once; repeats agree {agree}",
+                "met": speed >= 1.2 and agree,
+            }
+        )
     return {"targets": targets, "projection": _project(tiny)}
 
 
@@ -178,19 +215,28 @@ def _project(tiny: list[dict]) -> dict | None:
         a = tiny[-2]
         slope = (b["max_rss_mb"] - a["max_rss_mb"]) / (b["tickets"] - a["tickets"])
     rows_per_window = b["tickets"] / windows
-    return {"tickets": PROJECT_TO, "from_tickets": b["tickets"], "windows_measured": windows,
-            "seconds_per_window": per_window, "rows_per_window": rows_per_window,
-            "seconds": startup + per_window * PROJECT_TO / rows_per_window,
-            "max_rss_mb": b["max_rss_mb"] + slope * (PROJECT_TO - b["tickets"]),
-            "rss_slope_kb_per_ticket": slope * 1024}  # fmt: skip
+    return {
+        "tickets": PROJECT_TO,
+        "from_tickets": b["tickets"],
+        "windows_measured": windows,
+        "seconds_per_window": per_window,
+        "rows_per_window": rows_per_window,
+        "seconds": startup + per_window * PROJECT_TO / rows_per_window,
+        "max_rss_mb": b["max_rss_mb"] + slope * (PROJECT_TO - b["tickets"]),
+        "rss_slope_kb_per_ticket": slope * 1024,
+    }
 
 
 def format_scale(r: dict) -> str:
     h = r["host"]
-    lines = [f"mlxbatch bench --scale: {h['cpus']} CPUs, load average {h['load_before'][0]:.1f} "
-             f"before, {h['load_after'][0]:.1f} after; {r['request']['duplicates']:.0%} repeats"]  # fmt: skip
-    head = (f"{'model':<6} {'run':<11} {'tickets':>9} {'items/s':>8} {'scored/s':>8} {'max RSS MB':>10} {'MLX MB':>7} "
-            f"{'padding':>8} {'dup file':>8} {'dup once':>8} {'tok share':>9} {'job s':>8} {'wall s':>8}")  # fmt: skip
+    lines = [
+        f"mlxbatch bench --scale: {h['cpus']} CPUs, load average {h['load_before'][0]:.1f} "
+        f"before, {h['load_after'][0]:.1f} after; {r['request']['duplicates']:.0%} repeats"
+    ]
+    head = (
+        f"{'model':<6} {'run':<11} {'tickets':>9} {'items/s':>8} {'scored/s':>8} {'max RSS MB':>10} {'MLX MB':>7} "
+        f"{'padding':>8} {'dup file':>8} {'dup once':>8} {'tok share':>9} {'job s':>8} {'wall s':>8}"
+    )
     lines += [head, "-" * len(head)]
     for model, runs in (("tiny", r["tiny"]), ("0.5B", r["large"])):
         for x in runs:
@@ -201,18 +247,24 @@ def format_scale(r: dict) -> str:
                 f"{x['padding']:>8.2%} {x['duplicates_in_file']:>8.1%} "
                 f"{x['duplicates_scored_once'] / x['tickets']:>8.1%} {x['tokenizer_share']:>9.1%} "
                 f"{x['job_seconds']:>8.1f} {x['wall_seconds']:>8.1f}"
-            )  # fmt: skip
+            )
     for p in r.get("plans", []):
-        lines.append(f"0.5B plan, {p['name']} ({p['windows']} window(s) of <= {p['window_rows']} rows): "
-                     f"padding {p['padding']:.2%} ({p['padded_tokens']:,} padded / {p['useful_tokens']:,} fed tokens)")  # fmt: skip
+        lines.append(
+            f"0.5B plan, {p['name']} ({p['windows']} window(s) of <= {p['window_rows']} rows): "
+            f"padding {p['padding']:.2%} ({p['padded_tokens']:,} padded / {p['useful_tokens']:,} fed tokens)"
+        )
     if t := r.get("tokenizer"):
-        lines.append(f"tokenizer (Engine.prompts, this process, {t['items']} tickets): "
-                     f"{t['tokens_per_s']:,.0f} tokens/s, {t['items_per_s']:,.0f} tickets/s")  # fmt: skip
+        lines.append(
+            f"tokenizer (Engine.prompts, this process, {t['items']} tickets): "
+            f"{t['tokens_per_s']:,.0f} tokens/s, {t['items_per_s']:,.0f} tickets/s"
+        )
     if p := r["projection"]:
-        lines.append(f"projection to {p['tickets']:,}: {p['seconds'] / 3600:.1f} h "
-                     f"({p['seconds_per_window']:.1f} s a window of {p['rows_per_window']:.0f} rows "
-                     f"at {p['from_tickets']:,}), max RSS {p['max_rss_mb']:.0f} MB "
-                     f"({p['rss_slope_kb_per_ticket']:+.3f} KB a ticket between the two largest runs)")  # fmt: skip
+        lines.append(
+            f"projection to {p['tickets']:,}: {p['seconds'] / 3600:.1f} h "
+            f"({p['seconds_per_window']:.1f} s a window of {p['rows_per_window']:.0f} rows "
+            f"at {p['from_tickets']:,}), max RSS {p['max_rss_mb']:.0f} MB "
+            f"({p['rss_slope_kb_per_ticket']:+.3f} KB a ticket between the two largest runs)"
+        )
     for t in r["targets"]:
         lines.append(f"[{'met' if t['met'] else 'NOT met'}] {t['target']}: {t['measured']}")
     return "\n".join(lines)
@@ -230,8 +282,13 @@ def plot_scale(r: dict, path: Path) -> None:
         if x.get("rss_trace"):
             t, mb = zip(*x["rss_trace"])
             over.plot(t, mb, label=f"{x['tickets']:,} tickets")
-    over.set(xscale="log", xlabel="seconds into the run", ylabel="RSS MB", ylim=(0, None),
-             title="resident size during each run (tiny model)")  # fmt: skip
+    over.set(
+        xscale="log",
+        xlabel="seconds into the run",
+        ylabel="RSS MB",
+        ylim=(0, None),
+        title="resident size during each run (tiny model)",
+    )
     over.legend()
     ax.plot(n, [x["max_rss_mb"] for x in r["tiny"]], "o-", color="tab:blue")
     ax.set(xscale="log", xlabel="tickets (tiny model)", ylabel="max RSS MB", ylim=(0, None))

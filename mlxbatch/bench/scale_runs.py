@@ -57,21 +57,30 @@ def write_workload(path: Path, n: int, duplicates: float, seed: int = 0) -> int:
                     elif (j := r.randrange(originals)) < POOL:
                         pool[j] = ticket
                 recent.append(ticket)
-                f.write(json.dumps({"id": f"t{i + 1:07d}", "text": ticket[0],
-                                    "intent": ticket[1]}, ensure_ascii=False) + "\n")  # fmt: skip
+                f.write(
+                    json.dumps(
+                        {"id": f"t{i + 1:07d}", "text": ticket[0], "intent": ticket[1]},
+                        ensure_ascii=False,
+                    )
+                    + "\n"
+                )
     return repeats
 
 
-def rss_trace(pid: int, stop: threading.Event, every: float = 1.0,
-              peak: list | None = None) -> list[tuple[float, float]]:  # fmt: skip
+def rss_trace(
+    pid: int, stop: threading.Event, every: float = 1.0, peak: list | None = None
+) -> list[tuple[float, float]]:
     """(seconds, resident MB) of process `pid` every `every` seconds until `stop` (Linux's /proc;
     empty elsewhere); `peak` gets the child's own VmHWM, which wait4's ru_maxrss is not."""
     t0, out = time.perf_counter(), []
     while not stop.wait(every):
         try:
             with open(f"/proc/{pid}/status") as f:
-                fields = {x.split(":")[0]: int(x.split()[1]) for x in f
-                          if x.startswith(("VmRSS:", "VmHWM:"))}  # fmt: skip
+                fields = {
+                    x.split(":")[0]: int(x.split()[1])
+                    for x in f
+                    if x.startswith(("VmRSS:", "VmHWM:"))
+                }
             kb = fields["VmRSS"]
         except (OSError, KeyError, ValueError, IndexError):
             break
@@ -102,19 +111,24 @@ def run_job(model: Path, src: Path, out: Path, *extra: str) -> dict:
         raise JobError(f"`{' '.join(cmd)}` exited {child.returncode}: {text[-600:]}")
     dup, peak = DUPLICATES.search(text), PEAK.search(text)
     return {
-        "rows": int(summary["rows"]), "scored": int(summary["scored"]),
-        "errors": int(summary["errors"]), "job_seconds": float(summary["seconds"]),
-        "items_per_s": float(summary["rate"]), "padding": float(summary["padding"]) / 100,
-        "duplicates_scored_once": int(dup[1]) if dup else 0, "wall_seconds": wall,
+        "rows": int(summary["rows"]),
+        "scored": int(summary["scored"]),
+        "errors": int(summary["errors"]),
+        "job_seconds": float(summary["seconds"]),
+        "items_per_s": float(summary["rate"]),
+        "padding": float(summary["padding"]) / 100,
+        "duplicates_scored_once": int(dup[1]) if dup else 0,
+        "wall_seconds": wall,
         "max_rss_mb": max(hwm[0], max((mb for _, mb in trace.result()), default=0))
-        if hwm else usage.ru_maxrss / 1024,  # the child's own; else the OS's (no /proc)
+        if hwm
+        else usage.ru_maxrss / 1024,  # the child's own; else the OS's (no /proc)
         "command": " ".join(cmd),
         # MLX's own peak (the batches' buffers) and the job's bound for it, from the summary
         "mlx_peak_mb": float(peak["peak"]) * 1024 if peak else None,
         "mlx_bound_mb": float(peak["bound"]) * 1024 if peak else None,
         "cpu_seconds": usage.ru_utime + usage.ru_stime,  # less disturbed by a shared host
         "rss_trace": trace.result()[:: -(-len(trace.result()) // 300) or 1],  # <= 300 points
-    }  # fmt: skip
+    }
 
 
 def repeats_agree(src: Path, out: Path) -> bool:
@@ -141,8 +155,13 @@ def tokenizer_rate(model: Path, src: Path) -> dict:
         len(p) for s in range(0, len(texts), 1024) for p in engine.prompts(texts[s : s + 1024])
     )
     seconds = time.perf_counter() - t
-    return {"items": len(texts), "tokens": tokens, "seconds": seconds,
-            "items_per_s": len(texts) / seconds, "tokens_per_s": tokens / seconds}  # fmt: skip
+    return {
+        "items": len(texts),
+        "tokens": tokens,
+        "seconds": seconds,
+        "items_per_s": len(texts) / seconds,
+        "tokens_per_s": tokens / seconds,
+    }
 
 
 def plan_padding(model: Path, src: Path, windows: dict[str, int]) -> list[dict]:
@@ -166,6 +185,14 @@ def plan_padding(model: Path, src: Path, windows: dict[str, int]) -> list[dict]:
                 padded + plan.padded_tokens,
                 count + 1,
             )
-        out.append({"name": name, "window_rows": size, "windows": count, "useful_tokens": useful,
-                    "padded_tokens": padded, "padding": PaddingStats(useful, padded).overhead})  # fmt: skip
+        out.append(
+            {
+                "name": name,
+                "window_rows": size,
+                "windows": count,
+                "useful_tokens": useful,
+                "padded_tokens": padded,
+                "padding": PaddingStats(useful, padded).overhead,
+            }
+        )
     return out

@@ -47,6 +47,13 @@ def measure_ranks(n: int, model: Path, texts: list[str], extra: list[str], progr
         same = (Path(tmp) / "out-1.jsonl").read_bytes() == (
             Path(tmp) / f"out-{n}.jsonl"
         ).read_bytes()
-    return {"items": len(texts), "ranks": n, "seconds_1": runs[1], f"seconds_{n}": runs[n],
-            "speedup": runs[1] / runs[n], "identical_output": same,
-            "cpu_count": os.cpu_count(), "host": socket.gethostname()}  # fmt: skip
+    return {
+        "items": len(texts),
+        "ranks": n,
+        "seconds_1": runs[1],
+        f"seconds_{n}": runs[n],
+        "speedup": runs[1] / runs[n],
+        "identical_output": same,
+        "cpu_count": os.cpu_count(),
+        "host": socket.gethostname(),
+    }

@@ -45,8 +45,11 @@ def baseline(model: Path, texts: list[str], alone: int) -> dict:
         t0 = time.perf_counter()
         clf.classify([t], mode="sorted")
         one.append(time.perf_counter() - t0)
-    return {"classify_seconds": seconds, "classify_items_per_s": len(texts) / seconds,
-            "alone_p50_s": statistics.median(one)}  # fmt: skip
+    return {
+        "classify_seconds": seconds,
+        "classify_items_per_s": len(texts) / seconds,
+        "alone_p50_s": statistics.median(one),
+    }
 
 
 def free_port() -> int:
@@ -60,8 +63,19 @@ class ServerProcess:
 
     def __init__(self, model: Path, args: tuple[str, ...]):
         self.url = f"http://127.0.0.1:{(port := free_port())}"
-        cmd = [sys.executable, "-m", "mlxbatch", "serve", "--model", str(model), "--port",
-               str(port), "--log-level", "warning", *args]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "mlxbatch",
+            "serve",
+            "--model",
+            str(model),
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            *args,
+        ]
         start = time.perf_counter()
         self.proc = subprocess.Popen(cmd)
         while True:
@@ -114,8 +128,9 @@ async def _one(client: httpx.AsyncClient, url: str, text: str) -> tuple[int, flo
     return status, time.perf_counter() - t0
 
 
-async def _open_loop(server: ServerProcess, texts: tuple[str, ...], rate: float,
-                     seconds: float) -> dict:  # fmt: skip
+async def _open_loop(
+    server: ServerProcess, texts: tuple[str, ...], rate: float, seconds: float
+) -> dict:
     rng, loop = random.Random(int(rate * 1000)), asyncio.get_running_loop()
     depth, rss = [], []
     before = server.metrics()
@@ -125,8 +140,11 @@ async def _open_loop(server: ServerProcess, texts: tuple[str, ...], rate: float,
         async with httpx.AsyncClient() as c:
             while not stop.is_set():
                 text = (await c.get(server.url + "/metrics")).text
-                depth.extend(float(x.split()[1]) for x in text.splitlines()
-                             if x.startswith("mlxbatch_queue_depth "))  # fmt: skip
+                depth.extend(
+                    float(x.split()[1])
+                    for x in text.splitlines()
+                    if x.startswith("mlxbatch_queue_depth ")
+                )
                 rss.append(server.rss_mb())
                 await asyncio.sleep(0.25)
 
@@ -147,15 +165,20 @@ async def _open_loop(server: ServerProcess, texts: tuple[str, ...], rate: float,
     batches = after["mlxbatch_batch_size_count"] - before["mlxbatch_batch_size_count"]
     rows = after["mlxbatch_batch_size_sum"] - before["mlxbatch_batch_size_sum"]
     return {
-        "offered_items_per_s": rate, "sent": len(results), "ok": len(ok),
+        "offered_items_per_s": rate,
+        "sent": len(results),
+        "ok": len(ok),
         "rejected_429": sum(st == 429 for st, _ in results),
         "errors": sum(st not in (200, 429) for st, _ in results),
-        "items_per_s": len(ok) / elapsed, **percentiles(ok),
+        "items_per_s": len(ok) / elapsed,
+        **percentiles(ok),
         "mean_batch": rows / batches if batches else None,
-        "max_queue_depth": max(depth, default=0.0), "mean_queue_depth": float(np.mean(depth or [0])),
-        "rss_mb_start": rss[0] if rss else None, "rss_mb_end": rss[-1] if rss else None,
+        "max_queue_depth": max(depth, default=0.0),
+        "mean_queue_depth": float(np.mean(depth or [0])),
+        "rss_mb_start": rss[0] if rss else None,
+        "rss_mb_end": rss[-1] if rss else None,
         "rss_mb_max": max(rss, default=None),
-    }  # fmt: skip
+    }
 
 
 def run(options: LoadOptions, progress=lambda m: None) -> dict:
@@ -163,29 +186,40 @@ def run(options: LoadOptions, progress=lambda m: None) -> dict:
     progress(f"classify --mode sorted on {len(texts)} tickets, then {options.sequential} alone")
     base = baseline(options.model, texts, options.sequential)
     capacity = base["classify_items_per_s"]
-    args = ("--max-queue", str(options.max_queue), "--max-inputs-per-request",
-            str(min(256, options.max_queue)), *options.serve_args)  # fmt: skip
+    args = (
+        "--max-queue",
+        str(options.max_queue),
+        "--max-inputs-per-request",
+        str(min(256, options.max_queue)),
+        *options.serve_args,
+    )
     server = ServerProcess(options.model, args)
     progress(f"healthy {server.startup_seconds:.1f} s after spawn; one request at a time")
     seq = [asyncio.run(_sequential(server.url, texts[: options.sequential]))][0]
     rows = []
     for load in options.loads:
-        progress(f"open loop at {load:.2f}x ({load * capacity:.1f} items/s) for "
-                 f"{options.seconds:.0f} s")  # fmt: skip
+        progress(
+            f"open loop at {load:.2f}x ({load * capacity:.1f} items/s) for {options.seconds:.0f} s"
+        )
         row = asyncio.run(_open_loop(server, options.texts, load * capacity, options.seconds))
         rows.append({"load": load, **row})
     soak = None
     if options.soak_seconds:
         progress(f"soak at 0.70x for {options.soak_seconds:.0f} s")
-        soak = asyncio.run(_open_loop(server, options.texts, 0.7 * capacity,
-                                      options.soak_seconds))  # fmt: skip
+        soak = asyncio.run(_open_loop(server, options.texts, 0.7 * capacity, options.soak_seconds))
     code, drain = server.stop()
-    return {"model": str(options.model), "tickets": len(texts), "baseline": base,
-            "startup": {"spawn_to_healthy_s": server.startup_seconds, **server.startup},
-            "sequential": {"requests": len(seq), **percentiles(seq)}, "loads": rows,
-            "soak": soak, "shutdown": {"exit_code": code, "seconds": drain},
-            "max_queue": options.max_queue, "targets": targets(base, seq, rows, soak,
-                                                               options.max_queue)}  # fmt: skip
+    return {
+        "model": str(options.model),
+        "tickets": len(texts),
+        "baseline": base,
+        "startup": {"spawn_to_healthy_s": server.startup_seconds, **server.startup},
+        "sequential": {"requests": len(seq), **percentiles(seq)},
+        "loads": rows,
+        "soak": soak,
+        "shutdown": {"exit_code": code, "seconds": drain},
+        "max_queue": options.max_queue,
+        "targets": targets(base, seq, rows, soak, options.max_queue),
+    }
 
 
 async def _sequential(url: str, texts: list[str]) -> list[float]:
@@ -194,8 +228,9 @@ async def _sequential(url: str, texts: list[str]) -> list[float]:
         return [s for st, s in [await _one(client, url, t) for t in texts] if st == 200]
 
 
-def targets(base: dict, seq: list[float], rows: list[dict], soak: dict | None,
-            max_queue: int) -> dict:  # fmt: skip
+def targets(
+    base: dict, seq: list[float], rows: list[dict], soak: dict | None, max_queue: int
+) -> dict:
     """The issue's targets, each a ratio measured in this run, and whether it is met."""
     saturated = [r for r in rows if r["load"] >= 1.0]
     best = max((r["items_per_s"] for r in saturated), default=None)
@@ -210,16 +245,23 @@ def targets(base: dict, seq: list[float], rows: list[dict], soak: dict | None,
     if over:
         r = over[-1]
         growth = (r["rss_mb_end"] - r["rss_mb_start"]) / r["rss_mb_start"]
-        out["overload_2x"] = {"rejected_429": r["rejected_429"], "errors": r["errors"],
-                              "max_queue_depth": r["max_queue_depth"], "rss_growth": growth,
-                              "met": r["rejected_429"] > 0 and r["errors"] == 0
-                              and r["max_queue_depth"] <= max_queue and growth < 0.05}  # fmt: skip
+        out["overload_2x"] = {
+            "rejected_429": r["rejected_429"],
+            "errors": r["errors"],
+            "max_queue_depth": r["max_queue_depth"],
+            "rss_growth": growth,
+            "met": r["rejected_429"] > 0
+            and r["errors"] == 0
+            and r["max_queue_depth"] <= max_queue
+            and growth < 0.05,
+        }
     if soak:
         growth = (soak["rss_mb_end"] - soak["rss_mb_start"]) / soak["rss_mb_start"]
-        out["soak_70pct"] = {"errors": soak["errors"] + soak["rejected_429"],
-                             "rss_growth": growth,
-                             "met": soak["errors"] + soak["rejected_429"] == 0
-                             and growth < 0.05}  # fmt: skip
+        out["soak_70pct"] = {
+            "errors": soak["errors"] + soak["rejected_429"],
+            "rss_growth": growth,
+            "met": soak["errors"] + soak["rejected_429"] == 0 and growth < 0.05,
+        }
     return out
 
 
@@ -236,7 +278,7 @@ def format_report(r: dict) -> str:
         "",
         f"{'load':>5} {'offered/s':>9} {'items/s':>8} {'p50 ms':>8} {'p95 ms':>8} "
         f"{'p99 ms':>8} {'batch':>6} {'queue max':>9} {'429':>5} {'err':>4} {'RSS MB':>11}",
-    ]  # fmt: skip
+    ]
     for x in r["loads"] + ([{"load": "soak", **r["soak"]}] if r["soak"] else []):
         load = x["load"] if isinstance(x["load"], str) else f"{x['load']:.2f}"
         lines.append(
@@ -244,13 +286,15 @@ def format_report(r: dict) -> str:
             f"{_ms(x['p50_ms'])} {_ms(x['p95_ms'])} {_ms(x['p99_ms'])} "
             f"{x['mean_batch'] or 0:>6.1f} {x['max_queue_depth']:>9.0f} {x['rejected_429']:>5} "
             f"{x['errors']:>4} {x['rss_mb_start']:>5.0f}->{x['rss_mb_end']:<5.0f}"
-        )  # fmt: skip
+        )
     lines.append("")
     for name, t in r["targets"].items():
         shown = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in t.items()}
         lines.append(f"{name}: {shown}")
-    lines.append(f"SIGTERM: exit {r['shutdown']['exit_code']} in {r['shutdown']['seconds']:.2f} s"
-                 " (the load generator ran on the same cores as the server)")  # fmt: skip
+    lines.append(
+        f"SIGTERM: exit {r['shutdown']['exit_code']} in {r['shutdown']['seconds']:.2f} s"
+        " (the load generator ran on the same cores as the server)"
+    )
     return "\n".join(lines)
 
 
@@ -270,12 +314,17 @@ def plot(r: dict, path: Path) -> None:
     for key in ("p50_ms", "p95_ms", "p99_ms"):
         ax.plot(offered, [x[key] for x in rows], marker="o", label=key[:3])
     ax.axhline(r["sequential"]["p50_ms"], ls=":", c="gray", label="p50, one at a time")
-    ax.set(xlabel="offered items/s", ylabel="latency (ms)", yscale="log",
-           title="latency against offered load")  # fmt: skip
+    ax.set(
+        xlabel="offered items/s",
+        ylabel="latency (ms)",
+        yscale="log",
+        title="latency against offered load",
+    )
     ax.legend()
     ax2.plot(offered, [x["items_per_s"] for x in rows], marker="o", label="served (200)")
-    ax2.axhline(r["baseline"]["classify_items_per_s"], ls="--", c="k",
-                label="classify --mode sorted")  # fmt: skip
+    ax2.axhline(
+        r["baseline"]["classify_items_per_s"], ls="--", c="k", label="classify --mode sorted"
+    )
     ax2.set(xlabel="offered items/s", ylabel="items/s", title="throughput")
     ax2.legend()
     fig.tight_layout()

@@ -63,10 +63,17 @@ def useful(clf: Classifier, prompts: list[list[int]]) -> tuple[int, float]:
 
 
 def run_mode(
-    name: str, engine: Engine, prompts: list[list[int]], batches: list[Batch], scorer: str,
-    reference: np.ndarray | None, useful_tokens: int, useful_flops: float, settings: dict,
+    name: str,
+    engine: Engine,
+    prompts: list[list[int]],
+    batches: list[Batch],
+    scorer: str,
+    reference: np.ndarray | None,
+    useful_tokens: int,
+    useful_flops: float,
+    settings: dict,
     predict=None,
-) -> tuple[ModeResult, np.ndarray]:  # fmt: skip
+) -> tuple[ModeResult, np.ndarray]:
     """Time one mode; `predict(batches)`: the cost model's time for them (None: not shown)."""
     mx.synchronize()
     mx.reset_peak_memory()
@@ -80,17 +87,30 @@ def run_mode(
     ref = probs if reference is None and gold else reference  # the gold loop is its own
     predicted = predict(batches) if predict is not None and not gold else None
     return ModeResult(
-        name, seconds, len(prompts), processed, useful_tokens, stats.overhead,
+        name,
+        seconds,
+        len(prompts),
+        processed,
+        useful_tokens,
+        stats.overhead,
         None if ref is None else float((probs.argmax(1) == ref.argmax(1)).mean()),
-        None if ref is None else float(np.abs(probs - ref).max()), mx.get_peak_memory(),
-        useful_flops, len(batches), settings, predicted,
-    ), probs  # fmt: skip
+        None if ref is None else float(np.abs(probs - ref).max()),
+        mx.get_peak_memory(),
+        useful_flops,
+        len(batches),
+        settings,
+        predicted,
+    ), probs
 
 
 def length_stats(lengths: list[int]) -> dict:
     arr = np.array(lengths)
-    return {"median": float(np.median(arr)), "p90": float(np.percentile(arr, 90)),
-            "max": int(arr.max()), "mean": float(arr.mean())}  # fmt: skip
+    return {
+        "median": float(np.median(arr)),
+        "p90": float(np.percentile(arr, 90)),
+        "max": int(arr.max()),
+        "mean": float(arr.mean()),
+    }
 
 
 MODE_NAMES = ("gold", "prefix", "naive", "sorted", "greedy", "sweep")
@@ -141,8 +161,18 @@ class ModeRuns:
     def run(self, name: str, batches: list[Batch], scorer: str = "fast", **settings) -> np.ndarray:
         """Time one mode and say how it went; its probabilities."""
         self.progress(f"running {name} ({len(batches)} batches) ...")
-        res, probs = run_mode(name, self.engine, self.prompts, batches, scorer, self.reference,
-                              self.useful_tokens, self.useful_flops, settings, self.predict)  # fmt: skip
+        res, probs = run_mode(
+            name,
+            self.engine,
+            self.prompts,
+            batches,
+            scorer,
+            self.reference,
+            self.useful_tokens,
+            self.useful_flops,
+            settings,
+            self.predict,
+        )
         self.results.append(res)
         extra = f", predicted {res.predicted_seconds:.1f} s" if res.predicted_seconds else ""
         agree = "n/a (no reference run)" if res.agreement is None else f"{res.agreement:.1%}"
@@ -171,14 +201,24 @@ def run_batched_modes(
     if "naive" in modes:
         runs.run(f"naive (batch {plans.naive_batch})", plans.naive(), max_batch=plans.naive_batch)
     if "sorted" in modes:
-        runs.run("sorted (default)", plans.by_cost(), batch_tokens=plans.cap,
-                 max_batch=plans.max_batch, planner="cost")  # fmt: skip
+        runs.run(
+            "sorted (default)",
+            plans.by_cost(),
+            batch_tokens=plans.cap,
+            max_batch=plans.max_batch,
+            planner="cost",
+        )
     greedy = [batch_tokens] if "greedy" in modes else []
     if "sweep" in modes:
         greedy += [b for b in sweep if b != batch_tokens and b >= max(plans.fed)]
     for b in greedy:
-        runs.run(f"sorted, greedy {b}", plans.greedy(b), batch_tokens=b,
-                 max_batch=plans.max_batch, planner="greedy")  # fmt: skip
+        runs.run(
+            f"sorted, greedy {b}",
+            plans.greedy(b),
+            batch_tokens=b,
+            max_batch=plans.max_batch,
+            planner="greedy",
+        )
 
 
 def padding_tax(plans: ModePlans, batch_tokens: int, sweep: list[int]) -> dict:
@@ -198,9 +238,16 @@ def padding_tax(plans: ModePlans, batch_tokens: int, sweep: list[int]) -> dict:
 
 
 def run_bench(
-    clf: Classifier, texts: list[str], batch_tokens: int, max_batch: int, naive_batch: int,
-    sweep: list[int], progress=print, modes=MODE_NAMES, cost: CostModel | None = None,
-) -> dict:  # fmt: skip
+    clf: Classifier,
+    texts: list[str],
+    batch_tokens: int,
+    max_batch: int,
+    naive_batch: int,
+    sweep: list[int],
+    progress=print,
+    modes=MODE_NAMES,
+    cost: CostModel | None = None,
+) -> dict:
     """Every requested mode on the same prompts, each against the gold loop's probabilities.
 
     gold: the sequential gold loop; prefix: one row per batch through the prefix cache; naive:

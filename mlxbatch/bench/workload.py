@@ -25,16 +25,74 @@ MIXES = {
 }
 MAX_SENTENCES = 22
 
-GREETINGS = ["Hi,", "Hello,", "Hello team,", "Hey there,", "Good morning,", "Dear support,",
-             "Hi all,", "Bonjour,", "Hallo,", "To whom it may concern,", ""]  # fmt: skip
-SIGNOFFS = ["Thanks,", "Thank you!", "Best regards,", "Cheers,", "Regards,", "Merci,",
-            "Thanks in advance.", "Vielen Dank,", ""]  # fmt: skip
-NAMES = ["Ana", "Björn", "Chen Wei", "Dmitri", "Elif", "François", "Grace", "Hiro", "Inês",
-         "José", "Kwame", "Leila", "Marta", "Nguyễn", "Olu", "Priya", "Søren", "Zoë"]  # fmt: skip
-PRODUCTS = ["the Pro plan", "the Team plan", "the mobile app", "the desktop app",
-            "the API", "the browser extension", "the starter plan", "the enterprise tier"]  # fmt: skip
-MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
-          "September", "October", "November", "December"]  # fmt: skip
+GREETINGS = [
+    "Hi,",
+    "Hello,",
+    "Hello team,",
+    "Hey there,",
+    "Good morning,",
+    "Dear support,",
+    "Hi all,",
+    "Bonjour,",
+    "Hallo,",
+    "To whom it may concern,",
+    "",
+]
+SIGNOFFS = [
+    "Thanks,",
+    "Thank you!",
+    "Best regards,",
+    "Cheers,",
+    "Regards,",
+    "Merci,",
+    "Thanks in advance.",
+    "Vielen Dank,",
+    "",
+]
+NAMES = [
+    "Ana",
+    "Björn",
+    "Chen Wei",
+    "Dmitri",
+    "Elif",
+    "François",
+    "Grace",
+    "Hiro",
+    "Inês",
+    "José",
+    "Kwame",
+    "Leila",
+    "Marta",
+    "Nguyễn",
+    "Olu",
+    "Priya",
+    "Søren",
+    "Zoë",
+]
+PRODUCTS = [
+    "the Pro plan",
+    "the Team plan",
+    "the mobile app",
+    "the desktop app",
+    "the API",
+    "the browser extension",
+    "the starter plan",
+    "the enterprise tier",
+]
+MONTHS = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+]
 
 SENTENCES = {
     "billing": [
@@ -75,12 +133,18 @@ SENTENCES = {
     ],
 }
 FILLER = [
-    "This is quite urgent for us.", "I have already tried restarting.",
-    "I have been a customer for {years} years.", "Our team depends on this every day.",
-    "I looked through the help center but found nothing.", "Please get back to me soon.",
-    "Let me know if you need more details.", "This happened before, in {month}, too.",
-    "Ça devient vraiment pénible.", "Das ist wirklich ärgerlich.", "有点着急，谢谢。",
-]  # fmt: skip
+    "This is quite urgent for us.",
+    "I have already tried restarting.",
+    "I have been a customer for {years} years.",
+    "Our team depends on this every day.",
+    "I looked through the help center but found nothing.",
+    "Please get back to me soon.",
+    "Let me know if you need more details.",
+    "This happened before, in {month}, too.",
+    "Ça devient vraiment pénible.",
+    "Das ist wirklich ärgerlich.",
+    "有点着急，谢谢。",
+]
 STORY = [
     "Let me explain the whole situation from the beginning, because it is complicated.",
     "Back in {month} our finance team moved to a new system and we reorganised everything.",
@@ -90,18 +154,25 @@ STORY = [
     "In the meantime our manager asked for a written summary of what went wrong.",
     "I really like the product otherwise, which is why I am writing in so much detail.",
     "We also tried it on a second laptop and on the office network, with the same result.",
-]  # fmt: skip
+]
 
 
 def _fill(s: str, r: random.Random) -> str:
     s = s.format(
-        product=r.choice(PRODUCTS), month=r.choice(MONTHS), name=r.choice(NAMES),
+        product=r.choice(PRODUCTS),
+        month=r.choice(MONTHS),
+        name=r.choice(NAMES),
         amount=f"${r.randint(5, 999)}.{r.randint(0, 99):02d}",
-        amount2=f"€{r.randint(5, 999)},{r.randint(0, 99):02d}", digits=f"{r.randint(0, 9999):04d}",
-        percent=r.randint(1, 99), code=f"0x{r.randint(0, 2**32 - 1):08X}", size=r.choice([10, 50, 100, 250]),
-        version=f"{r.randint(1, 9)}.{r.randint(0, 20)}.{r.randint(0, 9)}", seconds=r.choice([5, 10, 30, 60]),
-        email=f"{r.choice(NAMES).split()[0].lower()}{r.randint(1, 99)}@example.com", years=r.randint(2, 12),
-    )  # fmt: skip
+        amount2=f"€{r.randint(5, 999)},{r.randint(0, 99):02d}",
+        digits=f"{r.randint(0, 9999):04d}",
+        percent=r.randint(1, 99),
+        code=f"0x{r.randint(0, 2**32 - 1):08X}",
+        size=r.choice([10, 50, 100, 250]),
+        version=f"{r.randint(1, 9)}.{r.randint(0, 20)}.{r.randint(0, 9)}",
+        seconds=r.choice([5, 10, 30, 60]),
+        email=f"{r.choice(NAMES).split()[0].lower()}{r.randint(1, 99)}@example.com",
+        years=r.randint(2, 12),
+    )
     return s[0].upper() + s[1:]
 
 
@@ -109,8 +180,10 @@ def _error_log(r: random.Random) -> str:
     lines = ["Here is the log:", "```"]
     for _ in range(r.randint(2, 6)):
         ts = f"2026-{r.randint(1, 12):02d}-{r.randint(1, 28):02d}T{r.randint(0, 23):02d}:{r.randint(0, 59):02d}:{r.randint(0, 59):02d}Z"
-        lines.append(f"{ts} ERROR [{r.choice(['sync', 'auth', 'http', 'db'])}] "
-                     f"code={r.randint(100, 599)} request_id={r.getrandbits(64):016x}")  # fmt: skip
+        lines.append(
+            f"{ts} ERROR [{r.choice(['sync', 'auth', 'http', 'db'])}] "
+            f"code={r.randint(100, 599)} request_id={r.getrandbits(64):016x}"
+        )
     lines.append("```")
     return "\n".join(lines)
 
@@ -173,6 +246,8 @@ def write_tickets(rows: list[dict], path: Path | None) -> None:
     fmt = output_format_of(path)
     check_output(path, [], resume=False)  # as classify's -o: no journal, no file a run holds
     if fmt != ("jsonl", False) and path.exists() and not path.is_file():
-        raise OutputError(f"{path}: cannot write the tickets as {''.join(path.suffixes[-2:])} "
-                          "there (not a regular file); drop the suffix for JSONL")  # fmt: skip
+        raise OutputError(
+            f"{path}: cannot write the tickets as {''.join(path.suffixes[-2:])} "
+            "there (not a regular file); drop the suffix for JSONL"
+        )
     write_whole(path, lambda f: write_records(f, rows, path.name), "cannot write the tickets")

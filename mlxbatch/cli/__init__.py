@@ -64,8 +64,14 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 
 
 @click.group(cls=Group)
-@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
-              callback=_print_version, help="Show the version and exit.")  # fmt: skip
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and exit.",
+)
 def cli() -> None:
     """Classify batches of short texts with a small instruction model in MLX."""
 
@@ -83,9 +89,11 @@ def _warns_of_the_blas(command: click.Command) -> click.Command:
             if warning := blas.warning() or cpu.slow_coretype():
                 click.echo(warning, err=True)
             if (problem := files.cache_problem()) and platform.system() == "Linux":
-                click.echo(f"note: {problem}: the BLAS probe and the planner's calibration are "
-                           "redone by every run; set XDG_CACHE_HOME to a writable directory",
-                           err=True)  # fmt: skip
+                click.echo(
+                    f"note: {problem}: the BLAS probe and the planner's calibration are "
+                    "redone by every run; set XDG_CACHE_HOME to a writable directory",
+                    err=True,
+                )
         return callback(*args, **kwargs)
 
     command.callback = functools.update_wrapper(run, callback)
@@ -93,8 +101,20 @@ def _warns_of_the_blas(command: click.Command) -> click.Command:
 
 
 COMPUTE = (classify, bench, demo, parity, serve, bench_serve)  # doctor reports the BLAS itself
-for command in (classify, evaluate_cmd, convert, init_random_cmd, models, parity, bench, demo,
-                doctor, tickets, serve, bench_serve):  # fmt: skip
+for command in (
+    classify,
+    evaluate_cmd,
+    convert,
+    init_random_cmd,
+    models,
+    parity,
+    bench,
+    demo,
+    doctor,
+    tickets,
+    serve,
+    bench_serve,
+):
     cli.add_command(_warns_of_the_blas(command) if command in COMPUTE else command)
 
 

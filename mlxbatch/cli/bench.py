@@ -34,9 +34,11 @@ from .common import (
     show_default=True,
 )
 @click.option(
-    "-o", "--output", type=click.Path(),  # a str: output_path reads a trailing "/"
+    "-o",
+    "--output",
+    type=click.Path(),  # a str: output_path reads a trailing "/"
     help="A .jsonl or .csv file, .gz for gzip (default, or -: JSONL on stdout; the tickets hold line breaks, which TSV cannot).",
-)  # fmt: skip
+)
 def tickets(n, seed, mix, output):
     """Generate N synthetic support tickets (id, text, intent)."""
     from ..bench.workload import generate, write_tickets
@@ -47,9 +49,12 @@ def tickets(n, seed, mix, output):
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option(
-    "--size", type=click.IntRange(16, 8192), default=1024, show_default=True,
+    "--size",
+    type=click.IntRange(16, 8192),
+    default=1024,
+    show_default=True,
     help="Square matmul size to time.",
-)  # fmt: skip
+)
 @click.option("--calibrate", is_flag=True, help="Measure the planner's cost model for --model.")
 @model_option
 def doctor(as_json, size, calibrate, model):
@@ -63,8 +68,11 @@ def doctor(as_json, size, calibrate, model):
         from ..model.defaults import not_runnable
 
         broken = not_runnable(path)
-        info["model"] = f"{path}: " + (f"BROKEN: {broken}" if broken else "runnable (config, "
-                                       "weights and tokenizer; --calibrate measures it)")  # fmt: skip
+        info["model"] = f"{path}: " + (
+            f"BROKEN: {broken}"
+            if broken
+            else "runnable (config, weights and tokenizer; --calibrate measures it)"
+        )
     if calibrate:
         from ..api.classifier import Classifier
         from ..engine.calibration import calibrate as measure
@@ -79,8 +87,11 @@ def doctor(as_json, size, calibrate, model):
             if isinstance(v, list):  # one line an entry: the BLAS libraries tried, calibrations
                 click.echo(f"{k:>16}:")
                 for entry in v:
-                    text = (", ".join(f"{a}={b}" for a, b in entry.items())
-                            if isinstance(entry, dict) else entry)  # fmt: skip
+                    text = (
+                        ", ".join(f"{a}={b}" for a, b in entry.items())
+                        if isinstance(entry, dict)
+                        else entry
+                    )
                     click.echo(f"{'':>18}{text}")
             else:
                 click.echo(f"{k:>16}: {v}")
@@ -125,8 +136,13 @@ def doctor(as_json, size, calibrate, model):
     "preferred budget, 2048 a batch on the CPU).",
 )
 @max_batch_option
-@click.option("--naive-batch", type=click.IntRange(1), default=16, show_default=True,
-              help="Rows per naive batch.")  # fmt: skip
+@click.option(
+    "--naive-batch",
+    type=click.IntRange(1),
+    default=16,
+    show_default=True,
+    help="Rows per naive batch.",
+)
 @click.option(
     "--sweep",
     default="512,1024,2048,4096",
@@ -162,8 +178,11 @@ def doctor(as_json, size, calibrate, model):
     help="Unpacked llama.cpp (or llama-cpp-python sdist): its convert_hf_to_gguf.py makes the "
     "llama.cpp peers' GGUFs.",
 )
-@click.option("--llama-threads", type=click.IntRange(1),
-              help="The llama.cpp peers' threads (default: the usable cores).")  # fmt: skip
+@click.option(
+    "--llama-threads",
+    type=click.IntRange(1),
+    help="The llama.cpp peers' threads (default: the usable cores).",
+)
 @click.option("--no-calibrate", is_flag=True, help="Use the cached/default cost model.")
 @click.option(
     "--against",
@@ -174,26 +193,58 @@ def doctor(as_json, size, calibrate, model):
 @click.option(
     "--quick", is_flag=True, help="Tiny synthetic model, 60 tickets: checks the command in seconds."
 )
-@click.option("--ranks", type=click.IntRange(2), help="Instead: classify on 1 and on N ranks "
-              "(mlx.launch, ring, this host) and print the ratio.")  # fmt: skip
-@click.option("--serve", is_flag=True, help="Instead: the service's load test on --model (the "
-              "same as `mlxbatch bench-serve` with its defaults; see its --help for the loads).")  # fmt: skip
-@click.option("--scale", is_flag=True, help="Instead: classify jobs of growing length as child "
-              "processes (tiny model at --scale-sizes, 0.5B-shaped at --scale-large): items/s, "
-              "max RSS from the OS, padding, repeats scored once; the 10M projection.")  # fmt: skip
-@click.option("--scale-sizes", default="10000,100000,1000000", show_default=True,
-              help="Tickets for the tiny model's runs (comma-separated; empty: none).")  # fmt: skip
-@click.option("--scale-large", type=click.IntRange(0), default=6000, show_default=True,
-              help="Tickets for the 0.5B-shaped model's streamed run (0: none).")  # fmt: skip
-@click.option("--scale-compare", type=click.IntRange(0), default=1200, show_default=True,
-              help="Tickets for the 0.5B-shaped model's pair of runs with and without repeats "
-              "(0: none).")  # fmt: skip
-@click.option("--scale-duplicates", type=FiniteRange(0, 0.9), default=0.2,
-              show_default=True, help="Share of rows repeating an earlier row's text.")  # fmt: skip
+@click.option(
+    "--ranks",
+    type=click.IntRange(2),
+    help="Instead: classify on 1 and on N ranks (mlx.launch, ring, this host) and print the ratio.",
+)
+@click.option(
+    "--serve",
+    is_flag=True,
+    help="Instead: the service's load test on --model (the "
+    "same as `mlxbatch bench-serve` with its defaults; see its --help for the loads).",
+)
+@click.option(
+    "--scale",
+    is_flag=True,
+    help="Instead: classify jobs of growing length as child "
+    "processes (tiny model at --scale-sizes, 0.5B-shaped at --scale-large): items/s, "
+    "max RSS from the OS, padding, repeats scored once; the 10M projection.",
+)
+@click.option(
+    "--scale-sizes",
+    default="10000,100000,1000000",
+    show_default=True,
+    help="Tickets for the tiny model's runs (comma-separated; empty: none).",
+)
+@click.option(
+    "--scale-large",
+    type=click.IntRange(0),
+    default=6000,
+    show_default=True,
+    help="Tickets for the 0.5B-shaped model's streamed run (0: none).",
+)
+@click.option(
+    "--scale-compare",
+    type=click.IntRange(0),
+    default=1200,
+    show_default=True,
+    help="Tickets for the 0.5B-shaped model's pair of runs with and without repeats (0: none).",
+)
+@click.option(
+    "--scale-duplicates",
+    type=FiniteRange(0, 0.9),
+    default=0.2,
+    show_default=True,
+    help="Share of rows repeating an earlier row's text.",
+)
 @click.pass_context
-@click.option("--questions", type=click.Path(path_type=Path),
-              help="Instead: a questions file's run against its prompts asked one at a time, "
-              "and against the gold loop (with gold in --modes).")  # fmt: skip
+@click.option(
+    "--questions",
+    type=click.Path(path_type=Path),
+    help="Instead: a questions file's run against its prompts asked one at a time, "
+    "and against the gold loop (with gold in --modes).",
+)
 def bench(ctx, **options):
     """Time the gold loop, prefix caching, naive, greedy and cost-planned batching, and peers."""
     from ..bench.command import BenchRequest, run_bench_command
@@ -202,8 +253,13 @@ def bench(ctx, **options):
     if opt.pop("serve"):
         from .serve import bench_serve
 
-        return ctx.invoke(bench_serve, model=opt["model"], quick=opt["quick"],
-                          json_path=opt["json_path"], plot_path=opt["plot_path"])  # fmt: skip
+        return ctx.invoke(
+            bench_serve,
+            model=opt["model"],
+            quick=opt["quick"],
+            json_path=opt["json_path"],
+            plot_path=opt["plot_path"],
+        )
     scale = {
         k: opt.pop(k)
         for k in ("scale", "scale_sizes", "scale_large", "scale_compare", "scale_duplicates")
@@ -226,13 +282,19 @@ def _bench_scale(scale: dict, o: dict) -> None:
     if sizes and min(sizes) < 1:
         raise click.BadParameter("ticket counts of 1 or more", param_hint="--scale-sizes")
     if not sizes and not scale["scale_large"] and not o["quick"]:
-        raise click.BadParameter("nothing to run: give ticket counts or --scale-large",
-                                 param_hint="--scale-sizes")  # fmt: skip
+        raise click.BadParameter(
+            "nothing to run: give ticket counts or --scale-large", param_hint="--scale-sizes"
+        )
     sizes, large = (QUICK_SIZES, 0) if o["quick"] else (sizes, scale["scale_large"])
     plot = plot_target(o["plot_path"], o["json_path"], "bench-scale")
-    request = ScaleRequest(sizes=sizes, large=large, compare=scale["scale_compare"],
-                           duplicates=scale["scale_duplicates"],
-                           json_path=o["json_path"], plot_path=plot)  # fmt: skip
+    request = ScaleRequest(
+        sizes=sizes,
+        large=large,
+        compare=scale["scale_compare"],
+        duplicates=scale["scale_duplicates"],
+        json_path=o["json_path"],
+        plot_path=plot,
+    )
     sys.exit(scale_command(request, echo))
 
 
@@ -260,8 +322,13 @@ def demo(n, model, out_dir, resume):
     from ..jobs.classify import Interrupted
 
     try:
-        lines, passed = run_demo(n, model_dir(model, echo), out_dir,
-                                 progress=lambda m: click.echo(m, err=True), resume=resume)  # fmt: skip
+        lines, passed = run_demo(
+            n,
+            model_dir(model, echo),
+            out_dir,
+            progress=lambda m: click.echo(m, err=True),
+            resume=resume,
+        )
     except Interrupted as e:
         fail(str(e), 130)
     for line in lines:

@@ -105,20 +105,43 @@ from .common import (
 @prompt_options
 @click.option("--gold-field", help="JSONL key / CSV column of a gold label: print an evaluation.")
 @report_options("the evaluation", "confusion")
-@click.option("--distributed", is_flag=True,
-              help="Require an mlx.launch group (detected anyway when launched with it).")  # fmt: skip
-@click.option("--verify-sample", type=FiniteRange(0, 1), default=0.0,
-              help="Re-score this share of the items on the gold loop (the same items for the "
-              "same input); exit 1 unless every sampled label agrees.")  # fmt: skip
-@click.option("--window-rows", type=click.IntRange(1, sys.maxsize), default=16384, show_default=True,
-              help="Rows read, planned and written at a time: memory stays flat however long "
-              "the input (duplicates are scored once within a window).")  # fmt: skip
-@click.option("--collective-timeout", type=FiniteRange(1), default=600.0, show_default=True,
-              help="Seconds a distributed round may wait for the other ranks.")  # fmt: skip
-@click.option("--questions", type=click.Path(path_type=Path),
-              help="YAML/JSON file of questions to ask of every text (instead of --labels).")  # fmt: skip
-@click.option("--tag-threshold", type=FiniteRange(0, 1),
-              help="Multi-label questions: a tag is on at P(yes) >= this (default 0.5).")  # fmt: skip
+@click.option(
+    "--distributed",
+    is_flag=True,
+    help="Require an mlx.launch group (detected anyway when launched with it).",
+)
+@click.option(
+    "--verify-sample",
+    type=FiniteRange(0, 1),
+    default=0.0,
+    help="Re-score this share of the items on the gold loop (the same items for the "
+    "same input); exit 1 unless every sampled label agrees.",
+)
+@click.option(
+    "--window-rows",
+    type=click.IntRange(1, sys.maxsize),
+    default=16384,
+    show_default=True,
+    help="Rows read, planned and written at a time: memory stays flat however long "
+    "the input (duplicates are scored once within a window).",
+)
+@click.option(
+    "--collective-timeout",
+    type=FiniteRange(1),
+    default=600.0,
+    show_default=True,
+    help="Seconds a distributed round may wait for the other ranks.",
+)
+@click.option(
+    "--questions",
+    type=click.Path(path_type=Path),
+    help="YAML/JSON file of questions to ask of every text (instead of --labels).",
+)
+@click.option(
+    "--tag-threshold",
+    type=FiniteRange(0, 1),
+    help="Multi-label questions: a tag is on at P(yes) >= this (default 0.5).",
+)
 def classify(**options):
     """Classify every row of INPUT (JSONL, CSV, TSV, text, Parquet, or - for stdin) into one label."""
     from ..api.spec import RunSpec

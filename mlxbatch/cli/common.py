@@ -25,8 +25,9 @@ def output_path(value: str | None, what: str) -> Path | None:
         check_stdout_open("-o", None)
         return None
     if value.endswith(os.sep) and value != os.sep:
-        raise click.UsageError(f"-o {value}: names a folder; give a file in it "
-                               f"({value}{what.split()[-1]}.jsonl, say)")  # fmt: skip
+        raise click.UsageError(
+            f"-o {value}: names a folder; give a file in it ({value}{what.split()[-1]}.jsonl, say)"
+        )
     return Path(value)
 
 
@@ -50,14 +51,21 @@ def report_options(what: str, default_name: str):
 
     def apply(f):
         f = click.option(
-            "--plot", "plot_path", type=click.Path(path_type=Path), is_flag=False,
+            "--plot",
+            "plot_path",
+            type=click.Path(path_type=Path),
+            is_flag=False,
             flag_value=PLOT_DEFAULT,
             help=f"Draw a PNG (needs matplotlib); without a path: beside the output, else "
             f"./{default_name}.png.",
-        )(f)  # fmt: skip
-        return click.option("--json", "json_path", type=click.Path(path_type=Path),
-                            callback=_dash_is_stdout,
-                            help=f"Write {what} as JSON (- for standard output).")(f)  # fmt: skip
+        )(f)
+        return click.option(
+            "--json",
+            "json_path",
+            type=click.Path(path_type=Path),
+            callback=_dash_is_stdout,
+            help=f"Write {what} as JSON (- for standard output).",
+        )(f)
 
     return apply
 
@@ -107,16 +115,30 @@ max_batch_option = click.option(
 def prompt_options(f):
     """The prompt and post-processing options shared by `classify` and `bench`."""
     options = [
-        click.option("--labels-file", type=click.Path(path_type=Path),
-                     help="JSON/YAML mapping label -> one-line description (feeds the default prompt)."),
-        click.option("--examples", type=click.Path(path_type=Path),
-                     help="Few-shot examples (JSONL/CSV with text and label), as earlier turns."),
-        click.option("--calibrate", is_flag=True,
-                     help="Contextual calibration: divide by the content-free probabilities."),
-        click.option("--prior", help="Explicit priors, e.g. billing=0.5,technical=0.3,account=0.2."),
-        click.option("--min-confidence", type=FiniteRange(0, 1),
-                     help="Abstain (label null) below this top probability."),
-    ]  # fmt: skip
+        click.option(
+            "--labels-file",
+            type=click.Path(path_type=Path),
+            help="JSON/YAML mapping label -> one-line description (feeds the default prompt).",
+        ),
+        click.option(
+            "--examples",
+            type=click.Path(path_type=Path),
+            help="Few-shot examples (JSONL/CSV with text and label), as earlier turns.",
+        ),
+        click.option(
+            "--calibrate",
+            is_flag=True,
+            help="Contextual calibration: divide by the content-free probabilities.",
+        ),
+        click.option(
+            "--prior", help="Explicit priors, e.g. billing=0.5,technical=0.3,account=0.2."
+        ),
+        click.option(
+            "--min-confidence",
+            type=FiniteRange(0, 1),
+            help="Abstain (label null) below this top probability.",
+        ),
+    ]
     for option in reversed(options):
         f = option(f)
     return f

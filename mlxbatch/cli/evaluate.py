@@ -17,17 +17,19 @@ from .common import check_gold_field, fail, plot_target, report_options
 ROUNDING_PER_LABEL = 0.005
 
 
-def _not_a_prediction(res, row, tabular: bool = False, first: tuple[int, dict] | None = None
-                      ) -> str | None:  # fmt: skip
+def _not_a_prediction(
+    res, row, tabular: bool = False, first: tuple[int, dict] | None = None
+) -> str | None:
     """Why an output row cannot be evaluated against its input row (`first`: the first scored
     row's number and scores, whose labels every row's scores name), or None."""
     if not isinstance(res, dict):
         return "not a JSON object"
     if "error" not in res and not (
-        isinstance(res.get("scores"), dict) and res["scores"]
+        isinstance(res.get("scores"), dict)
+        and res["scores"]
         and all(isinstance(v, (int, float)) for v in res["scores"].values())
         and (res.get("label") is None or res["label"] in res["scores"])
-    ):  # fmt: skip
+    ):
         return "neither an error row nor a label with its scores"
     for label, v in res.get("scores", {}).items() if "error" not in res else ():
         if isinstance(v, bool) or not math.isfinite(v) or not 0 <= v <= 1:  # NaN, 5.0, inf
@@ -40,8 +42,10 @@ def _not_a_prediction(res, row, tabular: bool = False, first: tuple[int, dict] |
         and res["id"] != row.id
         and not (isinstance(res["id"], str) and tabular and res["id"] == text_id(row.id))
     ):  # a CSV/TSV output's ids are text
-        return (f"id {res['id']!r} where the input's row {row.number} has id {row.id!r}; "
-                "give the input the predictions were made from, in the same order")  # fmt: skip
+        return (
+            f"id {res['id']!r} where the input's row {row.number} has id {row.id!r}; "
+            "give the input the predictions were made from, in the same order"
+        )
     return None
 
 
@@ -55,8 +59,10 @@ def _not_classifys(res: dict, first: tuple[int, dict] | None) -> str | None:
     if abs(total - 1) > slack:  # scores of a subset of the labels, or edited by hand
         return f"the scores sum to {total:.4g}, not 1 (one probability for each label)"
     if first is not None and set(scores) != set(first[1]):
-        return (f"its scores name {', '.join(map(repr, scores))}, row {first[0]}'s "
-                f"{', '.join(map(repr, first[1]))}: one label set for every row")[:300]  # fmt: skip
+        return (
+            f"its scores name {', '.join(map(repr, scores))}, row {first[0]}'s "
+            f"{', '.join(map(repr, first[1]))}: one label set for every row"
+        )[:300]
     if label is not None and res.get("abstained") is True:
         return f"it abstains, yet its label is {label!r}"[:200]
     if label is not None and scores[label] < max(scores.values()):
@@ -79,16 +85,37 @@ def _not_classifys(res: dict, first: tuple[int, dict] | None) -> str | None:
 )
 @click.option("--labels", help="The label set (default: the score keys of the predictions).")
 @report_options("the metrics", "confusion")
-@click.option("--questions", type=click.Path(path_type=Path),
-              help="The questions file of a classify --questions output: each question is "
-              "evaluated against the input's field of its name.")  # fmt: skip
-def evaluate_cmd(input_path, predictions, gold_field, text_field, id_field, input_format, labels,
-                 json_path, plot_path, questions):  # fmt: skip
+@click.option(
+    "--questions",
+    type=click.Path(path_type=Path),
+    help="The questions file of a classify --questions output: each question is "
+    "evaluated against the input's field of its name.",
+)
+def evaluate_cmd(
+    input_path,
+    predictions,
+    gold_field,
+    text_field,
+    id_field,
+    input_format,
+    labels,
+    json_path,
+    plot_path,
+    questions,
+):
     """Accuracy, per-class F1, confusion and calibration of PREDICTIONS (a classify output:
     JSONL, CSV or TSV, gzip-compressed or not) against the gold labels of INPUT, row by row."""
     if questions is not None:
-        return evaluate_questions(input_path, predictions, questions, text_field, id_field,
-                                  input_format, json_path, (gold_field, labels, plot_path))  # fmt: skip
+        return evaluate_questions(
+            input_path,
+            predictions,
+            questions,
+            text_field,
+            id_field,
+            input_format,
+            json_path,
+            (gold_field, labels, plot_path),
+        )
     if not gold_field:
         fail("eval needs --gold-field (or --questions, for a classify --questions output)")
     from ..api.evaluate import evaluate_rows, format_evaluation, plot_confusion
@@ -111,11 +138,18 @@ def evaluate_cmd(input_path, predictions, gold_field, text_field, id_field, inpu
             fail(str(e))
         fail(f"{predictions}: not an output of mlxbatch classify ({str(e)[:100]})")
     if len(results) != len(rows):
-        fail(f"{predictions}: {len(results)} rows for the {len(rows)} rows of {input_path}; "
-             "give the input the predictions were made from")  # fmt: skip
-    first = next(((n, r["scores"]) for n, r in enumerate(results, start=1)
-                  if isinstance(r, dict) and "error" not in r and isinstance(r.get("scores"), dict)),
-                 None)  # fmt: skip
+        fail(
+            f"{predictions}: {len(results)} rows for the {len(rows)} rows of {input_path}; "
+            "give the input the predictions were made from"
+        )
+    first = next(
+        (
+            (n, r["scores"])
+            for n, r in enumerate(results, start=1)
+            if isinstance(r, dict) and "error" not in r and isinstance(r.get("scores"), dict)
+        ),
+        None,
+    )
     for n, (row, res) in enumerate(zip(rows, results), start=1):
         if problem := _not_a_prediction(res, row, tabular, first):
             fail(f"{predictions}: row {n}: {problem}")
@@ -138,8 +172,16 @@ def evaluate_cmd(input_path, predictions, gold_field, text_field, id_field, inpu
         plot_confusion(m, plot_path)
 
 
-def evaluate_questions(input_path, predictions: Path, questions: Path, text_field, id_field,
-                       input_format, json_path, single_options) -> None:  # fmt: skip
+def evaluate_questions(
+    input_path,
+    predictions: Path,
+    questions: Path,
+    text_field,
+    id_field,
+    input_format,
+    json_path,
+    single_options,
+) -> None:
     """`eval --questions`: each question against the input's field of its name."""
     from ..api.evaluate_answers import evaluate_answers, format_answers
     from ..io.inputs import read_rows
@@ -149,8 +191,10 @@ def evaluate_questions(input_path, predictions: Path, questions: Path, text_fiel
     from ..io.streams import report_stream
 
     if any(x is not None for x in single_options):
-        fail("--gold-field, --labels and --plot evaluate one label set; --questions evaluates "
-             "each question against the input's field of its name")  # fmt: skip
+        fail(
+            "--gold-field, --labels and --plot evaluate one label set; --questions evaluates "
+            "each question against the input's field of its name"
+        )
     asked = read_questions(questions)
     check_reports(json_path, None, [Path(input_path), predictions, questions])
     rows, _ = read_rows(input_path, text_field, id_field, input_format, asked.names)
@@ -161,8 +205,10 @@ def evaluate_questions(input_path, predictions: Path, questions: Path, text_fiel
     except (OSError, UnicodeDecodeError, ValueError) as e:
         fail(f"{predictions}: not an output of mlxbatch classify ({str(e)[:100]})")
     if len(results) != len(rows):
-        fail(f"{predictions}: {len(results)} rows for the {len(rows)} rows of {input_path}; "
-             "give the input the predictions were made from")  # fmt: skip
+        fail(
+            f"{predictions}: {len(results)} rows for the {len(rows)} rows of {input_path}; "
+            "give the input the predictions were made from"
+        )
     for n, res in enumerate(results, start=1):
         if not isinstance(res, dict) or not ("error" in res or _answers_of(res, asked.names)):
             fail(f"{predictions}: row {n}: not a row of answers to these questions")

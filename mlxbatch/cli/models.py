@@ -19,10 +19,12 @@ from .common import fail
 )
 @click.option("--force", is_flag=True, help="Replace OUT_DIR if it exists.")
 @click.option("-q", "--quantize", "quantize", is_flag=True, help="Quantize (MLX affine format).")
-@click.option("--q-bits", type=click.Choice(["2", "3", "4", "5", "6", "8"]), default="4",
-              show_default=True)  # fmt: skip
-@click.option("--q-group-size", type=click.Choice(["32", "64", "128"]), default="64",
-              show_default=True)  # fmt: skip
+@click.option(
+    "--q-bits", type=click.Choice(["2", "3", "4", "5", "6", "8"]), default="4", show_default=True
+)
+@click.option(
+    "--q-group-size", type=click.Choice(["32", "64", "128"]), default="64", show_default=True
+)
 def convert(hf_dir, out_dir, dtype, force, quantize, q_bits, q_group_size):
     """Convert a Hugging Face checkpoint (safetensors; Qwen2/2.5, Qwen3, Llama, Gemma 3, Phi-3)
     or a GGUF file to an mlxbatch directory,
@@ -35,16 +37,21 @@ def convert(hf_dir, out_dir, dtype, force, quantize, q_bits, q_group_size):
             fail("convert: a GGUF is written as it is stored (no --dtype, --quantize)")
         m = convert_gguf(hf_dir, out_dir, force)
         g = m["gguf"]
-        click.echo(f"wrote {out_dir}: {m['tensors']} tensors from a {g['architecture']} "
-                   f"{g['quantization']} GGUF, weights {g['weights']}")  # fmt: skip
+        click.echo(
+            f"wrote {out_dir}: {m['tensors']} tensors from a {g['architecture']} "
+            f"{g['quantization']} GGUF, weights {g['weights']}"
+        )
         return
     if not hf_dir.is_dir():
         fail(f"{hf_dir}: neither a checkpoint directory nor a GGUF file")
     bits = int(q_bits) if quantize else None
     m = convert_hf(hf_dir, out_dir, dtype, force, bits, int(q_group_size))
     dtypes = m["dtype"] if isinstance(m["dtype"], str) else " and ".join(m["dtype"])
-    stored = (f"{m['parameters']:,} stored values ({bits}-bit weights packed into uint32)"
-              if bits else f"{m['parameters']:,} parameters")  # fmt: skip
+    stored = (
+        f"{m['parameters']:,} stored values ({bits}-bit weights packed into uint32)"
+        if bits
+        else f"{m['parameters']:,} parameters"
+    )
     click.echo(f"wrote {out_dir}: {m['tensors']} tensors, {stored}, {dtypes}")
 
 

@@ -34,8 +34,10 @@ def need_serve_extra(modules: tuple[str, ...] = SERVES_ON) -> None:
 
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
-        fail(f"this command needs the serve extra ({', '.join(missing)} missing): "
-             "pip install 'mlxbatch[serve]'")  # fmt: skip
+        fail(
+            f"this command needs the serve extra ({', '.join(missing)} missing): "
+            "pip install 'mlxbatch[serve]'"
+        )
 
 
 # The service subclasses uvicorn's private H11Protocol (serve/connections.py): a uvicorn past
@@ -52,8 +54,10 @@ def need_uvicorn(found: str | None = None) -> None:
     low, high = (".".join(map(str, v)) for v in UVICORN_RANGE)
     parts = re.match(r"(\d+)\.(\d+)", found)
     if parts is None or not UVICORN_RANGE[0] <= tuple(map(int, parts.groups())) < UVICORN_RANGE[1]:
-        fail(f"mlxbatch serve needs uvicorn >={low},<{high} (found {found}): "
-             f"pip install 'uvicorn>={low},<{high}'")  # fmt: skip
+        fail(
+            f"mlxbatch serve needs uvicorn >={low},<{high} (found {found}): "
+            f"pip install 'uvicorn>={low},<{high}'"
+        )
 
 
 def read_api_key(path: Path) -> bytes:
@@ -76,8 +80,10 @@ def access_key(options: dict) -> bytes | None:
     from ..serve.server import LOOPBACK
 
     if options["max_inputs"] > options["max_queue"]:
-        fail(f"--max-inputs-per-request {options['max_inputs']} is over --max-queue "
-             f"{options['max_queue']}: such a request could never be queued")  # fmt: skip
+        fail(
+            f"--max-inputs-per-request {options['max_inputs']} is over --max-queue "
+            f"{options['max_queue']}: such a request could never be queued"
+        )
     key = read_api_key(options["api_key_file"]) if options["api_key_file"] else None
     if options["host"] not in LOOPBACK:
         echo(
@@ -91,8 +97,10 @@ def server_units(options: dict) -> dict:
     """The options typed in human units (MB, ms), in the units the server counts in."""
     from ..serve.limits import MB
 
-    return {"max_body_bytes": int(options["max_body_mb"] * MB),
-            "max_wait_s": options["max_wait_ms"] / 1000}  # fmt: skip
+    return {
+        "max_body_bytes": int(options["max_body_mb"] * MB),
+        "max_wait_s": options["max_wait_ms"] / 1000,
+    }
 
 
 @click.command()
@@ -101,49 +109,132 @@ def server_units(options: dict) -> dict:
 @click.option("--system-prompt", help="System prompt text (default names the labels).")
 @click.option("--system-prompt-file", type=click.Path(path_type=Path))
 @prompt_options
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to bind; anything but the loopback prints a warning.")  # fmt: skip
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to bind; anything but the loopback prints a warning.",
+)
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
-@click.option("--max-wait-ms", type=FiniteRange(0, 60_000), default=5.0, show_default=True,
-              help="How long the oldest queued item waits for others to batch with.")  # fmt: skip
-@click.option("--batch-tokens", type=click.IntRange(1),
-              help="Padded tokens per batch (default: as classify).")  # fmt: skip
+@click.option(
+    "--max-wait-ms",
+    type=FiniteRange(0, 60_000),
+    default=5.0,
+    show_default=True,
+    help="How long the oldest queued item waits for others to batch with.",
+)
+@click.option(
+    "--batch-tokens", type=click.IntRange(1), help="Padded tokens per batch (default: as classify)."
+)
 @max_batch_option
-@click.option("--max-queue", type=click.IntRange(1), default=1024, show_default=True,
-              help="Items waiting at most; past it requests get 429 with Retry-After.")  # fmt: skip
-@click.option("--max-inputs-per-request", "max_inputs", type=click.IntRange(1), default=256,
-              show_default=True, help="Texts in one request; past it 413.")  # fmt: skip
-@click.option("--max-tokens", type=click.IntRange(1), default=2048, show_default=True,
-              help='Tokens an item may feed (within the model\'s context); past it 422, or '
-              'cut with "truncate": true in the request.')  # fmt: skip
-@click.option("--max-body-mb", type=FiniteRange(0, min_open=True), default=2.0,
-              show_default=True, help="Request body cap; past it 413.")  # fmt: skip
-@click.option("--timeout-header", "header_s", type=FiniteRange(0, min_open=True), default=10.0,
-              show_default=True, help="Seconds for a request's head (from connect, or from "
-              "the previous reply); then 408 and the connection closes.")  # fmt: skip
-@click.option("--timeout-body", "body_s", type=FiniteRange(0, min_open=True), default=30.0,
-              show_default=True, help="Seconds for a request's whole body; then 408.")  # fmt: skip
-@click.option("--timeout-keep-alive", "keep_alive_s", type=FiniteRange(0, min_open=True),
-              default=5.0, show_default=True,
-              help="Seconds an idle connection stays open between requests.")  # fmt: skip
-@click.option("--timeout-reply", "reply_s", type=FiniteRange(0, min_open=True), default=30.0,
-              show_default=True, help="Seconds a client may leave its replies unread (its "
-              "socket's buffer full); then the connection is dropped.")  # fmt: skip
-@click.option("--max-connections", type=click.IntRange(1), default=512, show_default=True,
-              help="Connections open at once; past it a new one gets 503 and is closed.")  # fmt: skip
-@click.option("--drain-timeout", "drain_s", type=FiniteRange(0), default=30.0, show_default=True,
-              help="Seconds after SIGTERM/Ctrl-C to finish in-flight requests; then the rest are "
-              "dropped and the server exits.")  # fmt: skip
-@click.option("--api-key-file", type=click.Path(path_type=Path),
-              help="Require 'Authorization: Bearer <the key in this file>' on /v1/*.")  # fmt: skip
-@click.option("--verify-sample", type=FiniteRange(0, 1), default=0.0, show_default=True,
-              help="Fraction of items re-scored on the gold loop while idle.")  # fmt: skip
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
-              default="info", show_default=True)  # fmt: skip
-@click.option("--questions", type=click.Path(path_type=Path),
-              help="YAML/JSON file of questions: each text is answered with every one.")  # fmt: skip
-@click.option("--tag-threshold", type=FiniteRange(0, 1),
-              help="Multi-label questions: a tag is on at P(yes) >= this (default 0.5).")  # fmt: skip
+@click.option(
+    "--max-queue",
+    type=click.IntRange(1),
+    default=1024,
+    show_default=True,
+    help="Items waiting at most; past it requests get 429 with Retry-After.",
+)
+@click.option(
+    "--max-inputs-per-request",
+    "max_inputs",
+    type=click.IntRange(1),
+    default=256,
+    show_default=True,
+    help="Texts in one request; past it 413.",
+)
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(1),
+    default=2048,
+    show_default=True,
+    help="Tokens an item may feed (within the model's context); past it 422, or "
+    'cut with "truncate": true in the request.',
+)
+@click.option(
+    "--max-body-mb",
+    type=FiniteRange(0, min_open=True),
+    default=2.0,
+    show_default=True,
+    help="Request body cap; past it 413.",
+)
+@click.option(
+    "--timeout-header",
+    "header_s",
+    type=FiniteRange(0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Seconds for a request's head (from connect, or from "
+    "the previous reply); then 408 and the connection closes.",
+)
+@click.option(
+    "--timeout-body",
+    "body_s",
+    type=FiniteRange(0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds for a request's whole body; then 408.",
+)
+@click.option(
+    "--timeout-keep-alive",
+    "keep_alive_s",
+    type=FiniteRange(0, min_open=True),
+    default=5.0,
+    show_default=True,
+    help="Seconds an idle connection stays open between requests.",
+)
+@click.option(
+    "--timeout-reply",
+    "reply_s",
+    type=FiniteRange(0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds a client may leave its replies unread (its "
+    "socket's buffer full); then the connection is dropped.",
+)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(1),
+    default=512,
+    show_default=True,
+    help="Connections open at once; past it a new one gets 503 and is closed.",
+)
+@click.option(
+    "--drain-timeout",
+    "drain_s",
+    type=FiniteRange(0),
+    default=30.0,
+    show_default=True,
+    help="Seconds after SIGTERM/Ctrl-C to finish in-flight requests; then the rest are "
+    "dropped and the server exits.",
+)
+@click.option(
+    "--api-key-file",
+    type=click.Path(path_type=Path),
+    help="Require 'Authorization: Bearer <the key in this file>' on /v1/*.",
+)
+@click.option(
+    "--verify-sample",
+    type=FiniteRange(0, 1),
+    default=0.0,
+    show_default=True,
+    help="Fraction of items re-scored on the gold loop while idle.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+)
+@click.option(
+    "--questions",
+    type=click.Path(path_type=Path),
+    help="YAML/JSON file of questions: each text is answered with every one.",
+)
+@click.option(
+    "--tag-threshold",
+    type=FiniteRange(0, 1),
+    help="Multi-label questions: a tag is on at P(yes) >= this (default 0.5).",
+)
 def serve(**options):
     """Serve classification over HTTP (POST /v1/classify), batching what arrives."""
     need_serve_extra()
@@ -157,16 +248,29 @@ def serve(**options):
 
     host, model = options["host"], options["model"]
     key = access_key(options)
-    spec = prompt_spec(options["labels"], options["labels_file"], options["system_prompt"],
-                       options["system_prompt_file"], options["examples"],
-                       questions=options["questions"])  # fmt: skip
+    spec = prompt_spec(
+        options["labels"],
+        options["labels_file"],
+        options["system_prompt"],
+        options["system_prompt_file"],
+        options["examples"],
+        questions=options["questions"],
+    )
     path = model_dir(model, echo)
     limits = by_name(Limits, options, **server_units(options))
     connections = by_name(ConnectionLimits, options)
-    serve_spec = by_name(ServeSpec, options, model=path, name=model or path.name,
-                         labels=spec.labels, system_prompt=spec.system,
-                         descriptions=spec.descriptions, examples=spec.examples,
-                         limits=limits, questions=spec.questions)  # fmt: skip
+    serve_spec = by_name(
+        ServeSpec,
+        options,
+        model=path,
+        name=model or path.name,
+        labels=spec.labels,
+        system_prompt=spec.system,
+        descriptions=spec.descriptions,
+        examples=spec.examples,
+        limits=limits,
+        questions=spec.questions,
+    )
     # everything that can be refused is refused here, before the port or a thread
     if problem := reserve_descriptors(connections.max_connections):
         fail(problem)
@@ -185,23 +289,53 @@ def serve(**options):
 
 @click.command("bench-serve")
 @model_option
-@click.option("--tickets", "n", type=click.IntRange(1), default=400, show_default=True,
-              help="Synthetic tickets (the classify baseline and the requests' texts).")  # fmt: skip
-@click.option("--mix", type=click.Choice(["default", "short", "long", "heavy-tail"]),
-              default="default", show_default=True)  # fmt: skip
-@click.option("--loads", default="0.25,0.5,0.7,0.9,1.2,2.0", show_default=True,
-              help="Offered rates, as multiples of classify --mode sorted's items/s.")  # fmt: skip
-@click.option("--seconds", type=FiniteRange(0.5), default=10.0, show_default=True,
-              help="Arrivals at each load.")  # fmt: skip
-@click.option("--sequential", type=click.IntRange(1), default=40, show_default=True,
-              help="Requests sent one at a time (the latency baseline).")  # fmt: skip
-@click.option("--soak-seconds", type=FiniteRange(0), default=0.0, show_default=True,
-              help="Then this long at 70% of capacity (600 for a ten-minute soak).")  # fmt: skip
+@click.option(
+    "--tickets",
+    "n",
+    type=click.IntRange(1),
+    default=400,
+    show_default=True,
+    help="Synthetic tickets (the classify baseline and the requests' texts).",
+)
+@click.option(
+    "--mix",
+    type=click.Choice(["default", "short", "long", "heavy-tail"]),
+    default="default",
+    show_default=True,
+)
+@click.option(
+    "--loads",
+    default="0.25,0.5,0.7,0.9,1.2,2.0",
+    show_default=True,
+    help="Offered rates, as multiples of classify --mode sorted's items/s.",
+)
+@click.option(
+    "--seconds",
+    type=FiniteRange(0.5),
+    default=10.0,
+    show_default=True,
+    help="Arrivals at each load.",
+)
+@click.option(
+    "--sequential",
+    type=click.IntRange(1),
+    default=40,
+    show_default=True,
+    help="Requests sent one at a time (the latency baseline).",
+)
+@click.option(
+    "--soak-seconds",
+    type=FiniteRange(0),
+    default=0.0,
+    show_default=True,
+    help="Then this long at 70% of capacity (600 for a ten-minute soak).",
+)
 @click.option("--max-queue", type=click.IntRange(1), default=256, show_default=True)
 @report_options("every figure", "bench-serve")
 @click.option("--quick", is_flag=True, help="Tiny synthetic model, 2 s a load: checks the command.")
-def bench_serve(model, n, mix, loads, seconds, sequential, soak_seconds, max_queue, json_path,
-                plot_path, quick):  # fmt: skip
+def bench_serve(
+    model, n, mix, loads, seconds, sequential, soak_seconds, max_queue, json_path, plot_path, quick
+):
     """Load-test `mlxbatch serve`: open-loop arrivals at several rates against classify."""
     need_serve_extra((*SERVES_ON, "httpx"))
     import tempfile
@@ -229,9 +363,15 @@ def bench_serve(model, n, mix, loads, seconds, sequential, soak_seconds, max_que
     texts = tuple(r["text"] for r in generate(n, seed=0, mix=mix))
     path = model_dir(model, echo)
     check_model_untouched([("--json", json_path), ("--plot", plot_path)], path)
-    options = LoadOptions(model=path, texts=texts, loads=rates, seconds=seconds,
-                          sequential=sequential, soak_seconds=soak_seconds,
-                          max_queue=max_queue)  # fmt: skip
+    options = LoadOptions(
+        model=path,
+        texts=texts,
+        loads=rates,
+        seconds=seconds,
+        sequential=sequential,
+        soak_seconds=soak_seconds,
+        max_queue=max_queue,
+    )
     result = run(options, progress=echo)
     tmp.cleanup()
     click.echo(format_report(result), file=report_stream(json_path))

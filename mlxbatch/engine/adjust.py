@@ -74,15 +74,18 @@ def parse_prior(
             continue
         name = name.strip()
         if not sep or name not in names:
-            raise LabelError(f"{option} {part.strip()!r}: expected LABEL=WEIGHT with a label of "
-                             f"{', '.join(names)}")  # fmt: skip
+            raise LabelError(
+                f"{option} {part.strip()!r}: expected LABEL=WEIGHT with a label of "
+                f"{', '.join(names)}"
+            )
         try:  # a string weight in ASCII decimals: float() also read "1_0" as 10, "١" as 1
             if isinstance(value, str) and not DECIMAL.fullmatch(value.strip()):
                 raise ValueError(value)
             w = float(value)
         except OverflowError:  # 10**400: a number, past a float's range
-            raise LabelError(f"{option} {part.strip()[:60]!r}: the weight is past a float's "
-                             "range") from None  # fmt: skip
+            raise LabelError(
+                f"{option} {part.strip()[:60]!r}: the weight is past a float's range"
+            ) from None
         except (TypeError, ValueError):
             raise LabelError(
                 f"{option} {part.strip()[:60]!r}: {str(value).strip()[:40]!r} is not a number"
@@ -98,8 +101,10 @@ def parse_prior(
     total = sum(given.values())
     if rest:
         if total >= 1:
-            raise LabelError(f"{option} leaves nothing for {', '.join(rest)}: name every label "
-                             "or let the weights sum below 1")  # fmt: skip
+            raise LabelError(
+                f"{option} leaves nothing for {', '.join(rest)}: name every label "
+                "or let the weights sum below 1"
+            )
         share = (1 - total) / len(rest)
         given |= dict.fromkeys(rest, share)
         total = 1.0
@@ -108,7 +113,9 @@ def parse_prior(
     if not np.isfinite(total):
         raise LabelError(f"{option}: the weights sum beyond a float's range; give smaller ones")
     if given[high] > MAX_PRIOR_RATIO * given[low]:
-        raise LabelError(f"{option}: {high!r} ({given[high]:g}) outweighs {low!r} "
-                         f"({given[low]:g}) more than {MAX_PRIOR_RATIO:g} to 1; is a weight "
-                         "mistyped?")  # fmt: skip
+        raise LabelError(
+            f"{option}: {high!r} ({given[high]:g}) outweighs {low!r} "
+            f"({given[low]:g}) more than {MAX_PRIOR_RATIO:g} to 1; is a weight "
+            "mistyped?"
+        )
     return tuple(given[n] / total for n in names)

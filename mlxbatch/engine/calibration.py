@@ -38,10 +38,20 @@ def cache_key(engine: Engine) -> str:
     lanes, host_kernels = fast.executor.lanes, fast.host_kernels
     shape = asdict(a)
     shape.pop("vision_language")  # where the weights came from: the same decoder computes
-    parts = [shape, str(engine.lm.dtype), lanes, host_kernels, str(mx.default_device()),
-             mx.device_info().get("device_name", "?"), cpu.model_name(), mx.__version__,
-             blas.ACTIVE.get("source", "none"), blas.ACTIVE.get("corename"),
-             engine.lm.quantization, ENGINE_REVISION]  # fmt: skip
+    parts = [
+        shape,
+        str(engine.lm.dtype),
+        lanes,
+        host_kernels,
+        str(mx.default_device()),
+        mx.device_info().get("device_name", "?"),
+        cpu.model_name(),
+        mx.__version__,
+        blas.ACTIVE.get("source", "none"),
+        blas.ACTIVE.get("corename"),
+        engine.lm.quantization,
+        ENGINE_REVISION,
+    ]
     if hostops.LAYOUT != blas.TILED:  # the layout calibrations before it was keyed ran in
         parts.append(hostops.LAYOUT)
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
@@ -128,9 +138,12 @@ def calibrate(engine: Engine, progress=None, save: bool = True) -> tuple[CostMod
     for r, w in SHAPES:
         seconds.append(_time(engine, r, w, rng))
     model = fit(engine, list(SHAPES), seconds)
-    meas = {"shapes": [list(s) for s in SHAPES], "seconds": seconds,
-            "predicted": [float(model.seconds(r, w, len(engine.prefix))) for r, w in SHAPES],
-            "took_s": time.perf_counter() - t0}  # fmt: skip
+    meas = {
+        "shapes": [list(s) for s in SHAPES],
+        "seconds": seconds,
+        "predicted": [float(model.seconds(r, w, len(engine.prefix))) for r, w in SHAPES],
+        "took_s": time.perf_counter() - t0,
+    }
     if progress:
         progress(f"planner calibrated in {meas['took_s']:.1f} s: {describe(model)}")
     if save:
@@ -141,11 +154,14 @@ def calibrate(engine: Engine, progress=None, save: bool = True) -> tuple[CostMod
 def _save(engine: Engine, model: CostModel, meas: dict) -> None:
     data = _cache()
     data[cache_key(engine)] = {
-        "model": model.to_dict(), "measured": meas, "model_path": str(Path(engine.lm.path).resolve()),
-        "dtype": str(engine.lm.dtype), "device": str(mx.default_device()),
+        "model": model.to_dict(),
+        "measured": meas,
+        "model_path": str(Path(engine.lm.path).resolve()),
+        "dtype": str(engine.lm.dtype),
+        "device": str(mx.default_device()),
         "machine": f"{platform.node()} {cpu.model_name()}",
         "at": time.strftime("%Y-%m-%d %H:%M:%S"),
-    }  # fmt: skip
+    }
     path = cache_dir() / "planner.json"
     try:  # a cache: a directory that cannot be written only costs a later re-calibration
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -173,10 +189,12 @@ def cost_model(engine: Engine, notice=None) -> CostModel:
         _save(engine, model, {"checked": list(CHECK), "seconds": seconds, "predicted": predicted})
         return model
     say = notice or (lambda m: print(m, file=sys.stderr, flush=True))
-    say(f"planner: the default cost model predicted {predicted:.3f} s for a batch that took "
+    say(
+        f"planner: the default cost model predicted {predicted:.3f} s for a batch that took "
         f"{seconds:.3f} s here ({off:.2f}x): calibrating it for this machine "
         + (f"(not cached: {why})" if (why := cache_problem()) else "once (cached)")
-        + busy())  # fmt: skip
+        + busy()
+    )
     return calibrate(engine, say)[0]
 
 

@@ -53,27 +53,41 @@ def resolve_mode(mode: str, planner: str | None = None) -> Mode:
 
 class Engine:
     def __init__(
-        self, lm: LoadedModel, labels: LabelSet, system_prompt: str, prefix_cache: bool = True,
-        executor: executors.Executor | None = None, examples: Examples = (),
-    ):  # fmt: skip
+        self,
+        lm: LoadedModel,
+        labels: LabelSet,
+        system_prompt: str,
+        prefix_cache: bool = True,
+        executor: executors.Executor | None = None,
+        examples: Examples = (),
+    ):
         self.lm, self.model, self.tokenizer = lm, lm.model, lm.tokenizer
         self.labels, self.system_prompt, self.examples = labels, system_prompt, tuple(examples)
         shared = self.tokenizer.shared_prefix(system_prompt, self.examples)
         context = lm.model.args.max_position_embeddings
         if len(shared) + labels.max_len >= context:  # before anything is computed with it
-            what = f"the system prompt and {len(self.examples)} examples" if examples else (
-                "the system prompt")  # fmt: skip
-            raise JobError(f"the prompt before each item ({what}) is {len(shared):,} tokens: no "
-                           f"room left in the model's context of {context:,} tokens; use fewer "
-                           "or shorter examples, or a shorter system prompt")  # fmt: skip
+            what = (
+                f"the system prompt and {len(self.examples)} examples"
+                if examples
+                else ("the system prompt")
+            )
+            raise JobError(
+                f"the prompt before each item ({what}) is {len(shared):,} tokens: no "
+                f"room left in the model's context of {context:,} tokens; use fewer "
+                "or shorter examples, or a shorter system prompt"
+            )
         self.prefix_cache = prefix_cache
         self.prefix = shared if prefix_cache else []
         executor = executor or executors.for_device()
         self.footprint = Footprint(
-            lm.model.args, lm.dtype.size,
+            lm.model.args,
+            lm.dtype.size,
             sum(v.nbytes for _, v in tree_flatten(lm.model.parameters())),
-            len(self.prefix), len(labels.names), labels.max_len, executor.lanes,
-        )  # fmt: skip
+            len(self.prefix),
+            len(labels.names),
+            labels.max_len,
+            executor.lanes,
+        )
         self._gold_lock = threading.Lock()  # the gold loop runs on the default stream
         self.scorers = self._scorers(labels, executor)
 
@@ -81,7 +95,7 @@ class Engine:
         return {
             "gold": GoldScorer(self.model, labels),
             "fast": PrefixScorer(self.model, labels, self.prefix, self.lm.dtype, executor),
-        }  # fmt: skip
+        }
 
     def prompt(self, text: str) -> list[int]:
         """The gold tokenization of one item's whole prompt."""
@@ -156,8 +170,9 @@ class Engine:
         probabilities) in order as each completes (the scheduler's `step` runs its batches
         here)."""
         self._keep_buffers(batches)
-        results = self.scorers[scorer].score_batches([prompts[i] for i in b.indices]
-                                                     for b in batches)  # fmt: skip
+        results = self.scorers[scorer].score_batches(
+            [prompts[i] for i in b.indices] for b in batches
+        )
         try:
             yield from zip(batches, results)
         finally:

@@ -111,9 +111,13 @@ class Footprint:
         return rows
 
     def default_budget(
-        self, max_batch: int, longest: int, available: int | None = None, share: float = 0.5,
+        self,
+        max_batch: int,
+        longest: int,
+        available: int | None = None,
+        share: float = 0.5,
         preferred: int | None = None,
-    ) -> int:  # fmt: skip
+    ) -> int:
         """`preferred` (None: as large as memory allows), raised to fit the longest item,
         within `share` of memory."""
         fits = self.memory_budget(max_batch, longest, available, share)

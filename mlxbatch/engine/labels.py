@@ -31,29 +31,37 @@ def check_names(names) -> tuple[str, ...]:
     if not names or any(not n.strip() for n in names):
         raise LabelError("the label set is empty or holds an empty label")
     if blank := next((n for n in names if not visible(n)), None):
-        raise LabelError(f"label {blank!r} shows nothing (only whitespace, format or control "
-                         "characters): the label set holds an empty label")  # fmt: skip
+        raise LabelError(
+            f"label {blank!r} shows nothing (only whitespace, format or control "
+            "characters): the label set holds an empty label"
+        )
     if len(names) < 2:
         raise LabelError(f"need at least two labels to choose from, got {list(names)}")
     for n in names:
         if problem := unicode_problem(n):
             raise LabelError(f"label {n!r} holds {problem}")
         if n != n.strip():  # --labels strips them: the API's " billing" must not differ
-            raise LabelError(f"label {n!r} begins or ends with whitespace, which classify's "
-                             f"--labels strips: write {n.strip()!r}")  # fmt: skip
+            raise LabelError(
+                f"label {n!r} begins or ends with whitespace, which classify's "
+                f"--labels strips: write {n.strip()!r}"
+            )
         # U+2028/U+2029 too: a JSONL output kept them raw, and splitlines() cut its rows there
         if control := next((c for c in n if unicodedata.category(c) in LINE_BREAKING), None):
             what = "control character" if unicodedata.category(control) == "Cc" else "line break"
-            raise LabelError(f"label {n!r} holds the {what} {control!r}: a label is one line, "
-                             "written into prompts and output tables")  # fmt: skip
+            raise LabelError(
+                f"label {n!r} holds the {what} {control!r}: a label is one line, "
+                "written into prompts and output tables"
+            )
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise LabelError(f"duplicate label(s): {', '.join(map(repr, dupes))}")
     printed: dict[str, str] = {}
     for n in names:
         if (other := printed.setdefault(_shown(n), n)) != n:
-            raise LabelError(f"labels {other!r} and {n!r} differ only by invisible (format) "
-                             "characters: they print the same in every prompt and table")  # fmt: skip
+            raise LabelError(
+                f"labels {other!r} and {n!r} differ only by invisible (format) "
+                "characters: they print the same in every prompt and table"
+            )
     return names
 
 
@@ -143,8 +151,9 @@ def continuation_logprobs(
         rows = flat[first : first + step]  # (n, S)
         h = h_all[mx.array(rows.reshape(-1))]  # (n * S, D)
         logits = model.head(h, host_kernels=host_kernels).astype(mx.float32)  # these positions
-        target = mx.take_along_axis(logits, mx.array(np.tile(tok, len(rows)))[:, None],
-                                    axis=-1)[:, 0]  # fmt: skip
+        target = mx.take_along_axis(logits, mx.array(np.tile(tok, len(rows)))[:, None], axis=-1)[
+            :, 0
+        ]
         parts.append((target - mx.logsumexp(logits, axis=-1)).reshape(len(rows), len(j)))
         if step < B:
             mx.eval(parts[-1])  # this chunk's logits freed before the next chunk's are made
@@ -164,9 +173,13 @@ def normalise(label_logprobs: mx.array) -> mx.array:
 
 
 def score_labels(
-    model: Decoder, h_last: mx.array, kv: KVCache, layout: RowLayout, labels: LabelSet,
+    model: Decoder,
+    h_last: mx.array,
+    kv: KVCache,
+    layout: RowLayout,
+    labels: LabelSet,
     host_kernels: bool = False,
-) -> mx.array:  # fmt: skip
+) -> mx.array:
     """(B, J) label probabilities of a batch whose row pass left `h_last` (B, D), each row's
     hidden state at its last prompt token, and its keys and values in `kv`.
 
@@ -180,8 +193,11 @@ def score_labels(
         lab_kv = kv.repeat_rows(J, layout.capacity)
         lab_tokens = np.tile(labels.teacher_inputs(), (B, 1))  # (B * J, T)
         h_lab = model(
-            mx.array(lab_tokens), lab_kv, mx.array(layout.label_positions(J)),
-            mx.array(layout.label_mask(J)), host_kernels=host_kernels,
-        )  # fmt: skip
+            mx.array(lab_tokens),
+            lab_kv,
+            mx.array(layout.label_positions(J)),
+            mx.array(layout.label_mask(J)),
+            host_kernels=host_kernels,
+        )
         scores = scores + continuation_logprobs(model, h_lab, labels, host_kernels)
     return normalise(scores)

@@ -49,10 +49,14 @@ class LiveScheduler:
     """
 
     def __init__(
-        self, engine: Engine, policy: BatchPolicy, max_wait: float = 0.005,
-        max_queue: int = 1024, on_batch: Callable[[BatchRecord], None] | None = None,
+        self,
+        engine: Engine,
+        policy: BatchPolicy,
+        max_wait: float = 0.005,
+        max_queue: int = 1024,
+        on_batch: Callable[[BatchRecord], None] | None = None,
         on_idle: Callable[[], None] | None = None,
-    ):  # fmt: skip
+    ):
         self.scheduler = Scheduler(engine, policy)
         self.max_wait, self.max_queue = max_wait, max_queue
         self.on_batch, self.on_idle = on_batch, on_idle
@@ -93,10 +97,12 @@ class LiveScheduler:
             request, now = self._requests, time.monotonic()
             J = len(self.scheduler.engine.labels.names)
             most = max((r.served for r in self._waiting.values()), default=0)
-            self._waiting[request] = _Request(future, np.empty((len(items), J), np.float32),
-                                              len(items), most)  # fmt: skip
-            self._pending.extend((dataclasses.replace(item, key=(request, i)), now)
-                                 for i, item in enumerate(items))  # fmt: skip
+            self._waiting[request] = _Request(
+                future, np.empty((len(items), J), np.float32), len(items), most
+            )
+            self._pending.extend(
+                (dataclasses.replace(item, key=(request, i)), now) for i, item in enumerate(items)
+            )
             self._cond.notify()
         return future
 

@@ -125,17 +125,21 @@ class CostModel:
             work = work + self.per_token * lab + self.per_key * lab * (prefix + width + label_len)
         return self.per_batch + work
 
-    def plan_seconds(self, batches: list[Batch], prefix: int, label_rows: int = 0,
-                     label_len: int = 0) -> float:  # fmt: skip
+    def plan_seconds(
+        self, batches: list[Batch], prefix: int, label_rows: int = 0, label_len: int = 0
+    ) -> float:
         """The predicted time of a whole plan: its batches shared among the lanes."""
-        total = sum(self.seconds(len(b.indices), b.width, prefix, label_rows, label_len)
-                    for b in batches)  # fmt: skip
+        total = sum(
+            self.seconds(len(b.indices), b.width, prefix, label_rows, label_len) for b in batches
+        )
         return float(total) / max(self.lanes, 1)
 
     def constants(self) -> str:
         """The three constants in words (for `doctor`, progress lines and the bench report)."""
-        return (f"{self.per_batch * 1e3:.1f} ms per batch + {self.per_token * 1e6:.1f} us per "
-                f"token + {self.per_key * 1e9:.2f} ns per token-key pair")  # fmt: skip
+        return (
+            f"{self.per_batch * 1e3:.1f} ms per batch + {self.per_token * 1e6:.1f} us per "
+            f"token + {self.per_key * 1e9:.2f} ns per token-key pair"
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -166,9 +170,15 @@ MAX_PADDING = 0.03  # the cost planner's cap on padding (share of processed toke
 
 
 def plan_cost(
-    lengths: list[int], cost: CostModel, prefix: int, batch_tokens: int, max_batch: int,
-    label_rows: int = 0, label_len: int = 0, max_padding: float | None = MAX_PADDING,
-) -> list[Batch]:  # fmt: skip
+    lengths: list[int],
+    cost: CostModel,
+    prefix: int,
+    batch_tokens: int,
+    max_batch: int,
+    label_rows: int = 0,
+    label_len: int = 0,
+    max_padding: float | None = MAX_PADDING,
+) -> list[Batch]:
     """Longest first; the contiguous cut with the least predicted time (an exact DP) among those
     padding at most `max_padding` (None: no cap), met by the smallest Lagrange penalty per
     padded token that meets it (bisection). An item over `batch_tokens` gets a batch alone."""
@@ -200,9 +210,15 @@ def plan_cost(
 
 
 def _cut(
-    width: np.ndarray, cost: CostModel, prefix: int, batch_tokens: int, max_batch: int,
-    label_rows: int, label_len: int, penalty: float,
-) -> list[tuple[int, int]]:  # fmt: skip
+    width: np.ndarray,
+    cost: CostModel,
+    prefix: int,
+    batch_tokens: int,
+    max_batch: int,
+    label_rows: int,
+    label_len: int,
+    penalty: float,
+) -> list[tuple[int, int]]:
     """The DP over lengths sorted longest first: [start, end) of each batch, minimising
     predicted seconds + `penalty` per padded token."""
     n = len(width)
@@ -226,9 +242,15 @@ def _cut(
 
 
 def plan(
-    lengths: list[int], planner: str, batch_tokens: int, max_batch: int,
-    cost: CostModel | None = None, prefix: int = 0, label_rows: int = 0, label_len: int = 0,
-) -> list[Batch]:  # fmt: skip
+    lengths: list[int],
+    planner: str,
+    batch_tokens: int,
+    max_batch: int,
+    cost: CostModel | None = None,
+    prefix: int = 0,
+    label_rows: int = 0,
+    label_len: int = 0,
+) -> list[Batch]:
     """Dispatch to a planner by name (see the module docstring)."""
     if planner not in PLANNERS:
         raise ValueError(f"planner {planner!r} is not one of {', '.join(PLANNERS)}")

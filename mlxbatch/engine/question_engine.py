@@ -49,10 +49,14 @@ def columns(label_sets: Sequence[LabelSet]) -> LabelSet:
 
 class QuestionsEngine(Engine):
     def __init__(
-        self, lm: LoadedModel, tails: Sequence[str], label_sets: Sequence[LabelSet],
-        system_prompt: str, prefix_cache: bool = True,
+        self,
+        lm: LoadedModel,
+        tails: Sequence[str],
+        label_sets: Sequence[LabelSet],
+        system_prompt: str,
+        prefix_cache: bool = True,
         executor: executors.Executor | None = None,
-    ):  # fmt: skip
+    ):
         """`tails[k]`: what question k adds after the text; `label_sets[k]`: its labels."""
         self.tails, self.label_sets = tuple(tails), tuple(label_sets)
         super().__init__(lm, columns(label_sets), system_prompt, prefix_cache, executor)
@@ -60,9 +64,10 @@ class QuestionsEngine(Engine):
     def _scorers(self, labels: LabelSet, executor: executors.Executor) -> dict:
         return {
             "gold": QuestionsGold(self.model, self.label_sets),
-            "fast": QuestionsScorer(self.model, labels, self.prefix, self.lm.dtype, executor,
-                                    self.label_sets),
-        }  # fmt: skip
+            "fast": QuestionsScorer(
+                self.model, labels, self.prefix, self.lm.dtype, executor, self.label_sets
+            ),
+        }
 
     def spans(self) -> list[tuple[int, int]]:
         """Each question's columns: [start, end) of a row of probabilities."""
@@ -77,8 +82,10 @@ class QuestionsEngine(Engine):
         return pack([self.tokenizer.prompt(self.system_prompt, text + tail) for tail in self.tails])
 
     def prompts(self, texts: list[str]) -> list[list[int]]:
-        per_question = [self.tokenizer.prompts(self.system_prompt, [t + tail for t in texts])
-                        for tail in self.tails]  # fmt: skip
+        per_question = [
+            self.tokenizer.prompts(self.system_prompt, [t + tail for t in texts])
+            for tail in self.tails
+        ]
         return [pack(parts) for parts in zip(*per_question)] if texts else []
 
     def split(self, prompt: list[int]) -> tuple[int, list[int]]:
@@ -113,8 +120,15 @@ class QuestionsScorer(PrefixScorer):
     prefix, then the questions' tails behind them: those of single-token labels in one pass
     over copies of the text rows, each multi-token one with its labels (question_layout.py)."""
 
-    def __init__(self, model, labels: LabelSet, prefix: list[int], dtype: mx.Dtype,
-                 executor: executors.Executor, label_sets: Sequence[LabelSet]):  # fmt: skip
+    def __init__(
+        self,
+        model,
+        labels: LabelSet,
+        prefix: list[int],
+        dtype: mx.Dtype,
+        executor: executors.Executor,
+        label_sets: Sequence[LabelSet],
+    ):
         super().__init__(model, labels, prefix, dtype, executor)
         self.label_sets = tuple(label_sets)
 
@@ -124,14 +138,20 @@ class QuestionsScorer(PrefixScorer):
         longest = max(len(t) for _, tails in texts for t in tails)
         kv = self._batch_cache(lane, text.batch, text.capacity + longest)
         kv.use_rows(text.batch)
-        self.model(mx.array(text.tokens()), kv, mx.array(text.positions()),
-                   mx.array(text.mask()), host_kernels=self.host_kernels,
-                   keep=mx.array(text.last()))  # fmt: skip  # the text rows' keys and values
+        self.model(
+            mx.array(text.tokens()),
+            kv,
+            mx.array(text.positions()),
+            mx.array(text.mask()),
+            host_kernels=self.host_kernels,
+            keep=mx.array(text.last()),
+        )  # the text rows' keys and values
         out = self._first_tokens(text, texts, kv)
         for q, labels in enumerate(self.label_sets):
             if labels.max_len > 1:
-                out[q] = self._labelled(TailLayout(text, tuple(tuple(t[q]) for _, t in texts)),
-                                        kv, labels)  # fmt: skip
+                out[q] = self._labelled(
+                    TailLayout(text, tuple(tuple(t[q]) for _, t in texts)), kv, labels
+                )
                 mx.eval(out[q])
         kv.crop(text.prefix_width)
         return mx.concatenate([out[q] for q in range(len(self.label_sets))], axis=1)
@@ -144,14 +164,22 @@ class QuestionsScorer(PrefixScorer):
         if not asked:
             return {}
         n = len(asked)
-        rows = TailLayout(repeat_rows(text, n),
-                          tuple(tuple(tails[q]) for _, tails in texts for q in asked))  # fmt: skip
+        rows = TailLayout(
+            repeat_rows(text, n), tuple(tuple(tails[q]) for _, tails in texts for q in asked)
+        )
         tail_kv = kv.repeat_rows(n, rows.capacity)
-        h = self.model(mx.array(rows.tokens()), tail_kv, mx.array(rows.positions()),
-                       mx.array(rows.mask()), host_kernels=self.host_kernels,
-                       keep=mx.array(rows.last()))  # fmt: skip  # (B * n, 1, D)
-        out = {q: normalise(first_token_logits(self.model, h[i::n, 0], self.label_sets[q]))
-               for i, q in enumerate(asked)}  # fmt: skip
+        h = self.model(
+            mx.array(rows.tokens()),
+            tail_kv,
+            mx.array(rows.positions()),
+            mx.array(rows.mask()),
+            host_kernels=self.host_kernels,
+            keep=mx.array(rows.last()),
+        )  # (B * n, 1, D)
+        out = {
+            q: normalise(first_token_logits(self.model, h[i::n, 0], self.label_sets[q]))
+            for i, q in enumerate(asked)
+        }
         mx.eval(list(out.values()))
         return out
 
@@ -161,8 +189,13 @@ class QuestionsScorer(PrefixScorer):
         J, L = len(labels.names), labels.max_len - 1
         lab = rows.repeated(labels.teacher_inputs())
         lab_kv = kv.repeat_rows(J, lab.capacity)
-        h = self.model(mx.array(lab.tokens()), lab_kv, mx.array(lab.positions()),
-                       mx.array(lab.mask()), host_kernels=self.host_kernels)  # fmt: skip
+        h = self.model(
+            mx.array(lab.tokens()),
+            lab_kv,
+            mx.array(lab.positions()),
+            mx.array(lab.mask()),
+            host_kernels=self.host_kernels,
+        )
         at = rows.label_inputs(J, L)  # (B * J, 1 + L)
         flat = np.arange(len(at))[:, None] * lab.width + at
         h = h.reshape(-1, h.shape[-1])[mx.array(flat.reshape(-1))].reshape(len(at), 1 + L, -1)

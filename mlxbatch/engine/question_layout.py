@@ -40,8 +40,12 @@ def text_and_tails(prompts: list[list[int]]) -> tuple[list[int], list[list[int]]
 
 def repeat_rows(text: RowLayout, n: int) -> RowLayout:
     """Each text row `n` times over (row r -> rows r * n ... r * n + n - 1)."""
-    return RowLayout(text.prefix_width, np.repeat(text.shared, n),
-                     tuple(f for f in text.fed for _ in range(n)), 0)  # fmt: skip
+    return RowLayout(
+        text.prefix_width,
+        np.repeat(text.shared, n),
+        tuple(f for f in text.fed for _ in range(n)),
+        0,
+    )
 
 
 @dataclass(frozen=True)

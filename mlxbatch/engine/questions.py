@@ -91,8 +91,10 @@ def questions_from(data, source: str = "questions") -> Questions:
     if not isinstance(data, dict):
         raise InputError(f"{source}: expected a mapping with a `questions` list")
     if extra := sorted(map(str, set(data) - {"system", "questions"})):
-        raise InputError(f"{source}: unknown key(s) {', '.join(extra)} (a questions file has "
-                         "`system` and `questions`)")  # fmt: skip
+        raise InputError(
+            f"{source}: unknown key(s) {', '.join(extra)} (a questions file has "
+            "`system` and `questions`)"
+        )
     system = data.get("system")
     if system is not None and (not isinstance(system, str) or not system.strip()):
         raise InputError(f"{source}: field 'system' must be a non-empty string")
@@ -117,11 +119,15 @@ def _question(entry, n: int, source: str) -> Question:
     name = entry.get("name")
     where = f"{source}: question {name!r}" if isinstance(name, str) else f"{source}: question {n}"
     if extra := sorted(map(str, set(entry) - KEYS)):
-        raise InputError(f"{where}: unknown field(s) {', '.join(extra)} (a question has "
-                         "name, ask, and labels or multi_label)")  # fmt: skip
+        raise InputError(
+            f"{where}: unknown field(s) {', '.join(extra)} (a question has "
+            "name, ask, and labels or multi_label)"
+        )
     if not isinstance(name, str) or not NAME.match(name):
-        raise InputError(f"{where}: field 'name': {name!r} is not a name (a letter, then "
-                         "letters, digits, _ or -; at most 64)")  # fmt: skip
+        raise InputError(
+            f"{where}: field 'name': {name!r} is not a name (a letter, then "
+            "letters, digits, _ or -; at most 64)"
+        )
     if name.lower() in RESERVED:
         raise InputError(f"{where}: field 'name': {name!r} is a name the output uses itself")
     multi = "multi_label" in entry
@@ -135,8 +141,10 @@ def _question(entry, n: int, source: str) -> Question:
     if ask is None and multi:
         ask = ""
     if not isinstance(ask, str) or (not multi and not ask.strip()):
-        raise InputError(f"{where}: field 'ask': {'empty' if ask is not None else 'missing'} "
-                         "(the question put to the model after each text)")  # fmt: skip
+        raise InputError(
+            f"{where}: field 'ask': {'empty' if ask is not None else 'missing'} "
+            "(the question put to the model after each text)"
+        )
     if multi and ask and "{label}" not in ask:
         raise InputError(f"{where}: field 'ask': a multi_label template names {{label}}")
     if problem := unicode_problem(ask):
@@ -160,8 +168,10 @@ def _labels(value, where: str, multi: bool) -> tuple[tuple[str, ...], dict[str, 
     else:
         raise InputError(f"{where}: expected a list of labels or a mapping label -> description")
     if bad := next((x for x in names if not isinstance(x, str)), None) if names else None:
-        raise InputError(f"{where}: label {bad!r} is not a string (YAML reads yes, no, on, off "
-                         "unquoted as booleans: quote it)")  # fmt: skip
+        raise InputError(
+            f"{where}: label {bad!r} is not a string (YAML reads yes, no, on, off "
+            "unquoted as booleans: quote it)"
+        )
     if not names:
         raise InputError(f"{where}: no labels")
     try:

@@ -103,14 +103,22 @@ class Scheduler:
         if not keys:
             return []
         p = self.policy
-        cut = plan(lengths, p.planner, self.budget(max(lengths)), p.max_batch, p.cost,
-                   *self.engine.cost_terms())  # fmt: skip
+        cut = plan(
+            lengths,
+            p.planner,
+            self.budget(max(lengths)),
+            p.max_batch,
+            p.cost,
+            *self.engine.cost_terms(),
+        )
         return [Batch(tuple(keys[i] for i in b.indices), b.width) for b in cut]
 
     def step(
-        self, batches: list[Batch] | None = None, lanes: int | None = None,
+        self,
+        batches: list[Batch] | None = None,
+        lanes: int | None = None,
         first: Callable[[Hashable], tuple] | None = None,
-    ) -> Iterator[tuple[Batch, np.ndarray, BatchRecord]]:  # fmt: skip
+    ) -> Iterator[tuple[Batch, np.ndarray, BatchRecord]]:
         """Schedule, run, postprocess: score `batches` of queued keys (default: `plan()` of all;
         with `lanes`, only that many, first by `first(key)`), yielding (batch, probabilities,
         record) in order."""
@@ -143,8 +151,9 @@ class Scheduler:
             predicted = float(self.policy.cost.seconds(rows, batch.width, *terms))
         waited = tuple(max(0.0, started - self._arrived[k]) for k in batch.indices)
         shared = sum(item.shared for item in items) if self.policy.scorer == "fast" else 0
-        return BatchRecord(rows, batch.width, rows * batch.width, useful, seconds, predicted,
-                           waited, shared)  # fmt: skip
+        return BatchRecord(
+            rows, batch.width, rows * batch.width, useful, seconds, predicted, waited, shared
+        )
 
 
 def positional_items(engine: Engine, prompts: list[list[int]]) -> list[Item]:
@@ -153,8 +162,9 @@ def positional_items(engine: Engine, prompts: list[list[int]]) -> list[Item]:
     return [Item(i, p, len(engine.fed(p))) for i, p in enumerate(prompts)]
 
 
-def score_all(engine: Engine, prompts: list[list[int]], batches: list[Batch],
-              scorer: str = "fast") -> np.ndarray:  # fmt: skip
+def score_all(
+    engine: Engine, prompts: list[list[int]], batches: list[Batch], scorer: str = "fast"
+) -> np.ndarray:
     """Probabilities (N, J) of every prompt in input order, scored in the given `batches`
     (positions; bench times each planner's cut with it)."""
     items = positional_items(engine, prompts)

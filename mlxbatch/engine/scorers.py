@@ -55,9 +55,13 @@ class GoldScorer:
 
 class PrefixScorer:
     def __init__(
-        self, model: Decoder, labels: LabelSet, prefix: list[int], dtype: mx.Dtype,
+        self,
+        model: Decoder,
+        labels: LabelSet,
+        prefix: list[int],
+        dtype: mx.Dtype,
         executor: Executor,
-    ):  # fmt: skip
+    ):
         self.model, self.labels, self.prefix, self.dtype = model, labels, prefix, dtype
         self.executor = executor
         self.host_kernels = hostops.available(dtype)  # host elementwise kernels (CPU, float32)
@@ -114,9 +118,14 @@ class PrefixScorer:
         layout = RowLayout.build(prompts, self.prefix, labels.max_len - 1)
         kv = self._batch_cache(lane, layout.batch, layout.capacity)
         kv.use_rows(layout.batch)
-        h = self.model(mx.array(layout.tokens()), kv, mx.array(layout.positions()),
-                       mx.array(layout.mask()), host_kernels=self.host_kernels,
-                       keep=mx.array(layout.last()))  # fmt: skip  # (B, 1, D): the last positions
+        h = self.model(
+            mx.array(layout.tokens()),
+            kv,
+            mx.array(layout.positions()),
+            mx.array(layout.mask()),
+            host_kernels=self.host_kernels,
+            keep=mx.array(layout.last()),
+        )  # (B, 1, D): the last positions
         probs = score_labels(self.model, h[:, 0], kv, layout, labels, self.host_kernels)
         kv.crop(layout.prefix_width)
         return probs

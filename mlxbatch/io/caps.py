@@ -25,6 +25,7 @@ def read_capped(path: str | Path, cap: int, what: str) -> bytes:
     with open(path, "rb") as f:
         data = f.read(cap + 1)
     if len(data) > cap:
-        raise InputError(f"{what} {path}: larger than {size(cap)}, the cap on this file (is "
-                         "it the right file?)")  # fmt: skip
+        raise InputError(
+            f"{what} {path}: larger than {size(cap)}, the cap on this file (is it the right file?)"
+        )
     return data

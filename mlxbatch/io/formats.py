@@ -42,8 +42,9 @@ def parse(
             size *= 4  # a header of hundreds of columns: read on to its end
             head, stream = peek(stream, size)
     except read_errors() as e:
-        raise InputError(f"{source}: the data cannot be read ({e}); is the file cut short or "
-                         "corrupt?") from None  # fmt: skip
+        raise InputError(
+            f"{source}: the data cannot be read ({e}); is the file cut short or corrupt?"
+        ) from None
     at_end = len(head) < size
     if head.startswith(BOM):
         head = head[len(BOM) :]
@@ -68,8 +69,14 @@ def parse(
     return Records("text", None, _text_rows(lines, text_field))
 
 
-SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv",
-            ".txt": "text"}  # fmt: skip
+SUFFIXES = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".txt": "text",
+}
 
 
 def detect_format(
@@ -121,10 +128,12 @@ def _tabular(lines: list[str], sep: str, text_field: str) -> bool:
         return True
     data = [r for r in records[1:] if r]
     return (
-        len(names) >= 2 and len(set(names)) == len(names) and bool(data)
+        len(names) >= 2
+        and len(set(names)) == len(names)
+        and bool(data)
         and all(_NAME.fullmatch(h) and any(c.isalpha() for c in h) for h in records[0])
         and all(len(r) == len(names) for r in data)
-    )  # fmt: skip
+    )
 
 
 def _raw_lines(stream: BinaryIO, cr_only: bool, source: str) -> Iterator[bytes]:
@@ -149,14 +158,18 @@ def _raw_lines(stream: BinaryIO, cr_only: bool, source: str) -> Iterator[bytes]:
         if rest:
             yield rest
     except read_errors() as e:
-        raise InputError(f"{source}: line {n + 1}: the data cannot be read ({e}); is the file "
-                         "cut short or corrupt?") from None  # fmt: skip
+        raise InputError(
+            f"{source}: line {n + 1}: the data cannot be read ({e}); is the file "
+            "cut short or corrupt?"
+        ) from None
 
 
 def _check_length(raw: bytes, n: int, source: str) -> None:
     if len(raw) > ROW_BYTES:
-        raise InputError(f"{source}: line {n}: longer than {size(ROW_BYTES)}, the cap on one "
-                         "line (is it a text file?)")  # fmt: skip
+        raise InputError(
+            f"{source}: line {n}: longer than {size(ROW_BYTES)}, the cap on one "
+            "line (is it a text file?)"
+        )
 
 
 def _decoded(raw: bytes) -> tuple[str | None, str | None]:
@@ -187,8 +200,15 @@ _DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
 def json_kind(x) -> str:
     """A value's kind in JSON's words ("a number", "null"): Python's said "a JSON NoneType"
     and "is a int"."""
-    kinds = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
-             type(None): "null", int: "a number", float: "a number"}  # fmt: skip
+    kinds = {
+        dict: "an object",
+        list: "an array",
+        str: "a string",
+        bool: "a boolean",
+        type(None): "null",
+        int: "a number",
+        float: "a number",
+    }
     return kinds.get(type(x), f"a {type(x).__name__}")
 
 
@@ -228,7 +248,15 @@ def _text_rows(lines: Iterator[bytes], text_field: str) -> Iterator[Record]:
 
 # Inputs that are not UTF-8 text at all, named instead of reported line by line.
 FOREIGN = (
-    (b"\xff\xfe", "UTF-16 text (byte order mark FF FE)", "iconv -f UTF-16 -t UTF-8 FILE > FILE.utf8"),
-    (b"\xfe\xff", "UTF-16 text (byte order mark FE FF)", "iconv -f UTF-16 -t UTF-8 FILE > FILE.utf8"),
+    (
+        b"\xff\xfe",
+        "UTF-16 text (byte order mark FF FE)",
+        "iconv -f UTF-16 -t UTF-8 FILE > FILE.utf8",
+    ),
+    (
+        b"\xfe\xff",
+        "UTF-16 text (byte order mark FE FF)",
+        "iconv -f UTF-16 -t UTF-8 FILE > FILE.utf8",
+    ),
     (b"PK\x03\x04", "a zip archive (an .xlsx workbook?)", "export or unzip it to CSV or JSONL"),
-)  # fmt: skip
+)

@@ -36,9 +36,16 @@ class RowStream:
     past the first lines raises InputError during iteration.
     """
 
-    def __init__(self, path: str, text_field: str = "text", id_field: str | None = None,
-                 fmt: str = "auto", fields: tuple[str, ...] = (), output_format: str = "jsonl",
-                 duplicates: DuplicateIds | None = None):  # fmt: skip
+    def __init__(
+        self,
+        path: str,
+        text_field: str = "text",
+        id_field: str | None = None,
+        fmt: str = "auto",
+        fields: tuple[str, ...] = (),
+        output_format: str = "jsonl",
+        duplicates: DuplicateIds | None = None,
+    ):
         source = open_source(path)
         try:
             if fmt == "parquet" or (fmt == "auto" and source.parquet):
@@ -108,8 +115,10 @@ class RowStream:
                 return row
             row.id = obj[self.id_field]
         elif "id" in obj and self.format == "jsonl":
-            row.error = (f"an 'id' field, where line {self._first} has none; give every row an "
-                         "id or none, or name the id field with --id-field")  # fmt: skip
+            row.error = (
+                f"an 'id' field, where line {self._first} has none; give every row an "
+                "id or none, or name the id field with --id-field"
+            )
             return row
         row.text, row.error = _text(obj.get(self.text_field), self.text_field)
         return row
@@ -141,8 +150,10 @@ class RowStream:
         first, first_kind = seen
         if self.output_format in ("csv", "tsv") and first_kind != kind:  # one id once text
             other = key if first_kind == TEXT else _number(key)
-            return (f"duplicate id {rid!r} (first at {first} as {other!r}; the two are "
-                    f"one id in a {self.output_format.upper()} output: write JSONL)")  # fmt: skip
+            return (
+                f"duplicate id {rid!r} (first at {first} as {other!r}; the two are "
+                f"one id in a {self.output_format.upper()} output: write JSONL)"
+            )
         return f"duplicate id {rid!r} (first at {first})"
 
 
@@ -167,10 +178,14 @@ def _text(text: Any, text_field: str) -> tuple[str | None, str | None]:
 
 
 def open_rows(
-    path: str, text_field: str = "text", id_field: str | None = None, fmt: str = "auto",
-    fields: tuple[str, ...] = (), output_format: str = "jsonl",
+    path: str,
+    text_field: str = "text",
+    id_field: str | None = None,
+    fmt: str = "auto",
+    fields: tuple[str, ...] = (),
+    output_format: str = "jsonl",
     duplicates: DuplicateIds | None = None,
-) -> RowStream:  # fmt: skip
+) -> RowStream:
     """The rows of `path` ('-' for stdin) as a stream: `.format`, then each Row, valid or carrying
     its error, in input order; file-level problems at the start raise here. `output_format` csv
     or tsv: ids equal as text are duplicates. `duplicates`: an earlier pass's, so no id table."""
@@ -178,9 +193,13 @@ def open_rows(
 
 
 def read_rows(
-    path: str, text_field: str = "text", id_field: str | None = None, fmt: str = "auto",
-    fields: tuple[str, ...] = (), output_format: str = "jsonl",
-) -> tuple[list[Row], str]:  # fmt: skip
+    path: str,
+    text_field: str = "text",
+    id_field: str | None = None,
+    fmt: str = "auto",
+    fields: tuple[str, ...] = (),
+    output_format: str = "jsonl",
+) -> tuple[list[Row], str]:
     """All rows of `path` (or '-' for stdin), each valid or carrying its error; and the format."""
     stream = open_rows(path, text_field, id_field, fmt, fields, output_format)
     return list(stream), stream.format
@@ -192,16 +211,22 @@ def _short(value: Any) -> str:
 
 
 def describe_errors(
-    rows: list[Row], source: str, fmt: str, limit: int = 30, total: int | None = None,
+    rows: list[Row],
+    source: str,
+    fmt: str,
+    limit: int = 30,
+    total: int | None = None,
     bad_total: int | None = None,
-) -> str:  # fmt: skip
+) -> str:
     """One summary line naming the first bad row, then one indented line per bad row. `total`,
     `bad_total`: the counts when `rows` holds only some of the input (a streamed scan)."""
     unit = "row" if fmt in ("csv", "tsv", "parquet") else "line"
     bad = [r for r in rows if r.error]
     first, n_bad = bad[0], bad_total if bad_total is not None else len(bad)
-    lines = [f"{source}: {n_bad} of {total if total is not None else len(rows)} rows are "
-             f"invalid (first: {unit} {first.number}: {first.error})"]  # fmt: skip
+    lines = [
+        f"{source}: {n_bad} of {total if total is not None else len(rows)} rows are "
+        f"invalid (first: {unit} {first.number}: {first.error})"
+    ]
     lines += [f"  {source}: {unit} {r.number}: {r.error}" for r in bad[:limit]]
     if n_bad > limit:
         lines.append(f"  ... and {n_bad - limit} more")

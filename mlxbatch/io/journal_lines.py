@@ -19,9 +19,13 @@ JOURNAL_VERSION = 1
 SCORED_FIELDS = {"id", "label", "scores", "abstained", "truncated"}  # rows.result_row's
 
 
-def journal_entry(line: bytes, n_rows: int | None = None, labels: tuple[str, ...] | None = None,
-                  min_confidence: float | None = None,
-                  truncating: bool | None = None) -> tuple[int, dict] | str:  # fmt: skip
+def journal_entry(
+    line: bytes,
+    n_rows: int | None = None,
+    labels: tuple[str, ...] | None = None,
+    min_confidence: float | None = None,
+    truncating: bool | None = None,
+) -> tuple[int, dict] | str:
     """A journal line's (row index, result row), or why it is not one this job's run writes: a
     row inside the input, an id, and an error or finite scores whose label, abstention and
     truncation agree with the job's `labels`, `min_confidence` and truncation."""
@@ -77,12 +81,16 @@ def _answered(row: int, result: dict, columns, truncating: bool | None) -> tuple
 
 def _written_cut(cut) -> bool:
     """A "truncated" as limits.prepare writes it: the token counts before and after."""
-    return (isinstance(cut, dict) and set(cut) == {"from_tokens", "to_tokens"}
-            and all(type(v) is int for v in cut.values()))  # fmt: skip
+    return (
+        isinstance(cut, dict)
+        and set(cut) == {"from_tokens", "to_tokens"}
+        and all(type(v) is int for v in cut.values())
+    )
 
 
-def _scored(row: int, result: dict, labels: tuple[str, ...] | None,
-            min_confidence: float | None) -> tuple[int, dict] | str:  # fmt: skip
+def _scored(
+    row: int, result: dict, labels: tuple[str, ...] | None, min_confidence: float | None
+) -> tuple[int, dict] | str:
     scores, label = result.get("scores"), result.get("label")
     if not isinstance(scores, dict) or len(scores) < 2 or (labels and list(scores) != list(labels)):
         return "has scores that are not one per label"
@@ -96,9 +104,11 @@ def _scored(row: int, result: dict, labels: tuple[str, ...] | None,
     # the journal holds the adjusted scores as floats, exactly: the rule gives the same answer
     abstains = Adjustment(min_confidence=min_confidence).abstains(np.asarray(values))
     if labels and ("abstained" in result) != abstains:
-        return (f"{'abstains' if 'abstained' in result else 'has a label'} where this run's "
-                f"--min-confidence {'(none)' if min_confidence is None else min_confidence} "
-                f"{'abstains' if abstains else 'does not'}")  # fmt: skip
+        return (
+            f"{'abstains' if 'abstained' in result else 'has a label'} where this run's "
+            f"--min-confidence {'(none)' if min_confidence is None else min_confidence} "
+            f"{'abstains' if abstains else 'does not'}"
+        )
     if label is None and result.get("abstained") is True:
         return row, result
     top = list(scores)[values.index(max(values))]  # the first best, as result_row chooses
@@ -119,8 +129,10 @@ def checked_head(path: Path, first_line: bytes, header: dict | None) -> dict:
         _check_model(path, head, header)
         differ = _differing_parts(head.get("fingerprint"), header.get("fingerprint"))
         differ = differ.replace(PARTS["compute"], _compute_change(head, header))
-        raise ResumeError(f"{path} was written for a different {differ}; run with what the "
-                          "first run had, or delete it to start over")  # fmt: skip
+        raise ResumeError(
+            f"{path} was written for a different {differ}; run with what the "
+            "first run had, or delete it to start over"
+        )
     return head
 
 
@@ -135,16 +147,23 @@ def _check_model(path: Path, head: dict, header: dict) -> None:
         return  # the same model, or no fingerprint of parts: the parts' words say what differs
     again = "restore it, or delete the journal to start over"
     if not isinstance(old, dict) or not isinstance(old.get("files"), dict):
-        raise ResumeError(f"{path} was written by an earlier mlxbatch, which did not record the "
-                          "model's config and tokenizer files: a resume cannot tell whether "
-                          "they changed; delete it to start over")  # fmt: skip
+        raise ResumeError(
+            f"{path} was written by an earlier mlxbatch, which did not record the "
+            "model's config and tokenizer files: a resume cannot tell whether "
+            "they changed; delete it to start over"
+        )
     if old.get("path") != new["path"]:
-        raise ResumeError(f"the model's path changed since {path} was written "
-                          f"({str(old.get('path'))[:200]}, now {new['path'][:200]}); run with "
-                          "the first run's --model, or delete the journal to start over")  # fmt: skip
+        raise ResumeError(
+            f"the model's path changed since {path} was written "
+            f"({str(old.get('path'))[:200]}, now {new['path'][:200]}); run with "
+            "the first run's --model, or delete the journal to start over"
+        )
     was, now = old["files"], new["files"]
-    said = [f"{name} {_file_change(was.get(name), now.get(name))}"
-            for name in sorted(set(was) | set(now)) if was.get(name) != now.get(name)]  # fmt: skip
+    said = [
+        f"{name} {_file_change(was.get(name), now.get(name))}"
+        for name in sorted(set(was) | set(now))
+        if was.get(name) != now.get(name)
+    ]
     if not said and old.get("template") != new.get("template"):
         said = ["chat template (as rendered) changed"]
     what = said[0] if len(said) == 1 else f"files changed ({', '.join(said)})"
@@ -155,10 +174,16 @@ def _file_change(old, new) -> str:
     return "appeared" if old is None else "was removed" if new is None else "changed"
 
 
-COMPUTE_WORDS = {"blas": "BLAS", "kernels": "BLAS kernel family", "library": "BLAS library",
-                 "host_kernels": "host kernels (MLXBATCH_HOST_KERNELS)", "device": "device",
-                 "mlx": "MLX version", "prefix_threads": "shared-prefix BLAS threads",
-                 "layout": f"host-kernel layout ({LAYOUT_ENV})"}  # fmt: skip
+COMPUTE_WORDS = {
+    "blas": "BLAS",
+    "kernels": "BLAS kernel family",
+    "library": "BLAS library",
+    "host_kernels": "host kernels (MLXBATCH_HOST_KERNELS)",
+    "device": "device",
+    "mlx": "MLX version",
+    "prefix_threads": "shared-prefix BLAS threads",
+    "layout": f"host-kernel layout ({LAYOUT_ENV})",
+}
 BEFORE = {"layout": TILED}  # what a journal written before the entry was recorded had
 
 
@@ -170,21 +195,29 @@ def _compute_change(head: dict, header: dict) -> str:
         return PARTS["compute"]
     words = {True: "on", False: "off", None: "none"}
     old = {**BEFORE, **old}
-    said = [f"{COMPUTE_WORDS.get(k, k)} {words.get(old.get(k), old.get(k))}, now "
-            f"{words.get(new.get(k), new.get(k))}"
-            for k in new if k != "library" and old.get(k) != new.get(k)]  # fmt: skip
+    said = [
+        f"{COMPUTE_WORDS.get(k, k)} {words.get(old.get(k), old.get(k))}, now "
+        f"{words.get(new.get(k), new.get(k))}"
+        for k in new
+        if k != "library" and old.get(k) != new.get(k)
+    ]
     if old["layout"] == TILED != new.get("layout"):  # the probe found a faster one here since
         said.append(f"{LAYOUT_ENV}={TILED} resumes it")
     return f"{PARTS['compute']} ({'; '.join(said)})" if said else PARTS["compute"]
 
 
-PARTS = {"model": "model (its files or path)", "dtype": "--dtype", "input": "input",
-         "labels": "labels", "prompt": "system prompt or examples",
-         "settings": "setting (one of --mode, --planner, --max-tokens, --too-long, "
-                     "--on-error, --no-prefix-cache)",
-         "adjustment": "adjustment (one of --calibrate, --prior, --min-confidence)",
-         "shape": "batch shape (the journal's recorded settings were edited)",
-         "compute": "compute path"}  # fmt: skip
+PARTS = {
+    "model": "model (its files or path)",
+    "dtype": "--dtype",
+    "input": "input",
+    "labels": "labels",
+    "prompt": "system prompt or examples",
+    "settings": "setting (one of --mode, --planner, --max-tokens, --too-long, "
+    "--on-error, --no-prefix-cache)",
+    "adjustment": "adjustment (one of --calibrate, --prior, --min-confidence)",
+    "shape": "batch shape (the journal's recorded settings were edited)",
+    "compute": "compute path",
+}
 
 
 def fingerprint_parts(fp) -> dict:

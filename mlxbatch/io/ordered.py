@@ -14,8 +14,9 @@ class OrderedStream:
     """Writes JSONL rows to a stream (stdout by default) in input order, as soon as all earlier
     rows are known. No journal: nothing to resume."""
 
-    def __init__(self, n_rows: int, labels: tuple[str, ...], header: dict,
-                 stream: TextIO | None = None):  # fmt: skip
+    def __init__(
+        self, n_rows: int, labels: tuple[str, ...], header: dict, stream: TextIO | None = None
+    ):
         self.done: dict[int, dict] = {}
         self.header = header
         self.next, self.n, self.labels = 0, n_rows, labels
@@ -29,8 +30,9 @@ class OrderedStream:
         if self.next > start:
             out = self.stream or sys.stdout
             try:  # printed rows leave memory: only those waiting for an earlier one stay
-                write_rows(out, [self.done.pop(i) for i in range(start, self.next)], self.labels,
-                           "")  # fmt: skip
+                write_rows(
+                    out, [self.done.pop(i) for i in range(start, self.next)], self.labels, ""
+                )
                 out.flush()
             except BrokenPipeError:
                 raise

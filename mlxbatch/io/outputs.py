@@ -26,9 +26,11 @@ def output_kind(output: Path) -> str:
     if kind == "stdout":
         return kind
     if output_format_of(output) != ("jsonl", False) and kind == "stream":
-        raise OutputError(f"{output}: a device or FIFO is written as JSONL as rows finish, not "
-                          f"as its name's {''.join(output.suffixes[-2:])}; write to a regular "
-                          "file for CSV, TSV or gzip")  # fmt: skip
+        raise OutputError(
+            f"{output}: a device or FIFO is written as JSONL as rows finish, not "
+            f"as its name's {''.join(output.suffixes[-2:])}; write to a regular "
+            "file for CSV, TSV or gzip"
+        )
     return kind
 
 
@@ -58,8 +60,10 @@ def _check_not_new_in_kernel_fs(option: str, path: Path, real: str) -> None:
     """Refuse a new file under /proc or /sys (what exists there is a stream) before any work:
     root's access check passes the folder."""
     if real.startswith(("/proc/", "/sys/")) and not os.path.exists(real):
-        raise OutputError(f"{option} {path}: /{real.split('/')[1]} holds no new files; choose "
-                          f"another {option} path")  # fmt: skip
+        raise OutputError(
+            f"{option} {path}: /{real.split('/')[1]} holds no new files; choose "
+            f"another {option} path"
+        )
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -107,9 +111,11 @@ def check_output(output: Path | None, inputs: list[Path], resume: bool) -> str:
     if output is None:
         if hit := _stdout_is_one_of(inputs):
             named = os.path.realpath(hit) if is_stream(hit) else hit  # /dev/stdin: its file
-            raise OutputError(f"standard output is the input file {named} (a redirect onto it): "
-                              "the rows would be written into what the job reads; give -o "
-                              "another file")  # fmt: skip
+            raise OutputError(
+                f"standard output is the input file {named} (a redirect onto it): "
+                "the rows would be written into what the job reads; give -o "
+                "another file"
+            )
         return "stdout"
     check_stdout_open("-o", output)
     kind = output_kind(output)
@@ -145,9 +151,11 @@ def _check_name(option: str, path: Path) -> None:
         longest = 255
     name = journal_path(path).name if option == "-o" else path.name
     if len(os.fsencode(name)) > longest:
-        raise OutputError(f"{option} {path}: the name{' of its journal' if option == '-o' else ''}"
-                          f" is longer than the {longest} bytes a name may have there; choose a "
-                          "shorter name")  # fmt: skip
+        raise OutputError(
+            f"{option} {path}: the name{' of its journal' if option == '-o' else ''}"
+            f" is longer than the {longest} bytes a name may have there; choose a "
+            "shorter name"
+        )
 
 
 def check_writable_file(option: str, path: Path) -> None:
@@ -160,15 +168,20 @@ def check_writable_file(option: str, path: Path) -> None:
     if not os.access(path, os.W_OK):
         raise OutputError(f"{option} {path}: exists and is not writable")
     if is_journal(path):
-        raise OutputError(f"{option} {path} is the journal of another mlxbatch run; choose "
-                          f"another {option} path")  # fmt: skip
+        raise OutputError(
+            f"{option} {path} is the journal of another mlxbatch run; choose another {option} path"
+        )
     pid = lock_holder(path)
     if pid:
-        raise OutputError(f"{option} {path} is locked by another process (pid {pid}); choose "
-                          f"another {option} path")  # fmt: skip
+        raise OutputError(
+            f"{option} {path} is locked by another process (pid {pid}); choose "
+            f"another {option} path"
+        )
     if read_by_a_run(path):
-        raise OutputError(f"{option} {path} is being read by another mlxbatch run (as its "
-                          f"input); choose another {option} path")  # fmt: skip
+        raise OutputError(
+            f"{option} {path} is being read by another mlxbatch run (as its "
+            f"input); choose another {option} path"
+        )
 
 
 PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
@@ -185,8 +198,10 @@ def check_model_untouched(writes: list[tuple[str, Path | None]], model_dir: Path
             continue
         real = os.path.realpath(path)
         if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
-            raise OutputError(f"{option} {path} is inside the model directory {model_dir}; "
-                              f"mlxbatch writes nothing there: choose another {option} path")  # fmt: skip
+            raise OutputError(
+                f"{option} {path} is inside the model directory {model_dir}; "
+                f"mlxbatch writes nothing there: choose another {option} path"
+            )
 
 
 def _check_not_in_a_model(option: str, path: Path) -> None:
@@ -194,15 +209,23 @@ def _check_not_in_a_model(option: str, path: Path) -> None:
     tokenizer), existing or new: a new file there may become part of that model."""
     real = Path(os.path.realpath(path))
     if not real.is_dir() and _of_a_model(real):
-        raise OutputError(f"{option} {path}: would be a file of a model (in {real.parent}, "
-                          f"beside its config and weights); mlxbatch writes nothing there: "
-                          f"choose another {option} path")  # fmt: skip
+        raise OutputError(
+            f"{option} {path}: would be a file of a model (in {real.parent}, "
+            f"beside its config and weights); mlxbatch writes nothing there: "
+            f"choose another {option} path"
+        )
 
 
 # What an existing report file starts with, by the name's suffix: anything else (a link onto
 # model weights, a document) is not replaced by a report.
-REPORT_MAGIC = {".json": (b"{", b"["), ".png": (b"\x89PNG",), ".pdf": (b"%PDF",),
-                ".svg": (b"<",), ".jpg": (b"\xff\xd8",), ".jpeg": (b"\xff\xd8",)}  # fmt: skip
+REPORT_MAGIC = {
+    ".json": (b"{", b"["),
+    ".png": (b"\x89PNG",),
+    ".pdf": (b"%PDF",),
+    ".svg": (b"<",),
+    ".jpg": (b"\xff\xd8",),
+    ".jpeg": (b"\xff\xd8",),
+}
 
 
 def _of_a_model(real: Path) -> bool:
@@ -231,41 +254,57 @@ def _check_replaceable_report(option: str, path: Path) -> None:
     if not any(head.startswith(m) for m in magic):
         where = f" (it is {real})" if str(real) != os.path.abspath(path) else ""
         kind = f"{path.suffix} report" if path.suffix else "report"  # `--json -`: "a  report"
-        raise OutputError(f"{option} {path}: exists and is not a {kind}{where}; "
-                          "mlxbatch will not replace it: move it away or choose another path")  # fmt: skip
+        raise OutputError(
+            f"{option} {path}: exists and is not a {kind}{where}; "
+            "mlxbatch will not replace it: move it away or choose another path"
+        )
     if _of_a_model(real):
-        raise OutputError(f"{option} {path}: exists and is a file of a model ({real}); "
-                          "mlxbatch will not replace it: choose another path")  # fmt: skip
+        raise OutputError(
+            f"{option} {path}: exists and is a file of a model ({real}); "
+            "mlxbatch will not replace it: choose another path"
+        )
 
 
 def check_stdout_open(option: str, path: Path | None) -> None:
     """A closed standard output is /dev/null: refuse what `option` would write there (`path` None:
     standard output itself), lost without a word otherwise."""
     if 1 in CLOSED_STREAMS and (path is None or names_stdout(path)):
-        raise OutputError(f"{option} {path or '-'}: standard output is closed (>&-): what it "
-                          "would write would be lost; give a file")  # fmt: skip
+        raise OutputError(
+            f"{option} {path or '-'}: standard output is closed (>&-): what it "
+            "would write would be lost; give a file"
+        )
 
 
-def check_reports(json_path: Path | None, plot_path: Path | None, protected: list[Path],
-                  stdout_holds: str | None = None) -> None:  # fmt: skip
+def check_reports(
+    json_path: Path | None,
+    plot_path: Path | None,
+    protected: list[Path],
+    stdout_holds: str | None = None,
+) -> None:
     """Refuse, before anything is computed, a --json/--plot path that would overwrite an input,
     the output or its journal (`protected`) or the other report, or that cannot be written;
     or that names standard output where `stdout_holds` (what else goes there) is given."""
     reports = [(p, o) for p, o in ((json_path, "--json"), (plot_path, "--plot")) if p is not None]
     for path, option in reports:
         if stdout_holds and names_stdout(path):
-            raise OutputError(f"{option} {path}: standard output holds {stdout_holds}; give "
-                              f"{option} a file, or -o a file")  # fmt: skip
+            raise OutputError(
+                f"{option} {path}: standard output holds {stdout_holds}; give "
+                f"{option} a file, or -o a file"
+            )
     if len(reports) == 2 and _same_path(json_path, plot_path):
         raise OutputError(f"--json and --plot are both {json_path}; give them different paths")
     hit = _overlap([(o, p) for p, o in reports], protected)
     if hit:
         option, path, other = hit
-        raise OutputError(f"{option} {path} would overwrite {other}, which this run reads or "
-                          f"writes; choose another {option} path")  # fmt: skip
+        raise OutputError(
+            f"{option} {path} would overwrite {other}, which this run reads or "
+            f"writes; choose another {option} path"
+        )
     if plot_path is not None and importlib.util.find_spec("matplotlib") is None:
-        raise OutputError("--plot needs matplotlib: pip install 'mlxbatch[plot]' (checked before "
-                          "anything is computed)")  # fmt: skip
+        raise OutputError(
+            "--plot needs matplotlib: pip install 'mlxbatch[plot]' (checked before "
+            "anything is computed)"
+        )
     for path, option in reports:
         check_stdout_open(option, path)
         _check_name(option, path)
@@ -275,8 +314,9 @@ def check_reports(json_path: Path | None, plot_path: Path | None, protected: lis
             raise OutputError(f"{option} {path}: is a directory; give a file path")
         parent = path.parent if str(path.parent) else Path(".")
         if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-            raise OutputError(f"{option} {path}: the directory {parent} does not exist or is "
-                              "not writable")  # fmt: skip
+            raise OutputError(
+                f"{option} {path}: the directory {parent} does not exist or is not writable"
+            )
         if not is_stream(path):
             _check_not_new_in_kernel_fs(option, path, os.path.realpath(path))
             check_writable_file(option, path)

@@ -17,8 +17,9 @@ def parse_parquet(
     stream: BinaryIO, source: str, text_field: str, id_field: str | None, fields: tuple[str, ...]
 ) -> Records:
     if importlib.util.find_spec("pyarrow") is None:
-        raise InputError(f"{source}: a Parquet file; reading it needs pyarrow: "
-                         "pip install 'mlxbatch[parquet]'")  # fmt: skip
+        raise InputError(
+            f"{source}: a Parquet file; reading it needs pyarrow: pip install 'mlxbatch[parquet]'"
+        )
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -31,13 +32,17 @@ def parse_parquet(
     first: dict[str, int] = {}
     for i, name in enumerate(columns, 1):
         if name in first:
-            raise InputError(f"{source}: the Parquet file repeats the column {name!r} (columns "
-                             f"{first[name]} and {i}); rename one")  # fmt: skip
+            raise InputError(
+                f"{source}: the Parquet file repeats the column {name!r} (columns "
+                f"{first[name]} and {i}); rename one"
+            )
         first[name] = i
     if text_field not in columns:
         shown = columns if len(columns) <= 20 else [*columns[:20], f"... {len(columns)} in all"]
-        raise InputError(f"{source}: the Parquet file has no {text_field!r} column (columns: "
-                         f"{shown}); use --text-field to name the text column")  # fmt: skip
+        raise InputError(
+            f"{source}: the Parquet file has no {text_field!r} column (columns: "
+            f"{shown}); use --text-field to name the text column"
+        )
     wanted = [c for c in columns if c in (text_field, id_field or "id", *fields)]
     return Records("parquet", columns, _records(f, wanted, source))
 

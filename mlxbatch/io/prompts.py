@@ -29,23 +29,33 @@ def read_labels_file(path: str | Path) -> dict[str, str]:
             data = json.loads(text, object_pairs_hook=_pairs)
     except Exception as e:  # json and yaml raise several types; all mean "not parseable"
         kind = "YAML" if path.suffix.lower() in (".yaml", ".yml") else "JSON (.yaml/.yml: YAML)"
-        raise InputError(f"{path}: not a valid labels file, a {kind} mapping of label to "
-                         f"description ({str(e).splitlines()[0][:120]})") from None  # fmt: skip
+        raise InputError(
+            f"{path}: not a valid labels file, a {kind} mapping of label to "
+            f"description ({str(e).splitlines()[0][:120]})"
+        ) from None
     if not isinstance(data, dict) or not data:
         raise InputError(f"{path}: expected a mapping of label to description")
     out = {}
     for label, desc in data.items():
         if not isinstance(label, str) or not label.strip():
-            quote = (" (YAML reads yes, no, on, off, true and false unquoted as booleans, and "
-                     "digits as numbers: quote the label)") if not isinstance(label, str) else ""  # fmt: skip
+            quote = (
+                (
+                    " (YAML reads yes, no, on, off, true and false unquoted as booleans, and "
+                    "digits as numbers: quote the label)"
+                )
+                if not isinstance(label, str)
+                else ""
+            )
             raise LabelError(f"{path}: label {label!r} is not a non-empty string{quote}")
         if problem := unicode_problem(label):
             raise InputError(f"{path}: the label {label!r} holds {problem}")
         if problem := description_problem(desc):
             raise InputError(f"{path}: the description of {label!r} {problem}")
         if label.strip() in out:  # a silent merge would drop one description
-            raise LabelError(f"{path}: label {label!r} is given twice (labels are compared "
-                             "without surrounding whitespace)")  # fmt: skip
+            raise LabelError(
+                f"{path}: label {label!r} is given twice (labels are compared "
+                "without surrounding whitespace)"
+            )
         out[label.strip()] = (desc or "").strip()
     return out
 
@@ -111,7 +121,9 @@ def _capped_examples(path: str, text_field: str, label_field: str) -> tuple[list
             rows.append(r)
             total += len(r.text or "")
             if len(rows) > EXAMPLES_ROWS or total > EXAMPLES_BYTES:
-                raise InputError(f"{path}: more than {EXAMPLES_ROWS} examples or "
-                                 f"{size(EXAMPLES_BYTES)} of text, the cap on examples (they go "
-                                 "into every prompt)")  # fmt: skip
+                raise InputError(
+                    f"{path}: more than {EXAMPLES_ROWS} examples or "
+                    f"{size(EXAMPLES_BYTES)} of text, the cap on examples (they go "
+                    "into every prompt)"
+                )
         return rows, stream.format

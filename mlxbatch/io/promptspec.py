@@ -46,9 +46,14 @@ class PromptSpec:
 
 
 def prompt_spec(
-    labels, labels_file, system_prompt, system_prompt_file, examples, text_field="text",
+    labels,
+    labels_file,
+    system_prompt,
+    system_prompt_file,
+    examples,
+    text_field="text",
     questions=None,
-):  # fmt: skip
+):
     """Labels, system prompt and examples from the command-line options; or a questions file
     (`questions`, a path), which gives the labels and may give the system prompt."""
     from .prompts import read_examples, read_labels_file
@@ -58,8 +63,10 @@ def prompt_spec(
         check_question_options(asked, labels, labels_file, examples)
         system = system_prompt_from(system_prompt, system_prompt_file)
         if system is not None and asked.system is not None:
-            raise UsageError(f"{questions}: its `system` and --system-prompt both give the "
-                             "system prompt; give one of them")  # fmt: skip
+            raise UsageError(
+                f"{questions}: its `system` and --system-prompt both give the "
+                "system prompt; give one of them"
+            )
         return PromptSpec((), system if system is not None else asked.system, (), None, asked)
 
     descriptions = read_labels_file(labels_file) if labels_file else None

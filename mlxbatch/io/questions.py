@@ -39,8 +39,13 @@ def check_question_options(questions: Questions | None, labels, labels_file, exa
     """Options that a questions file replaces are refused beside it."""
     if questions is None:
         return
-    for flag, value in (("--labels", labels), ("--labels-file", labels_file),
-                        ("--examples", examples)):  # fmt: skip
+    for flag, value in (
+        ("--labels", labels),
+        ("--labels-file", labels_file),
+        ("--examples", examples),
+    ):
         if value:
-            raise UsageError(f"{flag} and --questions: the questions file gives each "
-                             "question's labels; give one of them")  # fmt: skip
+            raise UsageError(
+                f"{flag} and --questions: the questions file gives each "
+                "question's labels; give one of them"
+            )

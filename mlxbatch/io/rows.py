@@ -21,14 +21,70 @@ OUTPUT_SUFFIXES = (".jsonl", ".jsonl.gz", ".csv", ".csv.gz", ".tsv", ".tsv.gz")
 _KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv"}
 # Suffixes of formats mlxbatch does not write: refused rather than filled with JSONL.
 FOREIGN_SUFFIXES = {
-    ".json", ".parquet", ".pq", ".xlsx", ".xlsm", ".xls", ".ods", ".txt", ".text", ".xml",
-    ".yaml", ".yml", ".html", ".htm", ".md", ".arrow", ".feather", ".orc", ".avro", ".pkl",
-    ".pickle", ".npy", ".npz", ".h5", ".hdf5", ".sqlite", ".db", ".zst", ".bz2", ".xz", ".zip",
-    ".tar", ".tgz", ".7z", ".pdf", ".doc", ".docx", ".png", ".svg", ".jpg", ".jpeg",
+    ".json",
+    ".parquet",
+    ".pq",
+    ".xlsx",
+    ".xlsm",
+    ".xls",
+    ".ods",
+    ".txt",
+    ".text",
+    ".xml",
+    ".yaml",
+    ".yml",
+    ".html",
+    ".htm",
+    ".md",
+    ".arrow",
+    ".feather",
+    ".orc",
+    ".avro",
+    ".pkl",
+    ".pickle",
+    ".npy",
+    ".npz",
+    ".h5",
+    ".hdf5",
+    ".sqlite",
+    ".db",
+    ".zst",
+    ".bz2",
+    ".xz",
+    ".zip",
+    ".tar",
+    ".tgz",
+    ".7z",
+    ".pdf",
+    ".doc",
+    ".docx",
+    ".png",
+    ".svg",
+    ".jpg",
+    ".jpeg",
     # model weights, tokenizers and code: `tickets -o tiny/model.safetensors` replaced weights
-    ".safetensors", ".gguf", ".bin", ".pt", ".pth", ".ckpt", ".onnx", ".model", ".jinja",
-    ".py", ".sh", ".js", ".c", ".h", ".cpp", ".rs", ".go", ".java", ".toml", ".ini", ".cfg",
-}  # fmt: skip
+    ".safetensors",
+    ".gguf",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".ckpt",
+    ".onnx",
+    ".model",
+    ".jinja",
+    ".py",
+    ".sh",
+    ".js",
+    ".c",
+    ".h",
+    ".cpp",
+    ".rs",
+    ".go",
+    ".java",
+    ".toml",
+    ".ini",
+    ".cfg",
+}
 
 
 def output_format(name: str) -> tuple[str, bool]:
@@ -41,8 +97,10 @@ def output_format(name: str) -> tuple[str, bool]:
     if suffix in _KINDS:
         return _KINDS[suffix], compressed
     if compressed or suffix in FOREIGN_SUFFIXES:
-        raise OutputError(f"{name}: mlxbatch writes {', '.join(OUTPUT_SUFFIXES)} (or a name "
-                          f"without a suffix, as JSONL), not {''.join(suffixes[-2:])}")  # fmt: skip
+        raise OutputError(
+            f"{name}: mlxbatch writes {', '.join(OUTPUT_SUFFIXES)} (or a name "
+            f"without a suffix, as JSONL), not {''.join(suffixes[-2:])}"
+        )
     return "jsonl", False
 
 
@@ -55,9 +113,11 @@ def output_format_of(path: Path) -> tuple[str, bool]:
         try:
             output_format(real)
         except OutputError:
-            raise OutputError(f"{path} links to {real}, which is not an output mlxbatch "
-                              f"writes ({', '.join(OUTPUT_SUFFIXES)}, or a name without a "
-                              "suffix); choose another path") from None  # fmt: skip
+            raise OutputError(
+                f"{path} links to {real}, which is not an output mlxbatch "
+                f"writes ({', '.join(OUTPUT_SUFFIXES)}, or a name without a "
+                "suffix); choose another path"
+            ) from None
     return fmt
 
 
@@ -66,9 +126,13 @@ def dumps(obj: Any) -> str:
 
 
 def result_row(
-    rid: Any, label: str | None, scores: dict[str, float], extra: dict | None = None,
-    abstained: bool = False, answers: dict | None = None,
-) -> dict:  # fmt: skip
+    rid: Any,
+    label: str | None,
+    scores: dict[str, float],
+    extra: dict | None = None,
+    abstained: bool = False,
+    answers: dict | None = None,
+) -> dict:
     """A scored row (`label` and `scores` as `Classifier.predictions` gives them); an abstaining
     one keeps its scores with `"label": null, "abstained": true`; with questions, the
     `answers` alone."""
@@ -186,11 +250,15 @@ def _result_table(rows: list[dict], labels: tuple[str, ...]):
     extras = sorted({k for r in rows for k in r} - {"id", "label", "scores", "error"})
     header = ["id", "label", *(f"score_{x}" for x in labels), "error", *extras]
     table = (
-        ["" if r["id"] is None else r["id"], "" if r.get("label") is None else r["label"],
-         *((r.get("scores") or {}).get(x, "") for x in labels), r.get("error", ""),
-         *(dumps(r[k]) if k in r else "" for k in extras)]
+        [
+            "" if r["id"] is None else r["id"],
+            "" if r.get("label") is None else r["label"],
+            *((r.get("scores") or {}).get(x, "") for x in labels),
+            r.get("error", ""),
+            *(dumps(r[k]) if k in r else "" for k in extras),
+        ]
         for r in rows
-    )  # fmt: skip
+    )
     return header, table
 
 
@@ -207,10 +275,18 @@ def _answers_table(rows: list[dict], columns: AnswerColumns):
         for name in names:
             a = answers.get(name) or {}
             said.append(";".join(a["labels"]) if "labels" in a else a.get("label") or "")
-        scores = [((answers.get(name) or {}).get("scores") or {}).get(x, "")
-                  for name, xs in columns.questions for x in xs]  # fmt: skip
-        return ["" if r["id"] is None else r["id"], *said, *scores, r.get("error", ""),
-                *(dumps(r[k]) if k in r else "" for k in extras)]  # fmt: skip
+        scores = [
+            ((answers.get(name) or {}).get("scores") or {}).get(x, "")
+            for name, xs in columns.questions
+            for x in xs
+        ]
+        return [
+            "" if r["id"] is None else r["id"],
+            *said,
+            *scores,
+            r.get("error", ""),
+            *(dumps(r[k]) if k in r else "" for k in extras),
+        ]
 
     return header, (cells(r) for r in rows)
 
@@ -224,9 +300,11 @@ def _check_text_ids(rows: list[dict], name: str, kind: str) -> None:
             continue
         key = r["id"] if isinstance(r["id"], str) else repr(r["id"])
         if key in seen and seen[key] != r["id"]:
-            raise OutputError(f"{name}: ids {seen[key]!r} and {r['id']!r} (row {n}) would both be "
-                              f"written as {key} in {kind.upper()}; write .jsonl to keep them "
-                              "apart")  # fmt: skip
+            raise OutputError(
+                f"{name}: ids {seen[key]!r} and {r['id']!r} (row {n}) would both be "
+                f"written as {key} in {kind.upper()}; write .jsonl to keep them "
+                "apart"
+            )
         seen[key] = r["id"]
 
 
@@ -241,6 +319,8 @@ def _write_table(out: TextIO, header: list[str], table, kind: str, name: str) ->
         for column, cell in zip(header, cells):
             if "\t" in cell or "\n" in cell or "\r" in cell:
                 where = "the header" if n == 0 else f"row {n}"
-                raise OutputError(f"{name}: {where}, column {column!r}: a tab or line break, "
-                                  "which TSV (no quoting) cannot hold; write .csv or .jsonl")  # fmt: skip
+                raise OutputError(
+                    f"{name}: {where}, column {column!r}: a tab or line break, "
+                    "which TSV (no quoting) cannot hold; write .csv or .jsonl"
+                )
         out.write("\t".join(cells) + "\n")

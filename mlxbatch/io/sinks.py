@@ -100,9 +100,15 @@ class Journal:
     """Append-only, fsync'd JSONL of {"row": index, "result": {...}} lines behind a header;
     `done` says which rows it holds (a `RowIndex`: offsets, not rows)."""
 
-    def __init__(self, output: Path, header: dict, resume: bool, n_rows: int | None = None,
-                 labels: tuple[str, ...] | None = None,
-                 min_confidence: float | None = None):  # fmt: skip
+    def __init__(
+        self,
+        output: Path,
+        header: dict,
+        resume: bool,
+        n_rows: int | None = None,
+        labels: tuple[str, ...] | None = None,
+        min_confidence: float | None = None,
+    ):
         """`n_rows`, `labels`, `min_confidence`: the job's, which a resumed journal's rows must
         fit."""
         self.output, self.path = output, journal_path(output)
@@ -184,16 +190,16 @@ class Journal:
         too_long = (header.get("settings") or {}).get("too_long")  # None: not recorded
         truncating = None if too_long is None else too_long == "truncate"
         for n, line in enumerate(complete[1:], start=2):
-            entry = journal_entry(line, self.n_rows, self.labels, self.min_confidence,
-                                  truncating)  # fmt: skip
+            entry = journal_entry(line, self.n_rows, self.labels, self.min_confidence, truncating)
             if isinstance(entry, str) and line and not line.strip(b"\0"):
                 break  # zeros: blocks a crash left unwritten; everything from here is redone
             if not isinstance(entry, str) and entry[0] in self.done:
                 entry = "repeats a row"
             if isinstance(entry, str):
                 os.close(self.fd)
-                raise ResumeError(f"{self.path}: line {n} {entry} (edited?); delete the journal "
-                                  "to start over")  # fmt: skip
+                raise ResumeError(
+                    f"{self.path}: line {n} {entry} (edited?); delete the journal to start over"
+                )
             self.done.add(entry[0], good)
             good += len(line) + 1
         if good != len(raw) or tail:
@@ -221,12 +227,17 @@ class Journal:
         if missing:
             raise RuntimeError(f"rows {missing[:10]} have no result; not writing {self.output}")
         if read_by_a_run(self.output):  # since the check before the run began
-            raise OutputError(f"{self.output} is being read by another mlxbatch run (as its "
-                              "input); not replacing it: the journal keeps every row, --resume "
-                              "once that run is done")  # fmt: skip
+            raise OutputError(
+                f"{self.output} is being read by another mlxbatch run (as its "
+                "input); not replacing it: the journal keeps every row, --resume "
+                "once that run is done"
+            )
         rows = (self.done[i] for i in range(n_rows))
-        write_atomically(self.output, lambda f: write_rows(f, rows, labels, self.output.name),
-                         "cannot write (the journal keeps every row)")  # fmt: skip
+        write_atomically(
+            self.output,
+            lambda f: write_rows(f, rows, labels, self.output.name),
+            "cannot write (the journal keeps every row)",
+        )
         self._unlink_own()
         self.close()
 

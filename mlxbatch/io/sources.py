@@ -104,12 +104,16 @@ def open_source(path: str) -> Source:
         magic = inner.peek(4)[:4]
     except read_errors() as e:  # named here: a decompressor read on after its error finds EOF
         stream.close()
-        raise InputError(f"{path}: the data cannot be read ({kind}: {e or type(e).__name__}); "
-                         "is the file cut short or corrupt?") from None  # fmt: skip
+        raise InputError(
+            f"{path}: the data cannot be read ({kind}: {e or type(e).__name__}); "
+            "is the file cut short or corrupt?"
+        ) from None
     if Path(name).suffix.lower() in (".parquet", ".pq") or magic == b"PAR1":
         stream.close()
-        raise InputError(f"{path}: a {kind}-compressed Parquet file; Parquet compresses its own "
-                         "columns and is read by seeking: decompress it first")  # fmt: skip
+        raise InputError(
+            f"{path}: a {kind}-compressed Parquet file; Parquet compresses its own "
+            "columns and is read by seeking: decompress it first"
+        )
     return Source(inner, name, kind, raw=stream)
 
 
@@ -165,8 +169,10 @@ def _decompressed(stream: BinaryIO, kind: str, path: str) -> BinaryIO:
     if kind == "xz":
         return io.BufferedReader(lzma.LZMAFile(stream, "rb"), BUFFER)
     if importlib.util.find_spec("zstandard") is None:
-        raise InputError(f"{path}: zstd-compressed; reading it needs the zstandard package: "
-                         "pip install 'mlxbatch[zstd]' (or: zstdcat FILE | mlxbatch classify -)")  # fmt: skip
+        raise InputError(
+            f"{path}: zstd-compressed; reading it needs the zstandard package: "
+            "pip install 'mlxbatch[zstd]' (or: zstdcat FILE | mlxbatch classify -)"
+        )
     return io.BufferedReader(ZstdFrames(stream), BUFFER)
 
 

@@ -54,5 +54,9 @@ def report_stream(json_path: Path | None) -> TextIO:
 
 def names_stdout(path: Path) -> bool:
     """Whether `path` is a name of this process's standard output (/dev/stdout, its fd 1)."""
-    return os.path.abspath(path) in ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1",
-                                     f"/proc/{os.getpid()}/fd/1")  # fmt: skip
+    return os.path.abspath(path) in (
+        "/dev/stdout",
+        "/dev/fd/1",
+        "/proc/self/fd/1",
+        f"/proc/{os.getpid()}/fd/1",
+    )

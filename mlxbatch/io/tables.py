@@ -33,17 +33,23 @@ def _check_header(
     first: dict[str, int] = {}
     for i, name in enumerate(header, 1):
         if name and name in first:  # a dict per row would keep only the last
-            raise InputError(f"{source}: the {kind} header repeats the column {name!r} (columns "
-                             f"{first[name]} and {i}); rename one")  # fmt: skip
+            raise InputError(
+                f"{source}: the {kind} header repeats the column {name!r} (columns "
+                f"{first[name]} and {i}); rename one"
+            )
         first.setdefault(name, i)
     if text_field not in header:
         if len(header) == 1 and text_field in [h.strip().strip('"') for h in header[0].split(";")]:
-            raise InputError(f"{source}: the {kind} header is separated by ';' ({header[0]!r}); "
-                             "save it with commas, or with tabs as .tsv")  # fmt: skip
+            raise InputError(
+                f"{source}: the {kind} header is separated by ';' ({header[0]!r}); "
+                "save it with commas, or with tabs as .tsv"
+            )
         shown = header if len(header) <= 20 else [*header[:20], f"... {len(header)} in all"]
         hint = ", or --input-format text to read each line as a text" if by_content else ""
-        raise InputError(f"{source}: the {kind} header has no {text_field!r} column (columns: "
-                         f"{shown}); use --text-field to name the text column{hint}")  # fmt: skip
+        raise InputError(
+            f"{source}: the {kind} header has no {text_field!r} column (columns: "
+            f"{shown}); use --text-field to name the text column{hint}"
+        )
     return header
 
 
@@ -77,8 +83,10 @@ def _csv_records(reader, header: list[str], source: str) -> Iterator[Record]:
                 "(the file ends inside quotes); fix the quote or use TSV"
             ) from None
         if "field larger than field limit" in str(e):
-            raise InputError(f"{source}: line {start}: data row {n + 1} has a field longer than "
-                             f"{size(ROW_BYTES)}, the cap on one row (a quote never closed?)") from None  # fmt: skip
+            raise InputError(
+                f"{source}: line {start}: data row {n + 1} has a field longer than "
+                f"{size(ROW_BYTES)}, the cap on one row (a quote never closed?)"
+            ) from None
         raise InputError(
             f"{source}: line {start}: data row {n + 1} is not valid CSV ({e})"
         ) from None

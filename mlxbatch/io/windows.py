@@ -41,9 +41,11 @@ class JobInput:
         """Refuse a file that changed since the job first read it (edited in place, appended
         to): its windows would mix two versions of the input."""
         if self.identity is not None and _identity(self.source) != self.identity:
-            raise InputError(f"{self.source}: changed while the job read it; nothing after the "
-                             "change was written (finished batches are kept: --resume once the "
-                             "file is final)")  # fmt: skip
+            raise InputError(
+                f"{self.source}: changed while the job read it; nothing after the "
+                "change was written (finished batches are kept: --resume once the "
+                "file is final)"
+            )
 
     @classmethod
     def of_rows(cls, rows: list[Row], source: str = "input", fmt: str = "jsonl") -> JobInput:
@@ -51,9 +53,14 @@ class JobInput:
 
     @classmethod
     def of_file(
-        cls, path: str, text_field: str = "text", id_field: str | None = None,
-        fmt: str = "auto", fields: tuple[str, ...] = (), output_format: str = "jsonl",
-    ) -> JobInput:  # fmt: skip
+        cls,
+        path: str,
+        text_field: str = "text",
+        id_field: str | None = None,
+        fmt: str = "auto",
+        fields: tuple[str, ...] = (),
+        output_format: str = "jsonl",
+    ) -> JobInput:
         """`path` read afresh at each pass; what cannot be read twice (standard input '-', a
         pipe such as `<(zcat f.gz)`, a FIFO) is read once and held."""
         if path == "-" or not _regular(path):
@@ -62,8 +69,9 @@ class JobInput:
         held = hold_for_reading(path)  # before the first reading: the one that is checked
         # an empty input is refused now, before the model loads
         try:
-            first = open_rows(path, text_field, id_field, fmt, fields, output_format,
-                              DuplicateIds())  # fmt: skip
+            first = open_rows(
+                path, text_field, id_field, fmt, fields, output_format, DuplicateIds()
+            )
             found = first.format
             try:
                 next(iter(first), None)
@@ -77,14 +85,16 @@ class JobInput:
 
         def reopen(duplicates: DuplicateIds | None = None) -> Iterable[Row]:
             if _identity(path) != identity:
-                raise InputError(f"{path}: changed while the job read it; nothing after the "
-                                 "change was written")  # fmt: skip
+                raise InputError(
+                    f"{path}: changed while the job read it; nothing after the change was written"
+                )
             return open_rows(path, text_field, id_field, fmt, fields, output_format, duplicates)
 
         return cls(reopen, path, found, identity, held)
 
-    def windows(self, size: int, scanned: Scan | None = None,
-                chars: int | None = None) -> Iterator[tuple[int, list[Row]]]:  # fmt: skip
+    def windows(
+        self, size: int, scanned: Scan | None = None, chars: int | None = None
+    ) -> Iterator[tuple[int, list[Row]]]:
         """(first row's index, rows) of `size` rows at a time, or fewer whose texts reach
         `chars` characters (None: no bound), read as each is asked for."""
         rows, start = iter(self.reopen(scanned.duplicates if scanned else None)), 0
@@ -133,16 +143,24 @@ class Scan:
         anything is computed."""
         if on_error != "fail" or not self.bad_count:
             return
-        first, *rest = describe_errors(self.bad, source, fmt, total=self.rows,
-                                       bad_total=self.bad_count).split("\n")  # fmt: skip
-        raise JobError("\n".join([first + "; nothing was computed (--on-error skip writes an "
-                                  "error row for each)", *rest]))  # fmt: skip
+        first, *rest = describe_errors(
+            self.bad, source, fmt, total=self.rows, bad_total=self.bad_count
+        ).split("\n")
+        raise JobError(
+            "\n".join(
+                [
+                    first + "; nothing was computed (--on-error skip writes an error row for each)",
+                    *rest,
+                ]
+            )
+        )
 
 
 def scan(
-    job_input: JobInput, refused: Callable[[list[Row]], list[str | None]] | None = None,
+    job_input: JobInput,
+    refused: Callable[[list[Row]], list[str | None]] | None = None,
     chunk: int = 4096,
-) -> Scan:  # fmt: skip
+) -> Scan:
     """One pass over the input: its rows counted and hashed, and its bad rows (unreadable, or
     `refused` by the caller, `chunk` rows at a time: too long under --on-error fail) counted,
     the first few kept."""

@@ -60,21 +60,32 @@ class JobRequest:
 
     def reads(self) -> list[Path]:
         """Every file the run reads, kept safe from its writes."""
-        paths = (self.input, self.system_prompt_file, self.labels_file, self.examples,
-                 self.questions)  # fmt: skip
+        paths = (
+            self.input,
+            self.system_prompt_file,
+            self.labels_file,
+            self.examples,
+            self.questions,
+        )
         return [Path("/dev/stdin" if str(p) == "-" else p) for p in paths if p]
 
     def check_stdin(self) -> None:
         """Standard input read by one option at most: the first to read it takes it all, and
         the next found it empty ("empty input (no rows)" for INPUT after `--examples -`)."""
-        named = {"INPUT": self.input, "--system-prompt-file": self.system_prompt_file,
-                 "--labels-file": self.labels_file, "--examples": self.examples,
-                 "--questions": self.questions}  # fmt: skip
+        named = {
+            "INPUT": self.input,
+            "--system-prompt-file": self.system_prompt_file,
+            "--labels-file": self.labels_file,
+            "--examples": self.examples,
+            "--questions": self.questions,
+        }
         dashes = [name for name, p in named.items() if p is not None and str(p) == "-"]
         if len(dashes) > 1:
             both = "both" if len(dashes) == 2 else "all"
-            raise JobError(f"{' and '.join(dashes)} {both} read standard input (-): standard "
-                           "input can be read once; give all but one of them a file")  # fmt: skip
+            raise JobError(
+                f"{' and '.join(dashes)} {both} read standard input (-): standard "
+                "input can be read once; give all but one of them a file"
+            )
 
 
 class Interrupted(Exception):
@@ -99,21 +110,40 @@ def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None])
         raise JobError("--json and --plot report the evaluation: give --gold-field too")
     written = [req.output, journal_path(req.output)] if req.output is not None else []
     if rank == 0:
-        check_reports(req.json_path, req.plot_path, reads + written,
-                      None if req.output is not None else "the rows (no -o)")  # fmt: skip
-    prompt = prompt_spec(req.labels, req.labels_file, req.system_prompt, req.system_prompt_file,
-                         req.examples, req.text_field, req.questions)  # fmt: skip
+        check_reports(
+            req.json_path,
+            req.plot_path,
+            reads + written,
+            None if req.output is not None else "the rows (no -o)",
+        )
+    prompt = prompt_spec(
+        req.labels,
+        req.labels_file,
+        req.system_prompt,
+        req.system_prompt_file,
+        req.examples,
+        req.text_field,
+        req.questions,
+    )
     asking = question_options(req, prompt.questions)
     writes_as = output_format(str(req.output))[0] if req.output is not None else "jsonl"
     if req.gold_field:  # the evaluation holds every row
-        rows, fmt = read_rows(req.input, req.text_field, req.id_field, req.input_format,
-                              (req.gold_field,) if req.gold_field else (), writes_as)  # fmt: skip
+        rows, fmt = read_rows(
+            req.input,
+            req.text_field,
+            req.id_field,
+            req.input_format,
+            (req.gold_field,) if req.gold_field else (),
+            writes_as,
+        )
         if req.gold_field and not any(req.gold_field in row.fields for row in rows):
-            raise InputError(f"{req.input}: no row has the gold field {req.gold_field!r} "
-                             "(--gold-field)")  # fmt: skip
+            raise InputError(
+                f"{req.input}: no row has the gold field {req.gold_field!r} (--gold-field)"
+            )
     else:  # read in windows, twice (a scan, then the job): memory flat in the input's length
-        rows = JobInput.of_file(req.input, req.text_field, req.id_field, req.input_format, (),
-                                writes_as)  # fmt: skip
+        rows = JobInput.of_file(
+            req.input, req.text_field, req.id_field, req.input_format, (), writes_as
+        )
         fmt = rows.fmt
     clf = None
     try:  # from here the input is held (JobInput): released however the job ends
@@ -121,17 +151,41 @@ def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None])
             parse_prior(req.prior, prompt.labels)
         path = model_dir(req.model, say)
         if rank == 0:
-            check_model_untouched([("-o", req.output), ("-o's journal", req.output and journal_path(req.output)),
-                                   ("--json", req.json_path), ("--plot", req.plot_path)], path)  # fmt: skip
+            check_model_untouched(
+                [
+                    ("-o", req.output),
+                    ("-o's journal", req.output and journal_path(req.output)),
+                    ("--json", req.json_path),
+                    ("--plot", req.plot_path),
+                ],
+                path,
+            )
         clf = Classifier.load(
-            path, prompt.labels or DEFAULT_LABELS, prompt.system, req.dtype, req.prefix_cache,
-            req.check_weights, examples=prompt.examples, calibrate=req.calibrate,
-            prior=req.prior, min_confidence=req.min_confidence, descriptions=prompt.descriptions,
+            path,
+            prompt.labels or DEFAULT_LABELS,
+            prompt.system,
+            req.dtype,
+            req.prefix_cache,
+            req.check_weights,
+            examples=prompt.examples,
+            calibrate=req.calibrate,
+            prior=req.prior,
+            min_confidence=req.min_confidence,
+            descriptions=prompt.descriptions,
             **asking,
-        )  # fmt: skip
-        result = run_job(clf, rows, spec, req.output if rank == 0 else None, req.resume,
-                         req.verify, req.input, fmt, keep_results=bool(req.gold_field),
-                         group=group)  # fmt: skip
+        )
+        result = run_job(
+            clf,
+            rows,
+            spec,
+            req.output if rank == 0 else None,
+            req.resume,
+            req.verify,
+            req.input,
+            fmt,
+            keep_results=bool(req.gold_field),
+            group=group,
+        )
         if result is None:  # ranks other than 0 write nothing
             return 0
     except KeyboardInterrupt:
@@ -145,16 +199,20 @@ def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None])
 def question_options(req: JobRequest, questions) -> dict:
     """`Classifier.load`'s questions arguments; the options that cannot go with them refused."""
     if questions is not None and req.gold_field:
-        raise JobError("--gold-field and --questions: each question's gold is the input's field "
-                       "of its name; evaluate the output with `mlxbatch eval INPUT OUTPUT "
-                       "--questions FILE`")  # fmt: skip
+        raise JobError(
+            "--gold-field and --questions: each question's gold is the input's field "
+            "of its name; evaluate the output with `mlxbatch eval INPUT OUTPUT "
+            "--questions FILE`"
+        )
     if questions is None:
         if req.tag_threshold is not None:
             raise JobError("--tag-threshold applies to multi-label questions: give --questions")
         return {}
     if req.prior is not None:
-        raise JobError("--prior and --questions: a prior is one label set's; calibrate each "
-                       "question with --calibrate instead")  # fmt: skip
+        raise JobError(
+            "--prior and --questions: a prior is one label set's; calibrate each "
+            "question with --calibrate instead"
+        )
     threshold = 0.5 if req.tag_threshold is None else req.tag_threshold
     return {"questions": questions, "tag_threshold": threshold}
 
@@ -163,8 +221,10 @@ def interrupted(output: Path | None) -> Interrupted:
     """Why the job stopped, and how to go on where its journal (beside `output`, a file) holds
     finished batches: before the job made it, there is none to resume."""
     if output is not None and journal_path(output).exists():
-        return Interrupted(f"interrupted; finished batches are saved in {journal_path(output)}. "
-                           "Run the same command with --resume to continue.")  # fmt: skip
+        return Interrupted(
+            f"interrupted; finished batches are saved in {journal_path(output)}. "
+            "Run the same command with --resume to continue."
+        )
     return Interrupted("interrupted")
 
 
@@ -181,8 +241,10 @@ def report(clf: Classifier, rows, result: JobResult, req: JobRequest, say) -> in
     if result.verify is None:
         return 0
     v = result.verify
-    say(f"verify: {v['agreement']:.2%} label agreement with the gold loop over {v['items']} "
-        f"items, max |score diff| {v['max_abs_score_diff']:.2e}")  # fmt: skip
+    say(
+        f"verify: {v['agreement']:.2%} label agreement with the gold loop over {v['items']} "
+        f"items, max |score diff| {v['max_abs_score_diff']:.2e}"
+    )
     for d in v["disagreements"][:20]:
         say(f"  disagreement: {json.dumps(d)}")
     return 0 if v["passed"] else 1

@@ -51,12 +51,16 @@ class Cluster:
         try:
             group = mx.distributed.init(strict=required)
         except Exception as e:  # MLX raises RuntimeError with the backend's reason
-            raise JobError(f"--distributed: no distributed group could be formed ({e}); start "
-                           "the job with mlx.launch (see docs/distributed.md)") from None  # fmt: skip
+            raise JobError(
+                f"--distributed: no distributed group could be formed ({e}); start "
+                "the job with mlx.launch (see docs/distributed.md)"
+            ) from None
         if group.size() < 2:
             if required:
-                raise JobError("--distributed: this process is the only rank; start the job "
-                               "with mlx.launch -n N (see docs/distributed.md)")  # fmt: skip
+                raise JobError(
+                    "--distributed: this process is the only rank; start the job "
+                    "with mlx.launch -n N (see docs/distributed.md)"
+                )
             return None
         return cls(group, timeout)
 
@@ -141,8 +145,9 @@ class RankGroup:
         """Rank 0's settings on every rank, once, exactly as it resolved them (its record, as
         JSON: floats round-trip): a rank with less free memory must not cut items at another
         limit."""
-        record = self.cluster.gather_json(settings.record() if self.rank == 0 else None,
-                                          "settings")[0]  # fmt: skip
+        record = self.cluster.gather_json(
+            settings.record() if self.rank == 0 else None, "settings"
+        )[0]
         return settings if self.rank == 0 else clf.settings(spec, record)
 
     def agree(self, fingerprint: str) -> None:
@@ -150,16 +155,25 @@ class RankGroup:
         digests = self.cluster.gather(digest, "fingerprints")
         differ = [k for k in range(self.cluster.size) if not np.array_equal(digests[k], digests[0])]
         if differ:
-            raise JobError(f"rank(s) {differ} ({', '.join(self.cluster.hosts[k] for k in differ)}) "
-                           "hold a different input, model, labels, settings or compute path "
-                           "(BLAS, host kernels, device, MLX) than rank 0")  # fmt: skip
+            raise JobError(
+                f"rank(s) {differ} ({', '.join(self.cluster.hosts[k] for k in differ)}) "
+                "hold a different input, model, labels, settings or compute path "
+                "(BLAS, host kernels, device, MLX) than rank 0"
+            )
 
     def opened(self, sink: Sink, output: Path | None) -> None:
         _on_sigterm(sink, output)
 
-    def score(self, clf: Classifier, window, plan: JobPlan, sink: Sink | None,
-              settings: Settings, verify: bool,
-              bar) -> tuple[list[tuple[int, dict]], dict | None]:  # fmt: skip
+    def score(
+        self,
+        clf: Classifier,
+        window,
+        plan: JobPlan,
+        sink: Sink | None,
+        settings: Settings,
+        verify: bool,
+        bar,
+    ) -> tuple[list[tuple[int, dict]], dict | None]:
         """The window's batches not in rank 0's journal, dealt to the ranks and scored in
         rounds; rank 0's rows written, and the verification of every rank's items (rank 0)."""
         c = self.cluster
@@ -175,8 +189,9 @@ class RankGroup:
             done = c.broadcast(done, "journal state")
         shares = deal([b for b, d in zip(plan.batches, done) if not d], c.size)
         checking = verify or settings.checking
-        written, mine = self._rounds(clf, window, plan, shares, sink, settings.spec.on_error,
-                                     bar, checking)  # fmt: skip
+        written, mine = self._rounds(
+            clf, window, plan, shares, sink, settings.spec.on_error, bar, checking
+        )
         if not checking:
             return written, None
         prompts = {i: plan.items[i].prompt for i in mine}
@@ -193,8 +208,10 @@ class RankGroup:
         """Rounds of one batch per lane on every rank; rank 0 journals each round. Returns rank 0's
         rows written and, with `keep_own`, this rank's scored rows (to verify)."""
         n_labels = len(clf.labels.names)
-        rounds = [[share[start : start + n] for start in range(0, len(share), n)]
-                  for share, n in zip(shares, self.lanes)]  # fmt: skip
+        rounds = [
+            [share[start : start + n] for start in range(0, len(share), n)]
+            for share, n in zip(shares, self.lanes)
+        ]
         mine = rounds[self.rank]
         written, own = [], {}
         for r in range(max((len(x) for x in rounds), default=0)):
@@ -224,20 +241,36 @@ class RankGroup:
     def ranks(self) -> list[dict]:
         """Every rank's items, padded tokens and computing seconds (a collective)."""
         s = self.stats
-        table = self.cluster.gather(np.array([s.items, s.padded, int(s.seconds * 1e6)], np.int64)
-                                    .view(np.int32), "statistics").view(np.int64)  # fmt: skip
-        return [{"rank": k, "host": self.cluster.hosts[k], "items": int(t[0]),
-                 "padded_tokens": int(t[1]), "seconds": t[2] / 1e6} for k, t in enumerate(table)]  # fmt: skip
+        table = self.cluster.gather(
+            np.array([s.items, s.padded, int(s.seconds * 1e6)], np.int64).view(np.int32),
+            "statistics",
+        ).view(np.int64)
+        return [
+            {
+                "rank": k,
+                "host": self.cluster.hosts[k],
+                "items": int(t[0]),
+                "padded_tokens": int(t[1]),
+                "seconds": t[2] / 1e6,
+            }
+            for k, t in enumerate(table)
+        ]
 
 
 def _on_sigterm(sink, output) -> None:
     """mlx.launch stops the other ranks with SIGTERM when one fails: say so, keep the journal."""
 
     def handler(signum, frame):
-        where = (f"finished batches are kept in {output}.part: run the same command with "
-                 "--resume to continue" if isinstance(sink, Journal) else "")  # fmt: skip
-        sys.stderr.write(f"error: rank 0 ({socket.gethostname()}) was stopped by the launcher: "
-                         f"another rank failed or was killed (mlx.launch names it); {where}\n")  # fmt: skip
+        where = (
+            f"finished batches are kept in {output}.part: run the same command with "
+            "--resume to continue"
+            if isinstance(sink, Journal)
+            else ""
+        )
+        sys.stderr.write(
+            f"error: rank 0 ({socket.gethostname()}) was stopped by the launcher: "
+            f"another rank failed or was killed (mlx.launch names it); {where}\n"
+        )
         sys.stderr.flush()
         os._exit(3)
 

@@ -98,8 +98,7 @@ def compute_path(clf: Classifier) -> dict:
 DECIDING = ("blas", "kernels", "host_kernels", "device", "mlx", "prefix_threads")
 
 
-def fingerprint(input_digest: str, clf: Classifier, s: Settings, compute: dict,
-                model: dict) -> str:  # fmt: skip
+def fingerprint(input_digest: str, clf: Classifier, s: Settings, compute: dict, model: dict) -> str:
     """`model=… dtype=… input=… labels=… prompt=… settings=… adjustment=… shape=… compute=…` (16 hex
     digits a part): the journal records it and `--resume` names the parts that differ.
     `input_digest`: the input's rows hashed (`io.windows.hash_row`, by the job's scan); `compute`: the
@@ -113,10 +112,10 @@ def fingerprint(input_digest: str, clf: Classifier, s: Settings, compute: dict,
         "prompt": digest(
             [s.system_prompt, [list(e) for e in s.examples]]
             + ([clf.questions.record()] if hasattr(clf, "questions") else [])
-        ),  # fmt: skip
+        ),
         "settings": digest(
             [o.mode, clf.engine.prefix_cache, o.too_long, o.max_tokens, o.on_error, o.planner]
-        ),  # fmt: skip
+        ),
         "adjustment": digest(
             [clf.adjust.p_cf, clf.adjust.prior, clf.adjust.min_confidence] + _per_question(clf)
         ),

@@ -54,9 +54,16 @@ class LocalGroup:
     def opened(self, sink: Sink, output: Path | None) -> None:
         return None
 
-    def score(self, clf: Classifier, window: Window, plan: JobPlan, sink: Sink,
-              settings: Settings, verify: bool,
-              bar: tqdm) -> tuple[list[tuple[int, dict]], dict | None]:  # fmt: skip
+    def score(
+        self,
+        clf: Classifier,
+        window: Window,
+        plan: JobPlan,
+        sink: Sink,
+        settings: Settings,
+        verify: bool,
+        bar: tqdm,
+    ) -> tuple[list[tuple[int, dict]], dict | None]:
         """The window's batches not yet in the sink, scored and appended; the rows written and
         the verification of the items scored."""
         written = execute(clf, window, plan, sink, settings.spec.on_error, bar)
@@ -71,10 +78,17 @@ class LocalGroup:
 
 
 def run_job(
-    clf: Classifier, rows: list[Row] | JobInput, spec: RunSpec, output: Path | None,
-    resume: bool = False, verify: bool = False, source: str = "input", fmt: str = "jsonl",
-    keep_results: bool = True, group: LocalGroup | None = None,
-) -> JobResult | None:  # fmt: skip
+    clf: Classifier,
+    rows: list[Row] | JobInput,
+    spec: RunSpec,
+    output: Path | None,
+    resume: bool = False,
+    verify: bool = False,
+    source: str = "input",
+    fmt: str = "jsonl",
+    keep_results: bool = True,
+    group: LocalGroup | None = None,
+) -> JobResult | None:
     """Classify `rows` (a list, or a `JobInput` read in windows) into `output` (None: standard
     output). `keep_results`: return every result row too; `group`: the ranks sharing the work
     (rank 0 writes; the others return None)."""
@@ -91,8 +105,15 @@ def run_job(
 class Job:
     """One run of `run_job`: its steps, in order (see the module docstring)."""
 
-    def __init__(self, clf: Classifier, spec: RunSpec, output: Path | None, resume: bool,
-                 verify: bool, group: LocalGroup):  # fmt: skip
+    def __init__(
+        self,
+        clf: Classifier,
+        spec: RunSpec,
+        output: Path | None,
+        resume: bool,
+        verify: bool,
+        group: LocalGroup,
+    ):
         self.clf, self.spec, self.output, self.resume = clf, spec, output, resume
         self.verify, self.group = verify, group
         self.lead = group.rank == 0
@@ -114,15 +135,20 @@ class Job:
         if not self.scanned.rows:
             raise InputError(f"{job_input.source}: empty input (no rows)")
         compute, model = compute_path(clf), model_record(clf)
-        header = {"fingerprint": fingerprint(self.scanned.digest, clf, self.settings, compute,
-                                             model),
-                  "compute": compute, "model": model}  # fmt: skip
+        header = {
+            "fingerprint": fingerprint(self.scanned.digest, clf, self.settings, compute, model),
+            "compute": compute,
+            "model": model,
+        }
         self.group.agree(header["fingerprint"])
         if unreadable is not None and head and _but_shape(head) == _but_shape(header):
             raise unreadable  # this run's journal (but for its shape), with settings unreadable
         if journaled and recorded_header(output, header) is None and output_kind(output) == "file":
-            print(f"note: --resume: no journal of an interrupted run at {journal_path(output)}; "
-                  "starting afresh", file=sys.stderr)  # fmt: skip
+            print(
+                f"note: --resume: no journal of an interrupted run at {journal_path(output)}; "
+                "starting afresh",
+                file=sys.stderr,
+            )
         if unreadable is not None:  # this run's journal, with settings it cannot read
             raise unreadable
         self.scanned.refuse_bad_rows(spec.on_error, job_input.source, job_input.fmt)
@@ -161,8 +187,9 @@ class Job:
         self.group.opened(self.sink, self.output)
         offsets = getattr(self.sink.done, "offsets", None)
         self.held = None if offsets is None else Held(offsets >= 0)
-        self.bar = progress.bar(self.scanned.rows, "classify", len(self.sink.done),
-                                self.spec.progress_every)  # fmt: skip
+        self.bar = progress.bar(
+            self.scanned.rows, "classify", len(self.sink.done), self.spec.progress_every
+        )
 
     def windows(self, job_input: JobInput, keep: bool) -> tuple[Totals, list]:
         """Every window planned, scored and written; the totals and the verifications."""
@@ -176,10 +203,14 @@ class Job:
                 memory.return_freed_memory()
             self.per_rank = self.group.ranks()  # every rank, the last collective
             if self.held is not None and self.held.prompts:
-                prompts = {i: self.held.prompt_of(i, self.clf.engine.prefix)
-                           for i in self.held.prompts}  # fmt: skip
-                verified.append(verify_window(self.clf, self.held.ids, prompts, self.sink.done,
-                                              self.settings, True))  # fmt: skip
+                prompts = {
+                    i: self.held.prompt_of(i, self.clf.engine.prefix) for i in self.held.prompts
+                }
+                verified.append(
+                    verify_window(
+                        self.clf, self.held.ids, prompts, self.sink.done, self.settings, True
+                    )
+                )
         except BaseException as e:  # Ctrl-C included: what is in the journal stays there
             if self.sink is not None and isinstance(e, Exception):
                 self.sink.abandon()  # an error: a journal with no row has nothing to resume
@@ -203,8 +234,9 @@ class Job:
             self.sink.append(done)
         if self.held is not None and (self.verify or self.settings.checking):
             self.held.keep(window, plan, self.settings, self.verify, clf.engine.prefix)
-        written, report = self.group.score(clf, window, plan, self.sink, self.settings,
-                                           self.verify, self.bar)  # fmt: skip
+        written, report = self.group.score(
+            clf, window, plan, self.sink, self.settings, self.verify, self.bar
+        )
         totals.add(clf, plan, done, written, keep and self.lead)
         return report
 
@@ -224,17 +256,26 @@ class Job:
             raise
         policy = self.settings.policy
         return JobResult(
-            rows=n, scored=totals.scored, errors=n - totals.scored, seconds=seconds,
+            rows=n,
+            scored=totals.scored,
+            errors=n - totals.scored,
+            seconds=seconds,
             padding_overhead=PaddingStats(totals.useful, totals.padded).overhead,
             batch_tokens=policy.batch_tokens,
             peak_memory=max(0, mx.get_peak_memory() - self.others),
-            memory_bound=totals.memory_bound, verify=report,
-            planner=self.settings.planner_label(), predicted_seconds=totals.predicted,
+            memory_bound=totals.memory_bound,
+            verify=report,
+            planner=self.settings.planner_label(),
+            predicted_seconds=totals.predicted,
             results=[totals.results[i] for i in sorted(totals.results)] if keep else [],
-            abstained=totals.abstained, duplicates=totals.duplicates, windows=totals.windows,
-            resumed=int(held.mask.sum()) if held is not None else 0, ranks=self.per_rank,
-            computed=totals.computed, computed_duplicates=totals.computed_duplicates,
-        )  # fmt: skip
+            abstained=totals.abstained,
+            duplicates=totals.duplicates,
+            windows=totals.windows,
+            resumed=int(held.mask.sum()) if held is not None else 0,
+            ranks=self.per_rank,
+            computed=totals.computed,
+            computed_duplicates=totals.computed_duplicates,
+        )
 
 
 def _but_shape(header: dict) -> dict:

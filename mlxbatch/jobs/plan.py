@@ -58,17 +58,23 @@ class JobPlan:
 
 
 def plan_window(
-    clf: Classifier, rows: list[Row], start: int, settings: Settings,
-    check_memory: bool = True, prompts: list[list[int]] | None = None,
-) -> JobPlan:  # fmt: skip
+    clf: Classifier,
+    rows: list[Row],
+    start: int,
+    settings: Settings,
+    check_memory: bool = True,
+    prompts: list[list[int]] | None = None,
+) -> JobPlan:
     """The plan of rows [start, start + len(rows)): each row's item or refusal, and the batches,
     keyed by input row; rows with identical prompts are scored once. `prompts`: tokenized ahead."""
     engine = clf.engine
     good = [(start + i, r.text) for i, r in enumerate(rows) if not r.error]
     if prompts is None:
         prompts = engine.prompts([text for _, text in good])
-    made = [prepare(engine, text, settings.limit, settings.truncating, i, prompt)
-            for (i, text), prompt in zip(good, prompts)]  # fmt: skip
+    made = [
+        prepare(engine, text, settings.limit, settings.truncating, i, prompt)
+        for (i, text), prompt in zip(good, prompts)
+    ]
     errors = {i: m for (i, _), m in zip(good, made) if isinstance(m, str)}
     kept = once_each([m for m in made if isinstance(m, Item)])
     scored = {item.key: item for item in kept if item.duplicate_of is None}
@@ -82,9 +88,15 @@ def plan_window(
     if check_memory:
         check_fits(clf.footprint, *largest, settings.spec)
     fp = clf.footprint
-    return JobPlan(scored, errors, batches, scheduler,
-                   fp.weight_bytes + fp.batch_cost(*largest).total,
-                   {it.key: {"truncated": it.truncated} for it in kept if it.truncated}, copies)  # fmt: skip
+    return JobPlan(
+        scored,
+        errors,
+        batches,
+        scheduler,
+        fp.weight_bytes + fp.batch_cost(*largest).total,
+        {it.key: {"truncated": it.truncated} for it in kept if it.truncated},
+        copies,
+    )
 
 
 def once_each(items: list[Item]) -> list[Item]:
@@ -99,6 +111,8 @@ def once_each(items: list[Item]) -> list[Item]:
 
 def _largest(batches: list[Batch]) -> tuple[int, int, int]:
     """(padded tokens, rows, width) of the largest batch of each kind: what memory must hold."""
-    return (max((b.padded_tokens for b in batches), default=1),
-            max((len(b.indices) for b in batches), default=1),
-            max((b.width for b in batches), default=1))  # fmt: skip
+    return (
+        max((b.padded_tokens for b in batches), default=1),
+        max((len(b.indices) for b in batches), default=1),
+        max((b.width for b in batches), default=1),
+    )

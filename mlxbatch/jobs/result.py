@@ -87,17 +87,24 @@ class JobResult:
         if not self.ranks:
             return
         total = sum(r["padded_tokens"] for r in self.ranks) or 1
-        slowest = min(r["items"] / r["seconds"] for r in self.ranks if r["seconds"]) if any(
-            r["seconds"] for r in self.ranks) else 0.0  # fmt: skip
+        slowest = (
+            min(r["items"] / r["seconds"] for r in self.ranks if r["seconds"])
+            if any(r["seconds"] for r in self.ranks)
+            else 0.0
+        )
         for r in self.ranks:
             rate = r["items"] / r["seconds"] if r["seconds"] else 0.0
-            yield (f"\n  rank {r['rank']} ({r['host']}): {r['items']} items, {rate:.2f} items/s "
-                   f"while computing, {r['padded_tokens'] / total:.0%} of the padded tokens")  # fmt: skip
+            yield (
+                f"\n  rank {r['rank']} ({r['host']}): {r['items']} items, {rate:.2f} items/s "
+                f"while computing, {r['padded_tokens'] / total:.0%} of the padded tokens"
+            )
         if slowest:  # the ranks count the items they computed: duplicates are no rank's
             rows, duplicates = self._this_run()
             overall = (rows - duplicates) / self.seconds if self.seconds else 0.0
-            yield (f"\n  {len(self.ranks)} ranks: {overall:.2f} items/s overall, "
-                   f"{overall / slowest:.2f}x the slowest rank alone")  # fmt: skip
+            yield (
+                f"\n  {len(self.ranks)} ranks: {overall:.2f} items/s overall, "
+                f"{overall / slowest:.2f}x the slowest rank alone"
+            )
 
 
 @dataclass
@@ -117,8 +124,14 @@ class Totals:
     computed_duplicates: int = 0  # of them, the copies of another row's result
     results: dict[int, dict] = field(default_factory=dict)  # kept only when asked for
 
-    def add(self, clf: Classifier, plan: JobPlan, errors: list[tuple[int, dict]],
-            written: list[tuple[int, dict]], keep: bool):  # fmt: skip
+    def add(
+        self,
+        clf: Classifier,
+        plan: JobPlan,
+        errors: list[tuple[int, dict]],
+        written: list[tuple[int, dict]],
+        keep: bool,
+    ):
         """One window: its error rows, and the rows its batches wrote in this run."""
         rows = errors + written
         copies = {j for c in plan.copies.values() for j in c}

@@ -26,15 +26,15 @@ class Held:
     ids: dict = field(default_factory=dict)
     prompts: dict = field(default_factory=dict)
 
-    def keep(self, window: Window, plan: JobPlan, settings: Settings, every: bool,
-             prefix: list[int] = ()) -> None:  # fmt: skip
+    def keep(
+        self, window: Window, plan: JobPlan, settings: Settings, every: bool, prefix: list[int] = ()
+    ) -> None:
         """The items of `plan`'s batches held whole (a batch partly held is scored again by
         this run, and verified then) that are to be verified. `prefix`: the engine's shared
         prefix (an item whose prompt does not begin with it, a text's packed questions, is
         kept whole)."""
         held = self.mask
-        whole = [b for b in plan.batches
-                 if all(j < len(held) and held[j] for j in plan.rows_of(b))]  # fmt: skip
+        whole = [b for b in plan.batches if all(j < len(held) and held[j] for j in plan.rows_of(b))]
         mine = {i: plan.items[i] for b in whole for i in b.indices}
         chosen = to_verify(mine, settings, every) or {}
         for i, it in chosen.items():
@@ -47,8 +47,9 @@ class Held:
         return prefix[:shared] + fed.tolist()
 
 
-def check_held(sink: Sink, window: Window, plan: JobPlan, held: np.ndarray,
-               non_finite: str) -> None:  # fmt: skip
+def check_held(
+    sink: Sink, window: Window, plan: JobPlan, held: np.ndarray, non_finite: str
+) -> None:
     """A resumed journal's rows in `window` each stand for their input row: they carry its id,
     and an error where this run finds the row bad (unreadable, or refused by the plan), a result
     where it finds it good, an error then only as non-finite scores give it (`non_finite`). A
@@ -66,5 +67,7 @@ def check_held(sink: Sink, window: Window, plan: JobPlan, held: np.ndarray,
             found = f"the error {got['error']!r} for input row {i + 1}, which this run scores"
         else:
             continue
-        raise ResumeError(f"{sink.path}: line {sink.done.line_of(i)} holds {found[:300]} "
-                          "(edited?); delete the journal to start over")  # fmt: skip
+        raise ResumeError(
+            f"{sink.path}: line {sink.done.line_of(i)} holds {found[:300]} "
+            "(edited?); delete the journal to start over"
+        )

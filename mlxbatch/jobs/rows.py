@@ -21,8 +21,11 @@ from .plan import JobPlan
 
 
 def non_finite_error(clf: Classifier) -> str:
-    hint = ("run with --dtype float32" if clf.lm.dtype != mx.float32
-            else "check the weights with --check-weights")  # fmt: skip
+    hint = (
+        "run with --dtype float32"
+        if clf.lm.dtype != mx.float32
+        else "check the weights with --check-weights"
+    )
     return f"{clf.non_finite()}; {hint}"
 
 
@@ -38,15 +41,28 @@ def batch_rows(
         for index in (scored, *plan.copies.get(scored, ())):  # duplicates share the result
             row = rows[index]
             if finite:
-                out.append((index, result_row(row.id, said.label, said.scores,
-                                              plan.extras.get(index), said.abstained,
-                                              said.answers)))  # fmt: skip
+                out.append(
+                    (
+                        index,
+                        result_row(
+                            row.id,
+                            said.label,
+                            said.scores,
+                            plan.extras.get(index),
+                            said.abstained,
+                            said.answers,
+                        ),
+                    )
+                )
             else:
                 bad = bad or row
                 out.append((index, error_row(row.id, non_finite_error(clf), row.line)))
     if bad is not None and on_error == "fail":
-        raise NonFinite(f"line {bad.line}: {non_finite_error(clf)} (finished rows are kept; "
-                        "--on-error skip writes an error row instead)", [x for x in out if "error" not in x[1]])  # fmt: skip
+        raise NonFinite(
+            f"line {bad.line}: {non_finite_error(clf)} (finished rows are kept; "
+            "--on-error skip writes an error row instead)",
+            [x for x in out if "error" not in x[1]],
+        )
     return out
 
 
@@ -62,8 +78,9 @@ def todo_batches(plan: JobPlan, done) -> list[Batch]:
     return [b for b in plan.batches if not all(j in done for j in plan.rows_of(b))]
 
 
-def append_batch(clf: Classifier, rows, plan: JobPlan, sink: Sink, batch: Batch,
-                 probs: np.ndarray, on_error: str) -> list[tuple[int, dict]]:  # fmt: skip
+def append_batch(
+    clf: Classifier, rows, plan: JobPlan, sink: Sink, batch: Batch, probs: np.ndarray, on_error: str
+) -> list[tuple[int, dict]]:
     """One scored batch into the sink (its rows, returned); non-finite rows are kept as far
     as they are good."""
     try:
@@ -99,8 +116,9 @@ def error_rows(rows, plan: JobPlan, indices) -> list[tuple[int, dict]]:
     return out
 
 
-def execute(clf: Classifier, rows, plan: JobPlan, sink: Sink, on_error: str,
-            bar: tqdm) -> list[tuple[int, dict]]:  # fmt: skip
+def execute(
+    clf: Classifier, rows, plan: JobPlan, sink: Sink, on_error: str, bar: tqdm
+) -> list[tuple[int, dict]]:
     """Score every batch of `plan` not yet in the sink (one step of its scheduler), appending
     each as it completes; the rows appended."""
     written = []

@@ -73,8 +73,10 @@ def too_long(clf: Classifier, settings: Settings, tokens: WindowTokenizer):
         texts = [r.text for r in good]
         prompts = clf.engine.prompts(texts)
         tokens.scanned(texts, prompts)
-        made = iter(prepare(clf.engine, r.text, settings.limit, False, prompt=p)
-                    for r, p in zip(good, prompts))  # fmt: skip
+        made = iter(
+            prepare(clf.engine, r.text, settings.limit, False, prompt=p)
+            for r, p in zip(good, prompts)
+        )
         fits = [None if r.error else next(made) for r in block]
         return [f if isinstance(f, str) else None for f in fits]
 

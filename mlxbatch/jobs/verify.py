@@ -15,8 +15,14 @@ from ..api.verify import check
 from ..runtime import progress
 
 
-def verify_window(clf: Classifier, ids: Mapping[int, Any], prompts: dict[int, list[int]],
-                  results, settings: Settings, every: bool) -> dict | None:  # fmt: skip
+def verify_window(
+    clf: Classifier,
+    ids: Mapping[int, Any],
+    prompts: dict[int, list[int]],
+    results,
+    settings: Settings,
+    every: bool,
+) -> dict | None:
     """The report of the items `prompts` (input row -> prompt; `ids`: input row -> its id)
     against `results` (input row -> output row; None when nothing is verified): all of them
     under `every`, else the sample."""
@@ -58,8 +64,13 @@ def merge_reports(reports: list[dict]) -> dict | None:
     }
 
 
-def run_verify(clf: Classifier, ids: Mapping[int, Any], prompts: dict, results,
-               lines_every: float | None = None) -> dict:  # fmt: skip
+def run_verify(
+    clf: Classifier,
+    ids: Mapping[int, Any],
+    prompts: dict,
+    results,
+    lines_every: float | None = None,
+) -> dict:
     """Score items again on the gold loop and compare labels and scores (`api.verify.check`)."""
     names = clf.labels.names
     disagree, max_diff, t0 = [], 0.0, time.perf_counter()

@@ -108,8 +108,9 @@ def read_template(model_dir: Path) -> tuple[str | None, dict[str, str], str]:
     elif source is None and (model_dir / PROCESSOR_TEMPLATE).is_file():
         source, where = _processor_template(model_dir / PROCESSOR_TEMPLATE)
     if isinstance(source, str) and not source.strip():  # read as absent, ChatML ran silently
-        raise ModelError(f"{where}: an empty template; mend it, or remove it (ChatML runs "
-                         "without one)")  # fmt: skip
+        raise ModelError(
+            f"{where}: an empty template; mend it, or remove it (ChatML runs without one)"
+        )
     return (source if isinstance(source, str) else None), variables, where
 
 
@@ -119,8 +120,9 @@ def _read_text(file: Path) -> str:
     try:
         return file.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        raise ModelError(f"{file}: not UTF-8 text (byte {e.start + 1}); save the template as "
-                         "UTF-8") from None  # fmt: skip
+        raise ModelError(
+            f"{file}: not UTF-8 text (byte {e.start + 1}); save the template as UTF-8"
+        ) from None
     except (OSError, RuntimeError) as e:  # a directory, a link loop, no permission
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise ModelError(f"{file}: cannot be read as a chat template ({why})") from None
@@ -137,8 +139,10 @@ def _processor_template(path: Path) -> tuple[str, str]:
     where = f"{path} (chat_template)"
     source = _default_of(data.get("chat_template"), where) if isinstance(data, dict) else None
     if not isinstance(source, str) or not source.strip():
-        raise ModelError(f'{path}: holds no template (expected {{"chat_template": "..."}}); '
-                         "mend it or remove it (ChatML runs without one)")  # fmt: skip
+        raise ModelError(
+            f'{path}: holds no template (expected {{"chat_template": "..."}}); '
+            "mend it or remove it (ChatML runs without one)"
+        )
     return source, where
 
 
@@ -150,9 +154,11 @@ def _default_of(source, where: str):
     named = {t.get("name"): t.get("template") for t in source if isinstance(t, dict)}
     if "default" not in named:
         names = ", ".join(repr(n) for n in named if isinstance(n, str)) or "none"
-        raise ModelError(f"{where}: a list of named chat templates ({names}) and none named "
-                         "'default', which transformers needs to choose one; name one "
-                         "'default'")  # fmt: skip
+        raise ModelError(
+            f"{where}: a list of named chat templates ({names}) and none named "
+            "'default', which transformers needs to choose one; name one "
+            "'default'"
+        )
     return named["default"]
 
 
@@ -160,8 +166,10 @@ def compile_template(source: str, where: str = "the chat template"):
     import jinja2
 
     if len(source) > MOST_SOURCE:  # published templates are under 20,000 characters
-        raise ModelError(f"{where}: the chat template is {len(source):,} characters (mlxbatch "
-                         f"takes at most {MOST_SOURCE:,})")  # fmt: skip
+        raise ModelError(
+            f"{where}: the chat template is {len(source):,} characters (mlxbatch "
+            f"takes at most {MOST_SOURCE:,})"
+        )
     try:
         return template_env.environment().from_string(source)
     except jinja2.exceptions.TemplateError as e:
@@ -203,8 +211,9 @@ def _difference(split: Split, contents: list[str], text: str) -> str:
     that upper-cases labels fails every probe: the first probe's name alone misled)."""
     pieces = [(p if isinstance(p, str) else split.content(p, contents[p]), p) for p in split.parts]
     expected = "".join(piece for piece, _ in pieces)
-    at = next((i for i, (a, b) in enumerate(zip(text, expected)) if a != b),
-              min(len(text), len(expected)))  # fmt: skip
+    at = next(
+        (i for i, (a, b) in enumerate(zip(text, expected)) if a != b), min(len(text), len(expected))
+    )
     ends = itertools.accumulate(len(piece) for piece, _ in pieces)
     hole = next((p for (_, p), end in zip(pieces, ends) if end > at), "")
     role = "the template's own text" if isinstance(hole, str) else _role(hole, split.item)
@@ -238,20 +247,28 @@ class ChatTemplate:
 
         extra = sum(str.__len__(m["content"]) for m in messages)  # not a test of a Traced
         try:
-            return template_env.render(self.template, extra, trace, messages=messages,
-                                       add_generation_prompt=generation,
-                                       **self.variables)  # fmt: skip
+            return template_env.render(
+                self.template,
+                extra,
+                trace,
+                messages=messages,
+                add_generation_prompt=generation,
+                **self.variables,
+            )
         except jinja2.exceptions.TemplateError:
             raise
         except template_env.OverBounds as e:
-            raise ModelError(f"{self.where}: the chat template {e}; mlxbatch refuses a template "
-                             "past its bounds") from None  # fmt: skip
+            raise ModelError(
+                f"{self.where}: the chat template {e}; mlxbatch refuses a template past its bounds"
+            ) from None
         except (RecursionError, MemoryError) as e:
             what = "recurses too deep" if isinstance(e, RecursionError) else "runs out of memory"
             raise ModelError(f"{self.where}: the chat template {what} when rendered") from None
         except Exception as e:  # jinja2's sandbox and the template's own errors
-            raise ModelError(f"{self.where}: the chat template cannot be rendered "
-                             f"({type(e).__name__}: {one_line(e, 120)})") from None  # fmt: skip
+            raise ModelError(
+                f"{self.where}: the chat template cannot be rendered "
+                f"({type(e).__name__}: {one_line(e, 120)})"
+            ) from None
 
     def split(self, n_examples: int) -> Split:
         """Render the conversation (system, n examples, the item) with markers, and find them;
@@ -283,8 +300,9 @@ class ChatTemplate:
             if not paths:
                 break
             if renders == MOST_BRANCHES:
-                raise self._changes(f"its rendering tests the item's text in over "
-                                    f"{MOST_BRANCHES} ways")  # fmt: skip
+                raise self._changes(
+                    f"its rendering tests the item's text in over {MOST_BRANCHES} ways"
+                )
             forced = paths.pop()
             trace = template_env.Trace(forced, marker(split.item))
             try:
@@ -293,13 +311,13 @@ class ChatTemplate:
             except jinja2.exceptions.TemplateError:  # a branch the template refuses itself
                 continue
             if trace.changes:
-                raise self._changes(f"it makes a new text from the item's with "
-                                    f"{trace.changes[0]}")  # fmt: skip
+                raise self._changes(f"it makes a new text from the item's with {trace.changes[0]}")
             if text != expected:
                 if forced:
                     k = max(forced)
-                    raise self._changes(f"its rendering depends on {trace.tests[k][0]} when "
-                                        "that is the item's text")  # fmt: skip
+                    raise self._changes(
+                        f"its rendering depends on {trace.tests[k][0]} when that is the item's text"
+                    )
                 raise self._changes(_difference(split, [*shared, item], text).removeprefix(": "))
             for k in range(len(forced), len(trace.tests)):
                 answers = {i: a for i, (_, a) in enumerate(trace.tests[:k])}
@@ -313,13 +331,16 @@ class ChatTemplate:
         except ModelError as e:  # the template's own error, for the message
             text, failed = None, f": {e}"
         if text != "".join(t for t, _ in split.fill(contents)):
-            raise self._changes(f"{what} renders differently"
-                                f"{failed or _difference(split, contents, text)}")  # fmt: skip
+            raise self._changes(
+                f"{what} renders differently{failed or _difference(split, contents, text)}"
+            )
 
     def _changes(self, how: str) -> ModelError:
-        return ModelError(f"{self.where}: the chat template changes the text it is given "
-                          f"({how}), so mlxbatch cannot put each text into one prompt; edit "
-                          "the template to insert message['content'] as it is (or with | trim)")  # fmt: skip
+        return ModelError(
+            f"{self.where}: the chat template changes the text it is given "
+            f"({how}), so mlxbatch cannot put each text into one prompt; edit "
+            "the template to insert message['content'] as it is (or with | trim)"
+        )
 
     def conversation(self, contents: list[str], own_errors: bool = True, trace=None) -> str:
         """The rendering of contents[0] as the system prompt, then pairs of example text and
@@ -327,8 +348,11 @@ class ChatTemplate:
         import jinja2
 
         turns = [{"role": "user", "content": contents[k]} for k in range(1, len(contents) - 1, 2)]
-        turns = [x for k, t in enumerate(turns)
-                 for x in (t, {"role": "assistant", "content": contents[2 + 2 * k]})]  # fmt: skip
+        turns = [
+            x
+            for k, t in enumerate(turns)
+            for x in (t, {"role": "assistant", "content": contents[2 + 2 * k]})
+        ]
         turns.append({"role": "user", "content": contents[-1]})
         try:
             return self.render([{"role": "system", "content": contents[0]}, *turns], True, trace)
@@ -339,24 +363,29 @@ class ChatTemplate:
             except jinja2.exceptions.TemplateError as e:
                 if not own_errors:
                     raise
-                raise ModelError(f"{self.where}: the chat template refuses the conversation "
-                                 f"({one_line(e, 120)})") from None  # fmt: skip
+                raise ModelError(
+                    f"{self.where}: the chat template refuses the conversation ({one_line(e, 120)})"
+                ) from None
 
     def notes(self, split: Split) -> list[str]:
         """What makes this template's prompts unlike a chat model's usual ones, one line each:
         no generation prompt, or no system prompt (it drops it)."""
         out = []
         if split.dropped and 0 in split.dropped:
-            out.append(f"{self.where}: the chat template drops the system prompt, so the model "
-                       "is not told the labels")  # fmt: skip
+            out.append(
+                f"{self.where}: the chat template drops the system prompt, so the model "
+                "is not told the labels"
+            )
         messages = [{"role": "user", "content": "x"}]
         try:
             same = self.render(messages) == self.render(messages, generation=False)
         except Exception:  # a template that needs a system turn: `split` has rendered it
             same = False
         if same:
-            out.append(f"{self.where}: the chat template adds no generation prompt, so each "
-                       "label is scored right after the item's turn")  # fmt: skip
+            out.append(
+                f"{self.where}: the chat template adds no generation prompt, so each "
+                "label is scored right after the item's turn"
+            )
         return out
 
 
@@ -367,8 +396,11 @@ def _other_answers(construct: str, answer) -> tuple:
         return (not answer,)
     if isinstance(answer, int):
         least = 1 if construct == template_env.LENGTH else -1  # an item is never empty
-        return tuple(n for n in (-1, 0, 1, 2, 10, 50, 100, 1000, 5000, 10**5, 10**6)
-                     if n != answer and n >= least)  # fmt: skip
+        return tuple(
+            n
+            for n in (-1, 0, 1, 2, 10, 50, 100, 1000, 5000, 10**5, 10**6)
+            if n != answer and n >= least
+        )
     return ()
 
 
@@ -382,8 +414,10 @@ def _find(text: str, n: int) -> Split:
             continue
         i = int(piece[len("\ue000mlxbatch") : -1])
         if i in trim or i >= n:
-            raise ModelError("the chat template renders a message twice: mlxbatch cannot "
-                             "find one shared prefix before the item")  # fmt: skip
+            raise ModelError(
+                "the chat template renders a message twice: mlxbatch cannot "
+                "find one shared prefix before the item"
+            )
         before, after = parts[-1], pieces[k + 1]
         left, right = not before.endswith(PAD), not after.startswith(PAD)
         if not left:

@@ -117,10 +117,13 @@ class ModelArgs:
         cfg = text_config(cfg, source)
         model_type = cfg.get("model_type")
         if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
-            names = ", ".join([f"{t} ({f.name})" for t, f in FAMILIES.items()]
-                              + [f"{t} (its language model)" for t in TEXT_TYPES])  # fmt: skip
-            raise ModelError(f"{source}: model_type {model_type!r} is not supported "
-                             f"(mlxbatch runs {names})")  # fmt: skip
+            names = ", ".join(
+                [f"{t} ({f.name})" for t, f in FAMILIES.items()]
+                + [f"{t} (its language model)" for t in TEXT_TYPES]
+            )
+            raise ModelError(
+                f"{source}: model_type {model_type!r} is not supported (mlxbatch runs {names})"
+            )
         family = FAMILIES[model_type]
         if cfg.get("use_sliding_window"):  # Qwen2/Qwen3's switch (with max_window_layers)
             raise ModelError(f"{source}: sliding-window attention is not supported")
@@ -128,20 +131,25 @@ class ModelArgs:
             if cfg.get(key) is not None:
                 raise ModelError(f"{source}: {key} {cfg[key]!r} is not supported")
         if cfg.get("use_bidirectional_attention"):  # EmbeddingGemma's: not a causal model
-            raise ModelError(f"{source}: use_bidirectional_attention is not supported (mlxbatch "
-                             "runs causal language models)")  # fmt: skip
+            raise ModelError(
+                f"{source}: use_bidirectional_attention is not supported (mlxbatch "
+                "runs causal language models)"
+            )
         d = family.defaults
         act_key = "hidden_activation" if "hidden_activation" in d else "hidden_act"
         act = cfg.get(act_key) or d[act_key]
         if act not in family.activations:
-            raise ModelError(f"{source}: hidden_act {act!r} is not supported for "
-                             f"{family.name} ({', '.join(family.activations)})")  # fmt: skip
+            raise ModelError(
+                f"{source}: hidden_act {act!r} is not supported for "
+                f"{family.name} ({', '.join(family.activations)})"
+            )
         known = with_defaults(cls, cfg, family, source) | {"hidden_act": act}
         known |= rope_fields(cfg, family, source)
         known |= layer_fields(cfg, family, known["num_hidden_layers"], source)
         if "query_pre_attn_scalar" in d:  # Gemma 3
-            known["query_pre_attn_scalar"] = first(cfg.get("query_pre_attn_scalar"),
-                                                    d["query_pre_attn_scalar"])  # fmt: skip
+            known["query_pre_attn_scalar"] = first(
+                cfg.get("query_pre_attn_scalar"), d["query_pre_attn_scalar"]
+            )
         scaling = dict(known.get("rope_scaling", ()))
         if scaling.get("rope_type") == "longrope":  # see phi3.py: the short factors' context
             known["max_position_embeddings"] = scaling["original_max_position_embeddings"]
@@ -153,8 +161,10 @@ class ModelArgs:
         for key in ("short_factor", "long_factor"):
             f = dict(args.rope_scaling).get(key)
             if f is not None and (not isinstance(f, tuple) or len(f) != args.rope().dims // 2):
-                raise ModelError(f"{source}: rope scaling {key} must list one factor per "
-                                 f"rotated pair ({args.rope().dims // 2}), got {f!r}")  # fmt: skip
+                raise ModelError(
+                    f"{source}: rope scaling {key} must list one factor per "
+                    f"rotated pair ({args.rope().dims // 2}), got {f!r}"
+                )
         if args.num_attention_heads % args.num_key_value_heads:
             given = cfg.get("num_key_value_heads") is not None
             raise ModelError(

@@ -12,11 +12,21 @@ from .rope import ROPE_TYPES
 
 SLIDING, FULL = "sliding_attention", "full_attention"
 # Keys each rope scaling needs (beyond rope_type), as transformers reads them.
-_ROPE_KEYS = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor",
-              "original_max_position_embeddings"),
-              "longrope": ("short_factor", "long_factor", "original_max_position_embeddings")}  # fmt: skip
-_DERIVED = {"rope_scaling", "layer_types", "sliding_window", "query_pre_attn_scalar", "vision_language",
-            "rope_local_base_freq", "partial_rotary_factor", "rope_theta"}  # fmt: skip
+_ROPE_KEYS = {
+    "linear": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "longrope": ("short_factor", "long_factor", "original_max_position_embeddings"),
+}
+_DERIVED = {
+    "rope_scaling",
+    "layer_types",
+    "sliding_window",
+    "query_pre_attn_scalar",
+    "vision_language",
+    "rope_local_base_freq",
+    "partial_rotary_factor",
+    "rope_theta",
+}
 
 
 def first(*values):
@@ -38,9 +48,11 @@ def _by_layer_type(params, source: str) -> tuple[dict, dict]:
     if not isinstance(local, dict):
         raise ModelError(f"{source}: rope_parameters.{SLIDING} must be an object, got {local!r}")
     if (local.get("rope_type") or local.get("type") or "default") != "default":
-        raise ModelError(f"{source}: rope_parameters.{SLIDING}: rope scaling "
-                         f"{local.get('rope_type') or local.get('type')!r} is not supported "
-                         "(the sliding layers rotate with plain rope)")  # fmt: skip
+        raise ModelError(
+            f"{source}: rope_parameters.{SLIDING}: rope scaling "
+            f"{local.get('rope_type') or local.get('type')!r} is not supported "
+            "(the sliding layers rotate with plain rope)"
+        )
     return local, params
 
 
@@ -57,8 +69,10 @@ def _given_rope(cfg: dict, family: Family, source: str) -> tuple[dict, dict]:
         return {}, scaling
     local, params = _by_layer_type(cfg["rope_parameters"], source)
     if FULL not in cfg["rope_parameters"]:  # transformers fails on it (a KeyError)
-        raise ModelError(f"{source}: rope_scaling is given beside a rope_parameters without a "
-                         f"{FULL!r} entry to apply it to; keep one of the two")  # fmt: skip
+        raise ModelError(
+            f"{source}: rope_scaling is given beside a rope_parameters without a "
+            f"{FULL!r} entry to apply it to; keep one of the two"
+        )
     return local, params | scaling
 
 
@@ -74,14 +88,17 @@ def rope_fields(cfg: dict, family: Family, source: str) -> dict:
     if isinstance(kind, str):  # (a list or an object: unhashable, refused below)
         kind = scaling["rope_type"] = family.rope_aliases.get(kind, kind)  # Phi-3's `su`, `yarn`
     if not isinstance(kind, str) or kind not in ROPE_TYPES or kind not in family.rope_types:
-        raise ModelError(f"{source}: rope scaling {kind!r} is not supported for {family.name} "
-                         f"({', '.join(family.rope_types)})")  # fmt: skip
+        raise ModelError(
+            f"{source}: rope scaling {kind!r} is not supported for {family.name} "
+            f"({', '.join(family.rope_types)})"
+        )
     d = family.defaults
     # the rope parameters' own value first: transformers fills it from the top-level key only
     # where it is absent (`standardize_rope_params`: setdefault)
     out = {"rope_theta": first(params.get("rope_theta"), cfg.get("rope_theta"), d["rope_theta"])}
-    local_theta = first(local.get("rope_theta"), cfg.get("rope_local_base_freq"),
-                         d.get("rope_local_base_freq"))  # fmt: skip
+    local_theta = first(
+        local.get("rope_theta"), cfg.get("rope_local_base_freq"), d.get("rope_local_base_freq")
+    )
     if local_theta is not None:
         out["rope_local_base_freq"] = local_theta
     prf = first(params.get("partial_rotary_factor"), cfg.get("partial_rotary_factor"), 1.0)
@@ -105,8 +122,9 @@ def rope_fields(cfg: dict, family: Family, source: str) -> dict:
         orig = scaling["original_max_position_embeddings"]
         context = first(cfg.get("max_position_embeddings"), d.get("max_position_embeddings"), orig)
         if isinstance(context, bool) or not isinstance(context, int) or context < 1:
-            raise ModelError(f"{source}: max_position_embeddings must be a positive integer, "
-                             f"got {context!r}")  # fmt: skip
+            raise ModelError(
+                f"{source}: max_position_embeddings must be a positive integer, got {context!r}"
+            )
         scaling["factor"] = context / orig
     scaling.pop("partial_rotary_factor", None)
     out["rope_scaling"] = _items(scaling)
@@ -128,16 +146,20 @@ def _check_scaling(scaling: dict, source: str) -> None:
     orig = scaling.get("original_max_position_embeddings")
     least = 2 if scaling["rope_type"] == "longrope" else 1  # longrope divides by its log
     if orig is not None and (isinstance(orig, bool) or not isinstance(orig, int) or orig < least):
-        raise ModelError(f"{where} original_max_position_embeddings must be an integer of at "
-                         f"least {least}, got {orig!r}")  # fmt: skip
+        raise ModelError(
+            f"{where} original_max_position_embeddings must be an integer of at "
+            f"least {least}, got {orig!r}"
+        )
     lo, hi = scaling.get("low_freq_factor"), scaling.get("high_freq_factor")
     if lo is not None and hi is not None and not lo < hi:  # the ramp divides by hi - lo
-        raise ModelError(f"{where} low_freq_factor ({lo!r}) must be below high_freq_factor "
-                         f"({hi!r})")  # fmt: skip
+        raise ModelError(
+            f"{where} low_freq_factor ({lo!r}) must be below high_freq_factor ({hi!r})"
+        )
     for key in ("short_factor", "long_factor"):
         factors = scaling.get(key)
-        if factors is not None and (not isinstance(factors, list)
-                                    or not all(_positive(f) for f in factors)):  # fmt: skip
+        if factors is not None and (
+            not isinstance(factors, list) or not all(_positive(f) for f in factors)
+        ):
             raise ModelError(f"{where} {key} must list positive numbers, got {factors!r}"[:300])
 
 
@@ -147,8 +169,11 @@ def with_defaults(cls, cfg: dict, family: Family, source: str) -> dict:
     d = family.defaults
     fields = {f.name for f in dataclasses.fields(cls)} - _DERIVED
     known = {k: v for k, v in cfg.items() if k in fields}
-    missing = [f.name for f in dataclasses.fields(cls)
-               if f.default is dataclasses.MISSING and f.name not in known and f.name not in d]  # fmt: skip
+    missing = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.name not in known and f.name not in d
+    ]
     if missing:
         raise ModelError(f"{source}: missing required keys {missing}")
     for key in ("attention_bias", "mlp_bias"):
@@ -180,28 +205,48 @@ def layer_fields(cfg: dict, family: Family, n_layers, source: str) -> dict:
     if family.sliding == "all":
         return {"sliding_window": window, "layer_types": (SLIDING,) * n_layers}
     types = cfg.get("layer_types")
-    pattern = (cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern")
-               or d.get("sliding_window_pattern"))  # fmt: skip
+    pattern = (
+        cfg.get("sliding_window_pattern")
+        or cfg.get("_sliding_window_pattern")
+        or d.get("sliding_window_pattern")
+    )
     if types is None and isinstance(pattern, int) and pattern > 0 and isinstance(n_layers, int):
         types = [FULL if (i + 1) % pattern == 0 else SLIDING for i in range(n_layers)]
     if not isinstance(types, list) or len(types) != n_layers or not set(types) <= {SLIDING, FULL}:
-        raise ModelError(f"{source}: layer_types (or sliding_window_pattern) must give one of "
-                         f"{SLIDING!r} / {FULL!r} per layer, got {types!r}")  # fmt: skip
+        raise ModelError(
+            f"{source}: layer_types (or sliding_window_pattern) must give one of "
+            f"{SLIDING!r} / {FULL!r} per layer, got {types!r}"
+        )
     return {"sliding_window": window, "layer_types": tuple(types)}
 
 
-_POSITIVE_INTS = ("hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads",
-                  "num_key_value_heads", "vocab_size", "max_position_embeddings",
-                  "head_dim_override", "sliding_window")  # fmt: skip
+_POSITIVE_INTS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "vocab_size",
+    "max_position_embeddings",
+    "head_dim_override",
+    "sliding_window",
+)
 _POSITIVE_FLOATS = ("rms_norm_eps", "rope_theta", "rope_local_base_freq", "query_pre_attn_scalar")
 
 
 # Bounds far above any supported model (Qwen2 72B: 80 layers, hidden 8,192; Gemma 3: vocab
 # 262,208), checked before any size is used: `num_hidden_layers: 1e9` listed a billion layers' shapes and ran out of memory.
-_LIMITS = {"hidden_size": 1 << 16, "num_hidden_layers": 1 << 10, "intermediate_size": 1 << 18,
-           "num_attention_heads": 1 << 10, "num_key_value_heads": 1 << 10, "vocab_size": 1 << 22,
-           "max_position_embeddings": 1 << 24, "head_dim_override": 1 << 12,
-           "sliding_window": 1 << 24}  # fmt: skip
+_LIMITS = {
+    "hidden_size": 1 << 16,
+    "num_hidden_layers": 1 << 10,
+    "intermediate_size": 1 << 18,
+    "num_attention_heads": 1 << 10,
+    "num_key_value_heads": 1 << 10,
+    "vocab_size": 1 << 22,
+    "max_position_embeddings": 1 << 24,
+    "head_dim_override": 1 << 12,
+    "sliding_window": 1 << 24,
+}
 
 
 def check_types(known: dict, source: str) -> None:
@@ -214,8 +259,10 @@ def check_types(known: dict, source: str) -> None:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ModelError(f"{source}: {name} must be a positive integer, got {v!r}")
             if v > _LIMITS[key]:
-                raise ModelError(f"{source}: {name} {v:,} is beyond any supported model (at most "
-                                 f"{_LIMITS[key]:,} here); is config.json damaged?")  # fmt: skip
+                raise ModelError(
+                    f"{source}: {name} {v:,} is beyond any supported model (at most "
+                    f"{_LIMITS[key]:,} here); is config.json damaged?"
+                )
     for key in _POSITIVE_FLOATS:
         if key in known:
             v = known[key]

@@ -56,9 +56,19 @@ MODEL_FILES = ("config.json", "mlxbatch.json", "model.safetensors", "model.safet
 
 # What a model directory holds (mlxbatch's, Hugging Face's, mlx-lm's): --force replaces these
 # and nothing else.
-MODEL_NAMES = {*MODEL_FILES, "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-               "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt",
-               "chat_template.jinja", "README.md", ".gitattributes"}  # fmt: skip
+MODEL_NAMES = {
+    *MODEL_FILES,
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "README.md",
+    ".gitattributes",
+}
 
 
 def _model_file(p: Path) -> bool:
@@ -72,8 +82,10 @@ def check_destination(out: Path, force: bool, source: Path | None = None) -> Non
     if source is not None:
         src = Path(os.path.realpath(source))
         if real == src or real in src.parents or src in real.parents:
-            raise ModelError(f"{out}: is, holds or lies inside the source checkpoint {source}; "
-                             "choose another output directory")  # fmt: skip
+            raise ModelError(
+                f"{out}: is, holds or lies inside the source checkpoint {source}; "
+                "choose another output directory"
+            )
     if out.is_symlink():
         raise ModelError(f"{out}: is a link; name the directory itself")
     if out.exists() and not out.is_dir():
@@ -86,13 +98,21 @@ def check_destination(out: Path, force: bool, source: Path | None = None) -> Non
             what = (
                 f" ({', '.join(others[:3])}{', ...' if len(others) > 3 else ''})" if others else ""
             )
-            raise ModelError(f"{out}: holds files that are not a model's{what}; --force only "
-                             "replaces a model directory (move them away or choose another "
-                             "directory)")  # fmt: skip
+            raise ModelError(
+                f"{out}: holds files that are not a model's{what}; --force only "
+                "replaces a model directory (move them away or choose another "
+                "directory)"
+            )
 
 
-def _write(out: Path, tensors: dict[str, mx.array], config: dict, tok_dir: Path, meta: dict,
-           force: bool = False) -> dict:  # fmt: skip
+def _write(
+    out: Path,
+    tensors: dict[str, mx.array],
+    config: dict,
+    tok_dir: Path,
+    meta: dict,
+    force: bool = False,
+) -> dict:
     """Write the directory next to `out`, then move it into place: never half a model."""
     check_destination(out, force)
     try:
@@ -153,8 +173,14 @@ def check_fp16_range(tensors: dict[str, mx.array], source: Path) -> None:
                 )
 
 
-def convert_hf(hf_dir: str | Path, out_dir: str | Path, dtype: str | None = None,
-               force: bool = False, q_bits: int | None = None, q_group_size: int = 64) -> dict:  # fmt: skip
+def convert_hf(
+    hf_dir: str | Path,
+    out_dir: str | Path,
+    dtype: str | None = None,
+    force: bool = False,
+    q_bits: int | None = None,
+    q_group_size: int = 64,
+) -> dict:
     """Convert a Hugging Face checkpoint directory (any supported family); returns the manifest.
 
     `q_bits` quantizes (MLX's affine format, mlx-lm's layout, so mlx-lm loads it too)."""
@@ -198,12 +224,16 @@ def _quantized(args: ModelArgs, tensors: dict, config: dict, bits: int, group_si
     from .decoder import Decoder
 
     if bits not in (2, 3, 4, 5, 6, 8) or group_size not in (32, 64, 128):
-        raise ModelError(f"--q-bits {bits} / --q-group-size {group_size}: bits must be one of "
-                         "2, 3, 4, 5, 6, 8 and the group size 32, 64 or 128")  # fmt: skip
+        raise ModelError(
+            f"--q-bits {bits} / --q-group-size {group_size}: bits must be one of "
+            "2, 3, 4, 5, 6, 8 and the group size 32, 64 or 128"
+        )
     bad = [n for n, t in tensors.items() if t.ndim == 2 and t.shape[-1] % group_size]
     if bad:
-        raise ModelError(f"--q-group-size {group_size} does not divide the width of {bad[0]} "
-                         f"({tensors[bad[0]].shape[-1]})")  # fmt: skip
+        raise ModelError(
+            f"--q-group-size {group_size} does not divide the width of {bad[0]} "
+            f"({tensors[bad[0]].shape[-1]})"
+        )
     model = Decoder(args)
     model.load_weights(list(tensors.items()), strict=True)
     config = quantize.quantize_for_saving(model, config, bits, group_size)
@@ -224,8 +254,13 @@ def random_tensors(args: ModelArgs, seed: int, dtype: mx.Dtype) -> dict[str, mx.
     return out
 
 
-def init_random(out_dir: str | Path, preset: str = "qwen2.5-0.5b", seed: int = 0,
-                dtype: str = "bfloat16", force: bool = False) -> dict:  # fmt: skip
+def init_random(
+    out_dir: str | Path,
+    preset: str = "qwen2.5-0.5b",
+    seed: int = 0,
+    dtype: str = "bfloat16",
+    force: bool = False,
+) -> dict:
     """A synthetic model directory at a preset's shapes with the real Qwen tokenizer (and its
     chat template)."""
     if seed < 0:
@@ -234,8 +269,12 @@ def init_random(out_dir: str | Path, preset: str = "qwen2.5-0.5b", seed: int = 0
     if preset not in PRESETS:
         raise ModelError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
     config = PRESETS[preset] | {"torch_dtype": dtype, "mlxbatch_synthetic": True}
-    meta = {"source": f"init-random preset={preset} seed={seed}", "synthetic": True,
-            "preset": preset, "seed": seed}  # fmt: skip
+    meta = {
+        "source": f"init-random preset={preset} seed={seed}",
+        "synthetic": True,
+        "preset": preset,
+        "seed": seed,
+    }
     vocab = Tokenizer.from_file(str(qwen_tokenizer_dir() / "tokenizer.json")).get_vocab_size()
     if vocab > config["vocab_size"]:  # see presets.py: the Qwen tokenizer must fit
         meta["vocab_size_widened"] = f"{config['vocab_size']} -> 151936 (the Qwen tokenizer's)"

@@ -116,9 +116,15 @@ class Attention(nn.Module):
         return q.transpose(0, 2, 1, 3)
 
     def __call__(
-        self, x: mx.array, cache: KVCache | None, layer: int, offsets: mx.array | int, mask: Mask,
-        host_state: hostops.Host | None = None, keep: mx.array | None = None,
-    ) -> mx.array:  # fmt: skip
+        self,
+        x: mx.array,
+        cache: KVCache | None,
+        layer: int,
+        offsets: mx.array | int,
+        mask: Mask,
+        host_state: hostops.Host | None = None,
+        keep: mx.array | None = None,
+    ) -> mx.array:
         """Keys and values for every position; queries for every position, or with `keep`
         (B,) only for position keep[b] of row b (then `mask` is that row's (B, 1, 1, S))."""
         B, L, _ = x.shape
@@ -181,8 +187,16 @@ class DecoderLayer(nn.Module):
             self.post_feedforward_layernorm = norm(args, d)
         self.sandwich = args.family.sandwich
 
-    def __call__(self, x, cache, layer, offsets, mask, host_state: hostops.Host | None = None,
-                 keep: mx.array | None = None):  # fmt: skip
+    def __call__(
+        self,
+        x,
+        cache,
+        layer,
+        offsets,
+        mask,
+        host_state: hostops.Host | None = None,
+        keep: mx.array | None = None,
+    ):
         r = x if keep is None else x[mx.arange(x.shape[0]), keep][:, None]
         on_host = host_state is not None
         a = self.self_attn(self.input_layernorm(x), cache, layer, offsets, mask, host_state, keep)

@@ -71,16 +71,20 @@ def default_model_dir(announce: Callable[[str], None] = print) -> Path:
         return d
     synthetic = root / SYNTHETIC_NAME
     if not (synthetic / "mlxbatch.json").is_file():
-        announce(f"no converted model under {root}/: writing a SYNTHETIC random model at the "
-                 f"Qwen2.5-0.5B shapes to {synthetic} (once, ~1 GB)")  # fmt: skip
+        announce(
+            f"no converted model under {root}/: writing a SYNTHETIC random model at the "
+            f"Qwen2.5-0.5B shapes to {synthetic} (once, ~1 GB)"
+        )
         tmp = root / f".{SYNTHETIC_NAME}.{os.getpid()}"
         init_random(tmp, preset="qwen2.5-0.5b", seed=0)
         try:
             tmp.rename(synthetic)
         except OSError:  # another process finished first
             shutil.rmtree(tmp, ignore_errors=True)
-    announce(f"default model (no --model given): {synthetic}, SYNTHETIC random weights at the "
-             "Qwen2.5-0.5B shapes, not a real model: its labels carry no meaning")  # fmt: skip
+    announce(
+        f"default model (no --model given): {synthetic}, SYNTHETIC random weights at the "
+        "Qwen2.5-0.5B shapes, not a real model: its labels carry no meaning"
+    )
     return synthetic
 
 

@@ -59,12 +59,19 @@ def expected_shapes(args: Sizes, family: Family) -> dict[str, tuple[int, ...]]:
             shapes[a + "qkv_proj.weight"] = (q + 2 * kv, d)
             shapes[m + "gate_up_proj.weight"] = (2 * i, d)
         else:
-            shapes |= {a + "q_proj.weight": (q, d), a + "k_proj.weight": (kv, d),
-                       a + "v_proj.weight": (kv, d), m + "gate_proj.weight": (i, d),
-                       m + "up_proj.weight": (i, d)}  # fmt: skip
+            shapes |= {
+                a + "q_proj.weight": (q, d),
+                a + "k_proj.weight": (kv, d),
+                a + "v_proj.weight": (kv, d),
+                m + "gate_proj.weight": (i, d),
+                m + "up_proj.weight": (i, d),
+            }
             if qkv_bias:
-                shapes |= {a + "q_proj.bias": (q,), a + "k_proj.bias": (kv,),
-                           a + "v_proj.bias": (kv,)}  # fmt: skip
+                shapes |= {
+                    a + "q_proj.bias": (q,),
+                    a + "k_proj.bias": (kv,),
+                    a + "v_proj.bias": (kv,),
+                }
             if args.mlp_bias:
                 shapes |= {m + "gate_proj.bias": (i,), m + "up_proj.bias": (i,)}
         shapes[a + "o_proj.weight"] = (d, q)

@@ -14,16 +14,30 @@ CONFIG = "config.json"
 # every file a tokenizer or its chat template may be read from, whether or not mlxbatch's own
 # loader reads it: one appearing, disappearing or changing may change a prompt's tokens
 TOKENIZER_FILES = (
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-    "vocab.json", "merges.txt", "vocab.txt", "tokenizer.model", "chat_template.jinja",
-    "chat_template.json", "preprocessor_config.json", "processor_config.json",
-)  # fmt: skip
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "vocab.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+    "preprocessor_config.json",
+    "processor_config.json",
+)
 INDEX = "model.safetensors.index.json"
 MANIFEST = "mlxbatch.json"
 NAMED = (CONFIG, *TOKENIZER_FILES, INDEX, MANIFEST)
 
-KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFDIR: "a directory", stat.S_IFSOCK: "a socket",
-         stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}  # fmt: skip
+KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFDIR: "a directory",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
 
 
 def weight_paths(model_dir: Path) -> list[Path]:
@@ -32,8 +46,10 @@ def weight_paths(model_dir: Path) -> list[Path]:
 
 def not_regular(path: Path, mode: int) -> ModelError:
     kind = KINDS.get(stat.S_IFMT(mode), "not a file")
-    return ModelError(f"{path}: is not a regular file ({kind}); a model's files are read whole, "
-                      "give it the file itself")  # fmt: skip
+    return ModelError(
+        f"{path}: is not a regular file ({kind}); a model's files are read whole, "
+        "give it the file itself"
+    )
 
 
 def check_regular_files(model_dir: Path) -> None:

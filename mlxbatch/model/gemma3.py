@@ -27,16 +27,33 @@ from .family import Family
 # transformers' Gemma3TextConfig defaults (see family.Family.defaults): it reads
 # `hidden_activation`, not `hidden_act`; the published 4B+ configs' text_config omits the heads
 # and the vocabulary (vision_language.py)
-DEFAULTS = {"vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216,
-            "num_hidden_layers": 26, "num_attention_heads": 8,
-            "num_key_value_heads": 4, "head_dim": 256, "rms_norm_eps": 1e-6,
-            "rope_theta": 1_000_000.0, "rope_local_base_freq": 10000.0,
-            "tie_word_embeddings": True, "max_position_embeddings": 131072,
-            "hidden_activation": "gelu_pytorch_tanh", "attention_bias": False,
-            "query_pre_attn_scalar": 256, "sliding_window": 4096,
-            "sliding_window_pattern": 6}  # fmt: skip
+DEFAULTS = {
+    "vocab_size": 262_208,
+    "hidden_size": 2304,
+    "intermediate_size": 9216,
+    "num_hidden_layers": 26,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1_000_000.0,
+    "rope_local_base_freq": 10000.0,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 131072,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "attention_bias": False,
+    "query_pre_attn_scalar": 256,
+    "sliding_window": 4096,
+    "sliding_window_pattern": 6,
+}
 FAMILY = Family(
-    "Gemma 3", qk_norm=True, norm_offset=True, sandwich=True, embed_scale=True,
-    activations=("gelu_pytorch_tanh",), rope_types=("default", "linear"), sliding="pattern",
+    "Gemma 3",
+    qk_norm=True,
+    norm_offset=True,
+    sandwich=True,
+    embed_scale=True,
+    activations=("gelu_pytorch_tanh",),
+    rope_types=("default", "linear"),
+    sliding="pattern",
     defaults=DEFAULTS,
-)  # fmt: skip
+)

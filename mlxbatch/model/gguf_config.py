@@ -16,24 +16,42 @@ import numpy as np
 from ..errors import ModelError
 
 # GGUF architecture -> config.json model_type
-MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3_text",
-               "phi3": "phi3"}  # fmt: skip
+MODEL_TYPES = {
+    "llama": "llama",
+    "qwen2": "qwen2",
+    "qwen3": "qwen3",
+    "gemma3": "gemma3_text",
+    "phi3": "phi3",
+}
 
-GLOBAL_NAMES = {"token_embd.weight": "model.embed_tokens.weight",
-                "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}  # fmt: skip
-BLOCK_NAMES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
-               "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
-               "attn_qkv": "self_attn.qkv_proj", "attn_q_norm": "self_attn.q_norm",
-               "attn_k_norm": "self_attn.k_norm", "attn_norm": "input_layernorm",
-               "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj",
-               "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}  # fmt: skip
+GLOBAL_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+BLOCK_NAMES = {
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "attn_qkv": "self_attn.qkv_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
 # Gemma 3's four norms a block; Phi-3's `ffn_up` is the fused gate_up_proj
 ARCH_NAMES = {
-    "gemma3": {"ffn_norm": "pre_feedforward_layernorm",
-               "post_attention_norm": "post_attention_layernorm",
-               "post_ffw_norm": "post_feedforward_layernorm"},
+    "gemma3": {
+        "ffn_norm": "pre_feedforward_layernorm",
+        "post_attention_norm": "post_attention_layernorm",
+        "post_ffw_norm": "post_feedforward_layernorm",
+    },
     "phi3": {"ffn_up": "mlp.gate_up_proj"},
-}  # fmt: skip
+}
 # tensors the converter derives from the config: read into it, not loaded as weights
 CONFIG_TENSORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
 BLOCK = re.compile(r"^blk\.(\d+)\.([a-z_0-9]+)\.(weight|bias)$")
@@ -54,8 +72,10 @@ def hf_name(arch: str, name: str) -> str | None:
 def architecture(meta: dict, source: str) -> str:
     arch = meta.get("general.architecture")
     if arch not in MODEL_TYPES:
-        raise ModelError(f"{source}: GGUF architecture {arch!r} is not supported (mlxbatch runs "
-                         f"{', '.join(MODEL_TYPES)})")  # fmt: skip
+        raise ModelError(
+            f"{source}: GGUF architecture {arch!r} is not supported (mlxbatch runs "
+            f"{', '.join(MODEL_TYPES)})"
+        )
     return arch
 
 
@@ -97,12 +117,18 @@ def config(meta: dict, tensors: dict, factors: dict[str, np.ndarray], source: st
         if "rope_freqs.weight" in factors:
             cfg["rope_scaling"] = llama3_scaling(factors["rope_freqs.weight"], cfg, source)
     elif arch == "gemma3":
-        cfg |= {"query_pre_attn_scalar": head_dim, "hidden_activation": "gelu_pytorch_tanh",
-                "sliding_window": int(key("attention.sliding_window", 4096)),
-                "sliding_window_pattern": 6, "rope_local_base_freq": 10000.0}  # fmt: skip
+        cfg |= {
+            "query_pre_attn_scalar": head_dim,
+            "hidden_activation": "gelu_pytorch_tanh",
+            "sliding_window": int(key("attention.sliding_window", 4096)),
+            "sliding_window_pattern": 6,
+            "rope_local_base_freq": 10000.0,
+        }
         if meta.get("gemma3.rope.scaling.type") == "linear":
-            cfg["rope_scaling"] = {"rope_type": "linear",
-                                   "factor": float(meta["gemma3.rope.scaling.factor"])}  # fmt: skip
+            cfg["rope_scaling"] = {
+                "rope_type": "linear",
+                "factor": float(meta["gemma3.rope.scaling.factor"]),
+            }
     elif arch == "phi3":
         dims = int(meta.get("phi3.rope.dimension_count") or head_dim)
         cfg["partial_rotary_factor"] = dims / head_dim
@@ -123,16 +149,24 @@ def llama3_scaling(freqs: np.ndarray, cfg: dict, source: str) -> dict:
     """Llama 3.1 / 3.2's rope scaling, which llama.cpp stores only as its per-pair factors
     (`rope_freqs`): recovered as `factor` = the largest with the published ramp (low 1, high
     4, original context 8,192), and checked to give those factors."""
-    scaling = {"rope_type": "llama3", "factor": float(np.max(freqs)), "low_freq_factor": 1.0,
-               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}  # fmt: skip
+    scaling = {
+        "rope_type": "llama3",
+        "factor": float(np.max(freqs)),
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    }
     dims = cfg["head_dim"]
     inv = 1.0 / cfg.get("rope_theta", 10000.0) ** (np.arange(0, dims, 2) / dims)
     wavelen = 2 * math.pi / inv
     f, old = scaling["factor"], 8192
     smooth = (old / wavelen - 1.0) / (4.0 - 1.0)
-    expected = np.where(wavelen < old / 4.0, 1.0,
-                        np.where(wavelen > old / 1.0, f, 1 / ((1 - smooth) / f + smooth)))  # fmt: skip
+    expected = np.where(
+        wavelen < old / 4.0, 1.0, np.where(wavelen > old / 1.0, f, 1 / ((1 - smooth) / f + smooth))
+    )
     if freqs.shape != expected.shape or not np.allclose(freqs, expected, rtol=1e-3):
-        raise ModelError(f"{source}: its rope frequency factors (rope_freqs) are not Llama "
-                         "3's scaling, the only one mlxbatch recovers from a GGUF")  # fmt: skip
+        raise ModelError(
+            f"{source}: its rope frequency factors (rope_freqs) are not Llama "
+            "3's scaling, the only one mlxbatch recovers from a GGUF"
+        )
     return scaling

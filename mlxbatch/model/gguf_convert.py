@@ -86,14 +86,14 @@ def write_directory(gguf: GGUFFile, out: Path, force: bool = False) -> dict:
     weights = {n: t for n, t in gguf.tensors.items() if n not in gguf_config.CONFIG_TENSORS}
     unknown = [n for n in weights if gguf_config.hf_name(arch, n) is None]
     if unknown:
-        raise ModelError(f"{source}: tensor {unknown[0]} is not one mlxbatch knows for "
-                         f"{arch}")  # fmt: skip
+        raise ModelError(f"{source}: tensor {unknown[0]} is not one mlxbatch knows for {arch}")
     native = all(t.type_name in MLX_TYPES for t in gguf.tensors.values())
     factors = {
         n: _dense(gguf, t) for n, t in gguf.tensors.items() if n in gguf_config.CONFIG_TENSORS
     }
-    config = gguf_config.config(gguf.metadata, {n: t.shape for n, t in weights.items()},
-                                factors, source)  # fmt: skip
+    config = gguf_config.config(
+        gguf.metadata, {n: t.shape for n, t in weights.items()}, factors, source
+    )
     tensors = _mlx_tensors(gguf) if native else _dequantized(gguf, weights)
     tensors = {k: v for k, v in tensors.items() if _base(k) not in gguf_config.CONFIG_TENSORS}
     hf = {}
@@ -103,16 +103,33 @@ def write_directory(gguf: GGUFFile, out: Path, force: bool = False) -> dict:
         if name != base:  # the scales or biases of a quantized weight
             target = target.removesuffix(".weight") + name[len(base) - len(".weight") :]
         hf[target] = _undo(arch, base, t, config)
-    bits = sorted({QUANTIZED[t.type_name] for t in weights.values() if t.type_name in QUANTIZED
-                   and len(t.shape) == 2}) if native else []  # fmt: skip
+    bits = (
+        sorted(
+            {
+                QUANTIZED[t.type_name]
+                for t in weights.values()
+                if t.type_name in QUANTIZED and len(t.shape) == 2
+            }
+        )
+        if native
+        else []
+    )
     if bits:  # per-layer bits are read off the shapes at load (mlx-lm's infer_quant_config)
         config["quantization"] = {"group_size": 32, "bits": bits[0], "mode": "affine"}
-    meta = {"source": str(gguf.path.resolve()), "synthetic": False,
-            "gguf": {"architecture": arch, "quantization": gguf.quantization(),
-                     "types": gguf.types(),
-                     "weights": "kept quantized (MLX affine, groups of 32)" if bits
-                     else "dequantized to float32 by the gguf package" if not native
-                     else "dense"}}  # fmt: skip
+    meta = {
+        "source": str(gguf.path.resolve()),
+        "synthetic": False,
+        "gguf": {
+            "architecture": arch,
+            "quantization": gguf.quantization(),
+            "types": gguf.types(),
+            "weights": "kept quantized (MLX affine, groups of 32)"
+            if bits
+            else "dequantized to float32 by the gguf package"
+            if not native
+            else "dense",
+        },
+    }
     with tempfile.TemporaryDirectory() as tok_dir:
         write_tokenizer(gguf.metadata, Path(tok_dir), source)
         return write_model_dir(out, hf, config, Path(tok_dir), meta, force)
@@ -145,8 +162,10 @@ def _mlx_tensors(gguf: GGUFFile) -> dict[str, mx.array]:
         raise ModelError(f"{gguf.path}: MLX cannot read the GGUF ({e})") from None
     # float32 scales and biases: the CPU's dequantization then computes in float32, as
     # llama.cpp's and the gguf package's do
-    return {k: v.astype(mx.float32) if k.endswith((".scales", ".biases")) else v
-            for k, v in tensors.items()}  # fmt: skip
+    return {
+        k: v.astype(mx.float32) if k.endswith((".scales", ".biases")) else v
+        for k, v in tensors.items()
+    }
 
 
 def _raw(gguf: GGUFFile, t: TensorInfo) -> np.ndarray:
@@ -168,8 +187,10 @@ def _dense(gguf: GGUFFile, t: TensorInfo) -> np.ndarray:
         try:
             from gguf import GGMLQuantizationType, dequantize
         except ImportError:
-            raise ModelError(f"{gguf.path}: its {t.type_name} tensors are dequantized by the gguf "
-                             f"package: {INSTALL}") from None  # fmt: skip
+            raise ModelError(
+                f"{gguf.path}: its {t.type_name} tensors are dequantized by the gguf "
+                f"package: {INSTALL}"
+            ) from None
         out = dequantize(raw, GGMLQuantizationType[t.type_name])
     return np.asarray(out, np.float32).reshape(t.shape)
 
@@ -201,9 +222,14 @@ def describe_gguf(path: Path) -> dict | None:
         return None
     meta = g.metadata
     arch = g.architecture
-    return {"path": str(path), "kind": "gguf", "gguf": True, "synthetic": False,
-            "quantization": g.quantization(),
-            "family": gguf_config.MODEL_TYPES[arch],
-            "size": f"{meta.get(f'{arch}.embedding_length')} x "
-                    f"{meta.get(f'{arch}.block_count')} layers, "
-                    f"{os.path.getsize(path) / 1e6:,.0f} MB"}  # fmt: skip
+    return {
+        "path": str(path),
+        "kind": "gguf",
+        "gguf": True,
+        "synthetic": False,
+        "quantization": g.quantization(),
+        "family": gguf_config.MODEL_TYPES[arch],
+        "size": f"{meta.get(f'{arch}.embedding_length')} x "
+        f"{meta.get(f'{arch}.block_count')} layers, "
+        f"{os.path.getsize(path) / 1e6:,.0f} MB",
+    }

@@ -21,18 +21,57 @@ from ..errors import ModelError
 
 MAGIC = b"GGUF"
 # ggml type id: (name, values a block, bytes a block) for the types mlxbatch reads
-TYPES = {0: ("F32", 1, 4), 1: ("F16", 1, 2), 30: ("BF16", 1, 2), 2: ("Q4_0", 32, 18),
-         3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34),
-         10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144),
-         13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210)}  # fmt: skip
+TYPES = {
+    0: ("F32", 1, 4),
+    1: ("F16", 1, 2),
+    30: ("BF16", 1, 2),
+    2: ("Q4_0", 32, 18),
+    3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22),
+    7: ("Q5_1", 32, 24),
+    8: ("Q8_0", 32, 34),
+    10: ("Q2_K", 256, 84),
+    11: ("Q3_K", 256, 110),
+    12: ("Q4_K", 256, 144),
+    13: ("Q5_K", 256, 176),
+    14: ("Q6_K", 256, 210),
+}
 # named in the refusal only
-OTHER_TYPES = {9: "Q8_1", 15: "Q8_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S",
-               20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 24: "I8", 25: "I16",
-               26: "I32", 27: "I64", 28: "F64", 29: "IQ1_M", 34: "TQ1_0", 35: "TQ2_0",
-               39: "MXFP4"}  # fmt: skip
+OTHER_TYPES = {
+    9: "Q8_1",
+    15: "Q8_K",
+    16: "IQ2_XXS",
+    17: "IQ2_XS",
+    18: "IQ3_XXS",
+    19: "IQ1_S",
+    20: "IQ4_NL",
+    21: "IQ3_S",
+    22: "IQ2_S",
+    23: "IQ4_XS",
+    24: "I8",
+    25: "I16",
+    26: "I32",
+    27: "I64",
+    28: "F64",
+    29: "IQ1_M",
+    34: "TQ1_0",
+    35: "TQ2_0",
+    39: "MXFP4",
+}
 # metadata value types: struct format of the scalars (8 STRING and 9 ARRAY apart)
-SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
-           11: "<q", 12: "<d"}  # fmt: skip
+SCALARS = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
 
 
 @dataclass(frozen=True)
@@ -170,8 +209,9 @@ def _parse(path: Path, buf: mmap.mmap, size: int) -> GGUFFile:
             dims = [c.take("<Q") for _ in range(c.take("<I"))]
             infos.append((name, tuple(reversed(dims)), c.take("<I"), c.take("<Q")))
     except CutShort:
-        raise ModelError(f"{path}: the GGUF file is cut short (its header runs past the "
-                         f"end, {size} bytes)") from None  # fmt: skip
+        raise ModelError(
+            f"{path}: the GGUF file is cut short (its header runs past the end, {size} bytes)"
+        ) from None
     except ValueError as e:
         raise ModelError(f"{path}: not a valid GGUF header ({e})") from None
     align = int(metadata.get("general.alignment", 32) or 32)
@@ -181,14 +221,19 @@ def _parse(path: Path, buf: mmap.mmap, size: int) -> GGUFFile:
         if type_id not in TYPES:
             what = OTHER_TYPES.get(type_id, f"type {type_id}")
             readable = ", ".join(sorted({t[0] for t in TYPES.values()}))
-            raise ModelError(f"{path}: tensor {name} is stored as {what}, a type mlxbatch "
-                             f"cannot read ({readable})")  # fmt: skip
+            raise ModelError(
+                f"{path}: tensor {name} is stored as {what}, a type mlxbatch "
+                f"cannot read ({readable})"
+            )
         t = TensorInfo(name, shape, type_id, start + offset)
         if shape and shape[-1] % TYPES[type_id][1]:
-            raise ModelError(f"{path}: tensor {name}'s rows ({shape[-1]}) are not whole "
-                             f"{t.type_name} blocks")  # fmt: skip
+            raise ModelError(
+                f"{path}: tensor {name}'s rows ({shape[-1]}) are not whole {t.type_name} blocks"
+            )
         if t.offset + t.nbytes > size:
-            raise ModelError(f"{path}: the GGUF file is cut short: tensor {name} ends at byte "
-                             f"{t.offset + t.nbytes:,}, the file has {size:,}")  # fmt: skip
+            raise ModelError(
+                f"{path}: the GGUF file is cut short: tensor {name} ends at byte "
+                f"{t.offset + t.nbytes:,}, the file has {size:,}"
+            )
         tensors[name] = t
     return GGUFFile(path, version, metadata, tensors)

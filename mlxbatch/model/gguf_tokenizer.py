@@ -20,17 +20,33 @@ from tokenizers.models import BPE
 
 from ..errors import ModelError
 
-_LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")  # fmt: skip
-_QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-          r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")  # fmt: skip
-_GPT4O = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
-          r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
-          r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")  # fmt: skip
+_LLAMA3 = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2 = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_GPT4O = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 # `tokenizer.ggml.pre` -> the split regex (transformers' table); any other name: GPT-2's
-SPLITS = {"llama3": _LLAMA3, "llama-v3": _LLAMA3, "llama-bpe": _LLAMA3, "falcon3": _LLAMA3,
-          "smaug-bpe": _LLAMA3, "dbrx": _LLAMA3, "qwen2": _QWEN2,
-          "deepseek-r1-qwen": _QWEN2, "megrez": _QWEN2, "gpt-4o": _GPT4O, "llama4": _GPT4O}  # fmt: skip
+SPLITS = {
+    "llama3": _LLAMA3,
+    "llama-v3": _LLAMA3,
+    "llama-bpe": _LLAMA3,
+    "falcon3": _LLAMA3,
+    "smaug-bpe": _LLAMA3,
+    "dbrx": _LLAMA3,
+    "qwen2": _QWEN2,
+    "deepseek-r1-qwen": _QWEN2,
+    "megrez": _QWEN2,
+    "gpt-4o": _GPT4O,
+    "llama4": _GPT4O,
+}
 CONTROL, USER_DEFINED = 3, 4  # llama.cpp's token types
 
 
@@ -65,7 +81,7 @@ def byte_level(meta: dict) -> Tokenizer:
             [
                 pre_tokenizers.Split(Regex(split), behavior="isolated"),
                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-            ]  # fmt: skip
+            ]
         )
     tok.decoder = decoders.ByteLevel()
     # a control token spelled outside the byte alphabet is a mislabel llama.cpp makes: adding
@@ -84,12 +100,15 @@ def sentencepiece(meta: dict, source: str) -> Tokenizer:
             GGUF_TOKENIZER_MAPPING,
         )
     except ImportError:
-        raise ModelError(f"{source}: its SentencePiece vocabulary (tokenizer.ggml.model "
-                         "'llama') is rebuilt by transformers' GGUF converter: pip install "
-                         "'transformers>=5'") from None  # fmt: skip
+        raise ModelError(
+            f"{source}: its SentencePiece vocabulary (tokenizer.ggml.model "
+            "'llama') is rebuilt by transformers' GGUF converter: pip install "
+            "'transformers>=5'"
+        ) from None
     names = GGUF_TOKENIZER_MAPPING["tokenizer"]
-    wanted = {name: meta[f"tokenizer.{key}"] for key, name in names.items()
-              if f"tokenizer.{key}" in meta}  # fmt: skip
+    wanted = {
+        name: meta[f"tokenizer.{key}"] for key, name in names.items() if f"tokenizer.{key}" in meta
+    }
     return convert_gguf_tokenizer(meta["general.architecture"], wanted)[0]
 
 
@@ -103,13 +122,18 @@ def write_tokenizer(meta: dict, out: Path, source: str) -> None:
     elif kind == "llama":
         tok = sentencepiece(meta, source)
     else:
-        raise ModelError(f"{source}: tokenizer.ggml.model {kind!r} is not one mlxbatch builds "
-                         "(gpt2, llama)")  # fmt: skip
+        raise ModelError(
+            f"{source}: tokenizer.ggml.model {kind!r} is not one mlxbatch builds (gpt2, llama)"
+        )
     tok.save(str(out / "tokenizer.json"))
     tokens = meta["tokenizer.ggml.tokens"]
     cfg: dict = {"tokenizer_class": "PreTrainedTokenizerFast"}
-    for name, key in (("bos_token", "bos_token_id"), ("eos_token", "eos_token_id"),
-                      ("unk_token", "unknown_token_id"), ("pad_token", "padding_token_id")):  # fmt: skip
+    for name, key in (
+        ("bos_token", "bos_token_id"),
+        ("eos_token", "eos_token_id"),
+        ("unk_token", "unknown_token_id"),
+        ("pad_token", "padding_token_id"),
+    ):
         i = meta.get(f"tokenizer.ggml.{key}")
         if isinstance(i, int) and 0 <= i < len(tokens):
             cfg[name] = tokens[i]

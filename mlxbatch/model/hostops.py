@@ -33,9 +33,24 @@ from .host_layout import (
     writable,
 )
 
-__all__ = ["BLOCK", "CHUNK", "EDGE", "KERNELS", "LAYOUT", "ROUND", "SMALL", "TILE", "Host",
-           "attention", "available", "key_slots", "matmul_t", "padded_keys", "prepare",
-           "silu_mul"]  # fmt: skip
+__all__ = [
+    "BLOCK",
+    "CHUNK",
+    "EDGE",
+    "KERNELS",
+    "LAYOUT",
+    "ROUND",
+    "SMALL",
+    "TILE",
+    "Host",
+    "attention",
+    "available",
+    "key_slots",
+    "matmul_t",
+    "padded_keys",
+    "prepare",
+    "silu_mul",
+]
 
 _local = threading.local()
 
@@ -120,6 +135,5 @@ def silu_mul(g: mx.array, u: mx.array) -> mx.array:
 
 
 # each layout's (matmul_t, attention), bit-identical per row where the probe passed it
-KERNELS = {"plain": (_plain_matmul_t, plain_attention),
-           "tiled": (_tiled_matmul_t, tiled_attention)}  # fmt: skip
+KERNELS = {"plain": (_plain_matmul_t, plain_attention), "tiled": (_tiled_matmul_t, tiled_attention)}
 matmul_t, attention = KERNELS[LAYOUT]  # bound once, with the BLAS this process loaded

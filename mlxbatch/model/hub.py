@@ -17,8 +17,14 @@ from .gguf_file import is_gguf
 from .local_stores import PREFIX, lmstudio_models, ollama_blob, ollama_models
 from .vision_language import is_vision_language, text_config
 
-ALLOW_PATTERNS = ["*.json", "model*.safetensors", "tokenizer.model", "*.tiktoken", "*.txt",
-                  "*.jinja"]  # fmt: skip
+ALLOW_PATTERNS = [
+    "*.json",
+    "model*.safetensors",
+    "tokenizer.model",
+    "*.tiktoken",
+    "*.txt",
+    "*.jinja",
+]
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -39,8 +45,9 @@ def offline() -> bool:
 def resolve(spec: str | Path) -> Path:
     """A local model directory for `spec`: a path, or a hub id (cached or downloaded)."""
     if not str(spec).strip():  # Path("") is the working directory; a script's unset $MODEL
-        raise ModelError(f"the model is named by an empty string ({spec!r}): give a model "
-                         "directory or a hub id")  # fmt: skip
+        raise ModelError(
+            f"the model is named by an empty string ({spec!r}): give a model directory or a hub id"
+        )
     if str(spec).startswith(PREFIX):  # a GGUF in Ollama's store
         return cached_model_dir(ollama_blob(str(spec)))
     path = Path(spec).expanduser()
@@ -56,21 +63,29 @@ def resolve(spec: str | Path) -> Path:
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
-        raise ModelError(f"{spec}: not a local directory, and huggingface_hub is not "
-                         "installed to look it up on the hub") from None  # fmt: skip
+        raise ModelError(
+            f"{spec}: not a local directory, and huggingface_hub is not "
+            "installed to look it up on the hub"
+        ) from None
     try:
-        found = snapshot_download(text, allow_patterns=ALLOW_PATTERNS, cache_dir=hub_cache(),
-                                  local_files_only=offline())  # fmt: skip
+        found = snapshot_download(
+            text, allow_patterns=ALLOW_PATTERNS, cache_dir=hub_cache(), local_files_only=offline()
+        )
     except Exception as e:  # huggingface_hub raises many types; each means "not available"
-        how = ("HF_HUB_OFFLINE is set and the local Hugging Face cache has no snapshot of it"
-               if offline() else f"not in the local cache and could not be downloaded "
-               f"({type(e).__name__})")  # fmt: skip
-        raise ModelError(f"{spec}: {how}; download it with `hf download {text}` "
-                         "or give a local directory") from None  # fmt: skip
+        how = (
+            "HF_HUB_OFFLINE is set and the local Hugging Face cache has no snapshot of it"
+            if offline()
+            else f"not in the local cache and could not be downloaded ({type(e).__name__})"
+        )
+        raise ModelError(
+            f"{spec}: {how}; download it with `hf download {text}` or give a local directory"
+        ) from None
     if not (Path(found) / "config.json").is_file():  # an empty refs/main: "snapshots/" itself
-        raise ModelError(f"{spec}: the Hugging Face cache's snapshot {found} holds no "
-                         f"config.json (is its refs/main empty, or naming no snapshot?); "
-                         f"download it again with `hf download {text}`")  # fmt: skip
+        raise ModelError(
+            f"{spec}: the Hugging Face cache's snapshot {found} holds no "
+            f"config.json (is its refs/main empty, or naming no snapshot?); "
+            f"download it again with `hf download {text}`"
+        )
     return Path(found)
 
 
@@ -99,12 +114,16 @@ def describe_dir(path: Path) -> dict | None:
     else:
         kind = "hugging face"
     return {
-        "path": str(path), "kind": kind, "synthetic": bool(cfg.get("mlxbatch_synthetic")),
-        "quantization": f"{q.get('bits')}-bit, group {q.get('group_size')}" if isinstance(q, dict) else None,
+        "path": str(path),
+        "kind": kind,
+        "synthetic": bool(cfg.get("mlxbatch_synthetic")),
+        "quantization": f"{q.get('bits')}-bit, group {q.get('group_size')}"
+        if isinstance(q, dict)
+        else None,
         "family": FAMILIES[text["model_type"]].name
         + (" (with vision)" if is_vision_language(cfg) else ""),
         "size": f"{text.get('hidden_size')} x {text.get('num_hidden_layers')} layers",
-    }  # fmt: skip
+    }
 
 
 def list_models(weights_dir: Path) -> list[dict]:
@@ -121,8 +140,9 @@ def list_models(weights_dir: Path) -> list[dict]:
     for name, path in ollama_models() + lmstudio_models():
         info = describe_gguf(path)
         if info:
-            out.append(info | {"name": name, "kind": "ollama" if name.startswith(PREFIX)
-                               else "lm studio"})  # fmt: skip
+            out.append(
+                info | {"name": name, "kind": "ollama" if name.startswith(PREFIX) else "lm studio"}
+            )
     try:
         from huggingface_hub import scan_cache_dir
 
@@ -135,6 +155,12 @@ def list_models(weights_dir: Path) -> list[dict]:
         for rev in repo.revisions:
             info = describe_dir(Path(rev.snapshot_path))
             if info:
-                out.append(info | {"name": repo.repo_id, "revision": rev.commit_hash[:8],
-                                   "main": "main" in rev.refs})  # fmt: skip
+                out.append(
+                    info
+                    | {
+                        "name": repo.repo_id,
+                        "revision": rev.commit_hash[:8],
+                        "main": "main" in rev.refs,
+                    }
+                )
     return out

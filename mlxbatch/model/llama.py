@@ -16,13 +16,26 @@ from .family import Family
 
 # transformers' LlamaConfig and MistralConfig defaults (see family.Family.defaults); Mistral's
 # layers have no biases whatever the config says, and slide over 4,096 keys unless told
-DEFAULTS = {"num_key_value_heads": None, "head_dim": None, "rms_norm_eps": 1e-6,
-            "rope_theta": 10000.0, "tie_word_embeddings": False,
-            "max_position_embeddings": 2048, "hidden_act": "silu", "attention_bias": False,
-            "mlp_bias": False}  # fmt: skip
-MISTRAL_DEFAULTS = {"num_key_value_heads": 8, "head_dim": None, "rms_norm_eps": 1e-6,
-                    "rope_theta": 10000.0, "tie_word_embeddings": False,
-                    "max_position_embeddings": 131072, "hidden_act": "silu",
-                    "sliding_window": 4096}  # fmt: skip
+DEFAULTS = {
+    "num_key_value_heads": None,
+    "head_dim": None,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+    "max_position_embeddings": 2048,
+    "hidden_act": "silu",
+    "attention_bias": False,
+    "mlp_bias": False,
+}
+MISTRAL_DEFAULTS = {
+    "num_key_value_heads": 8,
+    "head_dim": None,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+    "max_position_embeddings": 131072,
+    "hidden_act": "silu",
+    "sliding_window": 4096,
+}
 FAMILY = Family("Llama / Mistral", rope_types=("default", "linear", "llama3"), defaults=DEFAULTS)
 MISTRAL = Family("Mistral", rope_types=("default",), sliding="all", defaults=MISTRAL_DEFAULTS)

@@ -80,8 +80,11 @@ def load_model(
         )
     q = quantize.quantization(read_config(model_dir))
     files = check_checkpoint(model_dir, args)
-    dt, why = ((dtype, "asked for") if isinstance(dtype, mx.Dtype)
-               else resolve_dtype(dtype, read_config(model_dir), on_gpu()))  # fmt: skip
+    dt, why = (
+        (dtype, "asked for")
+        if isinstance(dtype, mx.Dtype)
+        else resolve_dtype(dtype, read_config(model_dir), on_gpu())
+    )
     tensors = load_tensors(files, check_finite, args.vision_language)
     args = resolve_head(args, tensors, model_dir)
     model = Decoder(args)
@@ -89,13 +92,20 @@ def load_model(
         quantize.apply(model, q, tensors)
     # floating tensors take the run's dtype; packed quantized weights stay uint32
     try:
-        model.load_weights([(k, v.astype(dt) if mx.issubdtype(v.dtype, mx.floating) else v)
-                            for k, v in tensors.items()], strict=True)  # fmt: skip
+        model.load_weights(
+            [
+                (k, v.astype(dt) if mx.issubdtype(v.dtype, mx.floating) else v)
+                for k, v in tensors.items()
+            ],
+            strict=True,
+        )
     except ValueError as e:  # a quantized layer config.json describes otherwise than stored
         if not q:
             raise
-        raise ModelError(f"{model_dir}: the weights do not fit the layers config.json's "
-                         f"quantization makes ({one_line(e, 200)})") from None  # fmt: skip
+        raise ModelError(
+            f"{model_dir}: the weights do not fit the layers config.json's "
+            f"quantization makes ({one_line(e, 200)})"
+        ) from None
     note = ""
     if q and mx.default_device() == mx.cpu:
         quantize.dequantize(model, dt)

@@ -47,20 +47,25 @@ def ollama_blob(spec: str) -> Path:
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ModelError(f"{spec}: Ollama has no such model ({path} not found; "
-                         f"`ollama pull {name}` fetches it)") from None  # fmt: skip
+        raise ModelError(
+            f"{spec}: Ollama has no such model ({path} not found; `ollama pull {name}` fetches it)"
+        ) from None
     except (OSError, ValueError) as e:
         raise ModelError(f"{spec}: the Ollama manifest {path} cannot be read ({e})") from None
     layers = manifest.get("layers") if isinstance(manifest, dict) else None
     model = [x for x in layers or [] if isinstance(x, dict) and x.get("mediaType") == MODEL_LAYER]
     digest = model[0].get("digest") if model else None
     if not isinstance(digest, str) or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
-        raise ModelError(f"{spec}: the Ollama manifest {path} names no model layer "
-                         f"({MODEL_LAYER} with a sha256 digest)")  # fmt: skip
+        raise ModelError(
+            f"{spec}: the Ollama manifest {path} names no model layer "
+            f"({MODEL_LAYER} with a sha256 digest)"
+        )
     blob = ollama_root() / "blobs" / digest.replace(":", "-")
     if not blob.is_file():
-        raise ModelError(f"{spec}: the Ollama store lacks the model's blob {blob} "
-                         f"(`ollama pull {name}` fetches it again)")  # fmt: skip
+        raise ModelError(
+            f"{spec}: the Ollama store lacks the model's blob {blob} "
+            f"(`ollama pull {name}` fetches it again)"
+        )
     return blob
 
 
@@ -70,8 +75,11 @@ def ollama_models() -> list[tuple[str, Path]]:
     out = []
     for path in sorted(root.glob("*/*/*/*")) if root.is_dir() else []:
         host, space, name, tag = path.relative_to(root).parts
-        short = name if (host, space) == (REGISTRY, "library") else (
-            f"{space}/{name}" if host == REGISTRY else f"{host}/{space}/{name}")  # fmt: skip
+        short = (
+            name
+            if (host, space) == (REGISTRY, "library")
+            else (f"{space}/{name}" if host == REGISTRY else f"{host}/{space}/{name}")
+        )
         try:
             out.append((f"{PREFIX}{short}:{tag}", ollama_blob(f"{PREFIX}{short}:{tag}")))
         except ModelError:
@@ -98,5 +106,9 @@ def lmstudio_roots() -> list[Path]:
 
 def lmstudio_models() -> list[tuple[str, Path]]:
     """(publisher/model/file.gguf, path) for each GGUF in LM Studio's folders."""
-    return [(str(p.relative_to(root)), p) for root in lmstudio_roots()
-            for p in sorted(root.rglob("*.gguf")) if p.is_file()]  # fmt: skip
+    return [
+        (str(p.relative_to(root)), p)
+        for root in lmstudio_roots()
+        for p in sorted(root.rglob("*.gguf"))
+        if p.is_file()
+    ]

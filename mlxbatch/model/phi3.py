@@ -17,10 +17,23 @@ from .family import Family
 
 # transformers' Phi3Config defaults (see family.Family.defaults). Its top-level
 # `original_max_position_embeddings` (4,096 when absent) overrides the rope parameters' own.
-DEFAULTS = {"num_key_value_heads": None, "head_dim": None, "rms_norm_eps": 1e-5,
-            "rope_theta": 10000.0, "tie_word_embeddings": False,
-            "max_position_embeddings": 4096, "original_max_position_embeddings": 4096,
-            "hidden_act": "silu", "sliding_window": None}  # fmt: skip
-FAMILY = Family("Phi-3 / Phi-4-mini", fused=True, rope_types=("default", "longrope"),
-                sliding="all", partial_rotary=True, defaults=DEFAULTS,
-                rope_aliases={"su": "longrope", "yarn": "longrope"})  # fmt: skip
+DEFAULTS = {
+    "num_key_value_heads": None,
+    "head_dim": None,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+    "max_position_embeddings": 4096,
+    "original_max_position_embeddings": 4096,
+    "hidden_act": "silu",
+    "sliding_window": None,
+}
+FAMILY = Family(
+    "Phi-3 / Phi-4-mini",
+    fused=True,
+    rope_types=("default", "longrope"),
+    sliding="all",
+    partial_rotary=True,
+    defaults=DEFAULTS,
+    rope_aliases={"su": "longrope", "yarn": "longrope"},
+)

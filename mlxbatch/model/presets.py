@@ -19,8 +19,17 @@ _BASE = {
 
 
 def _shape(hidden, inter, layers, heads, kv, **extra) -> dict:
-    return _BASE | {"hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": layers,
-                    "num_attention_heads": heads, "num_key_value_heads": kv} | extra  # fmt: skip
+    return (
+        _BASE
+        | {
+            "hidden_size": hidden,
+            "intermediate_size": inter,
+            "num_hidden_layers": layers,
+            "num_attention_heads": heads,
+            "num_key_value_heads": kv,
+        }
+        | extra
+    )
 
 
 _7B = {"tie_word_embeddings": False, "vocab_size": 152064}
@@ -117,19 +126,78 @@ PRESETS["gemma-3-1b"] = {
 }
 # microsoft/Phi-4-mini-instruct
 PRESETS["phi-4-mini"] = {
-    "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "attention_bias": False,
-    "hidden_act": "silu", "hidden_size": 3072, "intermediate_size": 8192,
-    "num_hidden_layers": 32, "num_attention_heads": 24, "num_key_value_heads": 8,
-    "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
-    "partial_rotary_factor": 0.75, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
-    "rope_scaling": {"type": "longrope", "short_factor": [1.0] * 48, "long_factor": [
-        1, 1.118320672, 1.250641126, 1.398617824, 1.564103225, 1.74916897, 1.956131817,
-        2.187582649, 2.446418898, 2.735880826, 3.059592084, 3.421605075, 3.826451687,
-        4.279200023, 4.785517845, 5.351743533, 5.984965424, 6.693110555, 7.485043894,
-        8.370679318, 9.36110372, 10.4687158, 11.70738129, 13.09260651, 14.64173252,
-        16.37415215, 18.31155283, 20.47818807, 22.90118105, 25.61086418, 28.64115884, 32.03,
-        32.1, 32.13, 32.23, 32.6, 32.61, 32.64, 32.66, 32.7, 32.71, 32.93, 32.97, 33.28,
-        33.49, 33.5, 44.16, 47.77]},
-    "sliding_window": 262144, "tie_word_embeddings": True, "vocab_size": 200064,
-    "bos_token_id": 199999, "eos_token_id": 199999, "pad_token_id": 199999,
-}  # fmt: skip
+    "architectures": ["Phi3ForCausalLM"],
+    "model_type": "phi3",
+    "attention_bias": False,
+    "hidden_act": "silu",
+    "hidden_size": 3072,
+    "intermediate_size": 8192,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 24,
+    "num_key_value_heads": 8,
+    "max_position_embeddings": 131072,
+    "original_max_position_embeddings": 4096,
+    "partial_rotary_factor": 0.75,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0,
+    "rope_scaling": {
+        "type": "longrope",
+        "short_factor": [1.0] * 48,
+        "long_factor": [
+            1,
+            1.118320672,
+            1.250641126,
+            1.398617824,
+            1.564103225,
+            1.74916897,
+            1.956131817,
+            2.187582649,
+            2.446418898,
+            2.735880826,
+            3.059592084,
+            3.421605075,
+            3.826451687,
+            4.279200023,
+            4.785517845,
+            5.351743533,
+            5.984965424,
+            6.693110555,
+            7.485043894,
+            8.370679318,
+            9.36110372,
+            10.4687158,
+            11.70738129,
+            13.09260651,
+            14.64173252,
+            16.37415215,
+            18.31155283,
+            20.47818807,
+            22.90118105,
+            25.61086418,
+            28.64115884,
+            32.03,
+            32.1,
+            32.13,
+            32.23,
+            32.6,
+            32.61,
+            32.64,
+            32.66,
+            32.7,
+            32.71,
+            32.93,
+            32.97,
+            33.28,
+            33.49,
+            33.5,
+            44.16,
+            47.77,
+        ],
+    },
+    "sliding_window": 262144,
+    "tie_word_embeddings": True,
+    "vocab_size": 200064,
+    "bos_token_id": 199999,
+    "eos_token_id": 199999,
+    "pad_token_id": 199999,
+}

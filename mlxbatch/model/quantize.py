@@ -23,8 +23,9 @@ def quantization(config: dict) -> dict | None:
         or not isinstance(q.get("bits"), int)
         or not isinstance(q.get("group_size"), int)
     ):
-        raise ModelError(f"config.json: quantization {q!r} is not MLX's format "
-                         "(group_size and bits as integers)")  # fmt: skip
+        raise ModelError(
+            f"config.json: quantization {q!r} is not MLX's format (group_size and bits as integers)"
+        )
     if q.get("mode", "affine") != "affine":
         raise ModelError(
             f"config.json: quantization mode {q['mode']!r} is not supported (affine only)"
@@ -32,13 +33,17 @@ def quantization(config: dict) -> dict | None:
     # bits -4 or groups of 0 were accepted and named in the model line; MLX says which it can
     # run, on one group (a group of 0 kills MLX 0.32 with SIGFPE: refused before it)
     if not 0 < q["group_size"] <= 4096:
-        raise ModelError(f"config.json: quantization group_size {q['group_size']} is not a "
-                         "group size MLX can run")  # fmt: skip
+        raise ModelError(
+            f"config.json: quantization group_size {q['group_size']} is not a "
+            "group size MLX can run"
+        )
     try:
         mx.quantize(mx.zeros((1, q["group_size"])), group_size=q["group_size"], bits=q["bits"])
     except (ValueError, TypeError, OverflowError) as e:
-        raise ModelError(f"config.json: quantization with {q['bits']} bits in groups of "
-                         f"{q['group_size']} is not one MLX can run ({str(e).splitlines()[0]})") from None  # fmt: skip
+        raise ModelError(
+            f"config.json: quantization with {q['bits']} bits in groups of "
+            f"{q['group_size']} is not one MLX can run ({str(e).splitlines()[0]})"
+        ) from None
     return q
 
 
@@ -61,8 +66,9 @@ def _apply(model: nn.Module, q: dict, weights: dict[str, mx.array]) -> None:
             return False
         return infer_quant_config(path, module, weights)
 
-    nn.quantize(model, q["group_size"], q["bits"], mode=q.get("mode", "affine"),
-                class_predicate=predicate)  # fmt: skip
+    nn.quantize(
+        model, q["group_size"], q["bits"], mode=q.get("mode", "affine"), class_predicate=predicate
+    )
 
 
 def dequantize(model: nn.Module, dtype: mx.Dtype) -> None:
@@ -86,6 +92,7 @@ def quantize_for_saving(model: nn.Module, config: dict, bits: int, group_size: i
 def row_weights(layer: nn.Module, rows: mx.array) -> mx.array:
     """Dense rows of an output head (Embedding or Linear weight), dequantized if need be."""
     if isinstance(layer, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
-        return mx.dequantize(layer.weight[rows], layer.scales[rows], layer.biases[rows],
-                             layer.group_size, layer.bits)  # fmt: skip
+        return mx.dequantize(
+            layer.weight[rows], layer.scales[rows], layer.biases[rows], layer.group_size, layer.bits
+        )
     return layer.weight[rows]

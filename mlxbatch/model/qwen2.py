@@ -12,7 +12,13 @@ from __future__ import annotations
 from .family import Family
 
 # transformers' Qwen2Config defaults (see family.Family.defaults)
-DEFAULTS = {"num_key_value_heads": 32, "head_dim": None, "rms_norm_eps": 1e-6,
-            "rope_theta": 10000.0, "tie_word_embeddings": False,
-            "max_position_embeddings": 32768, "hidden_act": "silu"}  # fmt: skip
+DEFAULTS = {
+    "num_key_value_heads": 32,
+    "head_dim": None,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+    "max_position_embeddings": 32768,
+    "hidden_act": "silu",
+}
 FAMILY = Family("Qwen2 / Qwen2.5", qkv_bias=True, defaults=DEFAULTS)

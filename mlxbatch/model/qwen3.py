@@ -12,7 +12,14 @@ from __future__ import annotations
 from .family import Family
 
 # transformers' Qwen3Config defaults (see family.Family.defaults)
-DEFAULTS = {"num_key_value_heads": 32, "head_dim": 128, "rms_norm_eps": 1e-6,
-            "rope_theta": 10000.0, "tie_word_embeddings": False,
-            "max_position_embeddings": 32768, "hidden_act": "silu", "attention_bias": False}  # fmt: skip
+DEFAULTS = {
+    "num_key_value_heads": 32,
+    "head_dim": 128,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+    "max_position_embeddings": 32768,
+    "hidden_act": "silu",
+    "attention_bias": False,
+}
 FAMILY = Family("Qwen3", qk_norm=True, defaults=DEFAULTS)

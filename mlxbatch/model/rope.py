@@ -50,8 +50,9 @@ class Rope:
         p, kind = self.params, self.kind
         if kind in ("default", "linear"):
             return None
-        inv = 1.0 / self.base ** (np.arange(0, self.dims, 2, dtype=np.int64).astype(np.float32)
-                                  / self.dims)  # fmt: skip
+        inv = 1.0 / self.base ** (
+            np.arange(0, self.dims, 2, dtype=np.int64).astype(np.float32) / self.dims
+        )
         if kind == "longrope":
             inv = 1.0 / (np.asarray(p["short_factor"], np.float32) / inv)
         else:  # llama3
@@ -80,8 +81,13 @@ class Rope:
     def make(self) -> RopeFn:
         freqs = self.freqs()
         scale = 1.0 / self.params["factor"] if self.kind == "linear" else 1.0
-        return RopeFn(self.dims, self.base, None if freqs is None else mx.array(freqs), scale,
-                      self.feature_scale())  # fmt: skip
+        return RopeFn(
+            self.dims,
+            self.base,
+            None if freqs is None else mx.array(freqs),
+            scale,
+            self.feature_scale(),
+        )
 
 
 class RopeFn:
@@ -95,7 +101,15 @@ class RopeFn:
         if self.feature_scale != 1.0:
             x = x.at[..., : self.dims].multiply(self.feature_scale)
         if self.freqs is None:
-            return mx.fast.rope(x, self.dims, traditional=False, base=self.base,
-                                scale=self.scale, offset=offset)  # fmt: skip
-        return mx.fast.rope(x, self.dims, traditional=False, base=None, scale=self.scale,
-                            offset=offset, freqs=self.freqs)  # fmt: skip
+            return mx.fast.rope(
+                x, self.dims, traditional=False, base=self.base, scale=self.scale, offset=offset
+            )
+        return mx.fast.rope(
+            x,
+            self.dims,
+            traditional=False,
+            base=None,
+            scale=self.scale,
+            offset=offset,
+            freqs=self.freqs,
+        )

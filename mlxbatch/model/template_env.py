@@ -27,12 +27,37 @@ from datetime import datetime
 SECONDS = 2.0  # a published template renders a conversation in milliseconds
 MOST = 1_000_000  # characters (or list items) a template may build, beyond its contents
 TRIMS = ("strip", "lstrip", "rstrip")
-TESTS = frozenset({
-    "__contains__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__len__",
-    "startswith", "endswith", "count", "find", "rfind", "index", "rindex", "isalnum",
-    "isalpha", "isascii", "isdecimal", "isdigit", "isidentifier", "islower", "isnumeric",
-    "isprintable", "isspace", "istitle", "isupper",
-})  # fmt: skip
+TESTS = frozenset(
+    {
+        "__contains__",
+        "__eq__",
+        "__ne__",
+        "__lt__",
+        "__le__",
+        "__gt__",
+        "__ge__",
+        "__len__",
+        "startswith",
+        "endswith",
+        "count",
+        "find",
+        "rfind",
+        "index",
+        "rindex",
+        "isalnum",
+        "isalpha",
+        "isascii",
+        "isdecimal",
+        "isdigit",
+        "isidentifier",
+        "islower",
+        "isnumeric",
+        "isprintable",
+        "isspace",
+        "istitle",
+        "isupper",
+    }
+)
 LENGTH = "the text's length"
 KEPT_FILTERS = frozenset({"trim", "string", "default", "d", "length", "count"})
 
@@ -126,11 +151,39 @@ class Traced(str):
     __hash__ = str.__hash__
 
 
-for _name in (*TESTS, *TRIMS, "__add__", "__getitem__", "__mod__", "__mul__", "__rmul__",
-              "replace", "upper", "lower", "title", "capitalize", "casefold",
-              "swapcase", "center", "ljust", "rjust", "zfill", "expandtabs", "split", "rsplit",
-              "splitlines", "partition", "rpartition", "removeprefix", "removesuffix", "format",
-              "format_map", "join", "translate", "encode"):  # fmt: skip
+for _name in (
+    *TESTS,
+    *TRIMS,
+    "__add__",
+    "__getitem__",
+    "__mod__",
+    "__mul__",
+    "__rmul__",
+    "replace",
+    "upper",
+    "lower",
+    "title",
+    "capitalize",
+    "casefold",
+    "swapcase",
+    "center",
+    "ljust",
+    "rjust",
+    "zfill",
+    "expandtabs",
+    "split",
+    "rsplit",
+    "splitlines",
+    "partition",
+    "rpartition",
+    "removeprefix",
+    "removesuffix",
+    "format",
+    "format_map",
+    "join",
+    "translate",
+    "encode",
+):
     setattr(Traced, _name, _method(_name))
 
 
@@ -187,8 +240,9 @@ def _raise_exception(message):
 
 
 def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)  # fmt: skip
+    return json.dumps(
+        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
 
 
 def _namespace():

@@ -104,8 +104,10 @@ class PromptTokenizer:
     def _special(self, s: str) -> int:
         i = self._tok.token_to_id(s)
         if i is None:
-            raise ModelError(f"tokenizer has no {s} token and the checkpoint no chat template: "
-                             "mlxbatch cannot build a prompt for it")  # fmt: skip
+            raise ModelError(
+                f"tokenizer has no {s} token and the checkpoint no chat template: "
+                "mlxbatch cannot build a prompt for it"
+            )
         return i
 
     def encode(self, text: str) -> list[int]:
@@ -152,8 +154,9 @@ class PromptTokenizer:
         out = []
         for chunk in _chunks(texts):
             try:
-                encodings = self._tok.encode_batch_fast([f.text(text) for text in chunk],
-                                                        add_special_tokens=False)  # fmt: skip
+                encodings = self._tok.encode_batch_fast(
+                    [f.text(text) for text in chunk], add_special_tokens=False
+                )
             except TypeError:  # a text that is not valid Unicode: `prompt` names it
                 return [self.prompt(system, text, examples) for text in texts]
             out += self._joined(head, encodings, tail)
@@ -177,16 +180,26 @@ class PromptTokenizer:
         if key not in self._frames:
             if len(self._frames) >= 8:  # an API caller cycling through prompts
                 self._frames.clear()
-            self._frames[key] = (self._chatml(system, examples) if self.template is None
-                                 else self._templated(system, examples))  # fmt: skip
+            self._frames[key] = (
+                self._chatml(system, examples)
+                if self.template is None
+                else self._templated(system, examples)
+            )
         return self._frames[key]
 
     def _chatml(self, system: str, examples: Examples) -> Frame:
         out = [self.im_start, *self.encode(f"system\n{system}"), self.im_end, *self.newline]
         for text, label in examples:
-            out += [self.im_start, *self.encode(f"user\n{text}"), self.im_end, *self.newline,
-                    self.im_start, *self.encode(f"assistant\n{label}"), self.im_end,
-                    *self.newline]  # fmt: skip
+            out += [
+                self.im_start,
+                *self.encode(f"user\n{text}"),
+                self.im_end,
+                *self.newline,
+                self.im_start,
+                *self.encode(f"assistant\n{label}"),
+                self.im_end,
+                *self.newline,
+            ]
         tail = (self.im_end, *self.newline, self.im_start, *self.encode("assistant\n"))
         return Frame((*out, self.im_start), "user\n", "", tail)
 
@@ -206,10 +219,18 @@ class PromptTokenizer:
             after[-1] = after[-1].rstrip(" ")
         lead = before.pop() if before and isinstance(before[-1], str) else ""
         trail = after.pop(0) if after and isinstance(after[0], str) else ""
-        absorbed = (not lead and self._strips(before[-1:], "rstrip"),
-                    not trail and self._strips(after[:1], "lstrip"))  # fmt: skip
-        return Frame(tuple(self._ids_of(before)), lead, trail, tuple(self._ids_of(after)),
-                     split.trim[split.item], absorbed)  # fmt: skip
+        absorbed = (
+            not lead and self._strips(before[-1:], "rstrip"),
+            not trail and self._strips(after[:1], "lstrip"),
+        )
+        return Frame(
+            tuple(self._ids_of(before)),
+            lead,
+            trail,
+            tuple(self._ids_of(after)),
+            split.trim[split.item],
+            absorbed,
+        )
 
     def _strips(self, segments: list[str | int], side: str) -> bool:
         """Whether `segments` is one added token that strips whitespace on `side`."""
@@ -227,15 +248,21 @@ class PromptTokenizer:
         whole = Tokenizer.from_file(str(file))  # special-token strings are control tokens
         ours = self.prompt("Be brief.", "Hello world")  # the template is checked first
         try:
-            text = self.template.render([{"role": "system", "content": "Be brief."},
-                                         {"role": "user", "content": "Hello world"}])  # fmt: skip
+            text = self.template.render(
+                [
+                    {"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "Hello world"},
+                ]
+            )
         except jinja2.exceptions.TemplateError:  # no system role: folded (see chat.py)
             text = self.template.render([{"role": "user", "content": "Be brief.\n\nHello world"}])
         text = text.rstrip(" ")  # the final spaces go to each label (see `label`)
         if whole.encode(text, add_special_tokens=False).ids != ours:
-            raise ModelError(f"{file}: this tokenizer encodes a prompt differently in pieces "
-                             "than whole (a per-piece prefix?); mlxbatch cannot split its "
-                             "prompts at the item's text")  # fmt: skip
+            raise ModelError(
+                f"{file}: this tokenizer encodes a prompt differently in pieces "
+                "than whole (a per-piece prefix?); mlxbatch cannot split its "
+                "prompts at the item's text"
+            )
 
     def _answer(self) -> str:
         """The plain text a label follows: the generation prompt's, after its last special."""
@@ -310,8 +337,7 @@ class PromptTokenizer:
         head = self.encode(answer)
         full = self.encode(self.answer + label)
         if full[: len(head)] != head or len(full) == len(head):
-            raise LabelError(f"label {label!r} merges with the prompt's final text "
-                             f"{answer!r}")  # fmt: skip
+            raise LabelError(f"label {label!r} merges with the prompt's final text {answer!r}")
         return full[len(head) :]
 
 

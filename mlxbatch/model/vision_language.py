@@ -9,10 +9,17 @@ from ..errors import ModelError
 TEXT_TYPES = {"gemma3": "gemma3_text"}
 # the language model's tensors as transformers 5 and the published checkpoints name them, as
 # transformers 4.52-4.57 saved them, and the head's (mlx-lm's and mlx-vlm's converts keep the first)
-RENAMES = (("language_model.model.", "model."), ("model.language_model.", "model."),
-           ("language_model.lm_head.", "lm_head."))  # fmt: skip
-OTHER_TOWERS = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.",
-                "model.multi_modal_projector.")  # fmt: skip
+RENAMES = (
+    ("language_model.model.", "model."),
+    ("model.language_model.", "model."),
+    ("language_model.lm_head.", "lm_head."),
+)
+OTHER_TOWERS = (
+    "vision_tower.",
+    "multi_modal_projector.",
+    "model.vision_tower.",
+    "model.multi_modal_projector.",
+)
 
 
 def is_vision_language(cfg: dict) -> bool:
@@ -28,8 +35,7 @@ def text_config(cfg: dict, source: str) -> dict:
         return cfg
     inner = cfg.get("text_config") or {}  # absent or null: every default, as transformers
     if not isinstance(inner, dict):
-        raise ModelError(f"{source}: text_config must be an object, got "
-                         f"{type(inner).__name__}")  # fmt: skip
+        raise ModelError(f"{source}: text_config must be an object, got {type(inner).__name__}")
     outer = {k: cfg[k] for k in ("tie_word_embeddings", "vocab_size") if k in cfg}
     return outer | inner | {"model_type": TEXT_TYPES[cfg["model_type"]]}
 

@@ -120,9 +120,12 @@ def _check_entry(path: Path, name: str, t) -> tuple[int, int]:
         isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in shape
     ):
         raise ModelError(f"{path}: tensor {name} has an invalid shape {shape!r}")
-    if (not isinstance(offsets, list) or len(offsets) != 2
-            or not all(isinstance(x, int) and not isinstance(x, bool) for x in offsets)
-            or not 0 <= offsets[0] <= offsets[1]):  # fmt: skip
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(isinstance(x, int) and not isinstance(x, bool) for x in offsets)
+        or not 0 <= offsets[0] <= offsets[1]
+    ):
         raise ModelError(f"{path}: tensor {name} has invalid data_offsets {offsets!r}")
     return offsets[0], offsets[1]
 
@@ -138,8 +141,10 @@ def check_checkpoint(model_dir: Path, args: ModelArgs) -> list[Path]:
             if name is None:  # a vision tower's (vision_language.py)
                 continue
             if name in found:  # the later file's values would win, whatever an index says
-                raise ModelError(f"{path}: tensor {name} is also in {found[name][1]}; a "
-                                 "checkpoint holds each tensor once")  # fmt: skip
+                raise ModelError(
+                    f"{path}: tensor {name} is also in {found[name][1]}; a "
+                    "checkpoint holds each tensor once"
+                )
             if not name.endswith(DERIVED_SUFFIXES):
                 found[name], dtypes[name] = (tuple(t["shape"]), path), t["dtype"]
     expected = args.expected_shapes()
@@ -152,8 +157,10 @@ def check_checkpoint(model_dir: Path, args: ModelArgs) -> list[Path]:
     if missing:
         hint = ""
         if "lm_head.weight" in missing:
-            hint = (f" (tie_word_embeddings is false: config.json's, or transformers' default "
-                    f"for {args.family.name} where it is absent)")  # fmt: skip
+            hint = (
+                f" (tie_word_embeddings is false: config.json's, or transformers' default "
+                f"for {args.family.name} where it is absent)"
+            )
         raise ModelError(
             f"{model_dir}: {len(missing)} tensor(s) missing from the checkpoint, e.g. "
             f"{', '.join(missing[:3])}{hint}"
@@ -169,8 +176,10 @@ def check_checkpoint(model_dir: Path, args: ModelArgs) -> list[Path]:
             raise ModelError(f"{path}: tensor {name} has shape {got}, config.json implies {shape}")
         quantized = name.removesuffix(".weight") + ".scales" in dtypes  # packed uint32
         if dtypes[name] not in FLOAT_DTYPES and not quantized:  # integers: not a dense weight
-            raise ModelError(f"{path}: tensor {name} has dtype {dtypes[name]}; a dense weight "
-                             f"must be one of {', '.join(FLOAT_DTYPES)}")  # fmt: skip
+            raise ModelError(
+                f"{path}: tensor {name} has dtype {dtypes[name]}; a dense weight "
+                f"must be one of {', '.join(FLOAT_DTYPES)}"
+            )
     return files
 
 
@@ -183,21 +192,26 @@ def _check_quantized(base: str, expected: dict, found: dict, model_dir: Path) ->
     dense = expected.get(base + ".weight")
     w, s, b = (found.get(f"{base}.{k}") for k in ("weight", "scales", "biases"))
     if dense is None or len(dense) != 2 or w is None or s is None or b is None:
-        raise ModelError(f"{model_dir}: quantized tensor {base}.scales has no matching layer, "
-                         "packed weight or biases")  # fmt: skip
+        raise ModelError(
+            f"{model_dir}: quantized tensor {base}.scales has no matching layer, "
+            "packed weight or biases"
+        )
     out_dim, in_dim = dense
     (wo, wi), (so, si) = w[0], s[0]
     bits = wi * 32 // in_dim if wi * 32 % in_dim == 0 else 0
     group = in_dim // si if si and in_dim % si == 0 else 0
     if (wo, so) != (out_dim, out_dim) or bits not in QUANT_BITS or group < 1 or b[0] != s[0]:
-        raise ModelError(f"{w[1]}: quantized {base} has weight {w[0]}, scales {s[0]}, biases "
-                         f"{b[0]}: not a quantization of {dense}")  # fmt: skip
+        raise ModelError(
+            f"{w[1]}: quantized {base} has weight {w[0]}, scales {s[0]}, biases "
+            f"{b[0]}: not a quantization of {dense}"
+        )
     found[base + ".weight"] = (dense, w[1])
     del found[base + ".scales"], found[base + ".biases"]
 
 
-def load_tensors(files: list[Path], check_finite: bool = False,
-                 vision_language: bool = False) -> dict[str, mx.array]:  # fmt: skip
+def load_tensors(
+    files: list[Path], check_finite: bool = False, vision_language: bool = False
+) -> dict[str, mx.array]:
     """The checkpoint's tensors by the names the decoder's parameters have (`vision_language`:
     the language model's alone, renamed: vision_language.py)."""
     tensors: dict[str, mx.array] = {}
@@ -226,8 +240,10 @@ def resolve_head(args: ModelArgs, tensors: dict[str, mx.array], source: Path) ->
         return args
     if embed is not None and "model.embed_tokens.scales" not in tensors:
         if head.shape != embed.shape:
-            raise ModelError(f"{source}: tensor lm_head.weight has shape {tuple(head.shape)}, "
-                             f"config.json implies {tuple(embed.shape)}")  # fmt: skip
+            raise ModelError(
+                f"{source}: tensor lm_head.weight has shape {tuple(head.shape)}, "
+                f"config.json implies {tuple(embed.shape)}"
+            )
         if not mx.array_equal(head, embed).item():
             return dataclasses.replace(args, tie_word_embeddings=False)
     del tensors["lm_head.weight"]

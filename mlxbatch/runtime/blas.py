@@ -104,8 +104,16 @@ def plan() -> BlasPlan | None:
         return None
     invariant, rate, c, family, result = max(best, key=lambda b: (b[0], b[1]))
     env = env_for(c, family)
-    return BlasPlan(c.library, env, c.source, rate, result.get("config"), result.get("corename"),
-                    invariant, _layout(result))  # fmt: skip
+    return BlasPlan(
+        c.library,
+        env,
+        c.source,
+        rate,
+        result.get("config"),
+        result.get("corename"),
+        invariant,
+        _layout(result),
+    )
 
 
 def _layout(result: dict) -> str:
@@ -165,8 +173,14 @@ def activate_in_process() -> bool:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    ACTIVE.update(source=p.source, gflops=p.gflops, config=p.config, corename=p.corename,
-                  invariant=p.invariant, layout=p.layout)  # fmt: skip
+    ACTIVE.update(
+        source=p.source,
+        gflops=p.gflops,
+        config=p.config,
+        corename=p.corename,
+        invariant=p.invariant,
+        layout=p.layout,
+    )
     return True
 
 
@@ -186,8 +200,10 @@ def tried() -> list[dict]:
             result = found.get(family_key(c.library, family))
             if result is None:
                 continue
-            row = {"source": c.source if family is None else f"{c.source} ({CORETYPE}={family})",
-                   "library": c.library}  # fmt: skip
+            row = {
+                "source": c.source if family is None else f"{c.source} ({CORETYPE}={family})",
+                "library": c.library,
+            }
             shown = ("config", "corename", "threads", "invariant", "layouts")
             row.update({k: result[k] for k in shown if k in result})
             env_family = dict(chosen.env).get(CORETYPE) if chosen else None
@@ -214,9 +230,13 @@ def warning() -> str | None:
     if platform.system() != "Linux" or ACTIVE or flags.flag(_OFF):
         return None
     if "mlx.core" in sys.modules and plan() is not None:
-        return ("warning: mlx was imported before mlxbatch, so MLX's CPU backend stays on its "
-                "bundled reference BLAS (fp32 matmuls 25-90x slower): import mlxbatch first")  # fmt: skip
+        return (
+            "warning: mlx was imported before mlxbatch, so MLX's CPU backend stays on its "
+            "bundled reference BLAS (fp32 matmuls 25-90x slower): import mlxbatch first"
+        )
     why = "; ".join(f"{r['source']}: {r['refused']}" for r in tried() if r.get("refused"))
-    return ("warning: MLX's CPU backend is on its bundled reference BLAS (fp32 matmuls 25-90x "
-            f"slower): {why or 'no OpenBLAS found'}. Remedy: `{REMEDY}`, or set "
-            f"{_OFF}=1 to silence this (see `mlxbatch doctor`)")  # fmt: skip
+    return (
+        "warning: MLX's CPU backend is on its bundled reference BLAS (fp32 matmuls 25-90x "
+        f"slower): {why or 'no OpenBLAS found'}. Remedy: `{REMEDY}`, or set "
+        f"{_OFF}=1 to silence this (see `mlxbatch doctor`)"
+    )

@@ -12,13 +12,28 @@ CORETYPE = "OPENBLAS_CORETYPE"
 AVX512 = {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"}  # OpenBLAS's SkylakeX needs
 
 # what each kernel family a user may name in OPENBLAS_CORETYPE executes (x86_64)
-FAMILY_NEEDS = {"skylakex": AVX512, "cooperlake": AVX512 | {"avx512_bf16"},
-                "sapphirerapids": AVX512 | {"avx512_bf16"}, "haswell": {"avx2", "fma"},
-                "zen": {"avx2", "fma"}, "sandybridge": {"avx"}}  # fmt: skip
+FAMILY_NEEDS = {
+    "skylakex": AVX512,
+    "cooperlake": AVX512 | {"avx512_bf16"},
+    "sapphirerapids": AVX512 | {"avx512_bf16"},
+    "haswell": {"avx2", "fma"},
+    "zen": {"avx2", "fma"},
+    "sandybridge": {"avx"},
+}
 
 # pre-AVX families OPENBLAS_CORETYPE can name
-OLD_X86 = ("katmai", "coppermine", "northwood", "prescott", "banias", "core2", "penryn",
-           "dunnington", "nehalem", "atom")  # fmt: skip
+OLD_X86 = (
+    "katmai",
+    "coppermine",
+    "northwood",
+    "prescott",
+    "banias",
+    "core2",
+    "penryn",
+    "dunnington",
+    "nehalem",
+    "atom",
+)
 
 
 def flags() -> set[str]:
@@ -72,9 +87,11 @@ def unrunnable_coretype() -> str | None:
     if not have or not missing:  # unknown flags (no /proc/cpuinfo): OpenBLAS is trusted
         return None
     runs = ", ".join(f for f in families() if f != "Nehalem") or "none but Nehalem"
-    return (f"{CORETYPE}={family} names OpenBLAS kernels for instructions this CPU lacks "
-            f"({', '.join(sorted(missing))}): OpenBLAS would die of SIGILL; unset it, or name "
-            f"a family this CPU runs ({runs})")  # fmt: skip
+    return (
+        f"{CORETYPE}={family} names OpenBLAS kernels for instructions this CPU lacks "
+        f"({', '.join(sorted(missing))}): OpenBLAS would die of SIGILL; unset it, or name "
+        f"a family this CPU runs ({runs})"
+    )
 
 
 def slow_coretype() -> str | None:
@@ -84,5 +101,7 @@ def slow_coretype() -> str | None:
     fast = [f for f in families() if f != "Nehalem"]
     if family.lower() not in OLD_X86 or not fast or platform.machine() != "x86_64":
         return None
-    return (f"note: {CORETYPE}={family} picks OpenBLAS kernels older than this CPU runs (its "
-            f"fastest: {fast[0]}): fp32 products run several times slower; unset it")  # fmt: skip
+    return (
+        f"note: {CORETYPE}={family} picks OpenBLAS kernels older than this CPU runs (its "
+        f"fastest: {fast[0]}): fp32 products run several times slower; unset it"
+    )

@@ -18,8 +18,9 @@ def exported_symbols(path: str | Path) -> list[str]:
         raise ValueError(f"{path}: not a 64-bit little-endian ELF library")
     (shoff,) = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
-                for i in range(shnum)]  # fmt: skip
+    sections = [
+        struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)
+    ]
     names = []
     for _, kind, _, _, offset, size, link, _, _, entsize in sections:
         if kind != _SHT_DYNSYM:

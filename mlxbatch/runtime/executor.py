@@ -74,8 +74,9 @@ class CpuLanes:
         n = max(1, min(self.lanes, len(prompts)))
         bounds = np.linspace(0, len(prompts), n + 1).round().astype(int)
         with sgemm.single_threaded():  # one core per lane
-            futures = [self._submit(score_rows, prompts[a:b])
-                       for a, b in zip(bounds[:-1], bounds[1:])]  # fmt: skip
+            futures = [
+                self._submit(score_rows, prompts[a:b]) for a, b in zip(bounds[:-1], bounds[1:])
+            ]
             return np.concatenate([f.result() for f in futures])
 
     def run_batches(self, score_rows: RowScorer, batches: Iterable[list]) -> Iterator[np.ndarray]:

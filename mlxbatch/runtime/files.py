@@ -98,8 +98,9 @@ def write_atomically(
         mode = 0o666 & ~_umask()
     try:
         # the name cut short: any name that fits the directory leaves room for the temporary's
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:200]}.",
-                                   suffix=".mlxbatch-tmp")  # fmt: skip
+        fd, tmp = tempfile.mkstemp(
+            dir=path.parent, prefix=f".{path.name[:200]}.", suffix=".mlxbatch-tmp"
+        )
     except OSError as e:
         raise oserror(path.parent, e, "cannot create a temporary file") from None
     try:
@@ -154,5 +155,7 @@ class ClosedStdout(io.TextIOBase):
     def write(self, text: str) -> int:
         if not text:
             return 0
-        raise OutputError("standard output is closed (>&-): what this command prints would be "
-                          "lost; give -o FILE where it has one, or leave standard output open")  # fmt: skip
+        raise OutputError(
+            "standard output is closed (>&-): what this command prints would be "
+            "lost; give -o FILE where it has one, or leave standard output open"
+        )

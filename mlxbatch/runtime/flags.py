@@ -25,8 +25,10 @@ def flag(name: str) -> bool:
         return True
     if value in OFF:
         return False
-    raise UsageError(f"{name}={raw[:40]!r} is not a switch: 1, true, yes or on turns it on; "
-                     "0, false, no, off or empty turns it off")  # fmt: skip
+    raise UsageError(
+        f"{name}={raw[:40]!r} is not a switch: 1, true, yes or on turns it on; "
+        "0, false, no, off or empty turns it off"
+    )
 
 
 def problem() -> str | None:

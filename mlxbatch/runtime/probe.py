@@ -69,9 +69,12 @@ def _probe(library: str, env: tuple[tuple[str, str], ...]) -> dict:
     {"failure": why}."""
     try:
         out = subprocess.run(
-            [sys.executable, "-c", _PROBE_CODE, library], capture_output=True, text=True,
-            timeout=120, env={**os.environ, **dict(env), PROBE: "1"},
-        )  # fmt: skip
+            [sys.executable, "-c", _PROBE_CODE, library],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, **dict(env), PROBE: "1"},
+        )
     except subprocess.TimeoutExpired:
         return {"failure": "the probe took over 120 s"}
     except OSError as e:
@@ -105,9 +108,19 @@ def measured(options: list[Candidate]) -> dict[str, dict]:
     (OPENBLAS_CORETYPE)."""
     loadable = [_identity(c.library) for c in options if c.library]  # a changed copy: again
     flags = hashlib.sha256(" ".join(sorted(cpu.flags())).encode()).hexdigest()[:16]
-    key = json.dumps([cpu.model_name(), flags, loadable, importlib.metadata.version("mlx"),
-                      [os.environ.get(k, "") for k in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS",
-                                                       "OPENBLAS_L2_SIZE")], ENGINE_ROWS])  # fmt: skip
+    key = json.dumps(
+        [
+            cpu.model_name(),
+            flags,
+            loadable,
+            importlib.metadata.version("mlx"),
+            [
+                os.environ.get(k, "")
+                for k in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OPENBLAS_L2_SIZE")
+            ],
+            ENGINE_ROWS,
+        ]
+    )
     path = cache_path()
     try:
         cached = json.loads(path.read_text())

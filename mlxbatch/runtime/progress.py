@@ -29,8 +29,10 @@ class Lines:
     def line(self, now: float) -> str:
         elapsed, done = now - self.t0, self.n - self.start
         eta = (self.total - self.n) * elapsed / done if done else None
-        return (f"{self.desc}: {self.n:,}/{self.total:,} items, {_clock(elapsed)} elapsed, "
-                f"ETA {_clock(eta) if eta is not None else 'unknown'}")  # fmt: skip
+        return (
+            f"{self.desc}: {self.n:,}/{self.total:,} items, {_clock(elapsed)} elapsed, "
+            f"ETA {_clock(eta) if eta is not None else 'unknown'}"
+        )
 
     def close(self) -> None:
         return None
@@ -47,7 +49,8 @@ def bar(total: int, desc: str, initial: int = 0, lines_every: float | None = Non
     """A bar on a terminal; else `Lines` when `lines_every` is given, else nothing shown."""
     if lines_every and not sys.stderr.isatty():
         return Lines(total, desc, initial, lines_every)
-    out = tqdm(total=total, desc=desc, unit="item", file=sys.stderr, disable=None,
-               dynamic_ncols=True)  # fmt: skip
+    out = tqdm(
+        total=total, desc=desc, unit="item", file=sys.stderr, disable=None, dynamic_ncols=True
+    )
     out.update(initial)
     return out

@@ -100,8 +100,10 @@ def renamed() -> tuple[str | None, str | None]:
     if made is None:
         return (str(unrecorded), None) if unrecorded else (None, problem)
     if damaged is not None:
-        sys.stderr.write(f"note: the cached OpenBLAS copy {damaged} was damaged (its bytes "
-                         "differ from those it was made with): made again\n")  # fmt: skip
+        sys.stderr.write(
+            f"note: the cached OpenBLAS copy {damaged} was damaged (its bytes "
+            "differ from those it was made with): made again\n"
+        )
     return made, None
 
 
@@ -195,8 +197,12 @@ def _rename(lib: Path, out: Path, tool: str) -> str | None:
         out.parent.mkdir(parents=True, exist_ok=True)
         mapping.write_text("".join(f"{n} {n[len(_PREFIX) :]}\n" for n in names))
         shutil.copyfile(lib, tmp)
-        subprocess.run([tool, "--rename-dynamic-symbols", str(mapping), str(tmp)], check=True,
-                       capture_output=True, timeout=120)  # fmt: skip
+        subprocess.run(
+            [tool, "--rename-dynamic-symbols", str(mapping), str(tmp)],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         digest = _digest(tmp)
         os.replace(tmp, out)  # atomic: concurrent processes never see a half-made copy
         _write_record(out, digest)

@@ -38,12 +38,16 @@ def check_key(request: Request, key: bytes | None) -> None:
         return
     given = [v for k, v in request.scope["headers"] if k == b"authorization"]
     if len(given) > 1:  # which one counts is a guess (the first was checked): refused
-        raise ApiError(401, "send one Authorization header, not several",
-                       {"WWW-Authenticate": "Bearer"})  # fmt: skip
+        raise ApiError(
+            401, "send one Authorization header, not several", {"WWW-Authenticate": "Bearer"}
+        )
     scheme, _, token = (given or [b""])[0].partition(b" ")
     if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), key):
-        raise ApiError(401, "a valid API key is required: send 'Authorization: Bearer <key>'",
-                       {"WWW-Authenticate": "Bearer"})  # fmt: skip
+        raise ApiError(
+            401,
+            "a valid API key is required: send 'Authorization: Bearer <key>'",
+            {"WWW-Authenticate": "Bearer"},
+        )
 
 
 async def unless_gone(request: Request, work: Coroutine):
@@ -88,8 +92,7 @@ class Routes:
     """The routes over what they share: the service, the API key, the connection deadlines
     and the deadlines of the bodies being read (which the drain cuts short)."""
 
-    def __init__(self, service: Service, api_key: bytes | None,
-                 connections: ConnectionLimits):  # fmt: skip
+    def __init__(self, service: Service, api_key: bytes | None, connections: ConnectionLimits):
         self.service, self.api_key, self.connections = service, api_key, connections
         self.metrics, self.limits = service.metrics, service.limits
         self.clocks: set[asyncio.Timeout] = set()  # the deadlines of the bodies being read
@@ -101,8 +104,9 @@ class Routes:
         try:
             check_key(request, self.api_key)
             service.check_accepting()
-            body = await read_body(request, self.limits.max_body_bytes,
-                                   self.connections.body_s, self.clocks)  # fmt: skip
+            body = await read_body(
+                request, self.limits.max_body_bytes, self.connections.body_s, self.clocks
+            )
             parsed = await parse_body(body, self.limits, service.names)
             reply = await unless_gone(request, service.classify(parsed))
         except ApiError as e:
@@ -120,9 +124,11 @@ class Routes:
                 raise
             metrics.request("unavailable", 503)
             log.info("classify: 503 unavailable (not scored before the drain ended)")
-            return ApiError(503, "the server is shutting down: this request was not scored "
-                            "before the drain ended (--drain-timeout, or a second Ctrl-C)"
-                            ).response()  # fmt: skip
+            return ApiError(
+                503,
+                "the server is shutting down: this request was not scored "
+                "before the drain ended (--drain-timeout, or a second Ctrl-C)",
+            ).response()
         except ClientDisconnect:  # gone mid-body: nobody to answer
             if request.scope.get(ANSWERED):  # cut off by the protocol, its 400 counted
                 return Response(status_code=400)
@@ -163,8 +169,10 @@ class Routes:
 
     async def http_error(self, request: Request, exc: HTTPException) -> Response:
         status = exc.status_code if exc.status_code in TYPES else 400
-        message = {404: f"no route {request.url.path}",
-                   405: f"{request.method} is not allowed on {request.url.path}"}  # fmt: skip
+        message = {
+            404: f"no route {request.url.path}",
+            405: f"{request.method} is not allowed on {request.url.path}",
+        }
         error = ApiError(status, message.get(status, str(exc.detail)))
         if request.url.path.startswith("/v1/"):  # without the key, /v1/* tells nothing of
             try:  # its routes (a 404 or 405 named them)
@@ -199,8 +207,7 @@ class Routes:
         await anyio.to_thread.run_sync(lambda: self.service.close(drain=False))
 
 
-def build_app(service: Service, api_key: bytes | None,
-              connections: ConnectionLimits) -> Starlette:  # fmt: skip
+def build_app(service: Service, api_key: bytes | None, connections: ConnectionLimits) -> Starlette:
     """The app: `Routes` on their paths, its lifespan, and HTTP errors in our error shape."""
     routes = Routes(service, api_key, connections)
     app = Starlette(

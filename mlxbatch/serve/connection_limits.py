@@ -19,9 +19,14 @@ class ConnectionLimits:
     drain_s: float = 30.0  # SIGTERM to exit: what is queued is answered, the rest dropped
 
     def as_dict(self) -> dict:
-        return {"timeout_header_s": self.header_s, "timeout_body_s": self.body_s,
-                "timeout_keep_alive_s": self.keep_alive_s, "timeout_reply_s": self.reply_s,
-                "max_connections": self.max_connections, "drain_timeout_s": self.drain_s}  # fmt: skip
+        return {
+            "timeout_header_s": self.header_s,
+            "timeout_body_s": self.body_s,
+            "timeout_keep_alive_s": self.keep_alive_s,
+            "timeout_reply_s": self.reply_s,
+            "max_connections": self.max_connections,
+            "drain_timeout_s": self.drain_s,
+        }
 
 
 def reserve_descriptors(max_connections: int) -> str | None:
@@ -32,7 +37,9 @@ def reserve_descriptors(max_connections: int) -> str | None:
     if soft == resource.RLIM_INFINITY or soft >= need:
         return None
     if hard != resource.RLIM_INFINITY and hard < need:
-        return (f"--max-connections {max_connections} needs {need} open files and the hard "
-                f"limit is {hard} (ulimit -Hn): lower --max-connections")  # fmt: skip
+        return (
+            f"--max-connections {max_connections} needs {need} open files and the hard "
+            f"limit is {hard} (ulimit -Hn): lower --max-connections"
+        )
     resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
     return None

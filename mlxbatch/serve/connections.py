@@ -29,7 +29,7 @@ from .refusals import (
     head_size,
     http10_framing,
     origin_form,
-)  # fmt: skip
+)
 
 log = logging.getLogger("mlxbatch.serve")
 LINGER_S = 2.0  # how long a refused client may go on sending before the socket closes
@@ -96,8 +96,12 @@ class GuardedProtocol(H11Protocol):
         if target == event.target:
             return event
         # read here, once: uvicorn's scope, the routes and the access log see the path
-        return h11.Request(method=event.method, headers=event.headers, target=target,
-                           http_version=event.http_version)  # fmt: skip
+        return h11.Request(
+            method=event.method,
+            headers=event.headers,
+            target=target,
+            http_version=event.http_version,
+        )
 
     def count_chunk(self, event: h11.Data) -> None:
         """Refuse a body that comes in more and smaller chunks than it may. A chunk is
@@ -105,10 +109,12 @@ class GuardedProtocol(H11Protocol):
         self.chunk_bytes += len(event.data)
         self.chunks += int(event.chunk_end)
         if self.chunks > FREE_CHUNKS and self.chunk_bytes < self.chunks * CHUNK_BYTES:
-            self.refuse_request(f"the body came in {self.chunks:,} chunks of "
-                                f"{self.chunk_bytes / self.chunks:.0f} bytes on average; "
-                                f"send it with Content-Length, or in chunks of at least "
-                                f"{CHUNK_BYTES} bytes")  # fmt: skip
+            self.refuse_request(
+                f"the body came in {self.chunks:,} chunks of "
+                f"{self.chunk_bytes / self.chunks:.0f} bytes on average; "
+                f"send it with Content-Length, or in chunks of at least "
+                f"{CHUNK_BYTES} bytes"
+            )
 
     def refuse_request(self, message: str) -> NoReturn:
         """Raise what h11 raises for bytes it cannot parse: uvicorn then calls
@@ -123,8 +129,9 @@ class GuardedProtocol(H11Protocol):
         now, guarded = time.monotonic(), type(self)
         if now - guarded.refused_logged > 60:
             guarded.refused_logged = now
-            log.warning("%d connections open (--max-connections): refusing new ones",
-                        len(self.connections))  # fmt: skip
+            log.warning(
+                "%d connections open (--max-connections): refusing new ones", len(self.connections)
+            )
         transport.write(REFUSED)
         if guarded.refused_lingering < SPARE_FDS // 2:
             guarded.refused_lingering += 1
@@ -174,11 +181,14 @@ class GuardedProtocol(H11Protocol):
         self.reply_timer = None
         self.metrics.connections_dropped.inc()
         if self.drain_ends is not None and self.loop.time() >= self.drain_ends:
-            log.info("a client did not read its replies by the drain's end: its connection is "
-                     "dropped")  # fmt: skip
+            log.info(
+                "a client did not read its replies by the drain's end: its connection is dropped"
+            )
         else:
-            log.info("a client did not read its replies for %g s: its connection is dropped",
-                     self.limits.reply_s)  # fmt: skip
+            log.info(
+                "a client did not read its replies for %g s: its connection is dropped",
+                self.limits.reply_s,
+            )
         self.raw.abort()  # what is buffered cannot be sent: close without flushing it
 
     def data_received(self, data: bytes) -> None:
@@ -201,8 +211,7 @@ class GuardedProtocol(H11Protocol):
             self.linger()
             return
         super().on_response_complete()
-        if not self.transport.is_closing() and (self.cycle is None or
-                                                self.cycle.response_complete):  # fmt: skip
+        if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
             self.await_head()  # (a pipelined request may be running already)
 
     def await_head(self) -> None:
@@ -243,8 +252,7 @@ class GuardedProtocol(H11Protocol):
         refusal = getattr(self, "refusal", None)
         # replaces uvicorn's bare "Invalid HTTP request received." (server.UvicornNoise drops it)
         self.log_refusal(status, refusal or NOT_HTTP)
-        self.transport.write(INVALID_HTTP if refusal is None else
-                             closing_reply(status, refusal))  # fmt: skip
+        self.transport.write(INVALID_HTTP if refusal is None else closing_reply(status, refusal))
         # the client may still be sending: closing with its bytes unread would reset the
         # connection, and the reply with it
         self.linger()
@@ -276,6 +284,8 @@ class GuardedProtocol(H11Protocol):
 
 def guarded_protocol(limits: ConnectionLimits, metrics: Metrics) -> type[GuardedProtocol]:
     """The protocol class one server runs: its own limits, metrics and refusal counters."""
-    return type("GuardedProtocol", (GuardedProtocol,),
-                {"limits": limits, "metrics": metrics, "refused_logged": 0.0,
-                 "refused_lingering": 0})  # fmt: skip
+    return type(
+        "GuardedProtocol",
+        (GuardedProtocol,),
+        {"limits": limits, "metrics": metrics, "refused_logged": 0.0, "refused_lingering": 0},
+    )

@@ -49,17 +49,20 @@ CLOSE = {"Connection": "close"}  # the connection cannot carry another request a
 FIELDS = {"model", "input", "truncate", "user"}  # "user": accepted as OpenAI clients send it
 
 
-async def read_body(request: Request, cap: int, deadline: float,
-                    clocks: set[asyncio.Timeout]) -> bytes:  # fmt: skip
+async def read_body(
+    request: Request, cap: int, deadline: float, clocks: set[asyncio.Timeout]
+) -> bytes:
     """The body, or 413 as soon as it is known to pass `cap` bytes, or 408 when it is not all in
     `deadline` seconds after the head; `clocks` holds the deadline (the drain moves it to now)."""
     declared = request.headers.get("content-length")
     if declared is not None and "transfer-encoding" in request.headers:  # RFC 9112 6.3: the
-        raise ApiError(400, "the request has both Content-Length and Transfer-Encoding",
-                       CLOSE)  # length is ambiguous (request smuggling behind a proxy)  # fmt: skip
+        raise ApiError(
+            400, "the request has both Content-Length and Transfer-Encoding", CLOSE
+        )  # length is ambiguous (request smuggling behind a proxy)
     if declared is not None and declared.isdigit() and int(declared) > cap:
-        raise ApiError(413, f"the body is {int(declared):,} bytes; the limit is {cap:,} "
-                       "(--max-body-mb)")  # fmt: skip
+        raise ApiError(
+            413, f"the body is {int(declared):,} bytes; the limit is {cap:,} (--max-body-mb)"
+        )
     chunks, size = [], 0
     try:
         async with asyncio.timeout(deadline) as clock:
@@ -68,14 +71,16 @@ async def read_body(request: Request, cap: int, deadline: float,
                 async for chunk in request.stream():
                     size += len(chunk)
                     if size > cap:
-                        raise ApiError(413, f"the body passes the limit of {cap:,} bytes "
-                                       "(--max-body-mb)")  # fmt: skip
+                        raise ApiError(
+                            413, f"the body passes the limit of {cap:,} bytes (--max-body-mb)"
+                        )
                     chunks.append(chunk)
             finally:
                 clocks.discard(clock)
     except TimeoutError:
-        raise ApiError(408, f"the body did not all arrive within {deadline:g} s "
-                       f"({size:,} bytes came)", CLOSE) from None  # fmt: skip
+        raise ApiError(
+            408, f"the body did not all arrive within {deadline:g} s ({size:,} bytes came)", CLOSE
+        ) from None
     return b"".join(chunks)
 
 
@@ -101,13 +106,21 @@ def parse_classify(body: bytes, limits: Limits, models: tuple[str, ...]) -> Clas
     except UnicodeDecodeError as e:
         raise ApiError(400, f"the body is not UTF-8 ({e.reason} at byte {e.start:,})") from None
     try:
-        doc = json.loads(text, object_pairs_hook=_unique, parse_int=_int, parse_float=_float,
-                         parse_constant=_not_json)  # fmt: skip
+        doc = json.loads(
+            text,
+            object_pairs_hook=_unique,
+            parse_int=_int,
+            parse_float=_float,
+            parse_constant=_not_json,
+        )
     except _NotJson as e:
         raise ApiError(400, f"the body is not valid JSON ({e.args[0]})") from None
     except _LongNumber as e:
-        raise ApiError(400, f"the body holds a number of {e.args[0]:,} digits (the most is "
-                       f"{sys.get_int_max_str_digits():,})") from None  # fmt: skip
+        raise ApiError(
+            400,
+            f"the body holds a number of {e.args[0]:,} digits (the most is "
+            f"{sys.get_int_max_str_digits():,})",
+        ) from None
     except json.JSONDecodeError as e:
         raise ApiError(400, f"the body is not valid JSON ({e})") from None
     except RecursionError:
@@ -119,12 +132,18 @@ def parse_classify(body: bytes, limits: Limits, models: tuple[str, ...]) -> Clas
     unknown = sorted(set(doc) - FIELDS)
     if unknown:  # named up to 5, each cut to 100 characters: 150,000 keys made a 1.5 MB reply
         shown = [k if len(k) <= 100 else k[:100] + "..." for k in unknown[:5]]
-        near = [f"{k!r} (did you mean {m[0]!r}?)" for k in shown
-                if (m := difflib.get_close_matches(k, sorted(FIELDS), 1))]  # fmt: skip
+        near = [
+            f"{k!r} (did you mean {m[0]!r}?)"
+            for k in shown
+            if (m := difflib.get_close_matches(k, sorted(FIELDS), 1))
+        ]
         more = f" and {len(unknown) - 5:,} more" if len(unknown) > 5 else ""
-        raise ApiError(400, f"unknown field(s) {', '.join(near) or shown}{more}: a request has "
-                       f"{', '.join(sorted(FIELDS))}; the model, labels and prompt are set when "
-                       "the server starts")  # fmt: skip
+        raise ApiError(
+            400,
+            f"unknown field(s) {', '.join(near) or shown}{more}: a request has "
+            f"{', '.join(sorted(FIELDS))}; the model, labels and prompt are set when "
+            "the server starts",
+        )
     model = doc.get("model")
     if model is not None and not isinstance(model, str):
         raise ApiError(400, f'"model" must be a string, not {json_kind(model)}')
@@ -132,8 +151,7 @@ def parse_classify(body: bytes, limits: Limits, models: tuple[str, ...]) -> Clas
         shown = (
             repr(model) if len(model) <= 200 else f"{model[:200]!r}... ({len(model):,} characters)"
         )
-        raise ApiError(404, f"model {shown} is not served here (this server serves "
-                       f"{models[0]!r})")  # fmt: skip
+        raise ApiError(404, f"model {shown} is not served here (this server serves {models[0]!r})")
     truncate = doc.get("truncate", False)
     if not isinstance(truncate, bool):
         raise ApiError(400, f'"truncate" must be true or false, not {json_kind(truncate)}')
@@ -153,8 +171,11 @@ def _texts(doc: dict, max_inputs: int) -> list[str]:
     if not texts:
         raise ApiError(400, '"input" is an empty list')
     if len(texts) > max_inputs:
-        raise ApiError(413, f'"input" holds {len(texts):,} texts; the limit is {max_inputs:,} '
-                       "a request (--max-inputs-per-request)")  # fmt: skip
+        raise ApiError(
+            413,
+            f'"input" holds {len(texts):,} texts; the limit is {max_inputs:,} '
+            "a request (--max-inputs-per-request)",
+        )
     for i, t in enumerate(texts):
         if not isinstance(t, str):
             raise ApiError(400, f"input[{i}] must be a string, not {json_kind(t)}")

@@ -27,47 +27,86 @@ class Metrics:
 
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
-        self.requests = Counter("mlxbatch_requests", "HTTP requests by outcome and status",
-                                ["outcome", "status"], registry=r)  # fmt: skip
-        self.connections_refused = Counter("mlxbatch_connections_refused", "Connections "
-                                           "refused past --max-connections", registry=r)  # fmt: skip
-        self.connections_dropped = Counter("mlxbatch_connections_dropped", "Connections "
-                                           "dropped: replies unread past --timeout-reply",
-                                           registry=r)  # fmt: skip
+        self.requests = Counter(
+            "mlxbatch_requests",
+            "HTTP requests by outcome and status",
+            ["outcome", "status"],
+            registry=r,
+        )
+        self.connections_refused = Counter(
+            "mlxbatch_connections_refused", "Connections refused past --max-connections", registry=r
+        )
+        self.connections_dropped = Counter(
+            "mlxbatch_connections_dropped",
+            "Connections dropped: replies unread past --timeout-reply",
+            registry=r,
+        )
         self.items = Counter("mlxbatch_items", "Texts classified", registry=r)
-        self.request_seconds = Histogram("mlxbatch_request_seconds", "Request duration, body "
-                                         "read to reply", buckets=SECONDS, registry=r)  # fmt: skip
-        self.queue_seconds = Histogram("mlxbatch_queue_seconds", "An item's wait, arrival to its "
-                                       "batch's start", buckets=SECONDS, registry=r)  # fmt: skip
-        self.inference_seconds = Histogram("mlxbatch_inference_seconds", "A batch's scoring time",
-                                           buckets=SECONDS, registry=r)  # fmt: skip
+        self.request_seconds = Histogram(
+            "mlxbatch_request_seconds",
+            "Request duration, body read to reply",
+            buckets=SECONDS,
+            registry=r,
+        )
+        self.queue_seconds = Histogram(
+            "mlxbatch_queue_seconds",
+            "An item's wait, arrival to its batch's start",
+            buckets=SECONDS,
+            registry=r,
+        )
+        self.inference_seconds = Histogram(
+            "mlxbatch_inference_seconds", "A batch's scoring time", buckets=SECONDS, registry=r
+        )
         self.predicted_ratio = Histogram(
-            "mlxbatch_batch_time_vs_predicted", "A batch's scoring time over the cost model's "
-            "prediction", buckets=(0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 3), registry=r,
-        )  # fmt: skip
-        self.batch_size = Histogram("mlxbatch_batch_size", "Rows in a batch", buckets=ROWS,
-                                    registry=r)  # fmt: skip
-        self.batch_tokens = Histogram("mlxbatch_batch_tokens", "Padded tokens in a batch (rows "
-                                      "x width)", buckets=TOKENS, registry=r)  # fmt: skip
-        self.padded = Counter("mlxbatch_padded_tokens", "Tokens fed, padding included",
-                              registry=r)  # fmt: skip
-        self.useful = Counter("mlxbatch_useful_tokens", "Tokens fed that are not padding",
-                              registry=r)  # fmt: skip
-        self.padding_ratio = Gauge("mlxbatch_padding_ratio", "Padding over tokens fed, since "
-                                   "start", registry=r)  # fmt: skip
-        self.prefix_saved = Counter("mlxbatch_prefix_tokens_saved", "Shared-prefix tokens not "
-                                    "recomputed (served from the pinned prefix KV)",
-                                    registry=r)  # fmt: skip
-        self.queue_depth = Gauge("mlxbatch_queue_depth", "Items waiting in the scheduler",
-                                 registry=r)  # fmt: skip
-        self.verified = Counter("mlxbatch_items_verified", "Items re-scored on the gold loop "
-                                "(--verify-sample)", registry=r)  # fmt: skip
-        self.mismatches = Counter("mlxbatch_verify_mismatches", "Verified items whose gold-loop "
-                                  "label differs from the served one", registry=r)  # fmt: skip
-        self.verify_deviation = Gauge("mlxbatch_verify_max_abs_diff", "Largest probability "
-                                      "difference seen by verification", registry=r)  # fmt: skip
-        self.startup_seconds = Gauge("mlxbatch_startup_seconds", "Start to ready: model load, "
-                                     "prefix prefill, calibration", registry=r)  # fmt: skip
+            "mlxbatch_batch_time_vs_predicted",
+            "A batch's scoring time over the cost model's prediction",
+            buckets=(0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 3),
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "mlxbatch_batch_size", "Rows in a batch", buckets=ROWS, registry=r
+        )
+        self.batch_tokens = Histogram(
+            "mlxbatch_batch_tokens",
+            "Padded tokens in a batch (rows x width)",
+            buckets=TOKENS,
+            registry=r,
+        )
+        self.padded = Counter("mlxbatch_padded_tokens", "Tokens fed, padding included", registry=r)
+        self.useful = Counter(
+            "mlxbatch_useful_tokens", "Tokens fed that are not padding", registry=r
+        )
+        self.padding_ratio = Gauge(
+            "mlxbatch_padding_ratio", "Padding over tokens fed, since start", registry=r
+        )
+        self.prefix_saved = Counter(
+            "mlxbatch_prefix_tokens_saved",
+            "Shared-prefix tokens not recomputed (served from the pinned prefix KV)",
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "mlxbatch_queue_depth", "Items waiting in the scheduler", registry=r
+        )
+        self.verified = Counter(
+            "mlxbatch_items_verified",
+            "Items re-scored on the gold loop (--verify-sample)",
+            registry=r,
+        )
+        self.mismatches = Counter(
+            "mlxbatch_verify_mismatches",
+            "Verified items whose gold-loop label differs from the served one",
+            registry=r,
+        )
+        self.verify_deviation = Gauge(
+            "mlxbatch_verify_max_abs_diff",
+            "Largest probability difference seen by verification",
+            registry=r,
+        )
+        self.startup_seconds = Gauge(
+            "mlxbatch_startup_seconds",
+            "Start to ready: model load, prefix prefill, calibration",
+            registry=r,
+        )
         self.ready = Gauge("mlxbatch_ready", "1 when serving, else 0", registry=r)
         self._lock = threading.Lock()  # batches end on several lanes' threads
         self._padded = self._useful = 0

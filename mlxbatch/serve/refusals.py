@@ -25,9 +25,11 @@ def closing_reply(status: int, message: str) -> bytes:
     """A whole error reply, in the service's shape, for a connection about to close (written
     below the app: refused, timed out, unparsable); its length counted, never typed."""
     body = json.dumps({"error": {"message": message, "type": TYPES[status], "code": status}})
-    head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
-            f"content-type: application/json\r\nconnection: close\r\n"
-            f"content-length: {len(body.encode())}\r\n\r\n")  # fmt: skip
+    head = (
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+        f"content-type: application/json\r\nconnection: close\r\n"
+        f"content-length: {len(body.encode())}\r\n\r\n"
+    )
     return (head + body).encode()
 
 

@@ -42,8 +42,9 @@ class DrainingServer(uvicorn.Server):
             if loop is not None:
                 drain_s = self.config.timeout_graceful_shutdown or 0.0  # --drain-timeout
                 ends = loop.time() + max(0.0, drain_s - DRAIN_MARGIN_S)
-                loop.call_soon_threadsafe(self.config.http_protocol_class.draining,
-                                          self.server_state.connections, ends)  # fmt: skip
+                loop.call_soon_threadsafe(
+                    self.config.http_protocol_class.draining, self.server_state.connections, ends
+                )
         self.signals.append(sig)
         self.service.drain()
         super().handle_exit(sig, frame)
@@ -74,8 +75,11 @@ class UvicornNoise(logging.Filter):
     """Drops uvicorn's log lines that name neither the client nor the reason ("Invalid HTTP
     request received.", WebSocket advice for an Upgrade header): GuardedProtocol logs its own."""
 
-    NOISE = ("Invalid HTTP request received.", "Unsupported upgrade request.",
-             "No supported WebSocket library detected.")  # fmt: skip
+    NOISE = (
+        "Invalid HTTP request received.",
+        "Unsupported upgrade request.",
+        "No supported WebSocket library detected.",
+    )
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not record.getMessage().startswith(self.NOISE)
@@ -86,7 +90,8 @@ def listen(host: str, port: int) -> socket.socket:
     use is one line (uvicorn's own bind failure exits while the loading thread runs)."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]  # fmt: skip
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
         sock = socket.socket(family, kind, proto)
     except OSError as e:
         raise UsageError(f"--host {host}: cannot listen there ({e.strerror or e})") from None
@@ -100,8 +105,13 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(service: Service, sock: socket.socket, api_key: bytes | None,
-          limits: ConnectionLimits, log_level: str = "info") -> int:  # fmt: skip
+def serve(
+    service: Service,
+    sock: socket.socket,
+    api_key: bytes | None,
+    limits: ConnectionLimits,
+    log_level: str = "info",
+) -> int:
     """Serve on `sock` until SIGTERM (exit code 0) or Ctrl-C (130); 2 when the model failed
     to load."""
     logging.getLogger("mlxbatch.serve").setLevel(log_level.upper())
@@ -110,11 +120,14 @@ def serve(service: Service, sock: socket.socket, api_key: bytes | None,
         handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
         logging.getLogger("mlxbatch.serve").addHandler(handler)
     config = uvicorn.Config(
-        build_app(service, api_key, limits), log_level=log_level, server_header=False,
-        http=guarded_protocol(limits, service.metrics), timeout_keep_alive=limits.keep_alive_s,
+        build_app(service, api_key, limits),
+        log_level=log_level,
+        server_header=False,
+        http=guarded_protocol(limits, service.metrics),
+        timeout_keep_alive=limits.keep_alive_s,
         timeout_graceful_shutdown=limits.drain_s,
         ws="none",  # `Upgrade: websocket` would leave GuardedProtocol where a library is installed
-    )  # fmt: skip
+    )
     logging.getLogger("uvicorn.access").addFilter(PathOnly())
     logging.getLogger("uvicorn.error").addFilter(DrainEnded())
     logging.getLogger("uvicorn.error").addFilter(UvicornNoise())

@@ -115,23 +115,42 @@ class Service:
         t0 = time.perf_counter()
         try:
             s = self.spec
-            asking = {} if s.questions is None else {
-                "questions": s.questions, "labels": DEFAULT_LABELS,
-                "tag_threshold": 0.5 if s.tag_threshold is None else s.tag_threshold}  # fmt: skip
+            asking = (
+                {}
+                if s.questions is None
+                else {
+                    "questions": s.questions,
+                    "labels": DEFAULT_LABELS,
+                    "tag_threshold": 0.5 if s.tag_threshold is None else s.tag_threshold,
+                }
+            )
             self.clf = clf = Classifier.load(
-                s.model, **({"labels": s.labels} | asking), system_prompt=s.system_prompt,
-                examples=s.examples, calibrate=s.calibrate, prior=s.prior,
-                min_confidence=s.min_confidence, descriptions=s.descriptions,
-            )  # fmt: skip
+                s.model,
+                **({"labels": s.labels} | asking),
+                system_prompt=s.system_prompt,
+                examples=s.examples,
+                calibrate=s.calibrate,
+                prior=s.prior,
+                min_confidence=s.min_confidence,
+                descriptions=s.descriptions,
+            )
             t1 = time.perf_counter()
-            self.settings = clf.settings(RunSpec(batch_tokens=s.batch_tokens, max_batch=s.max_batch,
-                                                 max_tokens=self.limits.max_tokens))  # fmt: skip
+            self.settings = clf.settings(
+                RunSpec(
+                    batch_tokens=s.batch_tokens,
+                    max_batch=s.max_batch,
+                    max_tokens=self.limits.max_tokens,
+                )
+            )
             self.verifier = Verifier(s.verify_sample, self._check, self._verified)
             self.scheduler = LiveScheduler(
-                clf.engine, self.settings.policy, max_wait=self.limits.max_wait_s,
-                max_queue=self.limits.max_queue, on_batch=self.metrics.batch,
+                clf.engine,
+                self.settings.policy,
+                max_wait=self.limits.max_wait_s,
+                max_queue=self.limits.max_queue,
+                on_batch=self.metrics.batch,
                 on_idle=self.verifier.step,
-            )  # fmt: skip
+            )
             self.scheduler.start()
             self.metrics.track_queue(lambda: self.scheduler.queued)
         except Exception as e:  # a bad checkpoint or label set: say so, then stop the server
@@ -164,8 +183,10 @@ class Service:
 
     def check_accepting(self) -> None:
         if self.state != "ready":
-            what = {"starting": "the model is still loading", "draining": "the server is "
-                    "shutting down"}.get(self.state, "the model failed to load")  # fmt: skip
+            what = {
+                "starting": "the model is still loading",
+                "draining": "the server is shutting down",
+            }.get(self.state, "the model failed to load")
             raise ApiError(503, what, {"Retry-After": "1"} if self.state == "starting" else None)
 
     async def classify(self, req: ClassifyBody) -> dict:
@@ -173,8 +194,9 @@ class Service:
         # off the event loop however short: a few 1 MB texts held it for seconds
         if sum(len(t) for t in req.texts) > LONG_CHARS:
             try:
-                turn = asyncio.get_running_loop().run_in_executor(self.long_requests,
-                                                                  self._prepare, req)  # fmt: skip
+                turn = asyncio.get_running_loop().run_in_executor(
+                    self.long_requests, self._prepare, req
+                )
             except RuntimeError:  # closed: the service is ending
                 raise ApiError(503, "the server is shutting down") from None
             items = await turn
@@ -184,8 +206,11 @@ class Service:
             future = self.scheduler.submit(items)
         except QueueFull as e:
             wait = max(1, math.ceil(e.retry_after))
-            raise ApiError(429, f"the queue is full ({self.limits.max_queue:,} items); retry "
-                           f"in {wait} s", {"Retry-After": str(wait)}) from None  # fmt: skip
+            raise ApiError(
+                429,
+                f"the queue is full ({self.limits.max_queue:,} items); retry in {wait} s",
+                {"Retry-After": str(wait)},
+            ) from None
         except RuntimeError as e:  # the scheduler began draining
             raise ApiError(503, f"the server is shutting down ({e})") from None
         # shielded: a cancelled request must not cancel the scheduler's future under it; its
@@ -217,19 +242,37 @@ class Service:
         for i, (item, said) in enumerate(zip(items, self.clf.predictions(probs))):
             if said.not_finite:  # (a NaN reply was a text/plain 500)
                 raise ApiError(500, f"input[{i}]: {self.clf.non_finite()}")
-            row = {"index": i, "label": said.label, "probs": [said.scores[n] for n in names],
-                   "num_classes": len(names), "scores": said.scores,
-                   "abstained": said.abstained} if said.answers is None else {
-                   "index": i, "answers": said.answers}  # fmt: skip
+            row = (
+                {
+                    "index": i,
+                    "label": said.label,
+                    "probs": [said.scores[n] for n in names],
+                    "num_classes": len(names),
+                    "scores": said.scores,
+                    "abstained": said.abstained,
+                }
+                if said.answers is None
+                else {"index": i, "answers": said.answers}
+            )
             if item.truncated:
                 row["truncated"] = item.truncated
             data.append(row)
         tokens = sum(len(item.prompt) for item in items)
         cached = tokens - sum(item.fed for item in items)
-        usage = {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0,
-                 "prompt_tokens_details": {"cached_tokens": cached}}  # fmt: skip
-        return {"id": rid, "object": "list", "created": int(time.time()), "model": self.spec.name,
-                "data": data, "usage": usage}  # fmt: skip
+        usage = {
+            "prompt_tokens": tokens,
+            "total_tokens": tokens,
+            "completion_tokens": 0,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
+        return {
+            "id": rid,
+            "object": "list",
+            "created": int(time.time()),
+            "model": self.spec.name,
+            "data": data,
+            "usage": usage,
+        }
 
     def _check(self, prompt: list[int], probs: np.ndarray):
         """An item served with raw `probs`, against the gold loop (api/verify.py)."""
@@ -251,9 +294,13 @@ class Service:
                 body["error"] = self.failure
             return 503, body
         v = self.verifier
-        return 200, {"status": "degraded" if self.degraded else "ok", "startup": self.startup,
-                     "queued": self.scheduler.queued, "verify_mismatches": v.mismatches,
-                     "verify_pending": len(v.pending)}  # fmt: skip
+        return 200, {
+            "status": "degraded" if self.degraded else "ok",
+            "startup": self.startup,
+            "queued": self.scheduler.queued,
+            "verify_mismatches": v.mismatches,
+            "verify_pending": len(v.pending),
+        }
 
     def describe(self) -> dict:
         """The served model as /v1/models shows it (OpenAI's list shape, plus what we serve)."""
@@ -262,21 +309,42 @@ class Service:
         clf = self.clf
         prefix = np.asarray(clf.engine.prefix, np.int64).tobytes()
         card = {
-            "id": self.spec.name, "object": "model", "created": self.created,
-            "owned_by": "mlxbatch", "checkpoint": clf.lm.describe(),
+            "id": self.spec.name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "mlxbatch",
+            "checkpoint": clf.lm.describe(),
             "labels": list(clf.columns),
-            **({"questions": [{"name": q.name, "multi_label" if q.multi else "labels":
-                               list(q.labels)} for q in clf.questions.questions]}
-               if hasattr(clf, "questions") else {}),
-            "prefix": {"tokens": len(clf.engine.prefix),
-                       "sha256": hashlib.sha256(prefix).hexdigest()},
+            **(
+                {
+                    "questions": [
+                        {"name": q.name, "multi_label" if q.multi else "labels": list(q.labels)}
+                        for q in clf.questions.questions
+                    ]
+                }
+                if hasattr(clf, "questions")
+                else {}
+            ),
+            "prefix": {
+                "tokens": len(clf.engine.prefix),
+                "sha256": hashlib.sha256(prefix).hexdigest(),
+            },
             # as resolved: the item limit the requests meet and the budget batches are cut by
-            "limits": self.limits.as_dict() | {"item_limit": {"tokens": self.settings.limit.tokens,
-                                                              "set_by": self.settings.limit.source}},
-            "batching": {"max_batch": self.spec.max_batch,
-                         "batch_tokens": self.settings.policy.batch_tokens,
-                         "lanes": clf.engine.lanes},
-            "calibrate": self.spec.calibrate, "min_confidence": self.spec.min_confidence,
-            "verify_sample": self.spec.verify_sample, "device": str(mx.default_device()),
-        }  # fmt: skip
+            "limits": self.limits.as_dict()
+            | {
+                "item_limit": {
+                    "tokens": self.settings.limit.tokens,
+                    "set_by": self.settings.limit.source,
+                }
+            },
+            "batching": {
+                "max_batch": self.spec.max_batch,
+                "batch_tokens": self.settings.policy.batch_tokens,
+                "lanes": clf.engine.lanes,
+            },
+            "calibrate": self.spec.calibrate,
+            "min_confidence": self.spec.min_confidence,
+            "verify_sample": self.spec.verify_sample,
+            "device": str(mx.default_device()),
+        }
         return {"object": "list", "data": [card]}

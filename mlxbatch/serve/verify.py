@@ -29,9 +29,13 @@ class Verifier:
     classifier's, over the served scores as answered: calibration and prior applied)."""
 
     def __init__(
-        self, fraction: float, check: Callable[[list[int], np.ndarray], Check],
-        on_result: Callable[[bool, float], None], seed: int = 0, backlog: int = 1024,
-    ):  # fmt: skip
+        self,
+        fraction: float,
+        check: Callable[[list[int], np.ndarray], Check],
+        on_result: Callable[[bool, float], None],
+        seed: int = 0,
+        backlog: int = 1024,
+    ):
         self.fraction, self.check, self.on_result = fraction, check, on_result
         self.rng = random.Random(seed)
         self.pending: deque[Sample] = deque(maxlen=backlog)  # the oldest drop under overload
@@ -55,8 +59,14 @@ class Verifier:
         if not got.agrees:
             self.mismatches += 1
             gold, served = got.answers()
-            log.warning("verification failed: request %s item %d was served %r, the gold loop "
-                        "says %r (largest score difference %.3g)", s.request_id, s.index,
-                        served, gold, got.diff)  # fmt: skip
+            log.warning(
+                "verification failed: request %s item %d was served %r, the gold loop "
+                "says %r (largest score difference %.3g)",
+                s.request_id,
+                s.index,
+                served,
+                gold,
+                got.diff,
+            )
         self.on_result(not got.agrees, got.diff)
         return True
