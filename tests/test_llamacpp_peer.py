@@ -140,3 +140,23 @@ def test_llama_cpp_agrees_with_the_gold_loop_on_the_tiny_model(tiny_model_dir, t
     assert "error" not in q8, q8
     assert q8["agreement"] >= 0.5  # 8-bit weights of a random model: near-ties may flip
     assert os.path.getsize(q8["gguf"]) < os.path.getsize(f32["gguf"]) / 2
+
+
+def test_a_model_given_as_a_gguf_is_timed_on_that_very_file(tmp_path):
+    """llama.cpp runs the GGUF a model directory was converted from (`--model FILE.gguf`), not a
+    conversion of its own; a directory whose source is gone or is no GGUF converts as before."""
+    import json
+
+    from mlxbatch.bench.llamacpp import own_gguf
+
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    model = tmp_path / "model"
+    model.mkdir()
+    meta = {"source": str(gguf), "gguf": {"quantization": "Q4_1"}}
+    (model / "mlxbatch.json").write_text(json.dumps(meta))
+    assert own_gguf(model) == (gguf, "Q4_1")
+    gguf.unlink()
+    assert own_gguf(model) is None
+    (model / "mlxbatch.json").write_text(json.dumps({"source": "x"}))
+    assert own_gguf(model) is None

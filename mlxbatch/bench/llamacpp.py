@@ -5,6 +5,7 @@ cache cut back to it for each ticket, llama.cpp's defaults otherwise."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -126,6 +127,17 @@ def score_gguf(
     return picked, seconds
 
 
+def own_gguf(model_dir: Path) -> tuple[Path, str] | None:
+    """(the GGUF file, its quantization) a model directory was converted from, where it still
+    exists: `--model FILE.gguf` runs such a directory, and llama.cpp is timed on the file."""
+    try:
+        meta = json.loads((model_dir / "mlxbatch.json").read_text())
+        source, quant = Path(meta["source"]), meta["gguf"]["quantization"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (source, str(quant)) if source.is_file() else None
+
+
 def llamacpp_peer(
     key: str,
     model_dir: Path,
@@ -138,18 +150,25 @@ def llamacpp_peer(
     """One llama.cpp peer (`llama.cpp-f32`, `llama.cpp-q8_0`): GGUF, then timed scoring."""
     outtype = OUTTYPES[key]
     name = f"llama.cpp {outtype.upper()}"
+    own = own_gguf(Path(model_dir))
+    if own is not None:  # a model given as a GGUF: llama.cpp runs that very file
+        gguf, quant = own
+        if key != next(iter(OUTTYPES)):
+            return {"name": name, "error": f"not run: the model's own {quant} GGUF is timed once"}
+        name = f"llama.cpp, the model's own {quant} GGUF"
     try:
         import llama_cpp
     except ImportError:
         return {"name": name, "error": "not installed (pip install 'mlxbatch[llamacpp]')"}
-    converter, why = find_converter(o.src)
-    if converter is None:
-        return {"name": name, "error": why}
-    cache = o.cache or cache_dir() / "gguf"
-    try:
-        gguf = gguf_for(Path(model_dir), outtype, converter, cache, progress)
-    except RuntimeError as e:
-        return {"name": name, "error": str(e)}
+    if own is None:
+        converter, why = find_converter(o.src)
+        if converter is None:
+            return {"name": name, "error": why}
+        cache = o.cache or cache_dir() / "gguf"
+        try:
+            gguf = gguf_for(Path(model_dir), outtype, converter, cache, progress)
+        except RuntimeError as e:
+            return {"name": name, "error": str(e)}
     threads = o.threads or usable_threads()
     load = os.getloadavg()[0]
     if load > usable_threads():
