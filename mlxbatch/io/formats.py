@@ -13,6 +13,7 @@ from typing import BinaryIO
 
 from ..errors import InputError
 from .caps import ROW_BYTES, size
+from .ids import JsonNumber
 from .sources import BUFFER, peek, read_errors
 from .tables import Record, csv_rows, tsv_rows
 
@@ -194,7 +195,7 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
     return obj
 
 
-_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_float=JsonNumber)
 
 
 def json_kind(x) -> str:

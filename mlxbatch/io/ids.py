@@ -10,10 +10,29 @@ from bisect import bisect_left
 NUMBER, TEXT = 1, 0
 
 
+class JsonNumber(float):
+    """A JSON number with a fraction or exponent, as written (`1e2`, `1.0`, `-0.0`): its value
+    for arithmetic, its text for output, so an id is echoed and told apart exactly as given."""
+
+    def __new__(cls, text: str):
+        number = float.__new__(cls, text)
+        number.text = text
+        return number
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def __reduce__(self):
+        return JsonNumber, (self.text,)
+
+
 def canonical(rid: str | int | float) -> bytes:
-    """Equal ids give equal bytes, as Python compares them (1 == 1.0; 1 != "1")."""
+    """Equal ids give equal bytes: strings and integers by value (1 != "1"), a JSON number
+    with a fraction or exponent as written (1.0, 1e2 and 1 are three ids)."""
     if isinstance(rid, str):
         return b"s" + rid.encode("utf-8", "surrogatepass")
+    if isinstance(rid, JsonNumber):
+        return b"f" + rid.text.encode()
     if isinstance(rid, float) and rid.is_integer():
         return b"n" + str(int(rid)).encode()
     return b"n" + (str(rid) if isinstance(rid, int) else repr(rid)).encode()

@@ -12,6 +12,7 @@ import numpy as np
 from ..engine.adjust import Adjustment
 from ..errors import ResumeError
 from ..runtime.blas import LAYOUT_ENV, TILED
+from .rows import loads
 
 JOURNAL_VERSION = 1
 
@@ -30,7 +31,7 @@ def journal_entry(
     row inside the input, an id, and an error or finite scores whose label, abstention and
     truncation agree with the job's `labels`, `min_confidence` and truncation."""
     try:
-        entry = json.loads(line)
+        entry = loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError):
         entry = None
     if not isinstance(entry, dict) or set(entry) != {"row", "result"}:

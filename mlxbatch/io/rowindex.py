@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
+
+from .rows import loads
 
 
 class RowIndex:
@@ -46,7 +47,7 @@ class RowIndex:
             if b"\n" in more:
                 chunk = chunk[: chunk.index(b"\n") + 1]
             size = min(2 * size, 1 << 20)
-        return json.loads(chunk)["result"]
+        return loads(chunk)["result"]
 
     def line_of(self, row: int) -> int:
         """The 1-based line of the journal that holds `row` (for messages: reads up to it)."""

@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 from ..engine.questions import AnswerColumns
 from ..errors import OutputError
+from .ids import JsonNumber
 from .streams import is_stream
 
 OUTPUT_SUFFIXES = (".jsonl", ".jsonl.gz", ".csv", ".csv.gz", ".tsv", ".tsv.gz")
@@ -122,7 +123,32 @@ def output_format_of(path: Path) -> tuple[str, bool]:
 
 
 def dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, allow_nan=False)
+    """Strict JSON; a number read as `JsonNumber` is written back as it was given."""
+    held: list[str] = []
+    text = json.dumps(_held(obj, held), ensure_ascii=False, allow_nan=False)
+    for i, number in enumerate(held):
+        text = text.replace(f'"{_HOLD}{i}{_HOLD}"', number, 1)
+    return text
+
+
+_HOLD = "\ue000"  # a private-use character around each placeholder's index
+
+
+def _held(obj: Any, held: list[str]) -> Any:
+    """`obj` with each JsonNumber swapped for a numbered placeholder string (its text in `held`)."""
+    if isinstance(obj, JsonNumber):
+        held.append(obj.text)
+        return f"{_HOLD}{len(held) - 1}{_HOLD}"
+    if isinstance(obj, dict):
+        return {k: _held(v, held) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_held(v, held) for v in obj]
+    return obj
+
+
+def loads(text: str | bytes) -> Any:
+    """`json.loads`, numbers with a fraction or exponent kept as written (`dumps` writes them)."""
+    return json.loads(text, parse_float=JsonNumber)
 
 
 def result_row(
@@ -158,7 +184,7 @@ def read_results(path: Path) -> list[dict]:
     source = open_source(str(path))
     try:
         if kind == "jsonl":
-            return [json.loads(line) for line in source.stream if line.strip()]
+            return [loads(line) for line in source.stream if line.strip()]
         return _table_results(io.TextIOWrapper(source.stream, encoding="utf-8", newline=""), kind)
     except (EOFError, zlib.error) as e:
         raise ValueError(f"cut short or corrupt ({e})") from None
