@@ -12,6 +12,7 @@ import numpy as np
 from ..engine.adjust import Adjustment
 from ..errors import ResumeError
 from ..runtime.blas import LAYOUT_ENV, TILED
+from .ids import JsonNumber
 from .rows import loads
 
 JOURNAL_VERSION = 1
@@ -75,7 +76,7 @@ def _answered(row: int, result: dict, columns, truncating: bool | None) -> tuple
     if columns is not None and names != list(columns):
         return "has answers that are not one per question of this run"
     values = [v for a in answers.values() for v in a["scores"].values()]
-    if not all(type(v) in (int, float) and 0.0 <= v <= 1.0 for v in values):
+    if not all(type(v) in (int, float, JsonNumber) and 0.0 <= v <= 1.0 for v in values):
         return "has a score that is not a finite probability"
     return row, result
 
@@ -96,7 +97,7 @@ def _scored(
     if not isinstance(scores, dict) or len(scores) < 2 or (labels and list(scores) != list(labels)):
         return "has scores that are not one per label"
     values = list(scores.values())
-    if not all(type(v) in (int, float) and 0.0 <= v <= 1.0 for v in values):  # NaN fails too
+    if not all(type(v) in (int, float, JsonNumber) and 0.0 <= v <= 1.0 for v in values):  # NaN fails too
         return "has a score that is not a finite probability"
     if abs(sum(values) - 1.0) > 1e-3:  # MLX fp32 softmax over 5,000 labels: off by 1.2e-5
         return f"has scores that sum to {sum(values):.6g}, not 1"
