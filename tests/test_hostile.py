@@ -542,7 +542,7 @@ ERRORS = {
     ),
     "eval score 1e999": (
         c_eval(PRED.replace("0.7", "1e999")),
-        "row 1: the score of 'billing' is inf",
+        "row 1: the score of 'billing' is 1e999",  # named as written
     ),
     "eval negative score": (
         c_eval(PRED.replace("0.4", "-0.4")),
@@ -633,8 +633,8 @@ ERRORS = {
     ),  # refused by its suffix, before the model's own file check
     "--json onto the model's weights": (
         c_into_model("--json", "model.safetensors", "--gold-field", "gold"),
-        "mlxbatch will not replace it",
-    ),  # not a report: refused before the model is resolved
+        "mlxbatch writes nothing there",
+    ),  # beside a model's files: refused before the model is resolved
     # settings
     "budget cannot fit": (c_in(GOOD, "--batch-tokens", 10**9), "--batch-tokens"),
     "unknown option": (c_in(GOOD, "--fast-please"), "No such option"),

@@ -171,7 +171,8 @@ def run_parity(
     import torch
     from transformers import AutoModelForCausalLM
 
-    check_regular_files(Path(hf_dir))  # transformers would block on a FIFO there
+    if not Path(hf_dir).is_file():  # a GGUF was checked when it was converted
+        check_regular_files(Path(hf_dir))  # transformers would block on a FIFO there
     lm = load_model(mlx_dir, dtype="float32")
     batches = parity_batches(lm)
     ours = [x for b in batches for x in mlx_logits(lm, b)]

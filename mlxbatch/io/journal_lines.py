@@ -97,7 +97,9 @@ def _scored(
     if not isinstance(scores, dict) or len(scores) < 2 or (labels and list(scores) != list(labels)):
         return "has scores that are not one per label"
     values = list(scores.values())
-    if not all(type(v) in (int, float, JsonNumber) and 0.0 <= v <= 1.0 for v in values):  # NaN fails too
+    if not all(
+        type(v) in (int, float, JsonNumber) and 0.0 <= v <= 1.0 for v in values
+    ):  # NaN fails too
         return "has a score that is not a finite probability"
     if abs(sum(values) - 1.0) > 1e-3:  # MLX fp32 softmax over 5,000 labels: off by 1.2e-5
         return f"has scores that sum to {sum(values):.6g}, not 1"

@@ -127,24 +127,7 @@ def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None])
     )
     asking = question_options(req, prompt.questions)
     writes_as = output_format(str(req.output))[0] if req.output is not None else "jsonl"
-    if req.gold_field:  # the evaluation holds every row
-        rows, fmt = read_rows(
-            req.input,
-            req.text_field,
-            req.id_field,
-            req.input_format,
-            (req.gold_field,) if req.gold_field else (),
-            writes_as,
-        )
-        if req.gold_field and not any(req.gold_field in row.fields for row in rows):
-            raise InputError(
-                f"{req.input}: no row has the gold field {req.gold_field!r} (--gold-field)"
-            )
-    else:  # read in windows, twice (a scan, then the job): memory flat in the input's length
-        rows = JobInput.of_file(
-            req.input, req.text_field, req.id_field, req.input_format, (), writes_as
-        )
-        fmt = rows.fmt
+    rows, fmt = _input(req, writes_as)
     clf = None
     try:  # from here the input is held (JobInput): released however the job ends
         if req.prior is not None and not asking:  # before the load, named as the CLI names it
@@ -160,20 +143,7 @@ def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None])
                 ],
                 path,
             )
-        clf = Classifier.load(
-            path,
-            prompt.labels or DEFAULT_LABELS,
-            prompt.system,
-            req.dtype,
-            req.prefix_cache,
-            req.check_weights,
-            examples=prompt.examples,
-            calibrate=req.calibrate,
-            prior=req.prior,
-            min_confidence=req.min_confidence,
-            descriptions=prompt.descriptions,
-            **asking,
-        )
+        clf = _load(req, path, prompt, asking)
         result = run_job(
             clf,
             rows,
@@ -194,6 +164,47 @@ def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None])
         if isinstance(rows, JobInput):
             rows.close()  # the job's input may be written again
     return report(clf, rows, result, req, say)
+
+
+def _input(req: JobRequest, writes_as: str):
+    """(rows, format): every row for an evaluation, else the input read in windows."""
+    if req.gold_field:  # the evaluation holds every row
+        rows, fmt = read_rows(
+            req.input,
+            req.text_field,
+            req.id_field,
+            req.input_format,
+            (req.gold_field,) if req.gold_field else (),
+            writes_as,
+        )
+        if req.gold_field and not any(req.gold_field in row.fields for row in rows):
+            raise InputError(
+                f"{req.input}: no row has the gold field {req.gold_field!r} (--gold-field)"
+            )
+    else:  # read in windows, twice (a scan, then the job): memory flat in the input's length
+        rows = JobInput.of_file(
+            req.input, req.text_field, req.id_field, req.input_format, (), writes_as
+        )
+        fmt = rows.fmt
+    return rows, fmt
+
+
+def _load(req: JobRequest, path, prompt, asking: dict) -> Classifier:
+    """The classifier the options ask for."""
+    return Classifier.load(
+        path,
+        prompt.labels or DEFAULT_LABELS,
+        prompt.system,
+        req.dtype,
+        req.prefix_cache,
+        req.check_weights,
+        examples=prompt.examples,
+        calibrate=req.calibrate,
+        prior=req.prior,
+        min_confidence=req.min_confidence,
+        descriptions=prompt.descriptions,
+        **asking,
+    )
 
 
 def question_options(req: JobRequest, questions) -> dict:

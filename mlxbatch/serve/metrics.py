@@ -42,6 +42,10 @@ class Metrics:
             registry=r,
         )
         self.items = Counter("mlxbatch_items", "Texts classified", registry=r)
+        self._timings(r)
+
+    def _timings(self, r: CollectorRegistry) -> None:
+        """The metrics of time, tokens, verification and readiness, and their running counts."""
         self.request_seconds = Histogram(
             "mlxbatch_request_seconds",
             "Request duration, body read to reply",
