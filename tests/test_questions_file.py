@@ -104,3 +104,36 @@ def test_labels_beside_questions_are_refused(tmp_path):
     one_line_error(r, "--labels", "--questions")
     r = invoke(["classify", src, "--questions", path, "--system-prompt", "Be brief."])
     one_line_error(r, "system")
+
+
+@pytest.mark.parametrize(
+    "questions, words",
+    [
+        (
+            [
+                {"name": "q", "ask": "x", "labels": ["c", "d"]},
+                {"name": "q_c", "ask": "y", "labels": ["e", "f"]},
+            ],
+            ["'q_c'", "CSV column"],
+        ),
+        (
+            [
+                {"name": "a_b", "ask": "x", "labels": ["c", "d"]},
+                {"name": "a", "ask": "y", "labels": ["b_c", "e"]},
+            ],
+            ["'a_b_c'", "CSV column"],
+        ),
+        ([{"name": "t", "multi_label": ["a;b", "c"]}], ["'a;b'", "multi_label"]),
+        ([{"name": "t", "multi_label": ["a,b", "c"]}], ["'a,b'", "multi_label"]),
+        ([{"name": "t", "multi_label": ["a", "c"], "ask": "Is it {label} {foo}?"}], ["{foo}"]),
+    ],
+)
+def test_questions_whose_table_cannot_be_read_back_are_refused(questions, words):
+    """Two CSV columns of one name, a tag holding the separator that joins tags, a template
+    placeholder the file cannot mean: refused before anything loads."""
+    from mlxbatch.engine.questions import questions_from
+    from mlxbatch.errors import InputError
+
+    with pytest.raises(InputError) as e:
+        questions_from({"questions": questions})
+    assert all(w in str(e.value) for w in words), str(e.value)

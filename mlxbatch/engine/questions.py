@@ -84,6 +84,9 @@ class Questions:
         return [[q.name, q.ask, list(q.labels), q.descriptions, q.multi] for q in self.questions]
 
 
+PLACEHOLDERS = {"{label}", "{description}"}
+
+
 def questions_from(data, source: str = "questions") -> Questions:
     """Questions from parsed data (a file's, or the Python API's list or mapping)."""
     if isinstance(data, list):
@@ -110,7 +113,21 @@ def questions_from(data, source: str = "questions") -> Questions:
             raise InputError(f"{source}: question {q.name!r}: field 'name': given twice")
         seen.add(q.name)
         out.append(q)
+    _check_columns(out, source)
     return Questions(tuple(out), system.strip("\n") if system else None, source)
+
+
+def _check_columns(questions: list[Question], source: str) -> None:
+    """Refuse questions whose CSV columns (`name`, `name_label`) would share a name: a table
+    reader keeps one of the two."""
+    owner: dict[str, str] = {}
+    for q in questions:
+        for column in (q.name, *(f"{q.name}_{x}" for x in q.columns())):
+            if (other := owner.setdefault(column, q.name)) != q.name:
+                raise InputError(
+                    f"{source}: question {q.name!r}: field 'name': its CSV column {column!r} "
+                    f"is also one of question {other!r}'s: rename one"
+                )
 
 
 def _question(entry, n: int, source: str) -> Question:
@@ -147,6 +164,16 @@ def _question(entry, n: int, source: str) -> Question:
         )
     if multi and ask and "{label}" not in ask:
         raise InputError(f"{where}: field 'ask': a multi_label template names {{label}}")
+    if multi and (unknown := sorted(set(re.findall(r"{[^{}]*}", ask)) - PLACEHOLDERS)):
+        raise InputError(
+            f"{where}: field 'ask': {unknown[0]} is no placeholder (a multi_label template "
+            "names {label} and may name {description})"
+        )
+    if multi and (joined := next((t for t in labels if ";" in t or "," in t), None)):
+        raise InputError(
+            f"{where}: field 'multi_label': tag {joined!r} holds ';' or ',', which join a "
+            "text's tags in a CSV cell and a gold field"
+        )
     if problem := unicode_problem(ask):
         raise InputError(f"{where}: field 'ask' holds {problem}")
     return Question(name, ask.strip(), labels, descriptions, multi)
