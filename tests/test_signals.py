@@ -109,3 +109,31 @@ def test_a_signal_while_the_service_loads_never_aborts(tiny_model_dir, tmp_path,
         err = proc.communicate(timeout=120)[1].decode()
         assert proc.returncode == (130 if sig == signal.SIGINT else 0), (delay, err[-2000:])
         assert "Traceback" not in err and "terminate called" not in err, (delay, err[-2000:])
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc")
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_while_the_command_is_still_importing_is_one_line(tmp_path, signum, code):
+    """Sent as soon as NumPy's extension is mapped (the CLI's own imports under way, before its
+    handlers): one line and 128 + the signal, no traceback."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlxbatch", "tickets", "3"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    maps = Path(f"/proc/{proc.pid}/maps")
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            if "_multiarray_umath" in maps.read_text():
+                break
+        except OSError:
+            pass
+        time.sleep(0.002)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=60)
+    if proc.returncode == 0:
+        pytest.skip("the command ended before the signal")
+    assert proc.returncode == code, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("error: "), err
