@@ -112,7 +112,13 @@ def test_shell_block_runs(newcomer, body):
         timeout=600,
     )
     assert done.returncode == 0, f"{script}\n{done.stdout}\n{done.stderr}"
-    if "mlxbatch classify" in script:
+    if "--questions" in script:
+        rows = [json.loads(x) for x in (cwd / "answers.jsonl").read_text().splitlines()]
+        assert len(rows) == 20 and all(
+            set(r["answers"]) == {"intent", "urgency", "tags"} for r in rows
+        )
+        assert "verify: 100.00% label agreement" in done.stderr, done.stderr
+    elif "mlxbatch classify" in script:
         rows = [json.loads(x) for x in (cwd / "labels.jsonl").read_text().splitlines()]
         assert len(rows) == 40 and all(
             r["label"] in {"billing", "technical", "account"} for r in rows
