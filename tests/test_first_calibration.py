@@ -1,5 +1,5 @@
 """A first job on a new machine checks the planner's default cost model against one timed
-batch and calibrates when it is off by more than 2x, saying so (issue 26)."""
+batch and calibrates when it is off by more than 2x, saying so."""
 
 from __future__ import annotations
 

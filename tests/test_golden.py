@@ -2,11 +2,11 @@
 
 `tests/golden/` was written by `tests/golden_jobs.py` with the code as it stood before the
 package was restructured. The fast-path files were re-recorded once, deliberately, when the
-CPU fast path moved SiLU and the attention softmax to host kernels (issue #8): labels and
+CPU fast path moved SiLU and the attention softmax to host kernels: labels and
 error rows unchanged, scores within 6.3e-7 of the old ones; and again when each batch
 came to run whole on one CPU lane instead of split across the lanes (labels and error rows
-unchanged, scores within 7.2e-7); and when the fast path became batch-invariant (issue #19:
-labels and error rows unchanged, scores within 5.4e-7, and sorted_* now equal naive_* byte for
+unchanged, scores within 7.2e-7); and when the fast path became batch-invariant
+(labels and error rows unchanged, scores within 5.4e-7, and sorted_* now equal naive_* byte for
 byte). The gold loop's files (sequential_*) never changed by a bit. Float bits depend on the BLAS kernels: on the machine kind that
 recorded them (ENV.json: SkylakeX kernels on an AMD EPYC, whichever build of OpenBLAS supplies
 them; a Zen 5 under OPENBLAS_CORETYPE=SkylakeX matched all ten files byte for byte), in the

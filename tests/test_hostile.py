@@ -1191,7 +1191,7 @@ def test_missing_extras_are_named_in_one_line(tiny_model_dir, tmp_path, monkeypa
 )
 def test_outputs_never_take_a_weights_tokenizer_or_code_suffix(tiny_model_dir, tmp_path, name):
     """`tickets 5 -o tiny/model.safetensors` replaced the model's weights with JSONL (fresh
-    adversarial pass, round four): such suffixes are refused for every output, whoever's file."""
+    adversarial pass): such suffixes are refused for every output, whoever's file."""
     target = tmp_path / name
     target.write_bytes(b"precious")
     for args in (

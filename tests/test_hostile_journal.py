@@ -1,4 +1,4 @@
-"""Issue 27: a resume never mixes two computations, and a journal is trusted no further than
+"""A resume never mixes two computations, and a journal is trusted no further than
 it can be checked (row range, ids against the input, labels against scores, finite scores)."""
 
 from __future__ import annotations

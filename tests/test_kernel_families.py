@@ -1,4 +1,4 @@
-"""Batch invariance under every OpenBLAS kernel family this CPU can run (issue 26).
+"""Batch invariance under every OpenBLAS kernel family this CPU can run.
 
 The DYNAMIC_ARCH OpenBLAS picks its kernels for the CPU at load; OPENBLAS_CORETYPE forces a
 family, so one machine tests several. Under each, in a fresh process: the kernels mlxbatch
