@@ -81,6 +81,8 @@ def _probe(library: str, env: tuple[tuple[str, str], ...]) -> dict:
         return {"failure": f"the probe could not start: {e}"}
     if out.returncode < 0:
         name = signal.Signals(-out.returncode).name
+        if -out.returncode in _STOPPED_FROM_OUTSIDE:  # says nothing of the library: not kept
+            return {"failure": f"stopped by {name} in the probe", "transient": True}
         hint = " (a build for another CPU)" if name == "SIGILL" else ""
         return {"failure": f"died of {name} in the probe{hint}"}
     try:
@@ -88,6 +90,10 @@ def _probe(library: str, env: tuple[tuple[str, str], ...]) -> dict:
     except (ValueError, IndexError):
         lines = [x for x in out.stderr.strip().splitlines() if x.strip()]
         return {"failure": (lines[-1] if lines else f"exit {out.returncode}")[:300]}
+
+
+# Signals another process sends (Ctrl-C, a service manager, the OOM killer), not a library's fault
+_STOPPED_FROM_OUTSIDE = {signal.SIGINT, signal.SIGTERM, signal.SIGKILL, signal.SIGHUP}
 
 
 def env_for(c: Candidate, family: str | None) -> tuple[tuple[str, str], ...]:
@@ -144,6 +150,8 @@ def measured(options: list[Candidate]) -> dict[str, dict]:
                         continue  # OpenBLAS's own choice: probed just above
                     found[family_key(c.library, family)] = _probe(c.library, env_for(c, family))
         cached = {"key": key, "probes": found}
+        if any(r.get("transient") for r in found.values()):
+            return found  # probed again by the next run: a probe stopped from outside
         try:  # atomically: ranks starting together never read a half-written cache
             path.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(path, lambda f: json.dump(cached, f, indent=1))
