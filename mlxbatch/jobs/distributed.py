@@ -46,8 +46,7 @@ class Cluster:
 
     @classmethod
     def join(cls, required: bool, timeout: float) -> Cluster | None:
-        """The launch's group when there is more than one rank, else None (or an error when
-        `required`)."""
+        """The launch's group when there is more than one rank, else None (or, `required`, an error)."""
         try:
             group = mx.distributed.init(strict=required)
         except Exception as e:  # MLX raises RuntimeError with the backend's reason
@@ -142,9 +141,8 @@ class RankGroup:
         self.lanes: list[int] | None = None
 
     def share(self, settings: Settings | None, clf: Classifier, spec: RunSpec) -> Settings:
-        """Rank 0's settings on every rank, once, exactly as it resolved them (its record, as
-        JSON: floats round-trip): a rank with less free memory must not cut items at another
-        limit."""
+        """Rank 0's settings on every rank, exactly as it resolved them: a rank with less free
+        memory must not cut items at another limit."""
         record = self.cluster.gather_json(
             settings.record() if self.rank == 0 else None, "settings"
         )[0]
