@@ -64,7 +64,7 @@ def read_template(model_dir: Path) -> tuple[str | None, dict[str, str], str]:
         cfg = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         cfg = {}
-    except (OSError, ValueError) as e:  # read as absent, it ran another template, silently
+    except (OSError, ValueError) as e:  # read as absent, another template would run
         raise ModelError(f"{path}: cannot be read as JSON ({str(e)[:100]})") from None
     if not isinstance(cfg, dict):
         raise ModelError(f"{path}: not a JSON object")
@@ -84,7 +84,7 @@ def read_template(model_dir: Path) -> tuple[str | None, dict[str, str], str]:
         source, where = _read_text(file), str(file)
     elif source is None and (model_dir / PROCESSOR_TEMPLATE).is_file():
         source, where = _processor_template(model_dir / PROCESSOR_TEMPLATE)
-    if isinstance(source, str) and not source.strip():  # read as absent, ChatML ran silently
+    if isinstance(source, str) and not source.strip():  # read as absent, ChatML would run
         raise ModelError(
             f"{where}: an empty template; mend it, or remove it (ChatML runs without one)"
         )
@@ -194,7 +194,6 @@ def _difference(split: Split, contents: list[str], text: str) -> str:
 
 
 def _role(i: int, item: int) -> str:
-    """Content i of a conversation (see `Split`), in words."""
     if i == item:
         return "the item"
     return "the system prompt" if i == 0 else "an example's text" if i % 2 else "an example's label"
@@ -243,8 +242,7 @@ class ChatTemplate:
             ) from None
 
     def split(self, n_examples: int) -> Split:
-        """Render the conversation (system, n examples, the item) with markers, and find them;
-        refuse a template that renders a probe text otherwise than the split would put it in."""
+        """The conversation rendered with markers and split; checked (`check`) before it is used."""
         n = 2 + 2 * n_examples  # system, example texts and labels, the item
         split = _find(self.conversation([PAD + marker(i) + PAD for i in range(n)]), n)
         if altered := _altered(split):
