@@ -21,7 +21,7 @@ from .cpu import CORETYPE
 from .probe import LAYOUTS, PROBE, TILED, Candidate, env_for, family_key, measured
 from .scipy_openblas import SCIPY
 
-_MARK = "MLXBATCH_BLAS_ACTIVE"  # cleared for subprocesses
+_MARK = "MLXBATCH_BLAS_ACTIVE"  # tests clear it from a subprocess's environment
 ACTIVE: dict = {}  # the BLAS this process loaded: source, GFLOP/s, config, kernel family
 _OFF = flags.NO_FAST_BLAS  # user escape hatch
 # "tiled": the layout every family holds, where a faster one would do ("auto" or unset)
@@ -115,8 +115,7 @@ def _layout(result: dict) -> str:
 
 
 def startup_problem() -> str | None:
-    """Why no command may start (a bad environment variable), or None; checked by the CLI
-    and the Python API before anything is loaded."""
+    """Why no command may start (a bad environment variable), or None; checked before a load."""
     return (
         cpu.unrunnable_coretype()
         or layout_problem()
@@ -138,8 +137,7 @@ def layout_problem() -> str | None:
 
 
 def activate_in_process() -> bool:
-    """Load the chosen OpenBLAS globally before mlx is imported; its kernel family is set for
-    its own start only (the user's OPENBLAS_CORETYPE is put back)."""
+    """Load the chosen OpenBLAS globally before mlx is imported, its kernel family set for it."""
     if ACTIVE:
         return True
     if "mlx.core" in sys.modules:

@@ -109,8 +109,7 @@ def usable_cores() -> list[int]:
 
 
 def for_device(kind: str = "auto") -> Executor:
-    """The policy for this machine: CPU lanes (one per usable core, up to MAX_LANES), else one
-    stream."""
+    """The policy for this machine: CPU lanes (one per usable core), else one stream."""
     if kind == "single" or (kind == "auto" and mx.default_device() != mx.cpu):
         return SingleStream()
     lanes = min(len(usable_cores()), MAX_LANES)
