@@ -98,8 +98,7 @@ class RowStream:
         if obj is not None and self._ids_from_first:  # the first object decides, once
             self._ids_from_first, self._first = False, n
             self.id_field = "id" if "id" in obj else None
-        # ids are row numbers only when the input has no id field: they cannot collide then (a
-        # bad line before the first JSON object has none: its id could be another row's)
+        # ids are row numbers only when the input has no id field: then they cannot collide
         numbered = self.id_field is None and not self._ids_from_first
         row = Row(n, n if numbered else None, None, err, line)
         if obj is None:
@@ -213,8 +212,7 @@ def describe_errors(
     total: int | None = None,
     bad_total: int | None = None,
 ) -> str:
-    """A line naming the first bad row, then one indented line per bad row (`total`,
-    `bad_total`: the counts when `rows` holds only some)."""
+    """A line naming the first bad row, then an indented line per bad row (of `bad_total`)."""
     unit = "row" if fmt in ("csv", "tsv", "parquet") else "line"
     bad = [r for r in rows if r.error]
     first, n_bad = bad[0], bad_total if bad_total is not None else len(bad)

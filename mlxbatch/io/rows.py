@@ -157,8 +157,7 @@ def result_row(
     abstained: bool = False,
     answers: dict | None = None,
 ) -> dict:
-    """A scored row; an abstaining one has `"label": null, "abstained": true`; with questions,
-    the `answers` alone."""
+    """A scored row (`"label": null, "abstained": true` when abstaining; `answers` alone)."""
     if answers is not None:
         return {"id": rid, "answers": answers, **(extra or {})}
     if abstained:
@@ -172,8 +171,7 @@ def error_row(rid: Any, message: str, line: int | None = None) -> dict:
 
 
 def read_results(path: Path) -> list[dict]:
-    """The rows of a `classify` output (format by suffix, gzip by content); OSError,
-    UnicodeDecodeError or ValueError if not one. A table's ids come back as text."""
+    """The rows of a `classify` output (a table's ids as text); OSError or ValueError if not."""
     from .sources import open_source
 
     kind = results_format(path)

@@ -80,7 +80,6 @@ def journal_path(output: Path) -> Path:
 
 
 def _lock_holder(fd: int) -> int | None:
-    """The pid holding a write lock on `fd`'s file, if another process does."""
     if sys.platform == "darwin":
         fmt, order = "qqihh", ("start", "len", "pid", "type", "whence")
     else:
@@ -218,7 +217,7 @@ class Journal:
             offset += len(line)
 
     def finish(self, n_rows: int, labels: tuple[str, ...]) -> None:
-        """Write OUTPUT in input order (atomic rename), rows read back one at a time; drop the journal."""
+        """Write OUTPUT in input order (rows read back one at a time), then drop the journal."""
         missing = [i for i in range(n_rows) if i not in self.done]
         if missing:
             raise RuntimeError(f"rows {missing[:10]} have no result; not writing {self.output}")
@@ -260,8 +259,7 @@ class Journal:
 
 
 def recorded_header(output: Path, header: dict | None) -> dict | None:
-    """The header of OUTPUT's journal, or None; checked against `header` when given (a resume
-    reads the recorded settings before it can make its own)."""
+    """The header of OUTPUT's journal (checked against `header` when given), or None."""
     path = journal_path(output)
     if not path.is_file():
         return None

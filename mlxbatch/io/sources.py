@@ -133,8 +133,7 @@ def _open_file(path: str) -> BinaryIO:
 
 
 def hold_for_reading(path: str | Path) -> BinaryIO | None:
-    """`path` open with the shared lock an input holds (see `_open_file`), for as long as the
-    caller keeps it: a job holds its input for its whole run, so no other run's -o replaces it."""
+    """`path` open under an input's shared lock, so no other run's -o replaces it."""
     try:
         return _open_file(str(path))
     except InputError:

@@ -156,8 +156,7 @@ def scan(
     refused: Callable[[list[Row]], list[str | None]] | None = None,
     chunk: int = 4096,
 ) -> Scan:
-    """One pass over the input: rows counted and hashed, bad rows (unreadable, or `refused` by
-    the caller, `chunk` rows at a time) counted, the first few kept."""
+    """One pass over the input: rows counted and hashed, bad rows counted, the first few kept."""
     h, count, bad, bad_count = hashlib.sha256(), 0, [], 0
     stream = job_input.reopen(None)
     rows = iter(stream)

@@ -86,8 +86,7 @@ DECIDING = ("blas", "kernels", "host_kernels", "device", "mlx", "prefix_threads"
 
 
 def fingerprint(input_digest: str, clf: Classifier, s: Settings, compute: dict, model: dict) -> str:
-    """`model=… dtype=… input=… …` (16 hex digits a part): the journal records it and `--resume`
-    names the parts that differ."""
+    """`model=… dtype=… input=… …` (16 hex digits a part): `--resume` names those that differ."""
     o = s.spec
     parts = {
         "model": digest(model),

@@ -218,7 +218,6 @@ class Job:
         return totals, verified
 
     def _window(self, window: Window, prompts, totals: Totals, keep: bool) -> dict | None:
-        """One window: plan, error rows, scored rows; its verification."""
         clf, start, rows = self.clf, window.start, window.rows
         fresh = self.lead and not self.recorded  # a resumed plan is the first run's, checked then
         plan = plan_window(clf, rows, start, self.settings, fresh, prompts)

@@ -52,8 +52,7 @@ FIELDS = {"model", "input", "truncate", "user"}  # "user": accepted as OpenAI cl
 async def read_body(
     request: Request, cap: int, deadline: float, clocks: set[asyncio.Timeout]
 ) -> bytes:
-    """The body, or 413 past `cap` bytes, or 408 if not all in within `deadline` seconds;
-    `clocks` holds the deadline (the drain moves it to now)."""
+    """The body, or 413 past `cap` bytes, or 408 past `deadline` (in `clocks`: a drain cuts it)."""
     declared = request.headers.get("content-length")
     if declared is not None and "transfer-encoding" in request.headers:  # RFC 9112 6.3: the
         raise ApiError(
