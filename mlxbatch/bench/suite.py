@@ -244,8 +244,7 @@ def run_bench(
     modes=MODE_NAMES,
     cost: CostModel | None = None,
 ) -> dict:
-    """Every requested mode on the same prompts, each against the gold loop's probabilities
-    (gold, prefix, naive, sorted: the cost planner, greedy, sweep)."""
+    """Every requested mode on the same prompts, each against the gold loop's probabilities."""
     prompts = [clf.engine.prompt(t) for t in texts]
     tok_lengths = [len(clf.lm.tokenizer.encode(t)) for t in texts]
     fed = clf.engine.fed_lengths(prompts)
