@@ -1,6 +1,5 @@
 """The `mlxbatch` command's entry point: SIGINT and SIGTERM are taken before anything heavy is
-imported, so a signal while the command starts ends it in one line too (the CLI then installs
-its own handling, runtime/interrupts.py)."""
+imported, so a signal while the command starts ends it in one line too."""
 
 from __future__ import annotations
 

@@ -33,15 +33,13 @@ class OutputError(UsageError):
 
 
 def one_line(error: BaseException, most: int) -> str:
-    """An exception's message on one line, at most `most` characters: a library's message
-    (MLX's names its parameters a line each) quoted inside one of ours."""
+    """An exception's message on one line of at most `most` characters, to quote in ours."""
     return " ".join(str(error).split())[:most]
 
 
 def unicode_problem(text: str) -> str | None:
-    """Why `text` is not valid Unicode, or None: a lone surrogate, which JSON's "\\ud800" escape
-    and command-line bytes that are not UTF-8 both produce, and which no tokenizer or UTF-8
-    output can take."""
+    """Why `text` is not valid Unicode (a lone surrogate, from JSON's "\\ud800" or non-UTF-8
+    arguments, which no tokenizer or UTF-8 output can take), or None."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
@@ -50,13 +48,11 @@ def unicode_problem(text: str) -> str | None:
 
 
 class TemplateNote(UserWarning):
-    """A chat template that runs, but unlike a chat model's usual prompt (no generation
-    prompt; the system prompt dropped): the CLI prints it as one `note:` line."""
+    """A chat template that runs, but unlike a usual chat prompt: the CLI prints a `note:`."""
 
 
 class SyntheticWeights(UserWarning):
-    """A model of random weights was loaded: its labels are at chance level (the CLI says so on
-    its own lines; a Python caller gets this warning once per load)."""
+    """A model of random weights was loaded: its labels are at chance level."""
 
 
 class ItemTooLong(UsageError):

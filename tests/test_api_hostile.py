@@ -63,9 +63,8 @@ def test_a_classifier_in_a_forked_child_fails_instead_of_hanging(tiny_model_dir)
 
 
 def test_the_python_api_refuses_odd_priors_flags_and_counts(tiny_model_dir):
-    """A hostile pass found: a list as `prior` was an AttributeError, "0.5" or True as a
-    weight passed as 0.5 and 1, `calibrate="no"` calibrated, `max_batch=None` was a TypeError
-    deep in the planner, and NumPy's integers were refused as not whole numbers."""
+    """A list as `prior`, "0.5" or True as a weight, `calibrate="no"` and `max_batch=None` are
+    refused by name, not taken or crashed on deep inside; NumPy's integers are whole numbers."""
     import numpy as np
     import pytest
 

@@ -1,6 +1,6 @@
 """The renamed OpenBLAS copy and the caches behind it, where they go wrong on a user's machine:
 a copy cut short, a cache that cannot be written, processes starting together on an empty
-cache, and an OPENBLAS_CORETYPE this CPU cannot run (a hostile pass found each)."""
+cache, and an OPENBLAS_CORETYPE this CPU cannot run."""
 
 from __future__ import annotations
 

@@ -164,8 +164,8 @@ def test_a_template_changing_only_labels_is_refused_when_examples_are_used(tmp_p
     ],
 )
 def test_an_unreadable_tokenizer_config_is_refused_not_passed_over(tmp_path, config, message):
-    """A hostile pass found a corrupt tokenizer_config.json (or a chat_template of 5) read as
-    absent: the prompt was built from another template, silently."""
+    """A corrupt tokenizer_config.json (or a chat_template of 5) is refused, not read as absent
+    (which would build the prompt from another template, silently)."""
     path = tmp_path / "m"
     shutil.copytree(qwen_tokenizer_dir(), path)
     (path / "tokenizer_config.json").write_text(config)

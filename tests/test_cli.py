@@ -663,8 +663,8 @@ def test_doctor_prints_the_matmul_rates_its_ratio_is_of(monkeypatch):
 
 
 def test_doctor_judges_the_model_it_is_given(tiny_model_dir, tmp_path):
-    """A hostile pass found `doctor --model X` (without --calibrate) passed X over: a broken
-    one exited 0 without a word."""
+    """`doctor --model X` (without --calibrate) judges X: a broken one is named, not passed over
+    with exit 0."""
     import shutil
 
     broken = tmp_path / "broken"

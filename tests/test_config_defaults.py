@@ -1,10 +1,10 @@
 """A config.json that omits a key runs as transformers runs it: each family's defaults are
 transformers' (not Qwen2's), on tiny checkpoints saved by transformers with keys then deleted.
 
-Found by a hostile tester: a Llama config without `tie_word_embeddings` tied the head (and
-dropped the checkpoint's lm_head.weight), Gemma 3 without `rope_theta` rotated global layers
-at 10,000 and without `query_pre_attn_scalar` scaled by head_dim, Qwen2 without `rope_theta`
-used 1e6; configs without `num_key_value_heads`, and Phi-3's `su` rope, were refused.
+Among them: a Llama config without `tie_word_embeddings` keeps its own head (and the
+checkpoint's lm_head.weight), Gemma 3 without `rope_theta` or `query_pre_attn_scalar` takes
+transformers' values, Qwen2 without `rope_theta` its own; configs without
+`num_key_value_heads`, and Phi-3's `su` rope, run.
 """
 
 from __future__ import annotations
@@ -344,9 +344,8 @@ _ROPES = {
     ],
 )
 def test_a_bad_rope_scaling_value_is_refused_naming_its_key(model_type, key, value):
-    """A hostile pass found: a factor of "8" or 0, equal low and high frequency factors or an
-    original context of 0 were a TypeError or a ZeroDivisionError deep in rope.py (exit 1, a
-    traceback), a negative or NaN short factor a model that ran."""
+    """A factor of "8" or 0, equal low and high frequency factors, an original context of 0 or a
+    negative or NaN short factor is refused naming its key, not a traceback or a model that runs."""
     from mlxbatch.errors import ModelError
 
     def config(scaling: dict) -> dict:
@@ -365,8 +364,8 @@ def test_a_bad_rope_scaling_value_is_refused_naming_its_key(model_type, key, val
 
 
 def test_messages_name_config_keys_and_say_a_default_was_taken():
-    """A hostile pass found `head_dim_override` (an internal name) in the message of a bad
-    head_dim, and num_key_value_heads=32 named without saying config.json lacked it."""
+    """A bad head_dim is named as config.json names it (no internal name), and a value taken as
+    a default (num_key_value_heads=32) says config.json lacks it."""
     from mlxbatch.errors import ModelError
 
     base = _SIZES | {"model_type": "qwen2", "num_attention_heads": 4, "head_dim": 16}

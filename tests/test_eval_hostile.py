@@ -38,9 +38,8 @@ def invoke_raising(*args, cwd=None):
 
 
 def test_eval_reads_every_output_format_classify_writes(tiny_model_dir, tmp_path):
-    """A hostile pass found: `eval` read only JSONL, so the CSV and TSV outputs `classify`
-    writes were "not a JSONL output of mlxbatch classify". Each format evaluates alike, numeric
-    ids included (a table writes them as text)."""
+    """`eval` reads every output format `classify` writes (JSONL, CSV, TSV) alike, numeric ids
+    included (a table writes them as text)."""
     import json
 
     src = tmp_path / "gold.jsonl"

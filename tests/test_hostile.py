@@ -303,7 +303,7 @@ ERRORS = {
         c_in(GOOD, "--examples", "/dev/zero"),
         "line 1: longer than 32 MiB",
     ),
-    # a hostile pass: these did not say the file was --examples, nor what the label was
+    # each names the file as --examples, and the label
     "empty --examples": (
         lambda t, m: c_in(GOOD, "--examples", write(t / "ex.jsonl", ""))(t, m),
         "error: --examples /",

@@ -361,9 +361,9 @@ EDITS = {
 
 @pytest.mark.parametrize("name", list(EDITS))
 def test_an_edited_journal_is_refused_not_cut_short(name, tiny_model_dir, interrupted):
-    """A hostile pass found an empty line in a journal taken for the zeros a crash leaves: the
-    rows after it were dropped silently (725 journaled rows resumed as 3); a field the run
-    never writes ("truncated": {"x": 1}) reached the output."""
+    """An edited journal is refused by line: an empty line is not taken for the zeros a crash
+    leaves (the rows after it dropped silently), and a field the run never writes
+    ("truncated": {"x": 1}) never reaches the output."""
     src, out = interrupted
     edit, message = EDITS[name]
     path = journal_path(out)
@@ -374,9 +374,8 @@ def test_an_edited_journal_is_refused_not_cut_short(name, tiny_model_dir, interr
 
 
 def test_a_resume_with_another_mode_names_the_settings_not_an_edit(tiny_model_dir, interrupted):
-    """A hostile pass found `--resume --mode naive` after a sorted run told the user "the
-    journal's recorded settings were edited": the batch shape follows the settings, and only
-    the settings changed."""
+    """`--resume --mode naive` after a sorted run names the changed setting, not an edit of the
+    journal: the batch shape follows the settings."""
     src, out = interrupted
     r = resume(tiny_model_dir, src, out, "--mode", "naive")
     refused(r, "was written for a different setting (one of --mode")

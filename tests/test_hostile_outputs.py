@@ -378,8 +378,8 @@ def test_models_marks_a_broken_directory(tiny_model_dir, tmp_path, monkeypatch):
 def test_one_bad_config_does_not_take_the_model_listing_down(
     tiny_model_dir, tmp_path, monkeypatch, edit, listed
 ):
-    """A hostile pass found `mlxbatch models` crashing (exit 1, a traceback) on one directory
-    whose config.json had a list for model_type or a quantization without bits."""
+    """`mlxbatch models` lists the rest when one directory's config.json has a list for
+    model_type or a quantization without bits (no traceback, exit 0)."""
     import shutil
 
     shutil.copytree(tiny_model_dir, tmp_path / "w/good")
@@ -403,8 +403,8 @@ def test_one_bad_config_does_not_take_the_model_listing_down(
 def test_a_link_onto_a_file_no_output_is_named_is_refused(
     tiny_model_dir, tmp_path, command, target
 ):
-    """A hostile pass found `-o out.jsonl`, a link onto another model's model.safetensors (or
-    its tokenizer.json, or a notes.txt), replaced that file: only the link's name was read."""
+    """`-o out.jsonl`, a link onto another model's model.safetensors (or its tokenizer.json, or
+    a notes.txt), is refused: the link's target is judged, not only its name."""
     import shutil
 
     shutil.copytree(tiny_model_dir, tmp_path / "other")
@@ -425,9 +425,9 @@ def test_a_link_onto_a_file_no_output_is_named_is_refused(
 
 @pytest.mark.parametrize("name", ["config.json", "tokenizer_config.json", "eval.json"])
 def test_json_never_replaces_a_file_of_a_model(tiny_model_dir, tmp_path, name):
-    """A hostile pass found `eval ... --json other/config.json` replaced another model's config
-    (it began with "{", as a report does): a model's JSON files, and any file beside its
-    config and weights, are not reports."""
+    """`eval ... --json other/config.json` never replaces another model's config (it begins
+    with "{", as a report does): a model's JSON files, and any file beside its config and
+    weights, are not reports."""
     import shutil
 
     shutil.copytree(tiny_model_dir, tmp_path / "other")
@@ -465,9 +465,9 @@ def test_json_never_replaces_a_file_of_a_model(tiny_model_dir, tmp_path, name):
     ],
 )
 def test_eval_takes_labels_as_classify_does(tiny_model_dir, tmp_path, labels, message):
-    """A hostile pass found `eval --labels` never checked: ",,", a label twice or one label
-    printed tables (of empty names, doubled rows), exit 0. (Labels the predictions score
-    outside the set are counted: test_eval_counts_predictions_outside_the_label_set.)"""
+    """`eval --labels` is checked as classify's: ",,", a label twice or one label is refused.
+    (Labels the predictions score outside the set are counted:
+    test_eval_counts_predictions_outside_the_label_set.)"""
     src = write(tmp_path / "in.jsonl", GOOD.replace('"}', '", "intent": "billing"}'))
     preds = tmp_path / "preds.jsonl"
     r = classify(tiny_model_dir, src, preds, "--labels", "billing,technical", cwd=tmp_path)

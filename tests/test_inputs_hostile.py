@@ -12,9 +12,8 @@ GOOD = "".join(f'{{"id": "r{i}", "text": "ticket number {i} about billing"}}\n' 
 
 
 def test_a_jobs_input_stays_locked_until_the_job_ends(tiny_model_dir, tmp_path, monkeypatch):
-    """A hostile pass found: a one-window job read its input in its first seconds and then
-    released it, so another run's -o could replace it while the job scored (its journal was
-    then for an input that no longer existed). The input is held for the whole job."""
+    """A one-window job holds its input for the whole job, not only while it reads it: another
+    run's -o cannot replace it while the job scores."""
     from mlxbatch.io.sources import read_by_a_run
     from mlxbatch.runtime import testhold
 

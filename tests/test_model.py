@@ -106,8 +106,8 @@ def test_sharded_checkpoint_loads(tied_pair, tmp_path):
     a, b = load_model(mlx_dir), load_model(shard_dir)
     ids = mx.array([a.tokenizer.prompt("x", "hello")])
     assert mx.array_equal(a.model(ids), b.model(ids))
-    # a tensor in two shards (other values in the second): the later file won, whatever the
-    # index said (found by a hostile pass); refused, naming both files
+    # a tensor in two shards (other values in the second) would let the later file win,
+    # whatever the index says: refused, naming both files
     first = names[0]
     extra = {first: tensors[first] * 2, names[1]: tensors[names[1]]}
     mx.save_safetensors(str(shard_dir / "model-00002-of-00002.safetensors"), extra)

@@ -96,8 +96,8 @@ def test_hub_id_resolves_from_the_cache_offline(hf_dirs, tickets, tmp_path, monk
 def test_a_cache_whose_refs_name_no_snapshot_is_one_line_and_marked(
     hf_dirs, tickets, tmp_path, ref
 ):
-    """A hostile pass found an empty refs/main said ".../snapshots/config.json: not found", and
-    `models` listed a snapshot without refs/main as runnable while `--model` missed it."""
+    """A refs/main that names no snapshot (empty, unknown or absent) is one line naming the
+    model, and `models` never lists such a snapshot as `--model`'s."""
     snap = fake_cache(tmp_path / "hf", "Org/Odd", hf_dirs["tied_gqa"])
     main = snap.parent.parent / "refs" / "main"
     if ref is None:

@@ -99,8 +99,8 @@ def test_a_reader_gone_from_stdout_ends_the_run_quietly_with_141(tiny_model_dir,
 
 
 def test_a_relative_xdg_cache_home_is_ignored(monkeypatch, tmp_path):
-    """A hostile pass found: XDG_CACHE_HOME=relative/dir made a cache under the folder the
-    run started from; the XDG spec says a relative path is to be ignored."""
+    """XDG_CACHE_HOME=relative/dir is ignored, as the XDG spec says, not a cache under the
+    folder the run started from."""
     from mlxbatch.runtime.files import cache_dir
 
     monkeypatch.setenv("HOME", str(tmp_path))

@@ -1,10 +1,12 @@
 """The README's first screen runs as written: every shell and Python block is run here on the
 tiny model, the two set-up blocks are checked against `.ci/run` and `pyproject.toml` instead
 (they install the package and run the whole suite), and every link of the README and the pages
-under docs/ leads somewhere. The docs name no issue, stop or round numbers."""
+under docs/ leads somewhere. The docs, the package and the tests' names and docstrings name
+no issue, stop or round numbers."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -170,9 +172,10 @@ def test_links_lead_somewhere(page):
 HISTORY = re.compile(
     r"\bissues? ?#?\d+|(?<![\w&/])#\d+\b|\bstop \d+|\b(?:this|the previous|the next|a later|"
     r"that) stop\b|\bround (?:\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven)\b"
-    r"|\bfound by (?:this|a|the)\b",
+    r"|\bfound by (?:this|a|the|CI)\b|\bhostile (?:pass|tester)\b|\breview round\b|\bfresh pass\b",
     re.I,
 )
+NUMBERED = re.compile(r"(?:issue|stop|round)_?\d", re.I)  # in a test file's or test's name
 
 
 @pytest.mark.parametrize("page", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
@@ -180,3 +183,66 @@ def test_docs_tell_no_history(page):
     """Readers want what the tool does, not which issue, stop or round of work changed it."""
     found = [m.group(0) for m in HISTORY.finditer(page.read_text())]
     assert not found, f"{page.name}: {found}"
+
+
+def test_the_code_tells_no_history():
+    """Comments and docstrings say why the code is as it is, not who or what changed it."""
+    found = [
+        f"{path.relative_to(ROOT)}: {m.group(0)!r}"
+        for path in sorted((ROOT / "mlxbatch").rglob("*.py"))
+        for m in HISTORY.finditer(path.read_text())
+    ]
+    assert not found, found
+
+
+def _history_in_tests(paths) -> list[str]:
+    """What the names and docstrings of test files and tests say of the work's history."""
+    found = [p.name for p in paths if NUMBERED.search(p.stem)]
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)):
+                continue
+            name = getattr(node, "name", "")
+            found += [f"{path.name}: {name}"] if NUMBERED.search(name) else []
+            doc = ast.get_docstring(node, clean=False) or ""
+            found += [f"{path.name}: {name}: {m.group(0)!r}" for m in HISTORY.finditer(doc)]
+    return found
+
+
+def test_the_tests_tell_no_history():
+    """A test's file name, name and docstring say what it checks, not what asked for it."""
+    found = _history_in_tests(sorted((ROOT / "tests").glob("test_*.py")))
+    assert not found, found
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "fixed for issue #12",
+        "see #34",
+        "stop 7 added it",
+        "as round five asked",
+        "a hostile pass found it",
+        "Found by CI: a race",
+        "after the review round",
+    ],
+)
+def test_the_history_check_catches_history(text):
+    assert HISTORY.search(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["a round of batches", "each round (one batch a lane)", "the stop signal", "issue a warning"],
+)
+def test_the_history_check_passes_plain_words(text):
+    assert not HISTORY.search(text)
+
+
+def test_the_test_check_catches_numbered_names_and_history_docstrings(tmp_path):
+    numbered = tmp_path / "test_issue12.py"
+    numbered.write_text('def test_round_4_fix():\n    """Found by CI."""\n')
+    plain = tmp_path / "test_rounds.py"
+    plain.write_text('def test_a_round_ends():\n    """Each round takes one batch a lane."""\n')
+    assert len(_history_in_tests([numbered])) == 3
+    assert _history_in_tests([plain]) == []

@@ -444,10 +444,8 @@ def test_the_token_floor_is_a_floor(engine, name):
 
 
 def test_requests_cut_at_the_drain_deadline_get_503_and_the_exit_keeps_it(tiny_model_dir, tmp_path):
-    """Found by a fresh pass: a request still queued when --drain-timeout ran out was a 500
-    with a CancelledError traceback in the log, and the server then scored the whole queue
-    for nobody before exiting (10.8 s on a 5 s deadline). Now it is a 503 in the error
-    envelope and the exit follows the deadline."""
+    """A request still queued when --drain-timeout runs out is a 503 in the error envelope (no
+    traceback), and the exit follows the deadline instead of scoring the queue for nobody."""
     s = Server(tiny_model_dir, *SLOW, "--drain-timeout", "1", tmp=tmp_path)
     try:
         body = json.dumps({"input": ["hello world " * 100] * 256}).encode()
@@ -475,7 +473,7 @@ def test_requests_cut_at_the_drain_deadline_get_503_and_the_exit_keeps_it(tiny_m
         s.stop()
 
 
-# -- found by a hostile pass of the service (slow, odd and misbehaving clients) -------------
+# -- slow, odd and misbehaving clients ------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -545,10 +543,9 @@ def test_a_refused_head_is_answered_to_a_client_still_sending_and_logged_with_it
 
 
 def test_a_client_pipelining_without_end_is_read_no_further_ahead_than_a_megabyte(server):
-    """A keep-alive client pipelining small valid requests as fast as the socket took them had
-    all it sent read into the server's memory, far ahead of the answers (a hostile pass: RSS
-    464 MB to 1,076 MB for 600 MB sent in 22 s, /health at 681 ms). Now the server stops
-    reading until it has answered what it holds: the sender stalls on the kernel's buffers."""
+    """A keep-alive client pipelining small valid requests as fast as the socket takes them is
+    not read into the server's memory far ahead of the answers: the server stops reading until
+    it has answered what it holds, and the sender stalls on the kernel's buffers."""
     body = b'{"input": "hello there"}'
     one = HEAD + b"Content-Length: %d\r\n\r\n" % len(body) + body
     blob, total = one * ((1 << 20) // len(one)), 64 << 20
@@ -866,7 +863,7 @@ def test_a_trailing_slash_an_ambiguous_length_and_a_huge_model_name(server):
     assert len(message) < 400 and "100,000 characters" in message
 
 
-# -- found by the second hostile pass of the service ----------------------------------------
+# -- bodies and heads that would hold the event loop ----------------------------------------
 
 
 def test_a_body_in_tiny_chunks_is_refused_before_it_holds_the_loop(server):

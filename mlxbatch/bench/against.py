@@ -25,8 +25,7 @@ def _sorted_run(clf: Classifier, texts: list[str], max_batch: int) -> tuple[np.n
 def against(
     clf: Classifier, texts: list[str], max_batch: int, reference: Path, progress=print
 ) -> dict:
-    """The model under test against a reference (say, a quantized model against its full-
-    precision source): label agreement, largest probability difference, speed and memory."""
+    """The model under test against a reference: agreement, largest difference, speed, memory."""
     progress(f"comparing against {reference} ...")
     probs, seconds, peak = _sorted_run(clf, texts, max_batch)
     clf.engine.release_buffers()  # the first model's caches go; its weights stay

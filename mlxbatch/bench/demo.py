@@ -22,8 +22,7 @@ from .workload import generate, jsonl_text, write_jsonl
 def run_demo(
     n: int, model: Path, out_dir: Path, progress=print, resume: bool = False
 ) -> tuple[list[str], bool]:
-    """Classify `n` synthetic tickets with sorted batching and --verify; (report lines, passed).
-    `resume`: continue the demo a Ctrl-C stopped (its journal checks the tickets are its own)."""
+    """`n` synthetic tickets sorted and verified (`resume`: after a Ctrl-C); (lines, passed)."""
     t0 = time.perf_counter()
     check_model_untouched([("--out", out_dir)], model)
     src, out = out_dir / "tickets.jsonl", out_dir / "predictions.jsonl"

@@ -41,8 +41,7 @@ def numpy_gflops(n: int, reps: int = 3) -> float:
 
 
 def report(size: int = 1024, config: dict | None = None) -> dict:
-    """`config`: a model's config.json, whose dtype the `dtype` line then gives (on a GPU the
-    checkpoint's own, see model/dtypes.py)."""
+    """`config`: a model's config.json, whose dtype the `dtype` line then gives."""
     import mlx.core as mx
 
     from ..model import hostops
@@ -78,7 +77,7 @@ def report(size: int = 1024, config: dict | None = None) -> dict:
         "host_layout": hostops.LAYOUT,  # the products' row layout, the fastest invariant one
         "blas_tried": blas.tried(),
         "fast_blas": fast,
-        # on the CPU the rate the ratio below is of (a lone first measurement disagreed)
+        # on the CPU the rate the ratio below is of, measured beside NumPy's
         f"matmul_gflops_{str(dtype).split('.')[-1]}": round(mine, 1),
     }
     info["planner_calibrations"] = calibrations()
@@ -91,8 +90,7 @@ def report(size: int = 1024, config: dict | None = None) -> dict:
 
 
 def calibrations() -> list[str] | str:
-    """The planner's cached calibrations of models still on disk, by path; the others (tests'
-    and deleted models') counted in one line with the cache's path."""
+    """The planner's cached calibrations of models still on disk; the others counted in a line."""
     from ..engine.calibration import cached_entries
 
     entries = [e for e in cached_entries() if isinstance(e.get("model"), dict)]

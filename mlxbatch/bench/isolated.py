@@ -1,6 +1,5 @@
-"""A bench peer in a child process of its own: a peer library that crashes (llama.cpp's
-repacked Q8_0 buffers die of SIGSEGV on some CPUs) ends the child, not the bench with every
-figure measured before it; the crash is reported with its signal and the run goes on."""
+"""A bench peer in a child process of its own: a peer library that crashes ends the child, not
+the bench; the crash is reported with its signal and the run goes on."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ from pathlib import Path
 
 
 def run_isolated(target: str, name: str, kwargs: dict) -> dict:
-    """`target(**kwargs)` ("module:function", returning a peer's result dict) run in a child
-    process; a child that dies or exits without a result is reported under `name`."""
+    """`target(**kwargs)` ("module:function") in a child; a death is reported under `name`."""
     with tempfile.TemporaryDirectory(prefix="mlxbatch-peer-") as tmp:
         args, out = Path(tmp) / "args.pickle", Path(tmp) / "result.json"
         args.write_bytes(pickle.dumps(kwargs))

@@ -119,8 +119,7 @@ def compare(name: str, ours: list[np.ndarray], ref: list[np.ndarray]) -> ParityR
 
 
 def mlx_lm_config(cfg: dict) -> tuple[dict, str]:
-    """`cfg` in the spelling mlx-lm reads (see the module docstring), and a note on what was
-    changed for it beyond the spelling ("" if nothing)."""
+    """`cfg` in the spelling mlx-lm reads, and a note on what else was changed ("" if nothing)."""
     cfg, note = dict(cfg), ""
     params = cfg.pop("rope_parameters", None) or {}
     if "full_attention" in params or "sliding_attention" in params:  # per layer type
@@ -165,8 +164,7 @@ def _mlx_lm_logits(mlx_dir: Path, batches) -> tuple[str, list[np.ndarray]]:
 def run_parity(
     hf_dir: str | Path, mlx_dir: str | Path, with_mlx_lm: bool = True
 ) -> list[ParityReport | NotCompared]:
-    """`mlx_dir`'s logits against transformers' of `hf_dir` (a checkpoint directory or a GGUF
-    file) and mlx-lm's of `mlx_dir`."""
+    """`mlx_dir`'s logits against transformers' of `hf_dir` (a directory or GGUF) and mlx-lm's."""
     import mlx.core as mx
     import torch
     from transformers import AutoModelForCausalLM
@@ -202,9 +200,7 @@ def run_parity(
 def _reference(
     name: str, logits: Callable[[], tuple[str, list[np.ndarray]]], ours: list[np.ndarray]
 ) -> ParityReport | NotCompared:
-    """A reference's logits compared with ours, or why it could not run the checkpoint: its
-    own limits (mlx-lm's Gemma 3 indexes layer 6 of 2; transformers' Qwen2 with sliding layers
-    and no window). Our comparison's own errors are not the reference's."""
+    """A reference's logits compared with ours, or why it could not run the checkpoint."""
     try:
         shown, ref = logits()
     except Exception as e:

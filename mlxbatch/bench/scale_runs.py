@@ -35,9 +35,8 @@ PEAK = re.compile(r"peak memory (?P<peak>[\d.]+) GiB \(bound (?P<bound>[\d.]+) G
 
 
 def write_workload(path: Path, n: int, duplicates: float, seed: int = 0) -> int:
-    """`n` tickets as .jsonl.gz; each row is, with chance `duplicates`, an exact repeat of an
-    earlier row (half the repeats from the last NEAR rows, half from anywhere before).
-    Returns the number of repeats. With `duplicates` 0 the rows are the same generator's."""
+    """`n` tickets as .jsonl.gz, each with chance `duplicates` an exact repeat of an earlier row
+    (half from the last NEAR rows); returns the number of repeats."""
     r = random.Random(f"mlxbatch-scale/{seed}/{duplicates}")
     recent: deque[tuple[str, str]] = deque(maxlen=NEAR)
     pool: list[tuple[str, str]] = []
@@ -91,8 +90,7 @@ def rss_trace(
 
 
 def run_job(model: Path, src: Path, out: Path, *extra: str) -> dict:
-    """One `classify` child: wall seconds, max RSS from the OS (`wait4`), its resident size
-    over time, the summary's figures."""
+    """One `classify` child: wall seconds, max RSS, resident size over time, the summary's figures."""
     cmd = classify_command(src, model, "-o", str(out), *extra)
     with tempfile.TemporaryFile() as log, ThreadPoolExecutor(1) as pool:
         t = time.perf_counter()
@@ -165,8 +163,7 @@ def tokenizer_rate(model: Path, src: Path) -> dict:
 
 
 def plan_padding(model: Path, src: Path, windows: dict[str, int]) -> list[dict]:
-    """The padding of `src`'s plans under classify's defaults for each window size: the job's
-    own planner on the same cost model (cached by the runs before), nothing scored."""
+    """The padding of `src`'s plans under classify's defaults for each window size, unscored."""
     from ..api.classifier import Classifier
     from ..api.spec import RunSpec
     from ..engine.planner import PaddingStats

@@ -17,8 +17,7 @@ from ..errors import JobError
 
 
 def classify_command(src: Path, model: Path | str, *extra: str, ranks: int = 1) -> list[str]:
-    """`mlxbatch classify SRC --model MODEL EXTRA...` in this Python; under `mlx.launch -n
-    RANKS --backend ring` on this host when `ranks` > 1."""
+    """`mlxbatch classify SRC --model MODEL EXTRA...`, under `mlx.launch` when `ranks` > 1."""
     cmd = [sys.executable, "-m", "mlxbatch", "classify", str(src), "--model", str(model), *extra]
     if ranks == 1:
         return cmd
@@ -27,8 +26,7 @@ def classify_command(src: Path, model: Path | str, *extra: str, ranks: int = 1) 
 
 
 def measure_ranks(n: int, model: Path, texts: list[str], extra: list[str], progress=print) -> dict:
-    """The same classify job on 1 rank and under `mlx.launch -n N` (ring, this host): seconds,
-    the ratio, and whether the two output files are byte-identical."""
+    """The job on 1 rank and on N: seconds, the ratio, and whether the outputs are identical."""
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "tickets.jsonl"
         src.write_text(

@@ -1,6 +1,5 @@
 """`mlxbatch bench-serve`: `mlxbatch serve` under open-loop Poisson load at fractions of what
-`classify --mode sorted` does on the same tickets, and one request at a time against
-`Classifier.classify` for latency."""
+`classify --mode sorted` does, and one request at a time for latency."""
 
 from __future__ import annotations
 
@@ -231,7 +230,7 @@ async def _sequential(url: str, texts: list[str]) -> list[float]:
 def targets(
     base: dict, seq: list[float], rows: list[dict], soak: dict | None, max_queue: int
 ) -> dict:
-    """The issue's targets, each a ratio measured in this run, and whether it is met."""
+    """The service's targets, each a ratio measured in this run, and whether it is met."""
     saturated = [r for r in rows if r["load"] >= 1.0]
     best = max((r["items_per_s"] for r in saturated), default=None)
     over = [r for r in rows if r["load"] >= 2.0]

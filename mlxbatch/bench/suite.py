@@ -118,8 +118,7 @@ MODE_NAMES = ("gold", "prefix", "naive", "sorted", "greedy", "sweep")
 
 @dataclass(frozen=True)
 class ModePlans:
-    """The batches of each batched mode, cut from the same fed lengths when a mode asks (a
-    greedy budget below the longest item raises then, not before)."""
+    """The batches of each batched mode, cut from the same fed lengths when a mode asks."""
 
     fed: list[int]
     cap: int  # the sorted mode's budget: what the free memory allows
@@ -146,8 +145,7 @@ class ModePlans:
 
 @dataclass
 class ModeRuns:
-    """The modes run so far on one set of prompts, each compared with the reference: the gold
-    loop's probabilities, else the prefix-cache loop's, else none (no agreement claimed)."""
+    """The modes run on one set of prompts, each against the gold loop (else the prefix loop)."""
 
     engine: Engine
     prompts: list[list[int]]
@@ -183,8 +181,7 @@ class ModeRuns:
 
 
 def run_sequential_modes(runs: ModeRuns, plans: ModePlans, modes) -> None:
-    """The gold loop (whole prompts), then one row a batch through the prefix cache; the first
-    of them to run is the reference of every later mode."""
+    """The gold loop, then one row a batch through the prefix cache; the first is the reference."""
     if "gold" in modes:
         whole = plan_batches([len(p) for p in runs.prompts], "sequential", 1 << 30, 1)
         runs.reference = runs.run("sequential (gold)", whole, scorer="gold")
@@ -196,8 +193,7 @@ def run_sequential_modes(runs: ModeRuns, plans: ModePlans, modes) -> None:
 def run_batched_modes(
     runs: ModeRuns, plans: ModePlans, modes, batch_tokens: int, sweep: list[int]
 ) -> None:
-    """Naive batches, the cost planner's (the default), greedy at `batch_tokens`, then greedy
-    at each budget of `sweep` that fits the longest item."""
+    """Naive, the cost planner's, greedy at `batch_tokens`, then greedy at each `sweep` budget."""
     if "naive" in modes:
         runs.run(f"naive (batch {plans.naive_batch})", plans.naive(), max_batch=plans.naive_batch)
     if "sorted" in modes:
@@ -248,12 +244,7 @@ def run_bench(
     modes=MODE_NAMES,
     cost: CostModel | None = None,
 ) -> dict:
-    """Every requested mode on the same prompts, each against the gold loop's probabilities.
-
-    gold: the sequential gold loop; prefix: one row per batch through the prefix cache; naive:
-    fixed-size batches in input order; sorted: the cost planner (the default); greedy: budget
-    filling at `batch_tokens`; sweep: greedy at each budget of `sweep`.
-    """
+    """Every requested mode on the same prompts, each against the gold loop's probabilities."""
     prompts = [clf.engine.prompt(t) for t in texts]
     tok_lengths = [len(clf.lm.tokenizer.encode(t)) for t in texts]
     fed = clf.engine.fed_lengths(prompts)

@@ -238,8 +238,7 @@ def write_jsonl(rows: list[dict], path: Path | None) -> None:
 
 
 def write_tickets(rows: list[dict], path: Path | None) -> None:
-    """Tickets to `path` in the format its name says (JSONL, CSV, TSV, gzip-compressed with .gz;
-    written whole or not at all), or as JSONL to standard output when `path` is None."""
+    """Tickets to `path` in the format its name says (written whole), or as JSONL to stdout."""
     if path is None:
         sys.stdout.write("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in rows))
         return

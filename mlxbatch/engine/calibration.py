@@ -1,6 +1,5 @@
-"""The planner's cost model for this model on this machine: timed on a few batch shapes and
-fitted by least squares, cached in ~/.cache/mlxbatch/planner.json, or defaulted from FLOP
-counts."""
+"""The planner's cost model for this model on this machine: timed on a few batch shapes, fitted
+by least squares and cached (~/.cache/mlxbatch/planner.json), or defaulted from FLOP counts."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ from ..runtime.files import cache_dir, cache_problem, write_atomically
 from .engine import Engine
 from .planner import CostModel
 
-# (rows, width) of one lane's batch: short, medium and long rows at several batch sizes,
-# ~3,000 tokens a lane in all
+# (rows, width) of one lane's batch: short, medium and long rows at several batch sizes
 SHAPES = ((1, 16), (4, 16), (16, 16), (2, 64), (8, 64), (16, 48), (1, 192), (4, 192), (2, 128))
 # Bumped whenever the engine's speed changes shape, so older calibrations are measured again
 ENGINE_REVISION = 3
@@ -72,8 +70,7 @@ def cached_entry(engine: Engine) -> dict | None:
 
 
 def cached(engine: Engine) -> CostModel | None:
-    """This machine's calibration for `engine`; None where there is none or it is unreadable
-    (edited by hand: then it is made again, and saved over it)."""
+    """This machine's calibration for `engine`; None where there is none or it is unreadable."""
     return model_of(cached_entry(engine))
 
 
@@ -175,9 +172,8 @@ OFF_BY = 2.0  # a default prediction further off than this is replaced by a cali
 
 
 def cost_model(engine: Engine, notice=None) -> CostModel:
-    """The cached calibration for this model and machine; else the defaults timed against one
-    small batch: within OFF_BY they are cached as this machine's, else the engine is
-    calibrated now (cached too) and `notice` (default: stderr) says so."""
+    """The cached calibration; else the defaults, timed on one small batch, cached if within
+    OFF_BY, else the engine is calibrated now and `notice` (default: stderr) says so."""
     found = cached(engine)
     if found is not None:
         return found
@@ -199,8 +195,7 @@ def cost_model(engine: Engine, notice=None) -> CostModel:
 
 
 def busy() -> str:
-    """A warning where other work shares the cores a calibration times (by the load average
-    over the usable cores): its predictions would be too slow; else ""."""
+    """A warning where other work (the load average) shares the cores a calibration times."""
     try:
         load = os.getloadavg()[0]
     except OSError:

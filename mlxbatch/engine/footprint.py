@@ -12,10 +12,8 @@ from ..runtime.memory import available_bytes
 from .labels import LOGIT_COPIES, continuation_rows
 
 MAX_BUDGET = 16384  # the largest default budget memory can justify
-# The preferred padded-token budget per batch: the default cap of both planners, so that the
-# largest batch, hence peak memory, does not grow with the job. On the CPU each batch runs on
-# one core (a lane; a 1-core machine has one), and at 2,048 tokens its fixed cost (the weights
-# streamed once) is ~1.5% of its time; on a GPU one stream runs a batch on the whole device.
+# The default padded-token cap per batch, so peak memory does not grow with the job: on a CPU
+# lane 2,048 tokens make the fixed cost small; a GPU runs a batch on the whole device.
 PREFERRED_BUDGET = {"cpu": 2048, "gpu": 4096}
 
 
@@ -53,16 +51,14 @@ class Footprint:
         return self.batch_cost(batch.padded_tokens, len(batch.indices), batch.width)
 
     def batch_cost(self, batch_tokens: int, max_batch: int, longest: int) -> BudgetCost:
-        """Upper bound on the transient bytes of `lanes` batches in flight (weights apart), each at
-        most `max_batch` rows of at most `longest` tokens: the KV cache, the largest per-layer
-        working set of the forward, and the label pass."""
+        """Upper bound on the transient bytes (KV cache, largest per-layer working set, label
+        pass) of `lanes` batches of at most `max_batch` rows of `longest` tokens."""
         a, context = self.args, self.context(longest)
         max_batch = min(max_batch, batch_tokens)
         rows = max_batch * (self.n_labels if self.label_len > 1 else 1)
         kv = 2 * a.num_hidden_layers * rows * a.num_key_value_heads * a.head_dim
         kv *= context * self.dtype_bytes
         # the forward over the batch's tokens, then the one over its labels' earlier tokens
-        # (multi-token labels: each row's label rows, teacher-forced), one after the other
         positions = self.n_labels * max(self.label_len - 1, 0)  # later label tokens a row
         t = max(batch_tokens, max_batch * positions)
         mlp = 3 * t * a.intermediate_size * self.dtype_bytes
@@ -78,8 +74,7 @@ class Footprint:
         return BudgetCost(kv * self.lanes, (mlp + attn + hidden + head + pad) * self.lanes)
 
     def longest_item(self, available: int, cap: int, share: float = 0.5) -> int:
-        """The most fed tokens (at most `cap`) one item alone can have within `share` of what
-        the weights leave of `available` bytes (a share: the batch check measures again)."""
+        """The most fed tokens (at most `cap`) one item can have in `share` of free memory."""
         room = (available - self.weight_bytes) * share
         lo, hi = 0, cap
         while lo < hi:
@@ -118,8 +113,7 @@ class Footprint:
         share: float = 0.5,
         preferred: int | None = None,
     ) -> int:
-        """`preferred` (None: as large as memory allows), raised to fit the longest item,
-        within `share` of memory."""
+        """`preferred` (None: as memory allows), raised to fit the longest item, in `share`."""
         fits = self.memory_budget(max_batch, longest, available, share)
         want = fits if preferred is None else min(preferred, fits)
         return max(want, min(longest, fits))

@@ -1,6 +1,5 @@
-"""The one item type: what every entry (a file row, a Python call's text, an HTTP request's
-input) becomes before it is scored, made once by `api.limits.prepare`; the scheduler takes it
-as it is."""
+"""The one item type: what every entry (a file row, an API text, an HTTP input) becomes before
+it is scored, made once by `api.limits.prepare`."""
 
 from __future__ import annotations
 

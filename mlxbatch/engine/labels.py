@@ -25,8 +25,7 @@ from .layout import RowLayout
 
 
 def check_names(names) -> tuple[str, ...]:
-    """A label set's names as classify takes them (two or more, distinct, one stripped line
-    each), or the LabelError naming the first that is not; also `eval --labels`' check."""
+    """A label set's names (two or more, distinct, one stripped line each), else a LabelError."""
     names = tuple(names)
     if not names or any(not n.strip() for n in names):
         raise LabelError("the label set is empty or holds an empty label")
@@ -45,7 +44,7 @@ def check_names(names) -> tuple[str, ...]:
                 f"label {n!r} begins or ends with whitespace, which classify's "
                 f"--labels strips: write {n.strip()!r}"
             )
-        # U+2028/U+2029 too: a JSONL output kept them raw, and splitlines() cut its rows there
+        # U+2028/U+2029 too: JSON keeps them raw, and splitlines() would cut an output row there
         if control := next((c for c in n if unicodedata.category(c) in LINE_BREAKING), None):
             what = "control character" if unicodedata.category(control) == "Cc" else "line break"
             raise LabelError(
@@ -74,8 +73,7 @@ def _shown(name: str) -> str:
 
 
 def visible(name: str) -> bool:
-    """Whether `name` prints as something: a zero-width space (format, "Cf") or a control
-    character alone prints as an empty label in every prompt and table."""
+    """Whether `name` prints as something (not only whitespace, format or control characters)."""
     return any(not c.isspace() and unicodedata.category(c) not in ("Cf", "Cc") for c in name)
 
 
@@ -86,8 +84,7 @@ class LabelSet:
 
     @classmethod
     def build(cls, names: list[str] | tuple[str, ...], encode, vocab_size: int) -> LabelSet:
-        """Validate labels (`check_names`) and tokenize them with `encode`
-        (PromptTokenizer.label; `model.label_tokens` refuses what would score ambiguously)."""
+        """Validate labels and tokenize them with `encode` (PromptTokenizer.label)."""
         names = check_names(names)
         return cls(names, label_tokens(names, encode, vocab_size))
 
@@ -118,11 +115,9 @@ def first_token_logits(model: Decoder, h_last: mx.array, labels: LabelSet) -> mx
     return model.head(h_last, mx.array(labels.first_ids))
 
 
-# The fp32 logits of later label tokens held at once, at most: the continuation pass takes a
-# batch's rows a few at a time, so its memory does not grow with rows x labels x tokens
+# The most fp32 logits of later label tokens held at once: rows go a few at a time
 LOGIT_BYTES = 1 << 26
-# arrays of that size alive at once: on the host path (hostops.matmul_t) the product's tiles,
-# their transposed slices and the concatenation, then the log-sum-exp's two working arrays
+# arrays of that size alive at once (the host product's tiles, slices, concatenation, logsumexp)
 LOGIT_COPIES = 5
 
 
@@ -136,10 +131,7 @@ def continuation_logprobs(
 ) -> mx.array:
     """(B, J): sum over each label's tokens after the first of their full-vocab log-probs.
 
-    `h_lab` (B * J, max_len - 1, D) are the hidden states of the teacher-forced label inputs,
-    row r * J + j holding label j behind prompt r. Rows are taken `continuation_rows` at a
-    time: a row's log-probs are the same in any company (the head's rows are independent).
-    """
+    `h_lab` (B * J, max_len - 1, D): row r * J + j holds label j behind prompt r."""
     J, T = len(labels.names), labels.max_len - 1
     B = h_lab.shape[0] // J
     j, slot, tok = labels.continuation_slots()
@@ -180,12 +172,10 @@ def score_labels(
     labels: LabelSet,
     host_kernels: bool = False,
 ) -> mx.array:
-    """(B, J) label probabilities of a batch whose row pass left `h_last` (B, D), each row's
-    hidden state at its last prompt token, and its keys and values in `kv`.
+    """(B, J) label probabilities from `h_last` (B, D) at each row's last prompt token.
 
-    Multi-token labels need a second pass: every row's cache repeated once per label, the
-    labels' earlier tokens fed behind it (teacher forcing), their later tokens scored.
-    """
+    Multi-token labels need a second pass: each row's cache repeated once per label, the
+    labels' earlier tokens fed behind it (teacher forcing), their later tokens scored."""
     B = layout.batch
     scores = first_token_logits(model, h_last, labels).astype(mx.float32)
     if labels.max_len > 1:

@@ -1,6 +1,4 @@
-"""Arriving work: items queue from any thread, and a thread of its own steps one `Scheduler`
-one batch per lane whenever the oldest item has waited `max_wait` or the queue holds a full
-budget per lane (the service's scheduler)."""
+"""Arriving work (the service's scheduler): items queue from any thread, one thread scores."""
 
 from __future__ import annotations
 
@@ -27,9 +25,7 @@ class QueueFull(Exception):
 
 @dataclasses.dataclass
 class _Request:
-    """A submitted request while someone waits for it: its future, its rows of raw
-    probabilities as they are scored, how many are left, and the padded tokens scored for it
-    (the fair queueing's count)."""
+    """A request waited for: its future, rows as scored, how many are left, padded tokens served."""
 
     future: Future
     out: np.ndarray  # (n, J)
@@ -41,11 +37,8 @@ class LiveScheduler:
     """Arriving work: `submit` from any thread; one thread of its own batches and scores.
 
     A round (one batch per lane) starts when the oldest item has waited `max_wait` or a full
-    budget per lane is queued, and takes the requests served least so far (fair queueing in
-    padded tokens), so one client's long texts do not hold everyone else's. Draining
-    (`close`), it takes the requests nearest done instead, so they end one after another
-    within the drain's deadline. Before each round it asks the test seam `testhold.held()`
-    (True: wait).
+    budget per lane is queued, and takes the requests served the fewest padded tokens, so one
+    client's long texts do not hold everyone else's; draining, the requests nearest done.
     """
 
     def __init__(
@@ -81,8 +74,7 @@ class LiveScheduler:
             return len(self._pending) + self.scheduler.queued
 
     def submit(self, items: list[Item]) -> Future:
-        """A future of the (n, J) raw probabilities of `items`, in their order (each is queued
-        under the key (request, its position))."""
+        """A future of the (n, J) raw probabilities of `items`, in their order."""
         future: Future = Future()
         if not items:
             future.set_result(np.zeros((0, len(self.scheduler.engine.labels.names)), np.float32))
@@ -107,8 +99,7 @@ class LiveScheduler:
         return future
 
     def withdraw(self, future: Future) -> None:
-        """Nobody waits for `future` now (its client is gone): its items not yet scored are
-        dropped, so a client that left does not hold the lanes."""
+        """Drop the unscored items of `future`, whose client is gone, so it holds no lane."""
         with self._cond:
             request = next((r for r, w in self._waiting.items() if w.future is future), None)
             if request is None:
@@ -144,8 +135,7 @@ class LiveScheduler:
         self._pending.clear()
 
     def _ready(self) -> bool:
-        """Whether to step a round now: the oldest item has waited long enough, a full budget
-        per lane is queued, or the scheduler is draining (never while a test holds it)."""
+        """Whether to step a round now (never while a test holds it)."""
         if testhold.held():
             return False
         if self._stopped:
@@ -173,8 +163,7 @@ class LiveScheduler:
             self._round()
 
     def _wait_for_work(self) -> bool:
-        """(Holding the lock) until something is queued, verifying while idle; False once the
-        scheduler is stopped with nothing left to score."""
+        """(Holding the lock) wait for work, verifying while idle; False once stopped and empty."""
         self._take_pending()
         while not self.scheduler.queued and not self._stopped:
             if self.on_idle is not None:
@@ -201,9 +190,8 @@ class LiveScheduler:
             self._withdrawn = set()
 
     def _drain_plan(self) -> tuple[list, dict] | None:
-        """(Holding the lock) while draining, the batches of the requests with the fewest items
-        left (then the oldest), at least a round's worth of items, cut among themselves, and
-        each request's rank; else None (the fair round)."""
+        """(Holding the lock) while draining, (batches, rank) of the requests with the fewest
+        items left, a round's worth; else None (the fair round)."""
         if not self._stopped:
             return None
         s, order = self.scheduler, sorted(self._waiting, key=lambda r: (self._waiting[r].left, r))
@@ -245,9 +233,7 @@ class LiveScheduler:
                 self.on_batch(record)
 
     def _deliver(self, request: int, i: int, p: np.ndarray, width: int) -> None:
-        """(Holding the lock) item `i` of `request` is scored, in a batch `width` tokens wide;
-        the last one sets its future. A request failed meanwhile (closed without a drain) is
-        no longer waiting."""
+        """(Holding the lock) item `i` of `request` is scored; the last one sets its future."""
         waiting = self._waiting.get(request)
         if waiting is None:
             return

@@ -101,9 +101,8 @@ def unsort(results_by_batch: list[tuple[Batch, list]], n: int) -> list:
 
 @dataclass(frozen=True)
 class CostModel:
-    """Predicted seconds of one batch of `rows` x `width` fed tokens behind `prefix` tokens, on
-    one lane while the other lanes run batches too (on the CPU each batch runs whole on one
-    core; see runtime/executor.py). A plan takes the sum of its batches over `lanes`.
+    """Predicted seconds of one batch of `rows` x `width` tokens behind `prefix` tokens on one
+    lane while the others run too; a plan takes the sum of its batches over `lanes`.
 
     per_batch: fixed cost (weights streamed once, kernel launches, host work);
     per_token: each padded token through the dense layers;
@@ -146,8 +145,7 @@ class CostModel:
 
     @classmethod
     def from_dict(cls, d: dict) -> CostModel:
-        """From `to_dict` output, an older version's too (unknown fields dropped). ValueError for
-        constants no calibration writes: the cache and a journal are files a person can edit."""
+        """From `to_dict` output (unknown fields dropped); ValueError for edited bad constants."""
         if not isinstance(d, dict):
             raise ValueError(f"cost_model {d!r}"[:200])
         try:

@@ -27,8 +27,7 @@ FEW_SHOT_EXAMPLES = (
 
 
 def description_problem(line) -> str | None:
-    """Why `line` cannot describe a label in the default prompt, or None: the one rule for a
-    labels file's entries and the Python API's `descriptions`."""
+    """Why `line` cannot describe a label in the default prompt, or None."""
     if line is not None and not isinstance(line, str):
         return f"is not a string ({type(line).__name__})"
     if line and "\n" in line.strip():
@@ -66,8 +65,7 @@ BUILT_IN_PROMPTS = ("descriptions", "few-shot")
 
 
 def built_in_prompt(name: str, labels: tuple[str, ...]) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """(system prompt, examples) of a built-in prompt, for the default labels only:
-    "descriptions" (a line describing each label) or "few-shot" (those + 3 examples a label)."""
+    """(system prompt, examples) of the built-in "descriptions" or "few-shot" prompt."""
     if name not in BUILT_IN_PROMPTS:
         raise ValueError(f"no built-in prompt {name!r} (choose from {', '.join(BUILT_IN_PROMPTS)})")
     if tuple(labels) != DEFAULT_LABELS:

@@ -76,9 +76,7 @@ class PrefixScorer:
         """The shared prefix's cache, a long prefix in chunks so attention memory grows with
         chunk x prefix, not prefix squared."""
         # OpenBLAS on one thread, as in the lanes: its threads split a product's rows at points
-        # that depend on the thread count, so a prefix made on the caller's thread carried the
-        # bits of whatever count the process had then (an interrupted job's lanes leave 1, a
-        # fresh process has one a core) into every row (the service against the API: 1e-7)
+        # that depend on the thread count, which would reach every row's bits
         with sgemm.single_threaded():
             return self._prefill_chunks(tokens)
 
@@ -131,9 +129,8 @@ class PrefixScorer:
         return probs
 
     def _batch_cache(self, lane: int, batch: int, capacity: int) -> KVCache:
-        """The prefix broadcast to `batch` rows: the lane's buffers when large enough, else new ones
-        of this batch's shape (never grown to the larger of both, so a lane's buffers stay within
-        its largest batch as a sorted job goes from few long rows to many short ones)."""
+        """The prefix broadcast to `batch` rows: the lane's buffers when large enough, else new
+        ones of this batch's shape (never grown to the larger of both)."""
         kv = self._lane_kv.get(lane)
         if kv is not None and kv.allocated >= batch and kv.capacity >= capacity:
             kv.crop(len(self.prefix))

@@ -20,8 +20,7 @@ def size(n: int) -> str:
 
 
 def read_capped(path: str | Path, cap: int, what: str) -> bytes:
-    """The bytes of `path`, reading at most `cap` + 1 of them: a file over `cap` is refused,
-    naming `what` (the option) and the cap. OSError is the caller's to word."""
+    """The bytes of `path`; a file over `cap` is refused naming `what` (OSError is the caller's)."""
     with open(path, "rb") as f:
         data = f.read(cap + 1)
     if len(data) > cap:

@@ -33,9 +33,8 @@ class Records:
 def parse(
     stream: BinaryIO, source: str, name: str, fmt: str = "auto", text_field: str = "text"
 ) -> Records:
-    """The records of `stream` (read from `source`, '-' for stdin; `name` without a compression
-    suffix), lazily: a file-level problem (header, JSON array, encoding) is raised here or, past
-    the first lines, when iteration reaches it."""
+    """The records of `stream`, lazily (`name` without a compression suffix); a file-level
+    problem is raised here or, past the first lines, when iteration reaches it."""
     size = HEAD
     try:
         head, stream = peek(stream, size)
@@ -138,8 +137,7 @@ def _tabular(lines: list[str], sep: str, text_field: str) -> bool:
 
 
 def _raw_lines(stream: BinaryIO, cr_only: bool, source: str) -> Iterator[bytes]:
-    """The lines of `stream`, each with its line end; a read that fails (a corrupt or cut-short
-    archive) is the file's error, naming the line."""
+    """The lines of `stream`, each with its line end; a failed read names the line."""
     n = 0
     try:
         if not cr_only:
@@ -199,8 +197,7 @@ _DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_float=JsonNumb
 
 
 def json_kind(x) -> str:
-    """A value's kind in JSON's words ("a number", "null"): Python's said "a JSON NoneType"
-    and "is a int"."""
+    """A value's kind in JSON's words ("a number", "null")."""
     kinds = {
         dict: "an object",
         list: "an array",
@@ -219,7 +216,7 @@ def _json_object(line: str) -> tuple[dict | None, str | None]:
     except _RepeatedKey as e:
         return None, f"the key {e.args[0]!r} appears twice in one JSON object"
     except json.JSONDecodeError as e:
-        # (json's "Invalid control character at" already ends in "at": it said "at at")
+        # (json's "Invalid control character at" already ends in "at")
         return None, f"invalid JSON ({e.msg.removesuffix(' at')} at column {e.colno})"
     except RecursionError:
         return None, "invalid JSON (nested too deeply)"

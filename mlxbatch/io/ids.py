@@ -85,9 +85,8 @@ class IdTable:
 
 
 class DuplicateIds:
-    """The rows whose id repeats an earlier row's, as one pass over an input found them: row,
-    first row and the first id's kind in two arrays (16 bytes a duplicate, not a message
-    string each), so a later pass over the same input needs no table of ids."""
+    """The rows whose id repeats an earlier row's, as one pass found them (16 bytes each), so a
+    later pass over the same input needs no table of ids."""
 
     def __init__(self):
         self.rows, self.firsts = array("q"), array("q")

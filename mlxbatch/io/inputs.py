@@ -29,12 +29,8 @@ class Row:
 
 
 class RowStream:
-    """The rows of one input, read and checked as they are iterated (iterate once).
-
-    Memory: one buffer and one row at a time, plus a digest of every id seen (under 50 bytes
-    an id; none when an earlier pass's `duplicates` are given). A file-level problem found
-    past the first lines raises InputError during iteration.
-    """
+    """The rows of one input, read and checked as they are iterated (once): one row at a time,
+    plus a digest of every id seen; a file-level problem found later raises InputError."""
 
     def __init__(
         self,
@@ -102,8 +98,7 @@ class RowStream:
         if obj is not None and self._ids_from_first:  # the first object decides, once
             self._ids_from_first, self._first = False, n
             self.id_field = "id" if "id" in obj else None
-        # ids are row numbers only when the input has no id field: they cannot collide then (a
-        # bad line before the first JSON object has none: its id could be another row's)
+        # ids are row numbers only when the input has no id field: then they cannot collide
         numbered = self.id_field is None and not self._ids_from_first
         row = Row(n, n if numbered else None, None, err, line)
         if obj is None:
@@ -186,9 +181,8 @@ def open_rows(
     output_format: str = "jsonl",
     duplicates: DuplicateIds | None = None,
 ) -> RowStream:
-    """The rows of `path` ('-' for stdin) as a stream: `.format`, then each Row, valid or carrying
-    its error, in input order; file-level problems at the start raise here. `output_format` csv
-    or tsv: ids equal as text are duplicates. `duplicates`: an earlier pass's, so no id table."""
+    """The rows of `path` ('-' for stdin) as a stream, each valid or carrying its error; ids
+    equal as text are duplicates for a csv/tsv `output_format`."""
     return RowStream(path, text_field, id_field, fmt, fields, output_format, duplicates)
 
 
@@ -218,8 +212,7 @@ def describe_errors(
     total: int | None = None,
     bad_total: int | None = None,
 ) -> str:
-    """One summary line naming the first bad row, then one indented line per bad row. `total`,
-    `bad_total`: the counts when `rows` holds only some of the input (a streamed scan)."""
+    """A line naming the first bad row, then an indented line per bad row (of `bad_total`)."""
     unit = "row" if fmt in ("csv", "tsv", "parquet") else "line"
     bad = [r for r in rows if r.error]
     first, n_bad = bad[0], bad_total if bad_total is not None else len(bad)

@@ -1,6 +1,5 @@
-"""A journal read back (io/sinks.py writes it): its header checked to be a journal's, and
-this run's (which part of the fingerprint differs, in words), and each line checked to be a
-row that this job's run writes (a row of the input, a result the final write can take)."""
+"""A journal read back: its header checked to be this run's (saying which fingerprint part
+differs), and each line checked to be a row this job's run writes."""
 
 from __future__ import annotations
 
@@ -28,9 +27,8 @@ def journal_entry(
     min_confidence: float | None = None,
     truncating: bool | None = None,
 ) -> tuple[int, dict] | str:
-    """A journal line's (row index, result row), or why it is not one this job's run writes: a
-    row inside the input, an id, and an error or finite scores whose label, abstention and
-    truncation agree with the job's `labels`, `min_confidence` and truncation."""
+    """A journal line's (row index, result row), or why it is not one this job's run writes
+    (its label, abstention and truncation must agree with the job's)."""
     try:
         entry = loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError):
@@ -50,7 +48,7 @@ def journal_entry(
         )
     if "answers" in result:
         return _answered(row, result, labels, truncating)
-    # what result_row writes, and no more: an edited "truncated" reached the output as it was
+    # what result_row writes, and no more: an edited field never reaches the output
     if extra := sorted(set(result) - SCORED_FIELDS):
         return f"has fields {extra} that mlxbatch does not write"[:200]
     if "truncated" in result and not _written_cut(result["truncated"]):
@@ -61,8 +59,7 @@ def journal_entry(
 
 
 def _answered(row: int, result: dict, columns, truncating: bool | None) -> tuple[int, dict] | str:
-    """A row of answers to questions as `result_row` writes it: an answer per question, its
-    scores finite probabilities, in the job's columns (`question_label`) when given."""
+    """A row of answers as `result_row` writes it, in the job's columns when given."""
     if extra := sorted(set(result) - {"id", "answers", "truncated"}):
         return f"has fields {extra} that mlxbatch does not write"[:200]
     if "truncated" in result and (not _written_cut(result["truncated"]) or truncating is False):
@@ -141,9 +138,8 @@ def checked_head(path: Path, first_line: bytes, header: dict | None) -> dict:
 
 
 def _check_model(path: Path, head: dict, header: dict) -> None:
-    """Refuse a journal written for another state of the model, naming what changed: a model
-    directory edited in place (config.json, a tokenizer file, the chat template) would resume
-    into a file mixing rows scored under both."""
+    """Refuse a journal written for another state of the model, naming what changed: a
+    resume would mix rows scored under both."""
     old, new = head.get("model"), header.get("model")
     recorded = fingerprint_parts(head.get("fingerprint")).get("model")
     current = fingerprint_parts(header["fingerprint"])
@@ -192,8 +188,7 @@ BEFORE = {"layout": TILED}  # what a journal written before the entry was record
 
 
 def _compute_change(head: dict, header: dict) -> str:
-    """How the recorded compute path (jobs/fingerprint.py `compute_path`) and this run's differ,
-    in words: 'compute path (BLAS kernel family Haswell, now SkylakeX)'."""
+    """How the recorded compute path and this run's differ, in words."""
     old, new = head.get("compute"), header.get("compute")
     if not isinstance(old, dict) or not isinstance(new, dict):
         return PARTS["compute"]
@@ -236,6 +231,6 @@ def _differing_parts(recorded, current) -> str:
     if not old or set(old) != set(new):  # a journal from another version of mlxbatch
         return "input, model, labels, prompt or settings (or another version of mlxbatch)"
     differ = [k for k in new if old[k] != new[k]]
-    if "shape" in differ and "settings" in differ:  # the shape follows the settings: their
-        differ.remove("shape")  # change alone was said to be an edit of the journal
+    if "shape" in differ and "settings" in differ:  # the shape follows the settings,
+        differ.remove("shape")  # not an edit of the journal
     return ", ".join(PARTS.get(k, k) for k in differ)

@@ -11,8 +11,7 @@ from .rows import write_rows
 
 
 class OrderedStream:
-    """Writes JSONL rows to a stream (stdout by default) in input order, as soon as all earlier
-    rows are known. No journal: nothing to resume."""
+    """JSONL rows to a stream (stdout by default) in input order; no journal to resume."""
 
     def __init__(
         self, n_rows: int, labels: tuple[str, ...], header: dict, stream: TextIO | None = None

@@ -10,9 +10,8 @@ from .rows import loads
 
 
 class RowIndex:
-    """Which rows a journal holds, and where: row index -> byte offset of its line, in a NumPy
-    array (8 bytes a row, -1 where missing) instead of the rows themselves, so a job of millions
-    of rows holds no result in memory; a row is read back from the file when asked for."""
+    """Row index -> byte offset of its journal line (-1 where missing), 8 bytes a row: a job of
+    millions of rows holds no result in memory, each is read back when asked for."""
 
     def __init__(self, fd: int):
         self.fd, self.count = fd, 0

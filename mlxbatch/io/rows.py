@@ -63,7 +63,7 @@ FOREIGN_SUFFIXES = {
     ".svg",
     ".jpg",
     ".jpeg",
-    # model weights, tokenizers and code: `tickets -o tiny/model.safetensors` replaced weights
+    # model weights, tokenizers and code: an output must never replace them
     ".safetensors",
     ".gguf",
     ".bin",
@@ -89,9 +89,8 @@ FOREIGN_SUFFIXES = {
 
 
 def output_format(name: str) -> tuple[str, bool]:
-    """("jsonl" | "csv" | "tsv", gzip-compressed) for an output file `name`: by its suffix, a
-    name without one (or with another, `out.v2`) is JSONL; a suffix of a format mlxbatch does
-    not write (`.json`, `.parquet`, `.xlsx`, ...) is refused."""
+    """("jsonl" | "csv" | "tsv", gzip-compressed) for an output `name`, by its suffix (none or
+    an unknown one: JSONL); a suffix of a format mlxbatch does not write is refused."""
     suffixes = [x.lower() for x in Path(name).suffixes]
     compressed = bool(suffixes) and suffixes[-1] == ".gz"
     suffix = (suffixes[-2] if len(suffixes) > 1 else "") if compressed else (suffixes or [""])[-1]
@@ -106,8 +105,7 @@ def output_format(name: str) -> tuple[str, bool]:
 
 
 def output_format_of(path: Path) -> tuple[str, bool]:
-    """`output_format` of an output path, refusing also a link whose target's name is not an
-    output's (the target is what is written)."""
+    """`output_format` of a path, refusing also a link to a target not named as an output."""
     fmt = output_format(str(path))
     if os.path.islink(path) and not is_stream(path):  # /dev/stdout into a redirect is no file
         real = os.path.realpath(path)
@@ -159,9 +157,7 @@ def result_row(
     abstained: bool = False,
     answers: dict | None = None,
 ) -> dict:
-    """A scored row (`label` and `scores` as `Classifier.predictions` gives them); an abstaining
-    one keeps its scores with `"label": null, "abstained": true`; with questions, the
-    `answers` alone."""
+    """A scored row (`"label": null, "abstained": true` when abstaining; `answers` alone)."""
     if answers is not None:
         return {"id": rid, "answers": answers, **(extra or {})}
     if abstained:
@@ -175,9 +171,7 @@ def error_row(rid: Any, message: str, line: int | None = None) -> dict:
 
 
 def read_results(path: Path) -> list[dict]:
-    """The rows of an output of `classify`: JSONL, CSV or TSV (by the name's suffix, as written),
-    gzip-compressed or not (by content); raises OSError, UnicodeDecodeError or ValueError on a
-    file that is not one. A table's ids come back as its text (`text_id` compares them)."""
+    """The rows of a `classify` output (a table's ids as text); OSError or ValueError if not."""
     from .sources import open_source
 
     kind = results_format(path)
@@ -232,8 +226,7 @@ def text_id(value) -> str:
 
 def write_rows(f: TextIO, rows: Iterable[dict], labels: tuple[str, ...], name: str) -> None:
     """`rows` to `f` in the format of the output `name` ("" for JSONL); gzip needs `f.buffer`.
-    JSONL is written as `rows` are iterated (a job's rows are read back from its journal one at
-    a time); a CSV/TSV table holds them all, for its columns and id checks."""
+    JSONL streams `rows`; a CSV/TSV table holds them all, for its columns and id checks."""
     kind, compressed = output_format(name) if name else ("jsonl", False)
     if kind == "jsonl":
         write = lambda out: out.writelines(dumps(r) + "\n" for r in rows)  # noqa: E731
@@ -246,8 +239,7 @@ def write_rows(f: TextIO, rows: Iterable[dict], labels: tuple[str, ...], name: s
 
 
 def write_records(f: TextIO, records: list[dict], name: str) -> None:
-    """Records of the same keys (the first one's) to `f` in the format of `name`: a column each
-    in CSV/TSV, a JSON object each in JSONL."""
+    """Records with the first one's keys to `f` in the format of `name`."""
     kind, compressed = output_format(name)
     if kind == "jsonl":
         write = lambda out: out.writelines(dumps(r) + "\n" for r in records)  # noqa: E731
@@ -318,8 +310,7 @@ def _answers_table(rows: list[dict], columns: AnswerColumns):
 
 
 def _check_text_ids(rows: list[dict], name: str, kind: str) -> None:
-    """Ids 1 and "1" are two ids in JSONL and one in CSV/TSV text: never merged silently (the
-    reader refuses such input before anything runs when it is told the output's format)."""
+    """Refuse ids 1 and "1" together: two in JSONL, one in CSV/TSV text."""
     seen: dict[str, Any] = {}
     for n, r in enumerate(rows, 1):
         if r["id"] is None:

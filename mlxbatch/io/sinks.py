@@ -1,6 +1,5 @@
-"""Where results go: a crash-safe journal behind a file (each batch appended and fsync'd, then
-the rows written in order through an atomic rename), or an ordered stream. docs/guarantees.md
-says what it keeps safe."""
+"""Where results go: a crash-safe journal behind a file (batches appended and fsync'd, then the
+rows written in order by an atomic rename), or an ordered stream (docs/guarantees.md)."""
 
 from __future__ import annotations
 
@@ -32,8 +31,7 @@ def _first_line(fd: int) -> bytes:
 
 
 def _unwritten(first: bytes) -> bool:
-    """Whether a journal's first line is a header never finished (0 bytes, or a header cut
-    short by a full disk): such a journal holds no rows, so a run may start it over."""
+    """Whether a journal's first line is a header never finished: no rows, so start over."""
     if first.endswith(b"\n"):
         return False
     first = first.rstrip(b"\0")
@@ -82,7 +80,6 @@ def journal_path(output: Path) -> Path:
 
 
 def _lock_holder(fd: int) -> int | None:
-    """The pid holding a write lock on `fd`'s file, if another process does."""
     if sys.platform == "darwin":
         fmt, order = "qqihh", ("start", "len", "pid", "type", "whence")
     else:
@@ -109,8 +106,7 @@ class Journal:
         labels: tuple[str, ...] | None = None,
         min_confidence: float | None = None,
     ):
-        """`n_rows`, `labels`, `min_confidence`: the job's, which a resumed journal's rows must
-        fit."""
+        """`n_rows`, `labels`, `min_confidence`: the job's, which resumed rows must fit."""
         self.output, self.path = output, journal_path(output)
         self.n_rows, self.labels, self.min_confidence = n_rows, labels, min_confidence
         self.done = RowIndex(-1)
@@ -221,8 +217,7 @@ class Journal:
             offset += len(line)
 
     def finish(self, n_rows: int, labels: tuple[str, ...]) -> None:
-        """Write OUTPUT in input order (a new temporary file, atomic rename), drop the journal.
-        The rows are read back from the journal one at a time, not held."""
+        """Write OUTPUT in input order (rows read back one at a time), then drop the journal."""
         missing = [i for i in range(n_rows) if i not in self.done]
         if missing:
             raise RuntimeError(f"rows {missing[:10]} have no result; not writing {self.output}")
@@ -242,15 +237,13 @@ class Journal:
         self.close()
 
     def abandon(self) -> None:
-        """Closed as the job fails with an error: a journal this run made that holds no row has
-        nothing to resume, and would only refuse the next run, so it is removed."""
+        """Close on failure; a journal this run made without rows would only refuse the next run."""
         if self.fd >= 0 and self.made and len(self.done) == 0:
             self._unlink_own()
         self.close()
 
     def _unlink_own(self) -> None:
-        """Remove the journal only if its name still holds the file this run opened: a journal
-        deleted by hand and recreated by a second run belongs to that run."""
+        """Remove the journal only if its name still holds the file this run opened."""
         mine = os.fstat(self.fd)
         try:
             now = os.stat(self.path)
@@ -266,9 +259,7 @@ class Journal:
 
 
 def recorded_header(output: Path, header: dict | None) -> dict | None:
-    """The header of OUTPUT's journal (checked against this run's `header`, when given: a
-    resume reads the recorded settings before it can make its own header), or None when there
-    is none."""
+    """The header of OUTPUT's journal (checked against `header` when given), or None."""
     path = journal_path(output)
     if not path.is_file():
         return None

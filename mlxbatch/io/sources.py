@@ -40,8 +40,7 @@ def compression_of(head: bytes) -> str | None:
 
 
 class Rejoined(io.RawIOBase):
-    """`head` (bytes already read to look at them) followed by the rest of `rest`: a peek that
-    works on pipes, where nothing can be put back."""
+    """`head` (bytes already read) then the rest of `rest`: a peek that works on pipes."""
 
     def __init__(self, head: bytes, rest, owned: bool = True):
         self.head, self.rest, self.owned = memoryview(head), rest, owned
@@ -71,8 +70,7 @@ def peek(stream: BinaryIO, size: int, owned: bool = True) -> tuple[bytes, Binary
 
 @dataclass
 class Source:
-    """An opened input: `stream` yields its (decompressed) bytes; `name` is the path without the
-    compression suffix, for detecting the format by extension."""
+    """An opened input: `stream` yields its (decompressed) bytes; `name` lacks the .gz etc."""
 
     stream: BinaryIO
     name: str
@@ -88,7 +86,7 @@ class Source:
 
 def open_source(path: str) -> Source:
     """`path` ('-' for standard input) opened for streaming; refused by name if it cannot be."""
-    if path == "-" and 0 in CLOSED_STREAMS:  # /dev/null by now: "empty input" misled
+    if path == "-" and 0 in CLOSED_STREAMS:  # it reads as /dev/null now, not an empty input
         raise InputError("-: standard input is closed (<&-); give INPUT a file, or open it")
     raw = sys.stdin.buffer if path == "-" else _open_file(path)
     head, stream = peek(raw, 16, owned=path != "-")
@@ -135,8 +133,7 @@ def _open_file(path: str) -> BinaryIO:
 
 
 def hold_for_reading(path: str | Path) -> BinaryIO | None:
-    """`path` open with the shared lock an input holds (see `_open_file`), for as long as the
-    caller keeps it: a job holds its input for its whole run, so no other run's -o replaces it."""
+    """`path` open under an input's shared lock, so no other run's -o replaces it."""
     try:
         return _open_file(str(path))
     except InputError:
@@ -144,8 +141,7 @@ def hold_for_reading(path: str | Path) -> BinaryIO | None:
 
 
 def read_by_a_run(path: str | Path) -> bool:
-    """Whether another open stream (an mlxbatch run reading `path` as an input) holds the
-    shared lock `_open_file` takes: an output written over it would stop that run."""
+    """Whether another mlxbatch run holds `path` open as its input (the shared lock)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
@@ -177,9 +173,8 @@ def _decompressed(stream: BinaryIO, kind: str, path: str) -> BinaryIO:
 
 
 class ZstdFrames(io.RawIOBase):
-    """zstd frames one after another (`cat a.zst b.zst`), decompressed as read; EOFError on a
-    frame cut short, as the standard library's decompressors. Fed 1 KiB at a time, which bounds
-    one step at 32 MiB (RLE blocks expand 4 bytes to 128 KiB)."""
+    """zstd frames one after another, decompressed as read; EOFError on a frame cut short. Fed
+    1 KiB at a time, which bounds one step at 32 MiB (RLE blocks expand 4 bytes to 128 KiB)."""
 
     STEP = 1024
 

@@ -16,8 +16,7 @@ from ..runtime.files import write_atomically, write_straight
 
 def is_stream(path: Path) -> bool:
     """A path written straight, never replaced: a character device or FIFO, or a link through
-    /proc or /dev/fd (/dev/stdout into a shell redirect resolves to the redirect's regular file,
-    which only the descriptor the shell opened may write)."""
+    /proc or /dev/fd (/dev/stdout into a redirect resolves to the redirect's file)."""
     hop = os.path.abspath(path)
     for _ in range(40):  # the kernel's own limit on a chain of links
         if hop.startswith(("/proc/", "/dev/fd/")) or hop in ("/dev/stdout", "/dev/stderr"):
@@ -33,8 +32,7 @@ def is_stream(path: Path) -> bool:
 
 
 def write_whole(path: Path, write: Callable[[TextIO], None], failed: str = "cannot write") -> None:
-    """A user's output written whole or not at all (runtime.files.write_atomically), or, where
-    it is a stream (`is_stream`), straight: a rename over /dev/stdout would replace the device."""
+    """A user's output written whole or not at all, or straight where it is a stream."""
     if not is_stream(path):
         return write_atomically(path, write, failed)
     buf = io.StringIO()
@@ -47,8 +45,7 @@ def write_whole(path: Path, write: Callable[[TextIO], None], failed: str = "cann
 
 
 def report_stream(json_path: Path | None) -> TextIO:
-    """Where a command prints its report for people: standard output, or standard error where
-    its --json report goes to standard output (`--json -`), so that the JSON pipes whole."""
+    """Where a command's report for people goes: stdout, or stderr under `--json -`."""
     return sys.stderr if json_path is not None and names_stdout(json_path) else sys.stdout
 
 

@@ -1,6 +1,5 @@
-"""A job's input, read in windows: a list the caller holds, or a file read twice, first by a
-scan (count, fingerprint, bad rows) and then window by window, so that no pass holds more than
-one window of rows. Standard input cannot be read twice and is held whole."""
+"""A job's input, read in windows: a list, or a file read twice (a scan: count, fingerprint,
+bad rows; then window by window), so no pass holds more than one window. Stdin is held whole."""
 
 from __future__ import annotations
 
@@ -38,8 +37,7 @@ class JobInput:
             self.held.close()
 
     def check_unchanged(self) -> None:
-        """Refuse a file that changed since the job first read it (edited in place, appended
-        to): its windows would mix two versions of the input."""
+        """Refuse a file changed since first read: its windows would mix two versions."""
         if self.identity is not None and _identity(self.source) != self.identity:
             raise InputError(
                 f"{self.source}: changed while the job read it; nothing after the "
@@ -61,8 +59,7 @@ class JobInput:
         fields: tuple[str, ...] = (),
         output_format: str = "jsonl",
     ) -> JobInput:
-        """`path` read afresh at each pass; what cannot be read twice (standard input '-', a
-        pipe such as `<(zcat f.gz)`, a FIFO) is read once and held."""
+        """`path` read afresh at each pass; what cannot be read twice (stdin, a pipe) is held."""
         if path == "-" or not _regular(path):
             rows, found = read_rows(path, text_field, id_field, fmt, fields, output_format)
             return cls.of_rows(rows, path, found)
@@ -95,8 +92,7 @@ class JobInput:
     def windows(
         self, size: int, scanned: Scan | None = None, chars: int | None = None
     ) -> Iterator[tuple[int, list[Row]]]:
-        """(first row's index, rows) of `size` rows at a time, or fewer whose texts reach
-        `chars` characters (None: no bound), read as each is asked for."""
+        """(first row's index, rows) of `size` rows, or fewer reaching `chars` characters."""
         rows, start = iter(self.reopen(scanned.duplicates if scanned else None)), 0
         while window := _window(rows, size, chars):
             yield start, window
@@ -139,8 +135,7 @@ class Scan:
     duplicates: DuplicateIds | None = None  # the rows with a duplicate id (a file's scan)
 
     def refuse_bad_rows(self, on_error: str, source: str, fmt: str) -> None:
-        """Under --on-error fail, any bad row (unreadable, or too long) stops the job before
-        anything is computed."""
+        """Under --on-error fail, any bad row stops the job before anything is computed."""
         if on_error != "fail" or not self.bad_count:
             return
         first, *rest = describe_errors(
@@ -161,9 +156,7 @@ def scan(
     refused: Callable[[list[Row]], list[str | None]] | None = None,
     chunk: int = 4096,
 ) -> Scan:
-    """One pass over the input: its rows counted and hashed, and its bad rows (unreadable, or
-    `refused` by the caller, `chunk` rows at a time: too long under --on-error fail) counted,
-    the first few kept."""
+    """One pass over the input: rows counted and hashed, bad rows counted, the first few kept."""
     h, count, bad, bad_count = hashlib.sha256(), 0, [], 0
     stream = job_input.reopen(None)
     rows = iter(stream)

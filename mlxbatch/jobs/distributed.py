@@ -1,6 +1,5 @@
-"""Data-parallel classification over `mlx.launch` ranks: rank 0's settings sent once, the
-same windows planned alike everywhere, whole batches dealt by padded tokens and gathered to
-rank 0's journal, every collective under a watchdog."""
+"""Data-parallel classification over `mlx.launch` ranks: rank 0's settings sent once, whole
+batches dealt by padded tokens and gathered to rank 0's journal, collectives under a watchdog."""
 
 from __future__ import annotations
 
@@ -46,8 +45,7 @@ class Cluster:
 
     @classmethod
     def join(cls, required: bool, timeout: float) -> Cluster | None:
-        """The launch's group when there is more than one rank, else None (or an error when
-        `required`)."""
+        """The launch's group of two or more ranks, else None (an error when `required`)."""
         try:
             group = mx.distributed.init(strict=required)
         except Exception as e:  # MLX raises RuntimeError with the backend's reason
@@ -134,7 +132,7 @@ class RankStats:
 
 
 class RankGroup:
-    """`job.LocalGroup`'s methods over the ranks of a cluster (see the module's docstring)."""
+    """`job.LocalGroup`'s methods over the ranks of a cluster."""
 
     def __init__(self, cluster: Cluster):
         self.cluster, self.rank = cluster, cluster.rank
@@ -142,9 +140,8 @@ class RankGroup:
         self.lanes: list[int] | None = None
 
     def share(self, settings: Settings | None, clf: Classifier, spec: RunSpec) -> Settings:
-        """Rank 0's settings on every rank, once, exactly as it resolved them (its record, as
-        JSON: floats round-trip): a rank with less free memory must not cut items at another
-        limit."""
+        """Rank 0's settings on every rank, exactly as it resolved them: a rank with less free
+        memory must not cut items at another limit."""
         record = self.cluster.gather_json(
             settings.record() if self.rank == 0 else None, "settings"
         )[0]
@@ -174,8 +171,7 @@ class RankGroup:
         verify: bool,
         bar,
     ) -> tuple[list[tuple[int, dict]], dict | None]:
-        """The window's batches not in rank 0's journal, dealt to the ranks and scored in
-        rounds; rank 0's rows written, and the verification of every rank's items (rank 0)."""
+        """The window's batches not in rank 0's journal, dealt and scored; (rows, verification)."""
         c = self.cluster
         if self.lanes is None:
             self.lanes = [
@@ -205,8 +201,7 @@ class RankGroup:
         return written, merged
 
     def _rounds(self, clf, window, plan, shares, sink, on_error, bar, keep_own: bool):
-        """Rounds of one batch per lane on every rank; rank 0 journals each round. Returns rank 0's
-        rows written and, with `keep_own`, this rank's scored rows (to verify)."""
+        """Rounds of a batch a lane on every rank, journaled by rank 0; (rank 0's rows, own)."""
         n_labels = len(clf.labels.names)
         rounds = [
             [share[start : start + n] for start in range(0, len(share), n)]

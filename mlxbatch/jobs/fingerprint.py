@@ -24,15 +24,8 @@ SAMPLES, SAMPLE_BYTES = 16, 1 << 16  # 1 MiB read per weight file: milliseconds,
 
 
 def weights_digest(model_dir: Path) -> list:
-    """What the run loads, cheaply: per weight file its name, size, mtime and a hash of 16
-    samples of 64 KiB spread evenly over it (the first holds the safetensors header, the last
-    the end of the data).
-
-    Catches: a weight file replaced by another model's or re-converted (the header and sampled
-    bytes differ, and so do size and mtime unless a copy preserved them), truncated, added or
-    removed. Misses: an edit confined to bytes between the samples whose writer then restored
-    the mtime (a flipped weight followed by `touch -r`); hashing every byte would catch it at
-    the cost of reading the whole model again on every run."""
+    """Per weight file its name, size, mtime and a hash of 16 samples of 64 KiB spread over it
+    (the first holds the header): what it misses is in docs/guarantees.md."""
     out = []
     for path in weight_paths(model_dir):
         st, h = path.stat(), hashlib.sha256()
@@ -46,9 +39,7 @@ def weights_digest(model_dir: Path) -> list:
 
 def model_record(clf: Classifier) -> dict:
     """What of the model decides a row's bits, file by file, so a refusal can name the file
-    that changed: each weight file sampled (`weights_digest`), config.json and every tokenizer
-    file hashed whole (None where there is none: one appearing counts), the directory's path,
-    and the chat template as rendered around a fixed prompt (this run's is the prompt part)."""
+    that changed; and the chat template as rendered around a fixed prompt."""
     model_dir = Path(clf.lm.path)
     files = {name: digest(entry) for name, *entry in weights_digest(model_dir)}
     for name in (CONFIG, *TOKENIZER_FILES, INDEX):
@@ -65,10 +56,8 @@ def digest(value) -> str:
 
 
 def compute_path(clf: Classifier) -> dict:
-    """What decides the bits of a score besides the model and its inputs: the BLAS serving
-    MLX's fp32 matmuls (its version and kernel family; the library's name is informative only,
-    as the same OpenBLAS may be loaded from a renamed copy), the host kernels, the device, MLX.
-    A run resumed on another path would mix two computations in one output."""
+    """What decides a score's bits besides the model and inputs (BLAS, host kernels, device,
+    MLX): a run resumed on another path would mix two computations in one output."""
     blas = sgemm_provider()
     config = (blas["config"] or "").split()
     if blas["library"]:
@@ -87,22 +76,17 @@ def compute_path(clf: Classifier) -> dict:
         "layout": hostops.LAYOUT,  # the host kernels' row layout, which the BLAS decides
         "device": str(mx.default_device()),
         "mlx": mlx,
-        # the shared prefix's cache is computed with OpenBLAS on one thread (engine/scorers.py):
-        # a journal written before (no such entry) held the bits of the loading thread's count
+        # the shared prefix's cache runs OpenBLAS on one thread (engine/scorers.py)
         "prefix_threads": "one",
     }
 
 
-# what the compute part hashes (the library's file name is recorded, not compared); the layout
-# only where it is not the tiled one, which journals written before it was recorded ran in
+# what the compute part hashes (the library's name is recorded only); the layout where not tiled
 DECIDING = ("blas", "kernels", "host_kernels", "device", "mlx", "prefix_threads")
 
 
 def fingerprint(input_digest: str, clf: Classifier, s: Settings, compute: dict, model: dict) -> str:
-    """`model=… dtype=… input=… labels=… prompt=… settings=… adjustment=… shape=… compute=…` (16 hex
-    digits a part): the journal records it and `--resume` names the parts that differ.
-    `input_digest`: the input's rows hashed (`io.windows.hash_row`, by the job's scan); `compute`: the
-    `compute_path`; `model`: the `model_record`."""
+    """`model=… dtype=… input=… …` (16 hex digits a part): `--resume` names those that differ."""
     o = s.spec
     parts = {
         "model": digest(model),
@@ -129,8 +113,7 @@ def fingerprint(input_digest: str, clf: Classifier, s: Settings, compute: dict, 
 
 
 def _per_question(clf: Classifier) -> list:
-    """With questions, each prompt's adjustment and the tag threshold; else nothing (the
-    fingerprints of journals without questions stay as they were)."""
+    """With questions, each prompt's adjustment and the tag threshold; else nothing."""
     if not hasattr(clf, "questions"):
         return []
     return [[[a.p_cf, a.min_confidence] for a in clf.adjusts], clf.tag_threshold]

@@ -40,8 +40,7 @@ def open_sink(
 
 
 class LocalGroup:
-    """A job computed by this process alone. `distributed.RankGroup` has the same methods and
-    computes it over the ranks of an `mlx.launch` job: `run_job` is the one driver of both."""
+    """A job computed by this process alone; `distributed.RankGroup` is the same over ranks."""
 
     rank = 0
 
@@ -64,8 +63,7 @@ class LocalGroup:
         verify: bool,
         bar: tqdm,
     ) -> tuple[list[tuple[int, dict]], dict | None]:
-        """The window's batches not yet in the sink, scored and appended; the rows written and
-        the verification of the items scored."""
+        """Score and append the window's batches not yet in the sink; (rows, verification)."""
         written = execute(clf, window, plan, sink, settings.spec.on_error, bar)
         if not verify and not settings.checking:
             return written, None
@@ -89,9 +87,8 @@ def run_job(
     keep_results: bool = True,
     group: LocalGroup | None = None,
 ) -> JobResult | None:
-    """Classify `rows` (a list, or a `JobInput` read in windows) into `output` (None: standard
-    output). `keep_results`: return every result row too; `group`: the ranks sharing the work
-    (rank 0 writes; the others return None)."""
+    """Classify `rows` (a list, or a `JobInput` read in windows) into `output` (None: stdout).
+    `keep_results`: return every row too; `group`: the ranks sharing the work (rank 0 writes)."""
     clf.check_process()
     job = Job(clf, spec, output, resume, verify, group or LocalGroup())
     job_input = rows if isinstance(rows, JobInput) else JobInput.of_rows(rows, source, fmt)
@@ -157,8 +154,7 @@ class Job:
             self._open(header)
 
     def _start_clock(self) -> None:
-        """The job's time and peak memory count from here, after any calibration of the
-        planner that resolving the settings ran."""
+        """The job's time and peak memory count from here, after any planner calibration."""
         self.clf.engine.release_buffers()  # a calibration's lane caches are the job's to make
         gc.collect()  # garbage freed mid-job would be counted as "others" and not be (peak < 0)
         mx.reset_peak_memory()
@@ -167,8 +163,7 @@ class Job:
         self.t0 = time.perf_counter()
 
     def _settings(self, output: Path | None) -> tuple[Settings, ResumeError | None, dict | None]:
-        """This run's settings (the journal's on a resume, else resolved from the options), why
-        the journal's could not be read, and its header."""
+        """(settings: the journal's on a resume, why those could not be read, the header)."""
         try:
             head = recorded_header(output, None) if output is not None else None
         except ResumeError as e:
@@ -223,7 +218,6 @@ class Job:
         return totals, verified
 
     def _window(self, window: Window, prompts, totals: Totals, keep: bool) -> dict | None:
-        """One window: plan, error rows, scored rows; its verification."""
         clf, start, rows = self.clf, window.start, window.rows
         fresh = self.lead and not self.recorded  # a resumed plan is the first run's, checked then
         plan = plan_window(clf, rows, start, self.settings, fresh, prompts)

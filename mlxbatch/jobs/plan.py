@@ -1,5 +1,4 @@
-"""What a file job decides for a window before computing, as a pure function of its rows and
-settings: each row's item or why it is refused, duplicates scored once, and the batches."""
+"""What a file job decides for a window before computing, a pure function of rows and settings."""
 
 from __future__ import annotations
 
@@ -65,8 +64,7 @@ def plan_window(
     check_memory: bool = True,
     prompts: list[list[int]] | None = None,
 ) -> JobPlan:
-    """The plan of rows [start, start + len(rows)): each row's item or refusal, and the batches,
-    keyed by input row; rows with identical prompts are scored once. `prompts`: tokenized ahead."""
+    """Each row's item or refusal and the batches; rows with identical prompts scored once."""
     engine = clf.engine
     good = [(start + i, r.text) for i, r in enumerate(rows) if not r.error]
     if prompts is None:

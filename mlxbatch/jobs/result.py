@@ -1,5 +1,4 @@
-"""What a job reports: its summary (`JobResult`) and the figures summed window by window
-(`Totals`)."""
+"""What a job reports: its summary (`JobResult`) and the figures summed by window (`Totals`)."""
 
 from __future__ import annotations
 
@@ -34,8 +33,7 @@ class JobResult:
     computed_duplicates: int = 0
 
     def _this_run(self) -> tuple[int, int]:
-        """(rows, duplicates) this run scored: rows a resume reads back from the journal cost it no
-        time."""
+        """(rows, duplicates) this run scored: rows a resume reads back cost it no time."""
         if self.computed is None:
             return self.scored, self.duplicates
         return self.computed, self.computed_duplicates
@@ -71,13 +69,11 @@ class JobResult:
 
     def _saved(self) -> str:
         """The duplicates' share of the rows, and the time they would have taken at the pace
-        of the items this run did score (an estimate: a repeat costs what an average item does);
-        after a resume, of the duplicates this run met."""
+        of the items this run scored (after a resume, of the duplicates this run met)."""
         rows, duplicates = self._this_run()
         distinct = rows - duplicates
         share = f"{self.duplicates / self.rows:.1%} of the rows"
-        # under one full batch of scored items their pace is mostly a batch's fixed cost: 20,000
-        # copies of one text were "~10998.0 s saved" in a 50 s job; priced only as many again
+        # under one full batch, the pace is mostly a batch's fixed cost: price as many again only
         if distinct < DEFAULT_MAX_BATCH and duplicates > distinct:
             return share
         saved = self.seconds * duplicates / distinct if distinct else 0.0

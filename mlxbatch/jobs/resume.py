@@ -17,10 +17,8 @@ from .verify import to_verify
 
 @dataclass
 class Held:
-    """The rows an earlier run journaled (a resume), and the prompts of those to verify once
-    every window is done, kept as they are tokenized (nothing is tokenized twice) and as
-    compactly: the tokens each feeds itself, as int32, and how many it takes from the shared
-    prefix (a few-shot prefix repeated per row would be most of it)."""
+    """The rows an earlier run journaled, and the prompts of those to verify at the end, kept
+    compactly: each one's own tokens as int32 and how many it takes from the shared prefix."""
 
     mask: np.ndarray
     ids: dict = field(default_factory=dict)
@@ -29,10 +27,7 @@ class Held:
     def keep(
         self, window: Window, plan: JobPlan, settings: Settings, every: bool, prefix: list[int] = ()
     ) -> None:
-        """The items of `plan`'s batches held whole (a batch partly held is scored again by
-        this run, and verified then) that are to be verified. `prefix`: the engine's shared
-        prefix (an item whose prompt does not begin with it, a text's packed questions, is
-        kept whole)."""
+        """Keep the items to verify of `plan`'s batches held whole (a partly held one: again)."""
         held = self.mask
         whole = [b for b in plan.batches if all(j < len(held) and held[j] for j in plan.rows_of(b))]
         mine = {i: plan.items[i] for b in whole for i in b.indices}
@@ -50,11 +45,9 @@ class Held:
 def check_held(
     sink: Sink, window: Window, plan: JobPlan, held: np.ndarray, non_finite: str
 ) -> None:
-    """A resumed journal's rows in `window` each stand for their input row: they carry its id,
-    and an error where this run finds the row bad (unreadable, or refused by the plan), a result
-    where it finds it good, an error then only as non-finite scores give it (`non_finite`). A
-    journal edited, or written for rows since changed, would copy in another row's result, or
-    leave a good row unscored for good."""
+    """Refuse a resumed journal whose rows in `window` do not stand for their input rows (id,
+    error where the row is bad, result where good): an edited journal, or one for rows since
+    changed, would copy in another row's result or leave a good row unscored."""
     end = min(window.start + len(window.rows), len(held))
     for i in map(int, np.flatnonzero(held[window.start : end]) + window.start):
         row, got = window[i], sink.done[i]

@@ -1,6 +1,5 @@
-"""A window's output rows: its error rows, and each scored batch turned into rows (through
-`Classifier.predictions`, the one way scores become answers) and appended to the sink as one
-write; `execute` steps a window's scheduler through the batches the sink lacks."""
+"""A window's output rows: its error rows, and each scored batch turned into rows and appended
+to the sink as one write; `execute` steps a window's scheduler through what the sink lacks."""
 
 from __future__ import annotations
 
@@ -32,9 +31,8 @@ def non_finite_error(clf: Classifier) -> str:
 def batch_rows(
     clf: Classifier, rows, plan: JobPlan, batch: Batch, probs: np.ndarray, on_error: str
 ) -> list[tuple[int, dict]]:
-    """Output rows of one scored batch (input index, row), from `Classifier.predictions` (the
-    one way scores become answers); non-finite scores fail their row, or the job under
-    --on-error fail (after the batch's good rows are kept)."""
+    """(input index, row) of one scored batch, by `Classifier.predictions`; non-finite scores
+    fail their row, or the job under --on-error fail (after the good rows are kept)."""
     out, bad = [], None
     for scored, said in zip(batch.indices, clf.predictions(probs)):
         finite = bool(np.isfinite(list(said.scores.values())).all())
@@ -81,8 +79,7 @@ def todo_batches(plan: JobPlan, done) -> list[Batch]:
 def append_batch(
     clf: Classifier, rows, plan: JobPlan, sink: Sink, batch: Batch, probs: np.ndarray, on_error: str
 ) -> list[tuple[int, dict]]:
-    """One scored batch into the sink (its rows, returned); non-finite rows are kept as far
-    as they are good."""
+    """One scored batch into the sink; its rows."""
     try:
         out = batch_rows(clf, rows, plan, batch, probs, on_error)
     except NonFinite as e:
@@ -119,8 +116,7 @@ def error_rows(rows, plan: JobPlan, indices) -> list[tuple[int, dict]]:
 def execute(
     clf: Classifier, rows, plan: JobPlan, sink: Sink, on_error: str, bar: tqdm
 ) -> list[tuple[int, dict]]:
-    """Score every batch of `plan` not yet in the sink (one step of its scheduler), appending
-    each as it completes; the rows appended."""
+    """Score and append every batch of `plan` not yet in the sink; the rows appended."""
     written = []
     # closed here, not when collected: an interrupt's traceback keeps it alive, and the lanes
     # with it, holding OpenBLAS at one thread for the rest of the process

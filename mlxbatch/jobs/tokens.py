@@ -13,11 +13,9 @@ from ..io.windows import JobInput, Scan, window_full
 
 
 class WindowTokenizer:
-    """A job's tokenizing. The window pass tokenizes each window's rows once, ahead. The scan
-    under --on-error fail with --too-long error tokenizes every row first, to refuse the
-    too-long ones before anything is computed: when the whole input is one window (16,384 rows
-    by default) its prompts are kept and the window pass uses them; a longer input is
-    tokenized twice rather than held whole (memory stays flat in the input's length)."""
+    """A job's tokenizing: each window's rows once, ahead. A scan that refuses too-long rows
+    first keeps its prompts for the window pass when the input is one window; a longer input
+    is tokenized twice rather than held whole."""
 
     def __init__(self, window: int, window_chars: int | None):
         self.window, self.window_chars = window, window_chars
@@ -25,8 +23,7 @@ class WindowTokenizer:
         self.chars = 0  # their texts' characters
 
     def scanned(self, texts: list[str], prompts: list[list[int]]) -> None:
-        """Kept while they may be the first window (the window pass checks that they are:
-        bad rows count in a window but are not kept)."""
+        """Keep them while they may be the first window (the window pass checks that they are)."""
         if self.kept is not None:
             if self.kept and window_full(
                 len(self.kept), self.chars, self.window, self.window_chars
@@ -37,9 +34,7 @@ class WindowTokenizer:
             self.chars += sum(map(len, texts))
 
     def windows(self, clf: Classifier, job_input: JobInput, scanned: Scan):
-        """(start, rows, prompts of the good rows) window by window; the next window is read
-        and tokenized in a thread while the caller scores this one (the tokenizer's Rust
-        threads release the GIL: off the lanes' critical path)."""
+        """(start, rows, good rows' prompts) a window at a time, the next tokenized in a thread."""
         kept, self.kept = self.kept, None
 
         def read(windows):
@@ -61,8 +56,7 @@ class WindowTokenizer:
 
 
 def too_long(clf: Classifier, settings: Settings, tokens: WindowTokenizer):
-    """Under --on-error fail with --too-long error, the scan's check of each row against the
-    item limit (too long: refused before computing); else None."""
+    """Under --on-error fail with --too-long error, the scan's check of each row; else None."""
     spec = settings.spec
     if spec.on_error != "fail" or spec.too_long != "error":
         tokens.kept = None

@@ -23,9 +23,7 @@ def verify_window(
     settings: Settings,
     every: bool,
 ) -> dict | None:
-    """The report of the items `prompts` (input row -> prompt; `ids`: input row -> its id)
-    against `results` (input row -> output row; None when nothing is verified): all of them
-    under `every`, else the sample."""
+    """The report of `prompts` against `results` (all, or the sample), or None."""
     chosen = to_verify(prompts, settings, every)
     if chosen is None:
         return None
@@ -43,8 +41,7 @@ def to_verify(prompts: dict[int, Any], settings: Settings, every: bool) -> dict 
 
 
 def sampled(row: int, share: float) -> bool:
-    """Whether input row `row` is in a `share` sample: a hash of the row's index (Knuth's
-    multiplicative), so the same rows are verified whatever the windows or batches."""
+    """Whether input row `row` is in a `share` sample, by a hash of its index."""
     return (row * 2654435761) % 2**32 < share * 2**32
 
 
@@ -101,8 +98,7 @@ def run_verify(
 
 
 def answers_check(clf, prompt: list[int], row: dict, item_id) -> tuple[float, dict | None]:
-    """A row of answers against the gold loop's: (the largest score difference, the report
-    line where an answer differs, else None)."""
+    """A row of answers against the gold loop's: (largest score difference, report line or None)."""
     from ..api.questions import answer_words
 
     gold, served, diff = clf.check_answers(prompt, row.get("answers") or {})

@@ -5,9 +5,8 @@ Cache layout (slots along axis 2):
     [0, P)            shared prefix, identical in every row (broadcast from a B=1 prefill)
     [P, P + W)        each row's own tokens, left-aligned, padded to the batch width W
     [P + W, ...)      teacher-forced label tokens (multi-token labels only)
-Slots [0, offset) are filled; `crop(P)` drops everything after the prefix in O(1).
-The buffers may hold more rows than a batch uses: `use_rows(B)` makes the first B rows the
-cache (an O(1) change too), so one buffer serves every batch size up to its own.
+Slots [0, offset) are filled; `crop(P)` drops everything after the prefix in O(1), and
+`use_rows(B)` makes the first B rows the cache, so one buffer serves every smaller batch.
 """
 
 from __future__ import annotations

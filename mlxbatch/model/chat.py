@@ -1,40 +1,20 @@
 """The checkpoint's own chat template, rendered as transformers renders it, split around the item.
 
 The template (`chat_template.jinja`, else `chat_template` in `tokenizer_config.json`) is
-rendered by jinja2's sandbox with transformers' settings (`trim_blocks`, `lstrip_blocks`,
-`loopcontrols`, `tojson`, `raise_exception`, `strftime_now`, the tokenizer's special tokens
-as variables, `add_generation_prompt=True`) over the conversation: the system prompt, each
-few-shot example as a user and an assistant turn, the item as the last user turn.
+rendered by jinja2's sandbox with transformers' settings over the conversation: the system
+prompt, each few-shot example as a user and an assistant turn, the item as the last user turn.
 
-Every message content is rendered as a marker, so the result is template text with holes:
-the part before the item's hole is the same for every item (the shared prefix), the part
-after it is the suffix. A marker is rendered padded with whitespace, which shows whether the
-template trims that content (Llama 3 and Gemma do: `| trim`); the real content is put in
-trimmed the same way. Template text is encoded with its special tokens recognised, contents
-as plain text (a user typing `<|im_end|>` gets plain-text tokens, as before).
+Every content is rendered as a marker padded with whitespace, so the result is template text
+with holes (the part before the item's hole is every item's shared prefix), and the padding
+shows whether the template trims a content. Template text is encoded with its special tokens
+recognised, contents as plain text. A template that refuses a system role gets the system
+prompt folded into the first user turn, as Gemma 3's template does itself.
 
-A template that folds the system prompt into the first user turn (Gemma 3: `system + "\\n\\n"`
-in front of the first user content) needs nothing of its own: without examples the first
-user turn is the item's, and the system text lands in front of the item's hole, so it is part
-of every item's prefix; with examples it lands in the first example's turn. A template that
-refuses a system role (it raises) gets the system prompt folded the same way by us: the
-first user content becomes `system + "\\n\\n" + content`.
-
-That split is exact only for a template that puts each content in as it is given, or trimmed
-(`| trim`, `.strip()`). One that changes it otherwise (`.lstrip('\\n')`, `| replace('\\n', ' ')`)
-or branches on it (`{% if message['content'] | length > 40 %}`) would render the marker, not
-the text, and every prompt would differ silently from transformers'. So each split is checked
-when it is made: the conversation is rendered again with every content set to each of a few
-probe texts (`PROBES`: leading and trailing newlines and spaces, inner newlines, one
-character, a long text, characters a template might escape, non-ASCII), and the rendering
-must equal the split filled with those texts. A template that fails is refused, by name,
-with what it does to the text (a `ModelError` at load; for a split with examples, when the
-job is set up). Rendering the whole template per item instead was not taken: once a template
-has changed a text, where the text lies in the rendering is unknown, so contents could no longer
-be encoded as plain text (the rule above) without guessing, and the published templates tested
-here (Qwen 2.5, Llama 3, Gemma 3, Mistral v3, Phi-3 style) all pass the probes. The check is
-one render per probe when a split is made (2 ms a split for Qwen 2.5's template without
-examples, 6 ms with two, on this 2-core host), nothing per item.
+The split is exact only for a template that puts each content in as given, or trimmed, so
+each split is checked when made: the item's text is traced through the template, and the
+rendering with every content set to each of `PROBES` must equal the split filled with them.
+A template that fails is refused, by name, with what it does to the text. Rendering per item
+instead would lose where the text lies, so contents could not be encoded as plain text.
 """
 
 from __future__ import annotations
@@ -49,10 +29,8 @@ from ..errors import ModelError, one_line
 from . import template_env
 
 PAD = " \n"  # around each marker, to see whether the template trims the content
-# Texts every content is set to in turn, to see that the template puts a content in as given
-# (or trimmed): (text, what it is, for the error). None is whitespace only (an empty system
-# prompt folded into a trimmed user turn is one trimmed run, not two) and the short ones stay
-# under 30 characters, so that a length test is reported as the long text's.
+# (text, what it is): none is whitespace only (a folded empty system prompt would be one
+# trimmed run, not two); short ones stay under 30 characters so a length test names the long one.
 PROBES = (
     ("\n\nstarts with blank lines", "a text starting with a newline"),
     ("ends with a newline\n", "a text ending with a newline"),
@@ -80,14 +58,13 @@ def marker(i: int) -> str:
 
 
 def read_template(model_dir: Path) -> tuple[str | None, dict[str, str], str]:
-    """(the template source or None, the special-token variables, where the source is), from
-    the model directory."""
+    """(template source or None, special-token variables, where the source is) of a model."""
     path = model_dir / "tokenizer_config.json"
     try:
         cfg = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         cfg = {}
-    except (OSError, ValueError) as e:  # read as absent, it ran another template, silently
+    except (OSError, ValueError) as e:  # read as absent, another template would run
         raise ModelError(f"{path}: cannot be read as JSON ({str(e)[:100]})") from None
     if not isinstance(cfg, dict):
         raise ModelError(f"{path}: not a JSON object")
@@ -107,7 +84,7 @@ def read_template(model_dir: Path) -> tuple[str | None, dict[str, str], str]:
         source, where = _read_text(file), str(file)
     elif source is None and (model_dir / PROCESSOR_TEMPLATE).is_file():
         source, where = _processor_template(model_dir / PROCESSOR_TEMPLATE)
-    if isinstance(source, str) and not source.strip():  # read as absent, ChatML ran silently
+    if isinstance(source, str) and not source.strip():  # read as absent, ChatML would run
         raise ModelError(
             f"{where}: an empty template; mend it, or remove it (ChatML runs without one)"
         )
@@ -115,8 +92,7 @@ def read_template(model_dir: Path) -> tuple[str | None, dict[str, str], str]:
 
 
 def _read_text(file: Path) -> str:
-    """A template file's text: one that is not a readable UTF-8 file is refused, by name
-    (read as absent, another template ran silently)."""
+    """A template file's text; an unreadable one is refused (read as absent, another would run)."""
     try:
         return file.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
@@ -129,9 +105,8 @@ def _read_text(file: Path) -> str:
 
 
 def _processor_template(path: Path) -> tuple[str, str]:
-    """A vision-language checkpoint's template where its tokenizer has none: its processor's
-    `chat_template.json` ({"chat_template": "..."}), as transformers' processors save it. A
-    file there that holds no template is refused: read as absent, ChatML ran in its place."""
+    """A vision-language checkpoint's processor template (`{"chat_template": "..."}`); one
+    holding no template is refused, since read as absent ChatML would run in its place."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as e:
@@ -147,8 +122,7 @@ def _processor_template(path: Path) -> tuple[str, str]:
 
 
 def _default_of(source, where: str):
-    """A template, or of a list of named ones the one named "default": a list without one is
-    refused, as transformers refuses it (ChatML in code ran in its place)."""
+    """A template, or the one named "default" of a list (refused without one, as transformers)."""
     if not isinstance(source, list):
         return source
     named = {t.get("name"): t.get("template") for t in source if isinstance(t, dict)}
@@ -207,8 +181,7 @@ class Split:
 
 
 def _difference(split: Split, contents: list[str], text: str) -> str:
-    """Where a rendering first departs from the split's, in which message, and how (a template
-    that upper-cases labels fails every probe: the first probe's name alone misled)."""
+    """Where a rendering first departs from the split's, in which message, and how."""
     pieces = [(p if isinstance(p, str) else split.content(p, contents[p]), p) for p in split.parts]
     expected = "".join(piece for piece, _ in pieces)
     at = next(
@@ -221,7 +194,6 @@ def _difference(split: Split, contents: list[str], text: str) -> str:
 
 
 def _role(i: int, item: int) -> str:
-    """Content i of a conversation (see `Split`), in words."""
     if i == item:
         return "the item"
     return "the system prompt" if i == 0 else "an example's text" if i % 2 else "an example's label"
@@ -241,8 +213,7 @@ class ChatTemplate:
         self.where = where
 
     def render(self, messages: list[dict], generation: bool = True, trace=None) -> str:
-        """The template over `messages`, within the sandbox's bounds (a template over them is
-        refused by name); jinja2's TemplateError (the template's own raise) passes through."""
+        """The template over `messages` within the sandbox's bounds; TemplateError passes."""
         import jinja2
 
         extra = sum(str.__len__(m["content"]) for m in messages)  # not a test of a Traced
@@ -271,8 +242,7 @@ class ChatTemplate:
             ) from None
 
     def split(self, n_examples: int) -> Split:
-        """Render the conversation (system, n examples, the item) with markers, and find them;
-        refuse a template that renders a probe text otherwise than the split would put it in."""
+        """The conversation rendered with markers and split; checked (`check`) before it is used."""
         n = 2 + 2 * n_examples  # system, example texts and labels, the item
         split = _find(self.conversation([PAD + marker(i) + PAD for i in range(n)]), n)
         if altered := _altered(split):
@@ -281,15 +251,12 @@ class ChatTemplate:
         return split
 
     def check(self, split: Split, contents: list[str]) -> None:
-        """Refuse, by name, a template that renders these contents (the system prompt and the
-        examples; the item's last, unused) otherwise than `split` puts them in, or whose
-        rendering depends on the item's text otherwise than by putting it in.
+        """Refuse a template that renders `contents` (the last, the item's, unused) otherwise
+        than `split` puts them in, or whose rendering depends on the item's text.
 
-        The item is a `Traced` text: a new text made from it (`| replace`, `[:50]`) is
-        refused, and the conversation is rendered again with each test of it (`'word' in
-        text`, `| length > 40`) answered otherwise, in turn, each branch to its end: every
-        rendering must be the same. Then no text can render otherwise; the probe texts
-        catch what escapes the trace (`'%.50s' % text`)."""
+        The item is a `Traced` text: a new text made from it is refused, and each test of it
+        (`| length > 40`) is answered otherwise in turn, each rendering to equal the first;
+        the probe texts catch what escapes the trace (`'%.50s' % text`)."""
         import jinja2
 
         item = PAD + marker(split.item) + PAD
@@ -343,8 +310,7 @@ class ChatTemplate:
         )
 
     def conversation(self, contents: list[str], own_errors: bool = True, trace=None) -> str:
-        """The rendering of contents[0] as the system prompt, then pairs of example text and
-        label as user and assistant turns, the last as the item's user turn."""
+        """contents[0] as system prompt, (text, label) pairs as turns, the last as the item."""
         import jinja2
 
         turns = [{"role": "user", "content": contents[k]} for k in range(1, len(contents) - 1, 2)]
@@ -368,8 +334,7 @@ class ChatTemplate:
                 ) from None
 
     def notes(self, split: Split) -> list[str]:
-        """What makes this template's prompts unlike a chat model's usual ones, one line each:
-        no generation prompt, or no system prompt (it drops it)."""
+        """One line each for a dropped system prompt or a missing generation prompt."""
         out = []
         if split.dropped and 0 in split.dropped:
             out.append(

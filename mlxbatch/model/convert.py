@@ -54,8 +54,7 @@ def _sha256(path: Path) -> str:
 MODEL_FILES = ("config.json", "mlxbatch.json", "model.safetensors", "model.safetensors.index.json")
 
 
-# What a model directory holds (mlxbatch's, Hugging Face's, mlx-lm's): --force replaces these
-# and nothing else.
+# What a model directory holds (mlxbatch's, Hugging Face's, mlx-lm's): --force replaces only these
 MODEL_NAMES = {
     *MODEL_FILES,
     "generation_config.json",
@@ -76,8 +75,7 @@ def _model_file(p: Path) -> bool:
 
 
 def check_destination(out: Path, force: bool, source: Path | None = None) -> None:
-    """Refuse to overwrite a model directory unless `force`, anything else even with it, and
-    never the source or a directory holding it or inside it."""
+    """Refuse to overwrite a model directory unless `force`, anything else ever, or the source."""
     real = Path(os.path.realpath(out))
     if source is not None:
         src = Path(os.path.realpath(source))
@@ -181,9 +179,7 @@ def convert_hf(
     q_bits: int | None = None,
     q_group_size: int = 64,
 ) -> dict:
-    """Convert a Hugging Face checkpoint directory (any supported family); returns the manifest.
-
-    `q_bits` quantizes (MLX's affine format, mlx-lm's layout, so mlx-lm loads it too)."""
+    """Convert a Hugging Face checkpoint directory (`q_bits`: quantized); the manifest."""
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     check_destination(out_dir, force, hf_dir)
     check_regular_files(hf_dir)
@@ -241,8 +237,7 @@ def _quantized(args: ModelArgs, tensors: dict, config: dict, bits: int, group_si
 
 
 def random_tensors(args: ModelArgs, seed: int, dtype: mx.Dtype) -> dict[str, mx.array]:
-    """Deterministic weights, N(0, 0.02) like Hugging Face's init; norms at 1 (Gemma's, which
-    scale by 1 + w, at 0)."""
+    """Deterministic weights, N(0, 0.02) like Hugging Face's init; norms at 1 (Gemma's at 0)."""
     out = {}
     for i, (name, shape) in enumerate(sorted(args.expected_shapes().items())):
         if name.endswith("norm.weight"):
@@ -261,8 +256,7 @@ def init_random(
     dtype: str = "bfloat16",
     force: bool = False,
 ) -> dict:
-    """A synthetic model directory at a preset's shapes with the real Qwen tokenizer (and its
-    chat template)."""
+    """A synthetic model directory at a preset's shapes with the real Qwen tokenizer."""
     if seed < 0:
         raise ModelError(f"--seed {seed}: the seed must be 0 or more")
     check_destination(Path(out_dir), force)

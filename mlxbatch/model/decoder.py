@@ -17,9 +17,8 @@ EVAL_EACH_LAYER = True  # on the host-kernel path (see Decoder.__call__); off on
 
 
 def sliding_mask(mask: Mask, window: int, q_len: int, k_len: int) -> mx.array:
-    """`mask` restricted to each query's last `window` visible keys: our masks show a query
-    exactly its row's positions 0 .. q in slot order, so this is transformers'
-    `kv_idx > q_idx - sliding_window` whatever the layout."""
+    """`mask` restricted to each query's last `window` visible keys: transformers'
+    `kv_idx > q_idx - sliding_window`, since our masks show a query its positions in order."""
     if mask is None or isinstance(mask, str):  # "causal": the last q_len of k_len keys
         mask = (mx.arange(k_len)[None] <= mx.arange(k_len - q_len, k_len)[:, None])[None, None]
     later = mx.cumsum(mask.astype(mx.int32), axis=-1, reverse=True)  # visible keys at or after
@@ -46,16 +45,14 @@ def norm(args: ModelArgs, dims: int) -> nn.Module:
 
 
 def linear(layer: nn.Module, x: mx.array, host_kernels: bool) -> mx.array:
-    """`layer(x)`; on the host-kernel path, each row's result independent of the other rows
-    (OpenBLAS picks its kernel by the row count: see hostops.py)."""
+    """`layer(x)`; on the host-kernel path each row's result is independent of the others."""
     if not host_kernels or type(layer) is not nn.Linear:
         return layer(x)
     return hostops.matmul_t(x, layer.weight, layer.bias if "bias" in layer else None)
 
 
 def linear_rows(layer: nn.Module, x: mx.array, start: int, stop: int, host_kernels: bool):
-    """Output features [start, stop) of `layer(x)` (a fused projection's part): a product with
-    those weight rows only (a view); quantized layers (GPU) compute all and slice."""
+    """Output features [start, stop) of `layer(x)` (a fused projection's part)."""
     if type(layer) is not nn.Linear:
         return layer(x)[..., start:stop]
     w = layer.weight[start:stop]
@@ -170,7 +167,7 @@ class MLP(nn.Module):
             g, u = self._gate_up(x, True)
             return linear(self.down_proj, hostops.silu_mul(g, u), True)
         g, u = self._gate_up(x, False)
-        # SiLU as g / (1 + exp(-g)): the same function, and MLX's CPU exp is ~1.4x its sigmoid
+        # SiLU as g / (1 + exp(-g)): the same function, and MLX's CPU exp beats its sigmoid
         return self.down_proj(g / (1 + mx.exp(-g)) * u)
 
 
@@ -246,10 +243,8 @@ class Decoder(nn.Module):
     ) -> mx.array:
         """Final-normed hidden states (B, L, D); `cache` advances by L.
 
-        `host_kernels=True` runs SiLU and the softmax as host kernels (hostops.py; float32 on
-        the CPU), evaluating layer by layer (faster with lanes running at once:
-        scripts/lane_concurrency.py). `keep` (B,): only position keep[b] of each row is wanted,
-        so the last layer computes it alone: (B, 1, D); needs an array mask.
+        `host_kernels=True` runs SiLU and the softmax as host kernels, evaluating layer by
+        layer. `keep` (B,): the last layer computes only position keep[b] of each row: (B, 1, D).
         """
         x = self.embed(tokens)
         L = tokens.shape[1]
@@ -285,9 +280,8 @@ class Decoder(nn.Module):
         return self.model.embed_tokens if self.args.tie_word_embeddings else self.lm_head
 
     def head(self, h: mx.array, rows: mx.array | None = None, host_kernels: bool = False):
-        """Logits of hidden states `h` (..., D) for vocabulary `rows` (all when None); with
-        `rows` or `host_kernels`, each row's logits are the same whatever the other rows (see
-        hostops.py)."""
+        """Logits of `h` (..., D) for vocabulary `rows` (all when None); with `rows` or
+        `host_kernels`, each row's logits are the same whatever the other rows."""
         layer = self.head_layer()
         if rows is None and host_kernels:  # float32 on the CPU: the weights are dense
             return hostops.matmul_t(h, layer.weight)

@@ -16,8 +16,7 @@ def weights_dir() -> Path:
 
 
 def not_runnable(model_dir: Path) -> str | None:
-    """Why a model directory cannot run, from cheap checks (config, tensor tables, tokenizer), or
-    None: the one check behind `mlxbatch models` (BROKEN) and the default model's choice."""
+    """Why a model directory cannot run, from cheap checks (config, tensor tables, tokenizer)."""
     from ..errors import ModelError
     from .config import ModelArgs
     from .files import check_regular_files
@@ -39,9 +38,7 @@ def not_runnable(model_dir: Path) -> str | None:
 
 
 def template_problem(model_dir: Path) -> str | None:
-    """Why the checkpoint's chat template cannot run (it does not compile, goes past the
-    sandbox's bounds, or changes the text it is given), or None: the template renders in
-    milliseconds, its tokenizer is not loaded."""
+    """Why the checkpoint's chat template cannot run, or None (its tokenizer is not loaded)."""
     from ..errors import ModelError
     from .chat import ChatTemplate, read_template
 
@@ -55,9 +52,8 @@ def template_problem(model_dir: Path) -> str | None:
 
 
 def default_model_dir(announce: Callable[[str], None] = print) -> Path:
-    """The first runnable converted (non-synthetic) model under weights/, as `mlxbatch models`
-    judges it (one that is not is named and passed over); else the synthetic model at the real
-    Qwen2.5-0.5B shapes, created on first use."""
+    """The first runnable converted model under weights/ (others named and passed over); else
+    the synthetic model at Qwen2.5-0.5B's shapes, created on first use."""
     from .convert import init_random
     from .load import read_manifest
 
@@ -89,9 +85,8 @@ def default_model_dir(announce: Callable[[str], None] = print) -> Path:
 
 
 def model_dir(model: str | Path | None, announce: Callable[[str], None] = print) -> Path:
-    """What `--model` names: a directory or a hub id (see hub.resolve), else the built-in
-    default (announced); every command resolves its model here."""
+    """What `--model` names (hub.resolve), else the built-in default; every command calls it."""
     from .hub import resolve
 
-    # (an empty one is refused, not taken for no --model: it wrote and ran a synthetic model)
+    # (an empty one is refused, not taken for no --model)
     return default_model_dir(announce=announce) if model is None else resolve(model)

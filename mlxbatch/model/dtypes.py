@@ -1,12 +1,9 @@
 """The dtype a model runs in: the one asked for, else the device's and the checkpoint's own.
 
-On the CPU, float32: MLX's float16/bfloat16 matmuls there are far slower than float32 BLAS
-(~5 GFLOP/s). On a GPU (Metal, CUDA), the checkpoint's own dtype, as mlx-lm runs it (its
-convert reads `torch_dtype` and keeps float32 as float32; its load keeps the stored dtype):
-config.json's `dtype` (transformers >= 5) or `torch_dtype`, the language model's for a
-vision-language checkpoint. Gemma 3 and the other bfloat16-trained checkpoints overflow in
-float16, so float16 is used only where the checkpoint says so, where config.json names no dtype
-(mlxbatch's GPU default before), or where it is asked for.
+On the CPU, float32: MLX's half-precision matmuls there are far slower than float32 BLAS.
+On a GPU, the checkpoint's own dtype (config.json's `dtype` or `torch_dtype`), as mlx-lm runs
+it; bfloat16-trained checkpoints overflow in float16, so float16 only where the checkpoint
+says so, names no dtype, or where it is asked for.
 """
 
 from __future__ import annotations
@@ -24,8 +21,7 @@ def name(dtype: mx.Dtype) -> str:
 
 
 def checkpoint_dtype(config: dict) -> tuple[str, str] | None:
-    """(the dtype config.json names, the key naming it), or None where it names none of
-    DTYPES."""
+    """(the dtype config.json names, the key naming it), or None."""
     text = config.get("text_config")
     for cfg, where in ((config, ""), (text, "text_config.")):
         for key in ("dtype", "torch_dtype"):  # transformers >= 5 writes `dtype`
@@ -35,8 +31,7 @@ def checkpoint_dtype(config: dict) -> tuple[str, str] | None:
 
 
 def resolve_dtype(asked: str | None, config: dict, gpu: bool) -> tuple[mx.Dtype, str]:
-    """The run's dtype and, in words, where it comes from (for the model summary and
-    `doctor`). `asked`: a name of DTYPES, or None / "auto" for the default."""
+    """The run's dtype and where it comes from, in words; `asked`: a name, or None / "auto"."""
     if asked not in (None, "auto"):
         if asked not in DTYPES:
             raise ModelError(f"dtype {asked!r} is not one of {', '.join(DTYPES)} or auto")

@@ -21,18 +21,15 @@ class Family:
     # rotates the first `partial_rotary_factor` of each head (Phi-3); the others' transformers
     # classes rotate the whole head whatever the config says (Qwen2 with 0.5: max diff 7e-3)
     partial_rotary: bool = False
-    # transformers' value of each config.json key mlxbatch reads, for a config that omits it
-    # (its configuration class's default for this model_type); None for num_key_value_heads /
-    # head_dim: num_attention_heads / hidden_size // num_attention_heads. A bias switch not
-    # listed is one the family's transformers class never reads (its layers have no bias).
+    # transformers' default of each config.json key mlxbatch reads, for a config that omits it
+    # (None for num_key_value_heads / head_dim: derived); an unlisted bias switch is never read
     defaults: dict = field(default_factory=dict, compare=False, hash=False)
     # rope type aliases the configuration class renames (Phi-3: `su`, `yarn` -> `longrope`)
     rope_aliases: dict = field(default_factory=dict, compare=False, hash=False)
 
 
 class Sizes(Protocol):
-    """What `expected_shapes` reads of a config (`config.ModelArgs` has it): named here, so the
-    family module does not import the config module that imports it."""
+    """What `expected_shapes` reads of a config, named here so family.py need not import it."""
 
     hidden_size: int
     head_dim: int

@@ -1,6 +1,5 @@
 """The files of a model directory that decide what a run computes (config, weights, every
-tokenizer file), each checked to be a regular file before anything opens it: a FIFO there
-blocked the run's first read for good, and one named config.json was said to be missing."""
+tokenizer file), each checked to be a regular file before anything opens it (a FIFO blocks)."""
 
 from __future__ import annotations
 
@@ -53,9 +52,7 @@ def not_regular(path: Path, mode: int) -> ModelError:
 
 
 def check_regular_files(model_dir: Path) -> None:
-    """Refuse a model directory whose config, weight or tokenizer file (after following
-    links) is anything but a regular file. An absent file (or a link to nothing) is left to
-    the loader, which says what is missing."""
+    """Refuse a model directory whose config, weight or tokenizer file is not a regular file."""
     for path in [Path(model_dir) / name for name in NAMED] + weight_paths(model_dir):
         try:
             mode = os.stat(path).st_mode
@@ -68,8 +65,7 @@ def check_regular_files(model_dir: Path) -> None:
 
 
 def read_regular(path: Path) -> bytes | None:
-    """A model file's bytes, or None when there is none; never blocking on a FIFO that took
-    its place (opened non-blocking, checked to be a regular file before it is read)."""
+    """A model file's bytes, or None when there is none; never blocking on a FIFO."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:

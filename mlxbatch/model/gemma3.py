@@ -14,19 +14,16 @@ Against Qwen2:
   `sliding_window_pattern` (every pattern-th layer global); a sliding layer sees only the
   last `sliding_window` keys (512 in 1B) and rotates with `rope_local_base_freq` (10,000),
   a global layer with `rope_theta` (1,000,000) and `rope_scaling` (linear, factor 8, in 4B+);
-- the head is tied. `attn_logit_softcapping` / `final_logit_softcapping` must be null (they
-  are in every Gemma 3 config).
-The sliding mask is derived from the row layout's mask (see decoder.sliding_mask), so the
-batched cache, the layout and the host attention need nothing of their own.
+- the head is tied; `attn_logit_softcapping` / `final_logit_softcapping` must be null.
+The sliding mask is derived from the row layout's (decoder.sliding_mask): nothing else changes.
 """
 
 from __future__ import annotations
 
 from .family import Family
 
-# transformers' Gemma3TextConfig defaults (see family.Family.defaults): it reads
-# `hidden_activation`, not `hidden_act`; the published 4B+ configs' text_config omits the heads
-# and the vocabulary (vision_language.py)
+# transformers' Gemma3TextConfig defaults: it reads `hidden_activation`, not `hidden_act`; the
+# 4B+ configs' text_config omits the heads and the vocabulary (vision_language.py)
 DEFAULTS = {
     "vocab_size": 262_208,
     "hidden_size": 2304,

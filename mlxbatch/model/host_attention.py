@@ -1,6 +1,5 @@
-"""Attention on the host: the scores' softmax numerator in NumPy (MLX's CPU `exp` runs on one
-thread), its products laid out as model/host_layout.py lays out every host product, in the
-plain or the tiled layout (model/hostops.py's docstring: which one, and why)."""
+"""Attention on the host: the softmax numerator in NumPy (MLX's CPU `exp` runs on one thread),
+its products in the plain or the tiled layout of host_layout.py (hostops.py says which, why)."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ class Host:
     _tiled: dict = field(default_factory=dict, compare=False, repr=False)
 
     def tiled(self, group: int, tile: int) -> np.ndarray:
-        """The mask laid out as `attention` lays out the scores, (B, 1, T, S'/BLOCK, tile, BLOCK),
-        made once per forward."""
+        """The mask laid out as the tiled scores, (B, 1, T, S'/BLOCK, tile, BLOCK), made once."""
         if (group, tile) not in self._tiled:
             B, _, _, L, Sp = self.mask.shape
             rows = group * L
@@ -38,9 +36,8 @@ class Host:
 
 
 def key_slots(start: int, keys: int) -> np.ndarray:
-    """Where each of `keys` slots goes on the padded key axis: the slots before `start` (the
-    cache) and from it (this forward's tokens) each padded to whole blocks, so a row's keys
-    fall in the same blocks whatever the batch's width."""
+    """Each key slot's place on the padded key axis: cache and new tokens each padded to whole
+    blocks, so a row's keys fall in the same blocks whatever the batch's width."""
     old = -(-start // BLOCK) * BLOCK
     idx = np.arange(keys)
     return np.where(idx < start, idx, idx - start + old)
@@ -51,9 +48,8 @@ def padded_keys(start: int, keys: int) -> int:
 
 
 def prepare(mask: mx.array | str | None, q_len: int, k_len: int, start: int | None = None) -> Host:
-    """Host state for a forward of `q_len` queries over `k_len` keys under `mask`
-    (bool (B, 1, L, S), "causal" or None), the keys from `start` (default: the last `q_len`)
-    on being the forward's own tokens."""
+    """Host state for `q_len` queries over `k_len` keys under `mask` (bool (B, 1, L, S),
+    "causal" or None), the keys from `start` (default: the last `q_len`) being new tokens."""
     start = k_len - q_len if start is None else start
     if mask is None:
         seen = np.ones((1, 1, q_len, k_len), bool)
@@ -87,9 +83,8 @@ def _softmax_numerator(s: np.ndarray, axis) -> None:
 
 
 def plain_attention(q, k, v, scale: float, host: Host) -> mx.array:
-    """Grouped-query attention (B, H, L, hd) over keys/values (B, KV, S, hd), host softmax, a KV
-    head's query rows as one padded product (the plain layout); query head h reads KV head
-    h // (H / KV); a query row with no visible key gets zeros, not NaN."""
+    """Grouped-query attention (B, H, L, hd) over keys/values (B, KV, S, hd), a KV head's query
+    rows as one padded product (the plain layout); a row with no visible key gets zeros."""
     B, H, L, hd = q.shape
     KV, S = k.shape[1], k.shape[2]
     G, Sp = H // KV, host.mask.shape[-1]
@@ -113,9 +108,8 @@ def plain_attention(q, k, v, scale: float, host: Host) -> mx.array:
 
 
 def tiled_attention(q, k, v, scale: float, host: Host) -> mx.array:
-    """`plain_attention`'s result with the query rows as OpenBLAS's A rows, in tiles between
-    zero rows, and every product one block of BLOCK keys, so its shape is the same whatever
-    the key count (the tiled layout)."""
+    """`plain_attention` with query rows in tiles between zero rows and every product one block
+    of BLOCK keys, so its shape is the same whatever the key count (the tiled layout)."""
     B, H, L, hd = q.shape
     KV, S = k.shape[1], k.shape[2]
     G, Sp = H // KV, host.mask.shape[-1]

@@ -14,9 +14,8 @@ ROUND = 16  # a product's row count is a multiple of this
 
 
 def tile_rows(m: int, n: int, k: int) -> int:
-    """Rows (a multiple of ROUND, at most TILE + 2 * EDGE) a product of `m` <= TILE real rows
-    with an (n, k) operand is run with: EDGE zero rows either side, and enough to stay off
-    OpenBLAS's small-matrix kernel where that fits (`min_cols` covers the rest)."""
+    """Rows a product of `m` <= TILE real rows with an (n, k) operand runs with: EDGE zero
+    rows either side, rounded, past the small-matrix kernel where that fits."""
     rows = -(-(m + 2 * EDGE) // ROUND) * ROUND
     want = min(SMALL // (n * k) + 1, TILE + 2 * EDGE)
     return max(rows, -(-want // ROUND) * ROUND)
@@ -49,8 +48,7 @@ def plain_rows(m: int, *sizes: int) -> int:
 
 
 def writable(a: mx.array) -> np.ndarray:
-    """The evaluated buffer of an array this module just made and alone holds, to work on in
-    place and hand back: no copy, and no fresh pages to fault in."""
+    """The evaluated buffer of an array this module alone holds, to work on in place."""
     view = np.asarray(a)
     if not view.flags.writeable or view.dtype != np.float32:
         raise RuntimeError("host kernels need writable float32 MLX buffers")

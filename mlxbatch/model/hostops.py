@@ -1,13 +1,10 @@
 """The forward's elementwise work (SiLU, softmax) and its matmuls on the host, for MLX's CPU
 device in float32, laid out so that a row's bits never depend on its batch.
 
-MLX's CPU `exp` runs one element at a time on one thread, so the forward hands each SiLU and
-softmax to NumPy on the evaluated buffer (a few hundred microseconds of synchronisation against
-tens of milliseconds saved). OpenBLAS sums in orders that depend on where a row sits in a
-product, so every product uses a layout the BLAS probe found batch-invariant for the loaded
-kernel family: "tiled" (`w @ x.T`, x's rows in fixed tiles between zero rows, attention one
-fixed-shape block of keys at a time) or the faster "plain" one where the probe allows it.
-docs/how-it-works.md ("Batch invariance on the CPU") explains both layouts.
+MLX's CPU `exp` runs on one thread, so each SiLU and softmax goes to NumPy on the evaluated
+buffer. OpenBLAS sums in orders that depend on where a row sits in a product, so every product
+uses a layout the BLAS probe found batch-invariant: "tiled" or the faster "plain" one
+(docs/how-it-works.md, "Batch invariance on the CPU").
 """
 
 from __future__ import annotations
@@ -67,8 +64,7 @@ CHUNK = 1 << 18  # elements a host kernel works on at a time (1 MB of float32)
 
 
 def available(dtype: mx.Dtype) -> bool:
-    """Whether host elementwise kernels apply: the CPU device and float32 weights, unless
-    `MLXBATCH_HOST_KERNELS=0` (to measure or rule them out)."""
+    """Whether host kernels apply: CPU, float32, and not `MLXBATCH_HOST_KERNELS=0`."""
     if not flags.flag(flags.HOST_KERNELS):
         return False
     return mx.default_device() == mx.cpu and dtype == mx.float32

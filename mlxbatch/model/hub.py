@@ -97,7 +97,7 @@ def describe_dir(path: Path) -> dict | None:
     except (OSError, ValueError, ModelError):
         return None
     if not isinstance(cfg, dict) or not isinstance(cfg.get("model_type"), str):
-        return None  # (a list was a TypeError that took the whole listing down)
+        return None  # not a config mlxbatch can read
     try:
         text = text_config(cfg, str(path / "config.json"))  # a vision-language model's own
     except ModelError:
@@ -127,8 +127,7 @@ def describe_dir(path: Path) -> dict | None:
 
 
 def list_models(weights_dir: Path) -> list[dict]:
-    """Runnable models under `weights_dir`, in Ollama's store and LM Studio's folders (GGUF),
-    and in the Hugging Face cache."""
+    """Runnable models under `weights_dir`, in Ollama's and LM Studio's stores and the HF cache."""
     out = []
     if weights_dir.is_dir():
         for d in sorted(weights_dir.iterdir()):

@@ -1,6 +1,5 @@
 """Whether a row's bits are its own: the check the BLAS probe runs for each kernel family and
-host-kernel layout (runtime/blas.py), a needle row among others through the products and the
-attention of model/hostops.py, at the shapes the models run."""
+host layout, a needle row among others through hostops.py's products and attention."""
 
 from __future__ import annotations
 
@@ -19,15 +18,13 @@ LONG = 1200  # a plain product's rows run to a whole batch's tokens: one such pr
 
 
 def invariant_layouts() -> list[str]:
-    """The layouts (hostops.LAYOUTS, fastest first) in which the BLAS serving MLX gives a row
-    the same bits in any batch: what the BLAS probe records for each kernel family."""
+    """The layouts (fastest first) in which a row's bits are the same in any batch."""
     return [name for name in hostops.LAYOUTS if row_invariance(name)]
 
 
 def row_invariance(layout: str | None = None) -> bool:
-    """Whether the BLAS serving MLX gives a row the same bits in any batch in `layout` (None:
-    this process's): a needle row among others, at several batch sizes and places, through
-    `matmul_t` (with a bias and without) and `attention`."""
+    """Whether a needle row gets the same bits at several batch sizes and places in `layout`
+    (None: this process's), through `matmul_t` (with and without bias) and `attention`."""
     product, attend = hostops.KERNELS[layout or hostops.LAYOUT]
     return _products_invariant(product) and _attention_invariant(attend)
 

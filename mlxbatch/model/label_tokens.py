@@ -1,6 +1,5 @@
-"""A label set's tokens, as the tokenizer gives them (`PromptTokenizer.label`), refused where
-the labels could not be scored apart; before any of this, `engine.labels.check_names` has
-refused what needs no tokenizer (empty, repeated or invisible names)."""
+"""A label set's tokens, as the tokenizer gives them, refused where the labels could not be
+scored apart (`engine.labels.check_names` checks the names before)."""
 
 from __future__ import annotations
 
@@ -8,9 +7,8 @@ from ..errors import LabelError
 
 
 def label_tokens(names: tuple[str, ...], encode, vocab_size: int) -> tuple[tuple[int, ...], ...]:
-    """Each label's tokens (`encode`: PromptTokenizer.label), refusing a label set that cannot
-    be scored apart: two labels tokenized alike, one a token prefix of another (it would always
-    score at least as high), or a token outside the model's vocabulary."""
+    """Each label's tokens (`encode`: PromptTokenizer.label), refusing two labels tokenized
+    alike, one a token prefix of another, or a token outside the vocabulary."""
     tokens = tuple(tuple(encode(n)) for n in names)
     for a in range(len(names)):
         for b in range(len(names)):

@@ -1,13 +1,12 @@
 """Llama 2 / 3.x, SmolLM2 and Mistral-style checkpoints (`model_type: llama` or `mistral`).
 
 Against Qwen2: no biases by default; in a Llama, `attention_bias: true` biases q, k, v *and*
-o, `mlp_bias: true` the three MLP projections (Mistral's transformers class reads neither). `head_dim` may be given explicitly. Rope:
+o, `mlp_bias: true` the MLP (Mistral reads neither). `head_dim` may be explicit. Rope:
 `rope_theta` (500,000 for Llama 3) with `rope_scaling.rope_type: llama3` (`factor`,
 `low_freq_factor`, `high_freq_factor`, `original_max_position_embeddings`; Llama 3.1 / 3.2),
 or `linear`. Llama 3.2 1B/3B tie the head (`tie_word_embeddings`), 3.1 8B does not.
-Mistral's `sliding_window`, when set, restricts every layer to its last `sliding_window` keys
-(as transformers' Mistral does); null (Mistral 7B v0.2+) is plain causal attention, and an
-absent one is transformers' default, 4,096.
+Mistral's `sliding_window` restricts every layer to its last keys; null is plain causal
+attention, and an absent one transformers' default, 4,096.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """GGUF files other tools already keep: Ollama's store (`--model ollama:NAME[:TAG]`) and LM
 Studio's models folder, found for `mlxbatch models`.
 
-Ollama (`$OLLAMA_MODELS`, else `~/.ollama/models`): `manifests/<host>/<namespace>/<name>/<tag>`
-is JSON whose `layers` hold one of mediaType `application/vnd.ollama.image.model`, with a
-`digest` "sha256:<hex>"; its bytes are `blobs/sha256-<hex>`, a plain GGUF. A bare name is
+Ollama (`$OLLAMA_MODELS`, else `~/.ollama/models`): a manifest's layer of mediaType
+`application/vnd.ollama.image.model` names its GGUF blob by digest; a bare name is
 `registry.ollama.ai/library/<name>`, the tag `latest` unless given.
-LM Studio keeps plain `.gguf` files under `~/.lmstudio/models` (`~/.cache/lm-studio/models` in
-older releases, or the `downloadsFolder` its settings.json names), one folder a publisher/model.
+LM Studio keeps plain `.gguf` files under `~/.lmstudio/models` (or the `downloadsFolder` its
+settings.json names, or `~/.cache/lm-studio/models`), one folder a publisher/model.
 """
 
 from __future__ import annotations

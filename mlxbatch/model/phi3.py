@@ -6,17 +6,15 @@ then up), no biases anywhere; `rms_norm_eps` 1e-5. Rope: `rope_scaling.type: lon
 (`short_factor`, `long_factor`, one per rotated pair, and `original_max_position_embeddings`)
 in the 128k models, plain in the 4k ones; `partial_rotary_factor` (0.75 in Phi-4-mini) rotates
 only that share of each head. Phi-3-mini-4k's `sliding_window` (2,047) applies to every layer.
-With LongRoPE mlxbatch runs prompts up to `original_max_position_embeddings` (4,096) only:
-there transformers uses the short factors; past it it switches every position of the
-sequence to the long factors, which no batched prefix cache could share.
+With LongRoPE prompts run up to `original_max_position_embeddings` only: past it transformers
+switches every position to the long factors, which no shared prefix cache could follow.
 """
 
 from __future__ import annotations
 
 from .family import Family
 
-# transformers' Phi3Config defaults (see family.Family.defaults). Its top-level
-# `original_max_position_embeddings` (4,096 when absent) overrides the rope parameters' own.
+# transformers' Phi3Config defaults; its top-level `original_max_position_embeddings` wins
 DEFAULTS = {
     "num_key_value_heads": None,
     "head_dim": None,

@@ -30,8 +30,7 @@ def quantization(config: dict) -> dict | None:
         raise ModelError(
             f"config.json: quantization mode {q['mode']!r} is not supported (affine only)"
         )
-    # bits -4 or groups of 0 were accepted and named in the model line; MLX says which it can
-    # run, on one group (a group of 0 kills MLX 0.32 with SIGFPE: refused before it)
+    # MLX says which bits and group sizes it can run, on one group (a group of 0 would SIGFPE)
     if not 0 < q["group_size"] <= 4096:
         raise ModelError(
             f"config.json: quantization group_size {q['group_size']} is not a "
@@ -48,8 +47,7 @@ def quantization(config: dict) -> dict | None:
 
 
 def apply(model: nn.Module, q: dict, weights: dict[str, mx.array]) -> None:
-    """Turn the layers the checkpoint stores quantized into quantized layers, in place; a
-    per-layer entry MLX cannot run is a ModelError."""
+    """Turn the layers the checkpoint stores quantized into quantized layers, in place."""
     try:
         _apply(model, q, weights)
     except (ValueError, TypeError) as e:

@@ -1,10 +1,8 @@
 """Qwen3 dense (`model_type: qwen3`).
 
-Against Qwen2: no q/k/v biases (`attention_bias`, false in every published config, biases
-q, k, v and o when true); an RMSNorm over each head of q and of k (`q_norm`, `k_norm`, weight
-(head_dim,), `rms_norm_eps`) after the projection and before rope; `head_dim` is explicit
-(128 in the published sizes, so q_proj is not hidden x hidden: 0.6B has hidden 1,024 and
-16 x 128 query features). `use_sliding_window: true` is refused as for Qwen2.
+Against Qwen2: no q/k/v biases (`attention_bias` biases q, k, v and o when true); an RMSNorm
+over each head of q and of k (`q_norm`, `k_norm`) before rope; `head_dim` is explicit (128,
+so q_proj is not hidden x hidden). `use_sliding_window: true` is refused as for Qwen2.
 """
 
 from __future__ import annotations

@@ -12,11 +12,8 @@ computed as `transformers.modeling_rope_utils` computes its inverse frequencies:
     longrope  `short_factor[i] * base ** (2i / dims)`, the rotated features multiplied by
               sqrt(1 + ln(factor) / ln(original_max_position_embeddings))   (Phi-3, Phi-4-mini)
 
-`dims` below `head_dim` (partial rotary, Phi-4-mini's `partial_rotary_factor: 0.75`): only
-the first `dims` features turn, the rest pass through, as transformers splits them.
-LongRoPE's `long_factor` applies in transformers only to sequences longer than
-`original_max_position_embeddings`; the config caps the context there (see config.py), so the
-short factors are the only ones ever used.
+`dims` below `head_dim` (partial rotary): only the first `dims` features turn. LongRoPE's
+`long_factor` is never used: the config caps the context where it would begin.
 """
 
 from __future__ import annotations
@@ -45,8 +42,7 @@ class Rope:
         return self.params.get("rope_type", "default")
 
     def freqs(self) -> np.ndarray | None:
-        """Wavelengths / 2pi of each rotated pair (mx.fast.rope's `freqs`), float32; None for
-        the plain `base` form, which keeps Qwen2's forward exactly as it was."""
+        """Wavelengths / 2pi of each rotated pair (mx.fast.rope's `freqs`); None for plain `base`."""
         p, kind = self.params, self.kind
         if kind in ("default", "linear"):
             return None

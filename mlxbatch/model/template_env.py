@@ -1,17 +1,12 @@
 """The jinja2 sandbox a chat template runs in: transformers' settings, bounds, and a traced text.
 
-The environment is transformers' (`trim_blocks`, `lstrip_blocks`, `loopcontrols`, the
-`{% generation %}` block, `tojson`, `raise_exception`, `strftime_now`, `dict`, `namespace`).
-A checkpoint's template is code from the checkpoint: a rendering is bounded in time
-(`SECONDS`, checked on the template's own lines), in the size of any text or number it
-builds, and in the size of what it renders, so a template that loops or allocates without
-end is refused by name instead of hanging or ending the load.
+A template is code from the checkpoint: a rendering is bounded in time (`SECONDS`), in the
+size of any text or number it builds and of what it renders, so a template that loops or
+allocates without end is refused by name instead of hanging the load.
 
-`Traced` is a text that records what a template does with it: every test of it (`'x' in t`,
-`t.startswith(..)`, `t | length`), with the answer given, and every new text made from it
-(`t | replace(..)`, `t[:50]`, `t.rstrip('!')`). Whitespace trims (`| trim`, `.strip()`) are
-the only changes allowed: a split finds them around the item. A test's answer can be forced,
-so a rendering can be repeated with each answer changed (see chat.py).
+`Traced` is a text that records every test of it (`'x' in t`, `t | length`) with its answer,
+which can be forced, and every new text made from it (`t[:50]`); whitespace trims are the
+only changes allowed, since a split finds them around the item (see chat.py).
 """
 
 from __future__ import annotations
@@ -68,9 +63,8 @@ class OverBounds(Exception):
 
 class Trace:
     """What one rendering did with a traced text: its tests (construct, answer) in order,
-    answers forced by a test's place in that order, and the new texts made from it. `mark`:
-    a string only the traced text holds, to know a text made from it where the trace is lost
-    (a macro's output, `~`): a method called on such a text is recorded as on the item."""
+    answers forced by place, and the new texts made from it. `mark`: a string only the traced
+    text holds, to know a text made from it where the trace is lost (a macro's output, `~`)."""
 
     def __init__(self, forced: dict[int, object] | None = None, mark: str = ""):
         self.forced = forced or {}
@@ -79,8 +73,7 @@ class Trace:
         self.mark = mark
 
     def call(self, name: str, method, args: tuple, kwargs: dict):
-        """A method of the traced text (or of a text holding it) called: its answer, recorded
-        (a test, perhaps forced) or its new text (a change)."""
+        """A method of the traced text called: a test's answer (maybe forced) or a change."""
         if name in TESTS:
             k = len(self.tests)
             answer = self.forced[k] if k in self.forced else method(*args, **kwargs)
@@ -121,8 +114,7 @@ def _method(name: str):
             return result
         result = trace.call(name, base.__get__(self), args, kwargs)
         if name in TRIMS and isinstance(result, str):
-            # of the item or a text around it: an item is never blank (rows and the API's
-            # texts are refused empty), so a trim that reaches it stops inside it
+            # an item is never blank, so a trim that reaches it stops inside it
             return Traced(result, trace)
         return result
 
@@ -246,7 +238,6 @@ def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False
 
 
 def _namespace():
-    """transformers' namespace class: no underscore-prefixed attributes."""
     import jinja2
 
     class Namespace(jinja2.utils.Namespace):
@@ -279,8 +270,7 @@ def environment():
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     class Generation(Extension):
-        """`{% generation %}...{% endgeneration %}`: renders its body (transformers marks
-        the assistant's tokens with it, for training masks)."""
+        """`{% generation %}...{% endgeneration %}`: renders its body, as transformers."""
 
         tags = {"generation"}
 
@@ -330,9 +320,8 @@ def environment():
 
 
 def render(template, extra: int, trace: Trace | None = None, **variables) -> str:
-    """`template.render(**variables)` within the bounds: SECONDS, and MOST characters built
-    beyond `extra` (the contents' own); OverBounds, RecursionError or MemoryError if not.
-    `trace`: the item's, for the texts made from it."""
+    """`template.render(**variables)` within SECONDS and MOST characters beyond `extra` (the
+    contents'), else OverBounds; `trace`: the item's, for the texts made from it."""
     NOW.bound, NOW.trace = MOST + 4 * extra, trace
     deadline, lines = time.monotonic() + SECONDS, [0]
 

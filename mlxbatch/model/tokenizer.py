@@ -9,9 +9,8 @@ prefix is `head` plus `lead`'s tokens. A checkpoint without a template gets Chat
     (<|im_start|>user\n{example}<|im_end|>\n<|im_start|>assistant\n{label}<|im_end|>\n)*
     <|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n
 
-Special tokens are recognised in the template only: a user typing `<|im_end|>` gets
-plain-text tokens. The tokenizer splits at added tokens before BPE, so encoding the text
-between them piece by piece is exactly the whole-prompt tokenization.
+Special tokens are recognised in the template only. The tokenizer splits at added tokens
+before BPE, so encoding the text between them piece by piece equals the whole prompt's tokens.
 """
 
 from __future__ import annotations
@@ -31,13 +30,11 @@ from .chat import ChatTemplate, Split, read_template
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 Examples = tuple[tuple[str, str], ...]  # few-shot (text, label) pairs, earlier turns
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
-# Texts per encode_batch_fast call in `prompts`: one call over a whole job holds every
-# Encoding at once and ran 2.4x slower than calls of 1,024-4,096 (docs/benchmarks.md).
+# Texts per encode_batch_fast call: one call over a whole job holds every Encoding at once.
 BATCH_TEXTS = 2048
 # ...and at most about this many characters: an Encoding holds ~100 bytes a character
 BATCH_CHARS = 1 << 20
-# What an added token with lstrip/rstrip takes beside it: Unicode's White_Space, as the
-# tokenizers library's `char::is_whitespace` (Python's str.strip also takes \x1c-\x1f)
+# What an added token's lstrip/rstrip takes: tokenizers' `char::is_whitespace`, not str.strip's
 WHITESPACE = (
     "\t\n\v\f\r \x85\xa0\u1680"
     + "".join(map(chr, range(0x2000, 0x200B)))
@@ -78,8 +75,7 @@ class PromptTokenizer:
         tok.encode_special_tokens = True  # special-token strings in text are plain text
         self._tok = tok
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
-        # One int object per token id, shared by every prompt: a job holds all its prompts,
-        # and a fresh int per token (ids are above CPython's small-int cache) is 32 bytes.
+        # One shared int object per token id: a job holds all its prompts, a fresh int is 32 bytes
         self._ids = list(range(self.vocab_size))
         self._frames: dict[tuple[str, Examples], Frame] = {}
         added = {t.content: (i, t) for i, t in tok.get_added_tokens_decoder().items()}
@@ -131,8 +127,7 @@ class PromptTokenizer:
         return max(map(len, self._tok.get_vocab(with_added_tokens=True)))
 
     def least_tokens(self, text: str) -> int:
-        """A floor on `len(encode(text))` without encoding: no token covers more than `longest`
-        characters of the normalized text (bytes, for a byte-level vocabulary)."""
+        """A floor on `len(encode(text))`: no token covers more than `longest` characters."""
         normalizer = self._tok.normalizer
         return len(normalizer.normalize_str(text) if normalizer else text) // self.longest
 
@@ -147,8 +142,7 @@ class PromptTokenizer:
     def prompts(
         self, system: str, texts: Sequence[str], examples: Examples = ()
     ) -> list[list[int]]:
-        """`[prompt(system, t, examples) for t in texts]`, encoded together by the tokenizer's
-        threads (the Rust call releases the GIL: the next window tokenizes while lanes score)."""
+        """`[prompt(system, t, examples) for t in texts]` in the tokenizer's threads (no GIL)."""
         f = self.frame(system, examples)
         head, tail = list(f.head), list(f.tail)
         out = []
@@ -241,8 +235,7 @@ class PromptTokenizer:
 
     def _check_piecewise(self, file: Path) -> None:
         """Refuse a tokenizer whose pieces do not add up to the whole prompt's tokens (a
-        SentencePiece dummy prefix added to each separately encoded piece would): every
-        prompt here is encoded piece by piece."""
+        SentencePiece dummy prefix on each piece would not)."""
         import jinja2
 
         whole = Tokenizer.from_file(str(file))  # special-token strings are control tokens
@@ -307,17 +300,12 @@ class PromptTokenizer:
         return out
 
     def prefix(self, system: str, examples: Examples = ()) -> list[int]:
-        """Tokens before the plain run that holds the item's text: the system turn, each
-        example as a user turn and an assistant turn, up to the item turn's special token."""
+        """Tokens before the plain run that holds the item's text."""
         return list(self.frame(system, examples).head)
 
     def shared_prefix(self, system: str, examples: Examples = ()) -> list[int]:
-        """The prefix computed once per run: everything before the item's text.
-
-        An item's own prompt may diverge from it near the end when BPE merges the text's
-        first characters with the text before it (text starting with newlines); the engine
-        then uses only the common part for that row (see `engine/layout.py`).
-        """
+        """Everything before the item's text, computed once per run. BPE may merge an item's
+        first characters into its end; the engine then shares only the common part."""
         f = self.frame(system, examples)
         return [*f.head, *self.encode(f.lead)]
 
@@ -327,12 +315,8 @@ class PromptTokenizer:
         return [*self.encode(f.text(text)), *f.tail]
 
     def label(self, label: str) -> list[int]:
-        """A label's tokens as the assistant writes it right after the generation prompt
-        (`assistant\n` in ChatML).
-
-        A generation prompt that ends in spaces (`Category: `) is scored as lm-evaluation-
-        harness scores it: the spaces leave the prompt and begin each label's continuation
-        (" billing" after "Category:"), since a word's tokens carry the space before it."""
+        """A label's tokens right after the generation prompt. Trailing spaces of the prompt
+        begin each label (" billing" after "Category:"), as lm-evaluation-harness scores it."""
         answer = self.answer.rstrip(" ")
         head = self.encode(answer)
         full = self.encode(self.answer + label)
@@ -342,8 +326,7 @@ class PromptTokenizer:
 
 
 def _chunks(texts: Sequence[str]):
-    """`texts` in runs of at most BATCH_TEXTS texts and about BATCH_CHARS characters (a longer
-    text alone): each text is encoded alone either way, so the runs change no token."""
+    """`texts` in runs of at most BATCH_TEXTS texts and about BATCH_CHARS characters."""
     run, chars = [], 0
     for text in texts:
         if run and (len(run) == BATCH_TEXTS or chars >= BATCH_CHARS):

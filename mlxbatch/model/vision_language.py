@@ -28,9 +28,7 @@ def is_vision_language(cfg: dict) -> bool:
 
 
 def text_config(cfg: dict, source: str) -> dict:
-    """The language model's config of a vision-language `cfg`; any other `cfg` as it is. A key
-    the text config omits that the outer one gives (`tie_word_embeddings`, `vocab_size`) is
-    taken from the outer one, as transformers ties the head by it."""
+    """The language model's config of a vision-language `cfg` (outer keys filled in); else `cfg`."""
     if not is_vision_language(cfg):
         return cfg
     inner = cfg.get("text_config") or {}  # absent or null: every default, as transformers
@@ -41,8 +39,7 @@ def text_config(cfg: dict, source: str) -> dict:
 
 
 def text_tensor(name: str) -> str | None:
-    """A vision-language checkpoint's tensor by the language model's name; None for the vision
-    tower's and the projector's."""
+    """A vision-language checkpoint's tensor by the language model's name; None for the others."""
     if name.startswith(OTHER_TOWERS):
         return None
     for old, new in RENAMES:

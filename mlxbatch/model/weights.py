@@ -27,8 +27,7 @@ _DTYPE_BYTES = {
     "U8": 1,
     "BOOL": 1,
 }
-# the float dtypes MLX reads from safetensors (F64 it refuses: "unsupported dtype F64", where
-# this list once named it as allowed)
+# the float dtypes MLX reads from safetensors (not F64: "unsupported dtype F64")
 FLOAT_DTYPES = ("F32", "F16", "BF16")
 # Tensors a Hugging Face Qwen2 checkpoint may carry that the forward pass derives itself.
 DERIVED_SUFFIXES = ("rotary_emb.inv_freq",)
@@ -212,8 +211,7 @@ def _check_quantized(base: str, expected: dict, found: dict, model_dir: Path) ->
 def load_tensors(
     files: list[Path], check_finite: bool = False, vision_language: bool = False
 ) -> dict[str, mx.array]:
-    """The checkpoint's tensors by the names the decoder's parameters have (`vision_language`:
-    the language model's alone, renamed: vision_language.py)."""
+    """The checkpoint's tensors by the decoder's parameter names (`vision_language`: its LM's)."""
     tensors: dict[str, mx.array] = {}
     for path in files:
         try:
@@ -232,9 +230,8 @@ def load_tensors(
 
 
 def resolve_head(args: ModelArgs, tensors: dict[str, mx.array], source: Path) -> ModelArgs:
-    """The head as transformers loads it. Tied (the embedding) unless the checkpoint holds an
-    lm_head.weight with other values: transformers (5.x) then warns and does not tie, so
-    neither does mlxbatch (`args` untied). A tied head's lm_head.weight is dropped here."""
+    """The head as transformers loads it: tied unless the checkpoint holds an lm_head.weight
+    with other values (then `args` untied); a tied head's lm_head.weight is dropped here."""
     head, embed = tensors.get("lm_head.weight"), tensors.get("model.embed_tokens.weight")
     if not args.tie_word_embeddings or head is None:
         return args

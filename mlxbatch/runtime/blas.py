@@ -1,17 +1,10 @@
 """Give MLX's Linux CPU backend an optimised BLAS (OpenBLAS) instead of the bundled netlib one.
 
-The `mlx-cpu` wheel links `cblas_sgemm` from a bundled reference BLAS (1.4-6 GFLOP/s measured
-on 2-core Zen 3 and Xeon VMs). Symbols resolve through the global scope first, so an OpenBLAS
-loaded with RTLD_GLOBAL before `libmlx.so` takes over every fp32 matmul, in the CLI and for
-`import mlxbatch` alike.
-
-The candidates: `scipy-openblas32` (DYNAMIC_ARCH: kernels for the CPU it runs on, no SIGILL on
-AVX2-only x86_64 or on aarch64), renamed so MLX binds to it (scipy_openblas.py), and a system
-`libopenblas`. Which one is used, and under which kernel family (cpu.py), is decided by
-measurement: each runs a matmul in a probe subprocess, where a build for another CPU dies
-without harm, and is checked for batch invariance (probe.py, cached per machine); the first
-invariant family of the fastest library wins if it beats the reference. This module must not
-import mlx: it runs before it.
+The `mlx-cpu` wheel links `cblas_sgemm` from a slow bundled reference BLAS. Symbols resolve
+through the global scope first, so an OpenBLAS loaded with RTLD_GLOBAL before `libmlx.so`
+takes over every fp32 matmul. The candidates (`scipy-openblas32`, renamed, and a system
+`libopenblas`) are measured and checked for batch invariance in probe subprocesses; the first
+invariant kernel family of the fastest library wins. This module must not import mlx.
 """
 
 from __future__ import annotations
@@ -28,7 +21,7 @@ from .cpu import CORETYPE
 from .probe import LAYOUTS, PROBE, TILED, Candidate, env_for, family_key, measured
 from .scipy_openblas import SCIPY
 
-_MARK = "MLXBATCH_BLAS_ACTIVE"  # legacy: set by the old re-exec; cleared for subprocesses
+_MARK = "MLXBATCH_BLAS_ACTIVE"  # tests clear it from a subprocess's environment
 ACTIVE: dict = {}  # the BLAS this process loaded: source, GFLOP/s, config, kernel family
 _OFF = flags.NO_FAST_BLAS  # user escape hatch
 # "tiled": the layout every family holds, where a faster one would do ("auto" or unset)
@@ -75,8 +68,7 @@ def _rate(result: dict | None) -> float:
 
 
 def _runs(c: Candidate, found: dict[str, dict]) -> list[tuple[str | None, dict]]:
-    """(family, result) of each probe of `c` that ran, OpenBLAS's own choice first, then the
-    families fastest kind first."""
+    """(family, result) of each probe of `c` that ran, OpenBLAS's own choice first."""
     out = []
     for family in (None, *cpu.families()):
         result = found.get(family_key(c.library, family)) if c.library else None
@@ -86,10 +78,8 @@ def _runs(c: Candidate, found: dict[str, dict]) -> list[tuple[str | None, dict]]
 
 
 def plan() -> BlasPlan | None:
-    """The BLAS for MLX's CPU backend on this machine, by measurement: of each library, its
-    first batch-invariant kernel family (fastest kind first; else its own choice), the
-    fastest library that beats MLX's bundled reference BLAS 1.5x. Families are ranked by kind,
-    not by their probes' rates: a 0.1 s probe on a busy machine swung 5x (3.3 to 16.1 GFLOP/s)."""
+    """Of each library its first batch-invariant kernel family, the fastest that beats the
+    reference BLAS 1.5x. Families rank by kind: a short probe's rate is too noisy."""
     if platform.system() != "Linux" or flags.flag(_OFF) or flags.flag(PROBE):
         return None
     options, found = probes()
@@ -117,8 +107,7 @@ def plan() -> BlasPlan | None:
 
 
 def _layout(result: dict) -> str:
-    """The fastest layout the probe found invariant (`MLXBATCH_HOST_LAYOUT=tiled` asks for the
-    one every family holds: a journal written in it resumes); "tiled" where none was."""
+    """The fastest layout the probe found invariant, else (or if asked for) "tiled"."""
     held = [x for x in result.get("layouts") or () if x in LAYOUTS]
     if os.environ.get(LAYOUT_ENV, "") not in ("", "auto") or not held:
         return TILED  # asked for, or a value layout_problem() refuses at the entries
@@ -126,10 +115,7 @@ def _layout(result: dict) -> str:
 
 
 def startup_problem() -> str | None:
-    """Why no command may start, or None: an OPENBLAS_CORETYPE this CPU cannot run (OpenBLAS,
-    NumPy's too, would die of SIGILL at its first product), an MLXBATCH_HOST_LAYOUT that is
-    not a choice, a switch that is neither on nor off, or an XDG_CACHE_HOME too long to hold
-    the cache. Checked by the CLI and the Python API before anything is loaded."""
+    """Why no command may start (a bad environment variable), or None; checked before a load."""
     return (
         cpu.unrunnable_coretype()
         or layout_problem()
@@ -151,9 +137,7 @@ def layout_problem() -> str | None:
 
 
 def activate_in_process() -> bool:
-    """Load the chosen OpenBLAS globally before mlx is imported, so it serves every fp32 matmul
-    of MLX's CPU backend (symbols resolve through the global scope first). Its kernel family is
-    set for its own start only: the user's OPENBLAS_CORETYPE, if any, is put back for others."""
+    """Load the chosen OpenBLAS globally before mlx is imported, its kernel family set for it."""
     if ACTIVE:
         return True
     if "mlx.core" in sys.modules:
@@ -225,8 +209,7 @@ def tried() -> list[dict]:
 
 
 def warning() -> str | None:
-    """A loud line for Linux users left on the reference BLAS (MLX fp32 matmuls 25-90x slower),
-    with why and a remedy that applies."""
+    """A loud line, with why and a remedy, for Linux users left on the reference BLAS."""
     if platform.system() != "Linux" or ACTIVE or flags.flag(_OFF):
         return None
     if "mlx.core" in sys.modules and plan() is not None:

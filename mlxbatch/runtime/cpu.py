@@ -1,6 +1,5 @@
 """What this CPU is and runs: its flags and model name, and the OpenBLAS kernel families
-(`OPENBLAS_CORETYPE`) it can execute, for the BLAS's choice (blas.py) and for the user's own
-`OPENBLAS_CORETYPE`, checked before OpenBLAS takes it on trust."""
+(`OPENBLAS_CORETYPE`) it can execute, for the BLAS's choice and to check the user's own."""
 
 from __future__ import annotations
 
@@ -60,8 +59,7 @@ def model_name() -> str:
 
 
 def families() -> list[str]:
-    """OpenBLAS kernel families (OPENBLAS_CORETYPE) this CPU can run, fastest kind first: the
-    ones tried when the family OpenBLAS picks is not batch-invariant."""
+    """OpenBLAS kernel families this CPU can run, fastest kind first."""
     have = flags()
     if platform.machine() in ("aarch64", "arm64"):
         return ["ARMV8"]
@@ -76,8 +74,7 @@ def families() -> list[str]:
 
 
 def unrunnable_coretype() -> str | None:
-    """Why the user's OPENBLAS_CORETYPE cannot run on this CPU, or None: OpenBLAS (NumPy's too)
-    takes the family on trust and dies of SIGILL at its first product."""
+    """Why the user's OPENBLAS_CORETYPE cannot run here (OpenBLAS would die of SIGILL), or None."""
     family = os.environ.get(CORETYPE, "")
     needs = FAMILY_NEEDS.get(family.lower())
     if not needs or platform.machine() not in ("x86_64", "AMD64"):
@@ -95,8 +92,7 @@ def unrunnable_coretype() -> str | None:
 
 
 def slow_coretype() -> str | None:
-    """A note when the user's OPENBLAS_CORETYPE picks pre-AVX kernels on a CPU that runs faster
-    ones (Prescott's ran 13 GFLOP/s where OpenBLAS's own choice ran 70 on a Zen 3), else None."""
+    """A note when the user's OPENBLAS_CORETYPE picks slower pre-AVX kernels, else None."""
     family = os.environ.get(CORETYPE, "")
     fast = [f for f in families() if f != "Nehalem"]
     if family.lower() not in OLD_X86 or not fast or platform.machine() != "x86_64":

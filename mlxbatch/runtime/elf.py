@@ -11,8 +11,7 @@ _STB_GLOBAL, _STB_WEAK = 1, 2
 
 
 def exported_symbols(path: str | Path) -> list[str]:
-    """The defined global or weak symbols `path` exports; ValueError if it is no 64-bit
-    little-endian ELF file."""
+    """The defined global or weak symbols `path` exports; ValueError if not a 64-bit LE ELF."""
     data = Path(path).read_bytes()
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise ValueError(f"{path}: not a 64-bit little-endian ELF library")
@@ -35,8 +34,7 @@ def exported_symbols(path: str | Path) -> list[str]:
 
 
 def whole(path: str | Path) -> bool:
-    """Whether every loaded segment and the section table of the 64-bit ELF file `path` lie inside
-    the file (a copy cut short would die of SIGBUS at its first touch)."""
+    """Whether every loaded segment and the section table of `path` lie inside the file."""
     try:
         with open(path, "rb") as f:
             head = f.read(64)

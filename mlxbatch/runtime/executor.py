@@ -14,7 +14,7 @@ import numpy as np
 
 from . import sgemm
 
-MAX_LANES = 64  # scipy-openblas32's MAX_THREADS: every core of a large machine (was 8)
+MAX_LANES = 64  # scipy-openblas32's MAX_THREADS: every core of a large machine
 
 # score_rows(prompts, lane) -> (rows, labels) probabilities, built on the current stream
 RowScorer = Callable[[list, int], mx.array]
@@ -69,8 +69,7 @@ class CpuLanes:
         return self._pool.submit(self._score, score_rows, prompts)
 
     def run(self, score_rows: RowScorer, prompts: list) -> np.ndarray:
-        """One batch, its rows split into contiguous lanes that run at once (a lane's buffers
-        are only ever used by its own thread, so concurrent callers are safe)."""
+        """One batch, its rows split into contiguous lanes that run at once."""
         n = max(1, min(self.lanes, len(prompts)))
         bounds = np.linspace(0, len(prompts), n + 1).round().astype(int)
         with sgemm.single_threaded():  # one core per lane
@@ -110,9 +109,7 @@ def usable_cores() -> list[int]:
 
 
 def for_device(kind: str = "auto") -> Executor:
-    """The policy for this machine: CPU lanes (one per usable core, up to OpenBLAS's 64
-    threads; the memory budget counts a batch in flight per lane) on the CPU, else one
-    stream."""
+    """The policy for this machine: CPU lanes (one per usable core), else one stream."""
     if kind == "single" or (kind == "auto" and mx.default_device() != mx.cpu):
         return SingleStream()
     lanes = min(len(usable_cores()), MAX_LANES)

@@ -1,6 +1,5 @@
-"""Files written whole or not at all, and appends to a stream: the one atomic writer, for the
-caches of the layers here (BLAS, the planner's calibration) and the outputs above (which of
-those is a stream, io.streams decides); and where those caches live."""
+"""Files written whole or not at all (the one atomic writer, for caches and outputs), appends
+to a stream, and where the caches live."""
 
 from __future__ import annotations
 
@@ -17,9 +16,7 @@ from ..errors import OutputError
 
 
 def cache_dir() -> Path:
-    """mlxbatch's cache: $XDG_CACHE_HOME/mlxbatch, default ~/.cache/mlxbatch (a relative
-    XDG_CACHE_HOME is ignored, as the XDG spec says: it made a cache in whatever folder a run
-    started from)."""
+    """$XDG_CACHE_HOME/mlxbatch, default ~/.cache/mlxbatch (a relative one is ignored, as XDG says)."""
     base = os.environ.get("XDG_CACHE_HOME", "")
     if not os.path.isabs(base):
         base = str(Path.home() / ".cache")
@@ -31,9 +28,7 @@ CACHE_ROOM = 100  # what mlxbatch puts under the cache (blas-libs/<key>/.libopen
 
 
 def cache_env_problem() -> str | None:
-    """Why XDG_CACHE_HOME cannot hold mlxbatch's cache at all (a folder name longer than a
-    name may be, or a path too long to put the cache's files under), or None: every path
-    under it failed with "File name too long", a traceback in every command."""
+    """Why XDG_CACHE_HOME cannot hold mlxbatch's cache at all (a name or path too long), or None."""
     base = os.environ.get("XDG_CACHE_HOME", "")
     if not os.path.isabs(base):
         return None  # ignored (cache_dir)
@@ -53,8 +48,7 @@ def cache_env_problem() -> str | None:
 
 
 def cache_problem() -> str | None:
-    """Why mlxbatch's cache cannot be written (then the BLAS probe, the renamed library and the
-    planner's calibration are redone by every run), or None."""
+    """Why mlxbatch's cache cannot be written (then every run redoes the probes), or None."""
     where = cache_dir()
     try:
         where.mkdir(parents=True, exist_ok=True)
@@ -89,8 +83,8 @@ def write_straight(path: Path, text: str) -> None:
 def write_atomically(
     path: Path, write: Callable[[TextIO], None], failed: str = "cannot write"
 ) -> None:
-    """`path` written whole or not at all: a new O_EXCL temporary file beside it, fsync'd, renamed
-    over `path`; a link's target is written, an existing file keeps its mode."""
+    """`path` written whole or not at all (a temporary beside it, fsync'd, renamed over it); a
+    link's target is written, an existing file keeps its mode."""
     path = Path(os.path.realpath(path))
     try:
         mode = stat.S_IMODE(os.stat(path).st_mode)
@@ -121,9 +115,8 @@ CLOSED_STREAMS: set[int] = set()  # standard streams the caller closed (`>&-`): 
 
 
 def hold_closed_streams() -> None:
-    """Open /dev/null on each standard stream the caller closed (`<&-`, `>&-`, `2>&-`), so the
-    next file opened does not become standard output and Python's streams are never None;
-    `ClosedStdout` refuses what would be printed to a closed standard output."""
+    """Open /dev/null on each standard stream the caller closed (`>&-`), so the next file opened
+    does not become standard output; `ClosedStdout` refuses printing there."""
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
@@ -143,8 +136,7 @@ def hold_closed_streams() -> None:
 
 
 class ClosedStdout(io.TextIOBase):
-    """Standard output the caller closed: what a command prints there is refused in one line
-    (`models >&-` printed its listing into nothing and exited 0)."""
+    """Standard output the caller closed: what a command prints there is refused in one line."""
 
     def writable(self) -> bool:
         return True

@@ -1,6 +1,5 @@
 """The MLXBATCH_* switches, read one way: 1/true/yes/on is on, 0/false/no/off or empty is off
-(any case, spaces around ignored), anything else is refused with a line naming the variable
-(`MLXBATCH_NO_FAST_BLAS=0` had turned the fast BLAS off: any value did)."""
+(any case, spaces ignored), anything else is refused with a line naming the variable."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""How the command line ends on a signal, at any moment of any command: SIGINT and SIGTERM
-both raise KeyboardInterrupt in the main thread (a job's journal keeps its finished batches
-and the --resume hint is printed), and the process exits with one line and 128 + the first
-signal (130, 143). A second signal exits at once, without a traceback: a KeyboardInterrupt
-raised in the first one's cleanup, or in the interpreter's, printed one."""
+"""How the command line ends on a signal: SIGINT and SIGTERM raise KeyboardInterrupt in the
+main thread, and the process exits with one line and 128 + the first signal (130, 143); a
+second signal exits at once, without a traceback."""
 
 from __future__ import annotations
 
@@ -55,9 +53,8 @@ def _exit_now(signum, frame) -> None:
 
 
 def exit_at_once(code: int) -> None:
-    """Exit without finalizing the interpreter. Where a thread is still inside native code (a
-    model loading in MLX), finalizing makes that thread exit as it takes the GIL back, through
-    C++ frames that may not be unwound: `terminate called without an active exception`."""
+    """Exit without finalizing the interpreter: a thread still in native code (MLX loading)
+    would exit through C++ frames that may not be unwound (`terminate called ...`)."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -31,8 +31,7 @@ def _limit() -> int | None:
 
 
 def available_bytes() -> int:
-    """Memory this process can use now: MemAvailable on Linux, unified memory on a Mac, capped
-    by MLXBATCH_MEMORY_LIMIT when set."""
+    """MemAvailable on Linux, unified memory on a Mac, capped by MLXBATCH_MEMORY_LIMIT."""
     found = _available()
     limit = _limit()
     return min(found, limit) if limit is not None else found
@@ -79,9 +78,8 @@ def _available() -> int:
 
 
 def keep_freed_buffers(nbytes: int, ceiling: int | None = None) -> None:
-    """Let MLX keep up to `nbytes` of freed buffers for reuse (raised, never lowered but to
-    `ceiling`): its CPU default of 32 MB made each large intermediate a fresh allocation whose
-    pages fault in again (10x the time of an addition). The caller keeps it within the bound."""
+    """Let MLX keep up to `nbytes` of freed buffers for reuse (never lowered but to `ceiling`):
+    with its small CPU default each large intermediate's pages fault in again."""
     import mlx.core as mx
 
     previous = mx.set_cache_limit(nbytes)
@@ -90,8 +88,7 @@ def keep_freed_buffers(nbytes: int, ceiling: int | None = None) -> None:
 
 
 def return_freed_memory() -> None:
-    """Give memory the process freed back to the system (glibc's malloc_trim), so the resident
-    size does not creep up window after window; a no-op off glibc."""
+    """Give freed memory back to the system (glibc's malloc_trim): the resident size stays flat."""
     if platform.system() != "Linux":
         return
     import ctypes

@@ -23,8 +23,7 @@ _PROBED: dict[str, dict] = {}  # measured() by key where the cache cannot keep t
 PROBE = flags.BLAS_PROBE  # set in the probe subprocess: never recurse
 ENGINE_ROWS = 4  # bump when model/hostops.py's layouts or model/invariance.py's checks change
 TILED = "tiled"  # that layout: journals and calibrations from before it was recorded ran in it
-# the host kernels' row layouts (model/hostops.py), fastest first; "tiled" held under every
-# family tested
+# the host kernels' row layouts (model/hostops.py), fastest first; "tiled" held by every family
 LAYOUTS = ("plain", TILED)
 
 
@@ -64,9 +63,8 @@ print(json.dumps(info))
 
 
 def _probe(library: str, env: tuple[tuple[str, str], ...]) -> dict:
-    """An fp32 matmul with `library` loaded first, measured in a subprocess (a build for another
-    CPU dies there of SIGILL, not here): {"gflops", "config", "corename", "threads"}, or
-    {"failure": why}."""
+    """An fp32 matmul with `library` loaded first, measured in a subprocess: {"gflops",
+    "config", "corename", "threads"}, or {"failure": why}."""
     try:
         out = subprocess.run(
             [sys.executable, "-c", _PROBE_CODE, library],
@@ -108,10 +106,8 @@ def family_key(library: str, family: str | None) -> str:
 
 
 def measured(options: list[Candidate]) -> dict[str, dict]:
-    """What the probes of `options` found, {library[|family] or "reference": result}, measured
-    once per machine, library, MLX version and OpenBLAS settings (cached). A library whose own
-    choice of kernels is not batch-invariant is probed again under each family this CPU runs
-    (OPENBLAS_CORETYPE)."""
+    """{library[|family] or "reference": result} of the probes of `options`, cached per machine,
+    library and MLX version; a library not batch-invariant is probed again per kernel family."""
     loadable = [_identity(c.library) for c in options if c.library]  # a changed copy: again
     flags = hashlib.sha256(" ".join(sorted(cpu.flags())).encode()).hexdigest()[:16]
     key = json.dumps(
@@ -161,15 +157,13 @@ def measured(options: list[Candidate]) -> dict[str, dict]:
 
 
 def cache_path() -> Path:
-    """This install's probe cache: each Python environment (sys.prefix) keeps its own, as its
-    libraries' paths and MLX's version are its own."""
+    """This install's probe cache: each Python environment (sys.prefix) keeps its own."""
     install = hashlib.sha256(os.path.realpath(sys.prefix).encode()).hexdigest()[:12]
     return cache_dir() / f"blas-{install}.json"
 
 
 def _readable(found, options: list[Candidate]) -> bool:
-    """Whether cached probes read as the probes write them, one for each library (the cache is a
-    file a person can edit)."""
+    """Whether cached probes read as the probes write them, one for each library."""
     if not isinstance(found, dict) or not all(c.library in found for c in options if c.library):
         return False
     for result in found.values():

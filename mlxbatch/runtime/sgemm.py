@@ -48,7 +48,6 @@ _OPENBLAS: dict = {}
 
 
 def _serving_openblas():
-    """The OpenBLAS serving MLX's matmuls, as a ctypes library, or None."""
     if "lib" not in _OPENBLAS:
         path = sgemm_provider()["library"] if platform.system() == "Linux" else None
         _OPENBLAS["lib"] = ctypes.CDLL(path) if path and "openblas" in Path(path).name else None
@@ -61,9 +60,8 @@ _single_lock = threading.Lock()
 
 @contextmanager
 def single_threaded() -> Iterator[None]:
-    """OpenBLAS on one thread inside the block (one stream per core). The count is
-    process-wide, so concurrent callers share one counted setting and the last one out restores
-    what the first one found."""
+    """OpenBLAS on one thread inside the block; the setting is process-wide, so concurrent
+    callers share it and the last one out restores what the first found."""
     lib = _serving_openblas()
     if lib is None:
         yield

@@ -32,12 +32,11 @@ ENCODED_SLASH = re.compile(rb"%2f", re.IGNORECASE)
 
 
 def check_key(request: Request, key: bytes | None) -> None:
-    """401 unless the request carries `Authorization: Bearer <key>`, compared as the bytes
-    sent (a non-ASCII key arrives as UTF-8; the decoded header is Latin-1) in constant time."""
+    """401 unless `Authorization: Bearer <key>`, compared as the bytes sent, in constant time."""
     if key is None:
         return
     given = [v for k, v in request.scope["headers"] if k == b"authorization"]
-    if len(given) > 1:  # which one counts is a guess (the first was checked): refused
+    if len(given) > 1:  # which one counts would be a guess
         raise ApiError(
             401, "send one Authorization header, not several", {"WWW-Authenticate": "Bearer"}
         )
@@ -51,8 +50,7 @@ def check_key(request: Request, key: bytes | None) -> None:
 
 
 async def unless_gone(request: Request, work: Coroutine):
-    """`work`'s result, or None as soon as the client has closed its side: then `work` is
-    cancelled (the service withdraws its items: nobody is left to answer)."""
+    """`work`'s result, or None (and `work` cancelled) as soon as the client has gone."""
     task = asyncio.ensure_future(work)
     gone = asyncio.ensure_future(_disconnected(request))
     try:
@@ -73,8 +71,7 @@ async def _disconnected(request: Request) -> None:
 
 
 class EncodedSlashes:
-    """The app, routed on the path with its "%2F"s kept: uvicorn decodes the whole raw path,
-    and "/v1%2Fclassify" (one segment with a slash in it) was served as /v1/classify."""
+    """The app, routed on the path with its "%2F"s kept (uvicorn decodes the whole raw path)."""
 
     def __init__(self, app):
         self.app = app
@@ -83,14 +80,13 @@ class EncodedSlashes:
         raw = scope.get("raw_path") or b""
         if scope["type"] == "http" and ENCODED_SLASH.search(raw):
             parts = ENCODED_SLASH.split(raw)  # h11 let only ASCII into the target
-            # in place: uvicorn's access log reads this scope (a copy logged /v1/classify)
+            # in place: uvicorn's access log reads this scope
             scope["path"] = "%2F".join(unquote(p.decode("ascii")) for p in parts)
         await self.app(scope, receive, send)
 
 
 class Routes:
-    """The routes over what they share: the service, the API key, the connection deadlines
-    and the deadlines of the bodies being read (which the drain cuts short)."""
+    """The routes over what they share: the service, the API key and the deadlines."""
 
     def __init__(self, service: Service, api_key: bytes | None, connections: ConnectionLimits):
         self.service, self.api_key, self.connections = service, api_key, connections
@@ -202,8 +198,7 @@ class Routes:
         except asyncio.CancelledError:  # a second Ctrl-C: uvicorn skips the shutdown and the
             return  # loop's end cancels this wait (a traceback in the log); serve() closes
         self.service.on_drain.remove(self.cut_soon)
-        # after uvicorn's in-flight requests, answered or cut at the drain deadline: what is
-        # still queued has nobody waiting for it, and scoring it would pass the deadline
+        # what is still queued after the in-flight requests has nobody waiting for it
         await anyio.to_thread.run_sync(lambda: self.service.close(drain=False))
 
 
@@ -222,6 +217,6 @@ def build_app(service: Service, api_key: bytes | None, connections: ConnectionLi
         middleware=[Middleware(EncodedSlashes)],
         exception_handlers={HTTPException: routes.http_error},
     )
-    # "/v1/classify/" was a 307 to a Location built from the client's Host header: a 404 now
+    # no redirect to a Location built from the client's Host header: "/v1/classify/" is a 404
     app.router.redirect_slashes = False
     return app

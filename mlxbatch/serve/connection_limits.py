@@ -30,8 +30,7 @@ class ConnectionLimits:
 
 
 def reserve_descriptors(max_connections: int) -> str | None:
-    """Raise the soft open-files limit to fit the connections; why not, when it cannot (so
-    that accept() never meets EMFILE, which asyncio logs as a traceback per attempt)."""
+    """Raise the soft open-files limit to fit the connections (no EMFILE in accept()); why not."""
     need = max_connections + SPARE_FDS
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= need:

@@ -63,8 +63,7 @@ class GuardedProtocol(H11Protocol):
         self.await_head()
 
     def next_event(self):
-        """h11's next event, an absolute-form target read as its path; a head over h11's
-        buffer is refused with h11's hint (431), not as invalid HTTP."""
+        """h11's next event, an absolute-form target read as its path; a head too large: 431."""
         in_head = self.conn.their_state is h11.IDLE  # (an error turns it to ERROR)
         try:
             event = self.parse_next()
@@ -79,16 +78,15 @@ class GuardedProtocol(H11Protocol):
         return event
 
     def routable(self, event: h11.Request) -> h11.Request:
-        """The request with its target as a path, refused (as bytes h11 cannot parse are)
-        when it is not HTTP/1.x or its target is neither a path nor an http(s) URL."""
+        """The request with its target as a path; refused unless HTTP/1.x to a path or URL."""
         self.chunks = self.chunk_bytes = 0
         if head_size(event) > MAX_HEAD:
             self.refusal_status = 431
             self.refuse_request(HEAD_TOO_LARGE)
-        if event.http_version not in (b"1.0", b"1.1"):  # "PRI * HTTP/2.0" was a 404
+        if event.http_version not in (b"1.0", b"1.1"):
             self.refuse_request(f"HTTP/{event.http_version.decode()} is not served here")
         target = origin_form(event.target)
-        if target is None:  # "ftp://x/health" or "x:80" was a 404 naming it as a path
+        if target is None:
             self.refuse_request("the request target is neither a path nor an http(s) URL")
         if refusal := http10_framing(event):
             self.refusal_status = refusal[0]
@@ -117,8 +115,7 @@ class GuardedProtocol(H11Protocol):
             )
 
     def refuse_request(self, message: str) -> NoReturn:
-        """Raise what h11 raises for bytes it cannot parse: uvicorn then calls
-        `send_400_response`, which answers with `message`."""
+        """Raise h11's parse error: uvicorn's `send_400_response` then answers `message`."""
         self.refusal = message
         raise h11.RemoteProtocolError(message)
 
@@ -149,15 +146,13 @@ class GuardedProtocol(H11Protocol):
                 timer.cancel()
 
     def pause_writing(self) -> None:
-        """The socket's send buffer is full: the client is not reading; past `reply_s` it is
-        dropped, so it cannot hold a slot of --max-connections for good."""
+        """The client is not reading: past `reply_s` it is dropped, freeing its connection slot."""
         super().pause_writing()
         if self.reply_timer is None:
             self.reply_timer = self.loop.call_later(self.reply_delay(), self.reply_late)
 
     def reply_delay(self) -> float:
-        """`reply_s`, or what is left of a drain once one began: a client still not reading
-        when the drain ends is dropped here with a log line, not by uvicorn's cancel."""
+        """`reply_s`, or what is left of a drain once one began (dropped here, with a log line)."""
         if self.drain_ends is None:
             return self.limits.reply_s
         return max(0.0, min(self.limits.reply_s, self.drain_ends - self.loop.time()))
@@ -198,8 +193,7 @@ class GuardedProtocol(H11Protocol):
         super().data_received(data)
         if self.flow.full():  # until the requests ahead of what it holds are answered
             self.flow.pause_reading()
-            # (uvicorn resumes the transport itself once, past its flow control, which then
-            # still says paused)
+            # uvicorn resumes the transport once past its own flow control, which still says paused
             self.transport.pause_reading()
         if self.cycle is not self.head_of and self.head_timer is not None:
             self.head_timer.cancel()  # a request head arrived: the body has its own deadline
@@ -234,18 +228,15 @@ class GuardedProtocol(H11Protocol):
         self.metrics.request("timeout", 408)  # part of a head: say why, as any refusal
         self.log_refusal(408, HEAD_SLOW)
         self.transport.write(HEAD_TIMEOUT)
-        # a client still trickling its head would read a reset, not the 408, were the socket
-        # closed with its bytes unread
+        # closed with a trickled head unread, the socket would reset before the 408 is read
         self.linger()
 
     def send_400_response(self, msg: str) -> None:
-        """uvicorn's reply to bytes h11 cannot parse (a head over h11's buffer: 431), in the
-        service's error shape and counted once (the app then sees a disconnect)."""
+        """uvicorn's reply to bytes h11 cannot parse, in the service's error shape, counted once."""
         status = getattr(self, "refusal_status", 400)
         self.metrics.request(TYPES[status], status)
         if self.cycle is not None and not self.cycle.response_complete:
-            # the app ends its wait for the body now, not when the lingering close ends (in
-            # which a drain or the body's deadline would answer and count it a second time)
+            # end the app's wait for the body now, or a drain or deadline would count it twice
             self.cycle.scope[ANSWERED] = True
             self.cycle.disconnected = True
             self.cycle.message_event.set()
@@ -253,8 +244,7 @@ class GuardedProtocol(H11Protocol):
         # replaces uvicorn's bare "Invalid HTTP request received." (server.UvicornNoise drops it)
         self.log_refusal(status, refusal or NOT_HTTP)
         self.transport.write(INVALID_HTTP if refusal is None else closing_reply(status, refusal))
-        # the client may still be sending: closing with its bytes unread would reset the
-        # connection, and the reply with it
+        # closing with the client's bytes unread would reset the connection, reply and all
         self.linger()
 
     def log_refusal(self, status: int, reason: str) -> None:
@@ -263,8 +253,7 @@ class GuardedProtocol(H11Protocol):
         log.info("%s:%s - refused %d: %s", host, port, status, reason)
 
     def linger(self) -> None:
-        """Half-close (our reply is complete), read and drop what the client still sends
-        until it finishes (EOF closes the socket) or LINGER_S pass, then close."""
+        """Half-close, then drop what the client still sends until its EOF or LINGER_S pass."""
         if self.lingering:
             return
         self.lingering = True

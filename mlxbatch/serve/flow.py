@@ -1,6 +1,5 @@
-"""What wraps uvicorn's transport and flow control for one connection: a close that lingers
-while the client still sends its body, and reading held while h11 holds more unparsed bytes
-than a connection may (connections.GuardedProtocol uses both)."""
+"""uvicorn's transport and flow control for one connection, wrapped: a close that lingers while
+the client still sends, and reading held while h11 holds too many unparsed bytes."""
 
 from __future__ import annotations
 
@@ -30,15 +29,13 @@ class LingeringTransport:
 
 
 def unparsed(conn: h11.Connection) -> bytes | bytearray:
-    """The bytes h11 has received and not parsed yet, not copied where h11 allows (its public
-    `trailing_data` copies them all: after every reply to a pipelining client, megabytes)."""
+    """The bytes h11 has received and not parsed yet, without `trailing_data`'s copy."""
     data = getattr(getattr(conn, "_receive_buffer", None), "_data", None)
     return data if isinstance(data, bytearray) else conn.trailing_data[0]
 
 
 class HeldFlow:
-    """uvicorn's flow control, reading kept paused while h11 holds more than PIPELINED_BYTES
-    unparsed (uvicorn resumes after each reply, so a pipelining client was read without bound)."""
+    """uvicorn's flow control, reading kept paused while h11 holds over PIPELINED_BYTES unparsed."""
 
     def __init__(self, flow, conn: h11.Connection):
         self.flow, self.conn = flow, conn

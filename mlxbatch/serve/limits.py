@@ -52,8 +52,7 @@ FIELDS = {"model", "input", "truncate", "user"}  # "user": accepted as OpenAI cl
 async def read_body(
     request: Request, cap: int, deadline: float, clocks: set[asyncio.Timeout]
 ) -> bytes:
-    """The body, or 413 as soon as it is known to pass `cap` bytes, or 408 when it is not all in
-    `deadline` seconds after the head; `clocks` holds the deadline (the drain moves it to now)."""
+    """The body, or 413 past `cap` bytes, or 408 past `deadline` (in `clocks`: a drain cuts it)."""
     declared = request.headers.get("content-length")
     if declared is not None and "transfer-encoding" in request.headers:  # RFC 9112 6.3: the
         raise ApiError(
@@ -84,11 +83,8 @@ async def read_body(
     return b"".join(chunks)
 
 
-# A body past this size is parsed on a worker thread. 2 MB of `1,1,1,...` or `{},{},...` in a
-# field takes 0.3-0.4 s to parse on a Zen 3 (every number and object is a Python call), and on
-# the event loop that held /health and every other connection as long; 2 MB of plain texts
-# parses in 2-5 ms, and a request of short texts stays on the loop, where a thread would cost
-# it a hand-off.
+# A body past this size is parsed on a worker thread: 2 MB of small JSON values takes tenths
+# of a second, which would hold every other connection; short requests stay on the loop.
 THREAD_BYTES = 64 * 1024
 
 
@@ -130,7 +126,7 @@ def parse_classify(body: bytes, limits: Limits, models: tuple[str, ...]) -> Clas
     if not isinstance(doc, dict):
         raise ApiError(400, f'the body must be a JSON object with "input", not {json_kind(doc)}')
     unknown = sorted(set(doc) - FIELDS)
-    if unknown:  # named up to 5, each cut to 100 characters: 150,000 keys made a 1.5 MB reply
+    if unknown:  # named up to 5, each cut to 100 characters: the reply stays small
         shown = [k if len(k) <= 100 else k[:100] + "..." for k in unknown[:5]]
         near = [
             f"{k!r} (did you mean {m[0]!r}?)"

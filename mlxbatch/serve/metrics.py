@@ -1,5 +1,4 @@
-"""The service's Prometheus metrics (`mlxbatch_*`, docs/serving.md), in a registry of their
-own."""
+"""The service's Prometheus metrics (`mlxbatch_*`, docs/serving.md), in their own registry."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""What the protocol refuses below the app, and in what words: a request head over h11's
-buffer, a target that is neither a path nor an http(s) URL, a body in too many small chunks;
-the whole replies it writes to a connection about to close (connections.py writes them)."""
+"""What the protocol refuses below the app, in what words, and the whole replies it writes to
+a connection about to close (connections.py writes them)."""
 
 from __future__ import annotations
 
@@ -13,17 +12,14 @@ from uvicorn.protocols.http import h11_impl
 
 from .errors import TYPES
 
-# h11 parses a chunked body one chunk at a time on the event loop, ~9 us a chunk here: a 1 MB
-# body sent as 1-byte chunks (6 MB on the wire, under the 2 MB cap once decoded) held /health
-# for 2.4 s and took 9.2 s. A body may come in FREE_CHUNKS chunks of any size; past them its
-# chunks must average CHUNK_BYTES, which bounds a 2 MB body at ~5,000 chunks (~50 ms).
+# h11 parses a chunked body a chunk at a time on the event loop (~9 us a chunk): past
+# FREE_CHUNKS, chunks must average CHUNK_BYTES, bounding a 2 MB body at ~5,000 chunks.
 FREE_CHUNKS = 1024
 CHUNK_BYTES = 512
 
 
 def closing_reply(status: int, message: str) -> bytes:
-    """A whole error reply, in the service's shape, for a connection about to close (written
-    below the app: refused, timed out, unparsable); its length counted, never typed."""
+    """A whole error reply in the service's shape for a connection about to close, its length counted."""
     body = json.dumps({"error": {"message": message, "type": TYPES[status], "code": status}})
     head = (
         f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
@@ -33,15 +29,14 @@ def closing_reply(status: int, message: str) -> bytes:
     return (head + body).encode()
 
 
-# typed by hand, the first two said 96 and 91 bytes of bodies of 100 and 90: a cut-off JSON
+# made by closing_reply: a length typed by hand cuts the JSON off
 REFUSED = closing_reply(503, "too many open connections; retry later")
 HEAD_SLOW = "the request head came too slowly"
 HEAD_TIMEOUT = closing_reply(408, HEAD_SLOW)
 NOT_HTTP = "the request is not valid HTTP/1.1"
 INVALID_HTTP = closing_reply(400, NOT_HTTP)
-# h11's buffer (uvicorn's h11_max_incomplete_event_size is not set): it refuses a head that
-# outgrows it only while it waits for more, so a bigger one in a single read (40 KB and 100 KB
-# were answered 200) is measured again once parsed
+# h11's buffer: it refuses a head that outgrows it only while it waits for more, so one that
+# came in a single read is measured again once parsed
 MAX_HEAD = h11_impl.DEFAULT_MAX_INCOMPLETE_EVENT_SIZE  # h11's own, as uvicorn imports it
 HEAD_TOO_LARGE = f"the request line and headers are too large ({MAX_HEAD // 1024} KB at most)"
 
@@ -52,9 +47,8 @@ def head_size(event: h11.Request) -> int:
 
 
 def origin_form(target: bytes) -> bytes | None:
-    """The request target as a path (and query): itself when it is one ("/v1/classify", "*"),
-    the path of an http(s) URL (absolute form, RFC 9112 §3.2.2: what a proxy sends), or None
-    for anything else: another scheme, a host and port, a URL with userinfo, garbage."""
+    """The request target as a path (and query): itself when it is one, the path of an http(s)
+    URL (absolute form, as a proxy sends), or None for anything else."""
     if target.startswith(b"/") or target == b"*":
         return target
     try:

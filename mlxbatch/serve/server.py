@@ -1,7 +1,5 @@
-"""Running the app under uvicorn: the port bound before anything loads, every connection under
-its deadlines (connections.py), SIGTERM drains (503 for new requests, queued ones finish,
-stalled connections dropped at the drain deadline, exit 0; Ctrl-C the same, exit 130), and a
-model that fails to load stops the server."""
+"""Running the app under uvicorn: the port bound before anything loads, connections under their
+deadlines, SIGTERM and Ctrl-C drain (exit 0, 130), and a model that fails to load stops it."""
 
 from __future__ import annotations
 
@@ -26,8 +24,7 @@ DRAIN_MARGIN_S = 0.5
 
 
 class DrainingServer(uvicorn.Server):
-    """uvicorn's server, telling the service to refuse new work the moment a signal arrives
-    (uvicorn itself notices it on its next 0.1 s tick and waits for in-flight requests)."""
+    """uvicorn's server, telling the service to refuse new work the moment a signal arrives."""
 
     def __init__(self, config: uvicorn.Config, service: Service):
         super().__init__(config)
@@ -51,8 +48,7 @@ class DrainingServer(uvicorn.Server):
 
 
 class PathOnly(logging.Filter):
-    """The access log's path without its query string: a key put in a URL by mistake (or a
-    text) never reaches the log."""
+    """The access log's path without its query string, where a key or text could be."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple) and len(record.args) == 5:
@@ -62,8 +58,7 @@ class PathOnly(logging.Filter):
 
 
 class DrainEnded(logging.Filter):
-    """uvicorn says at ERROR that it cancelled the requests a drain did not finish: the
-    documented end of `--drain-timeout` (those clients got 503), said as a warning."""
+    """uvicorn's ERROR on cancelling what a drain did not finish, said as the warning it is."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno == logging.ERROR and "timeout graceful shutdown" in record.getMessage():
@@ -72,8 +67,7 @@ class DrainEnded(logging.Filter):
 
 
 class UvicornNoise(logging.Filter):
-    """Drops uvicorn's log lines that name neither the client nor the reason ("Invalid HTTP
-    request received.", WebSocket advice for an Upgrade header): GuardedProtocol logs its own."""
+    """Drops uvicorn's lines that name neither client nor reason (GuardedProtocol logs its own)."""
 
     NOISE = (
         "Invalid HTTP request received.",
@@ -86,8 +80,7 @@ class UvicornNoise(logging.Filter):
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """The listening socket, bound before the model loads or any thread starts: a port in
-    use is one line (uvicorn's own bind failure exits while the loading thread runs)."""
+    """The listening socket, bound before the model loads: a port in use is one line."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -112,8 +105,7 @@ def serve(
     limits: ConnectionLimits,
     log_level: str = "info",
 ) -> int:
-    """Serve on `sock` until SIGTERM (exit code 0) or Ctrl-C (130); 2 when the model failed
-    to load."""
+    """Serve on `sock` until SIGTERM (0) or Ctrl-C (130); 2 when the model failed to load."""
     logging.getLogger("mlxbatch.serve").setLevel(log_level.upper())
     if not logging.getLogger("mlxbatch.serve").handlers:
         handler = logging.StreamHandler()

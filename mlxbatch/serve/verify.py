@@ -25,8 +25,7 @@ class Sample:
 
 
 class Verifier:
-    """`check(prompt, probs) -> api.verify.Check`: the one verifier (the service passes its
-    classifier's, over the served scores as answered: calibration and prior applied)."""
+    """`check(prompt, probs) -> api.verify.Check` over the served scores as answered."""
 
     def __init__(
         self,
