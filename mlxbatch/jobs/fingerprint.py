@@ -130,7 +130,11 @@ def fingerprint(input_digest: str, clf: Classifier, s: Settings, compute: dict, 
 
 def _per_question(clf: Classifier) -> list:
     """With questions, each prompt's adjustment and the tag threshold; else nothing (the
-    fingerprints of journals without questions stay as they were)."""
+    fingerprints of journals without questions, or without priors, stay as they were)."""
     if not hasattr(clf, "questions"):
         return []
-    return [[[a.p_cf, a.min_confidence] for a in clf.adjusts], clf.tag_threshold]
+    weighed = any(a.prior is not None for a in clf.adjusts)  # as before where no prior is
+    return [
+        [[a.p_cf, a.min_confidence, *([a.prior] if weighed else [])] for a in clf.adjusts],
+        clf.tag_threshold,
+    ]
