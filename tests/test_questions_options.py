@@ -245,3 +245,16 @@ def test_a_server_takes_examples_and_priors_with_questions(tiny_model_dir, tmp_p
             )
             for label, p in answer["scores"].items():
                 assert abs(p - said.answers[name]["scores"][label]) < 1e-6
+
+
+def test_the_questions_bench_asks_each_prompt_alone_with_its_examples_and_prior(tiny_model_dir):
+    from mlxbatch.bench.questions import bench_questions, singles
+
+    questions = questions_from(with_entries(intent={"prior": {"account": 0.9}}))
+    questions = questions.with_examples([(s["text"], {"urgency": s["urgency"]}) for s in SHOTS[1:]])
+    clf = Classifier.load(tiny_model_dir, questions=questions)
+    alone = singles(clf)
+    assert [one.examples for one in alone] == [a.examples for a in clf.asked]
+    assert alone[0].adjust.prior == clf.asked[0].prior and alone[1].examples
+    r = bench_questions(tiny_model_dir, questions, TEXTS, None, False, lambda _: None)
+    assert r["agreement_single"] == 1.0

@@ -73,6 +73,10 @@ class Question:
         shots = tuple((t + JOIN + ask, YES_NO[tag not in tags]) for t, tags in self.examples)
         return Asked(self.name, ask, YES_NO, tag, None, shots)
 
+    def examples_data(self) -> list:
+        """The examples as JSON data: [text, label] or [text, [tags]] each."""
+        return [[t, v if isinstance(v, str) else list(v)] for t, v in self.examples]
+
     def tag_ask(self, tag: str) -> str:
         description = (self.descriptions or {}).get(tag) or ""
         template = self.ask or (TAG_ASK_DESCRIBED if description else TAG_ASK)
@@ -102,11 +106,7 @@ class Questions:
         where there are some, so a fingerprint without them is as it always was."""
         return [
             [q.name, q.ask, list(q.labels), q.descriptions, q.multi]
-            + (
-                [[[t, v if isinstance(v, str) else list(v)] for t, v in q.examples]]
-                if q.examples
-                else []
-            )
+            + ([q.examples_data()] if q.examples else [])
             for q in self.questions
         ]
 
@@ -124,9 +124,7 @@ class Questions:
                     "multi_label": q.multi,
                     "descriptions": q.descriptions,
                     "prior": None if q.prior is None else list(q.prior),
-                    "examples": _digest(
-                        [[t, v if isinstance(v, str) else list(v)] for t, v in q.examples]
-                    ),
+                    "examples": _digest(q.examples_data()),
                 }
                 for q in self.questions
             ],
