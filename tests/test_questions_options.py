@@ -15,6 +15,7 @@ from fast_path import score_batch
 
 from mlxbatch.api.classifier import Classifier
 from mlxbatch.engine.adjust import Adjustment
+from mlxbatch.engine.question_engine import unpack
 from mlxbatch.engine.questions import JOIN, YES_NO, questions_from
 from mlxbatch.errors import InputError, UsageError
 
@@ -86,8 +87,9 @@ def test_calibration_and_abstention_apply_per_question(tiny_model_dir):
 def test_each_questions_prompt_is_the_single_question_prompt_with_its_examples(tiny_model_dir):
     clf = Classifier.load(tiny_model_dir, questions=QUESTIONS, examples=SHOTS)
     e = clf.engine
-    fast = score_batch(e, e.prompts(TEXTS))
-    for asked, (a, b), shots in zip(clf.asked, e.spans(), e.shots):
+    packed = e.prompts(TEXTS)
+    fast = score_batch(e, packed)
+    for k, (asked, (a, b), shots) in enumerate(zip(clf.asked, e.spans(), e.shots)):
         if asked.tag is None:
             rows = [
                 (s["text"] + JOIN + asked.ask, s[asked.question])
@@ -103,12 +105,9 @@ def test_each_questions_prompt_is_the_single_question_prompt_with_its_examples(t
         assert shots == tuple(rows) and rows
         single = Classifier.load(tiny_model_dir, list(asked.labels), SYSTEM, examples=rows)
         prompts = single.engine.prompts([asked.user_text(t) for t in TEXTS])
-        from mlxbatch.engine.question_engine import unpack
-
-        k = clf.asked.index(asked)
-        assert [unpack(p)[k] for p in e.prompts(TEXTS)] == prompts
+        assert [unpack(p)[k] for p in packed] == prompts  # the same tokens, not just scores
         np.testing.assert_allclose(score_batch(single.engine, prompts), fast[:, a:b], atol=1e-6)
-    gold = np.stack([e.score_gold(p) for p in e.prompts(TEXTS)])
+    gold = np.stack([e.score_gold(p) for p in packed])
     np.testing.assert_allclose(fast, gold, atol=1e-6)
 
 
