@@ -34,6 +34,10 @@ from .limits import Limit, prepare, prepare_distinct
 from .spec import Names, RunSpec, Settings, flag, item_limit, keyword, resolve_settings
 
 API_HINT = " (see max_tokens, truncate)"  # what to change, as the Python API names it
+PRIOR_WITH_QUESTIONS = (
+    "{option} and {questions}: a prior weighs one label set; give each question its own "
+    "with the `prior` key of its entry in the questions file"
+)
 
 
 @dataclass(frozen=True)
@@ -110,7 +114,8 @@ class Classifier:
         `questions`: several questions asked of each text instead of one label set (a YAML or
         JSON questions file, a list of {name, ask, labels | multi_label}, or a mapping with
         `questions` and `system`); the predictions then carry `answers`, tags on at P(yes)
-        >= `tag_threshold`."""
+        >= `tag_threshold`; `examples` are then rows {"text": ..., question: label or tags},
+        and each question's `prior` is a key of its entry."""
         if questions is not None:
             return cls._load_questions(
                 model_dir,
@@ -182,21 +187,21 @@ class Classifier:
         descriptions,
         tag_threshold,
     ) -> Classifier:
+        from ..engine.question_examples import example_rows
         from .questions import QuestionsClassifier, questions_of
 
         questions = questions_of(questions)
         given = [
             n
-            for n, v in (
-                ("labels", labels is not DEFAULT_LABELS),
-                ("examples", examples),
-                ("prior", prior is not None),
-                ("descriptions", descriptions),
-            )
+            for n, v in (("labels", labels is not DEFAULT_LABELS), ("descriptions", descriptions))
             if v
         ]
         if given:
             raise UsageError(f"{given[0]} and questions: each question gives its own labels")
+        if prior is not None:
+            raise UsageError(PRIOR_WITH_QUESTIONS.format(option="prior", questions="questions"))
+        if examples:
+            questions = questions.with_examples(example_rows(questions, examples))
         check_load_args(model_dir, list(DEFAULT_LABELS), system_prompt, (), min_confidence, None)
         for name, value in (
             ("prefix_cache", prefix_cache),

@@ -43,19 +43,24 @@ class QuestionsClassifier(Classifier):
         system_prompt = system_prompt if system_prompt is not None else DEFAULT_SYSTEM
         sets = tuple(label_set(lm, a) for a in self.asked)
         engine = QuestionsEngine(
-            lm, [a.user_text("") for a in self.asked], sets, system_prompt, prefix_cache
+            lm,
+            [a.user_text("") for a in self.asked],
+            sets,
+            system_prompt,
+            prefix_cache,
+            shots=[a.examples for a in self.asked],
         )
         super().__init__(lm, engine.labels, system_prompt, prefix_cache, engine=engine)
         self.adjusts = tuple(Adjustment() for _ in self.asked)
 
     def adjusted(self, calibrate: bool, min_confidence: float | None) -> None:
-        """Calibration per question (each prompt's own content-free scores) and abstention
-        per single-label question."""
+        """Calibration per question (each prompt's own content-free scores), and the prior
+        and abstention of each single-label question."""
         p_cf = self.engine.content_free() if calibrate else None
         self.adjusts = tuple(
             Adjustment(
                 None if p_cf is None else p_cf[a:b],
-                None,
+                asked.prior,
                 None if asked.tag is not None else min_confidence,
             )
             for asked, (a, b) in zip(self.asked, self.engine.spans())

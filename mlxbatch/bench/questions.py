@@ -20,6 +20,7 @@ import numpy as np
 
 from ..api.classifier import Classifier
 from ..api.questions import QuestionsClassifier
+from ..engine.adjust import Adjustment
 from ..engine.planner import PaddingStats
 from ..engine.questions import Questions
 
@@ -51,10 +52,18 @@ def timed(clf: Classifier, texts: list[str], mode: str, batch_tokens: int | None
 
 
 def singles(clf: QuestionsClassifier) -> list[Classifier]:
-    """A single-question classifier per prompt a text is given, on the same loaded model."""
+    """A single-question classifier per prompt a text is given, on the same loaded model,
+    with that prompt's examples and prior."""
     return [
-        Classifier(clf.lm, labels, clf.system_prompt, clf.engine.prefix_cache)
-        for labels in clf.engine.label_sets
+        Classifier(
+            clf.lm,
+            labels,
+            clf.system_prompt,
+            clf.engine.prefix_cache,
+            asked.examples,
+            Adjustment(prior=asked.prior),
+        )
+        for labels, asked in zip(clf.engine.label_sets, clf.asked)
     ]
 
 

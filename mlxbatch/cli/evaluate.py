@@ -187,7 +187,7 @@ def evaluate_questions(
     from ..io.inputs import read_rows
     from ..io.outputs import check_reports, write_json_report
     from ..io.questions import read_questions
-    from ..io.rows import read_results, results_format
+    from ..io.rows import read_results
     from ..io.streams import report_stream
 
     if any(x is not None for x in single_options):
@@ -198,10 +198,8 @@ def evaluate_questions(
     asked = read_questions(questions)
     check_reports(json_path, None, [Path(input_path), predictions, questions])
     rows, _ = read_rows(input_path, text_field, id_field, input_format, asked.names)
-    if results_format(predictions) != "jsonl":
-        fail(f"{predictions}: eval --questions reads a JSONL output of classify --questions")
     try:
-        results = read_results(predictions)
+        results = read_results(predictions, asked)
     except (OSError, UnicodeDecodeError, ValueError) as e:
         fail(f"{predictions}: not an output of mlxbatch classify ({str(e)[:100]})")
     if len(results) != len(rows):

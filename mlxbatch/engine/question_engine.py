@@ -18,6 +18,7 @@ import mlx.core as mx
 import numpy as np
 
 from ..model.load import LoadedModel
+from ..model.tokenizer import Examples
 from ..runtime import executor as executors
 from .engine import Engine
 from .labels import LabelSet, continuation_logprobs, first_token_logits, normalise
@@ -56,9 +57,12 @@ class QuestionsEngine(Engine):
         system_prompt: str,
         prefix_cache: bool = True,
         executor: executors.Executor | None = None,
+        shots: Sequence[Examples] = (),
     ):
-        """`tails[k]`: what question k adds after the text; `label_sets[k]`: its labels."""
+        """`tails[k]`: what question k adds after the text; `label_sets[k]`: its labels;
+        `shots[k]`: its few-shot turns, if any (the prompts then share less than the text)."""
         self.tails, self.label_sets = tuple(tails), tuple(label_sets)
+        self.shots = tuple(shots) or ((),) * len(self.tails)
         super().__init__(lm, columns(label_sets), system_prompt, prefix_cache, executor)
 
     def _scorers(self, labels: LabelSet, executor: executors.Executor) -> dict:
@@ -79,12 +83,17 @@ class QuestionsEngine(Engine):
 
     def prompt(self, text: str) -> list[int]:
         """The packed gold prompts of one text, a question each."""
-        return pack([self.tokenizer.prompt(self.system_prompt, text + tail) for tail in self.tails])
+        return pack(
+            [
+                self.tokenizer.prompt(self.system_prompt, text + tail, shots)
+                for tail, shots in zip(self.tails, self.shots)
+            ]
+        )
 
     def prompts(self, texts: list[str]) -> list[list[int]]:
         per_question = [
-            self.tokenizer.prompts(self.system_prompt, [t + tail for t in texts])
-            for tail in self.tails
+            self.tokenizer.prompts(self.system_prompt, [t + tail for t in texts], shots)
+            for tail, shots in zip(self.tails, self.shots)
         ]
         return [pack(parts) for parts in zip(*per_question)] if texts else []
 

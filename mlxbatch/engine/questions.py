@@ -4,15 +4,23 @@ Each question is asked as its own prompt: the user turn is the text, a blank lin
 question's `ask`. A `multi_label` entry is one yes/no question per tag, each scored apart;
 the tag is on where P(yes), normalised over yes and no, reaches the tag threshold. Every
 mistake is refused here, naming the question and the field, before a model is loaded.
+
+A single-label question may carry a `prior` (as `--prior` weighs one label set). Few-shot
+examples (a question's `examples`, or rows with a field per question) become each prompt's
+earlier turns: the example's text and the question's `ask` as the user's, its answer as the
+assistant's; a tag's yes/no prompt is answered "yes" where the example has the tag.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import InputError, LabelError, unicode_problem
 from .prompt import description_problem
+from .question_examples import Shot, own_examples, question_prior
 
 JOIN = "\n\n"  # between the text and the question, in the user turn
 TAG_ASK = "Does this message concern {label}? Answer yes or no."
@@ -24,7 +32,7 @@ DEFAULT_SYSTEM = (
 )
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}\Z")
 RESERVED = {"id", "error", "line", "truncated", "answers", "label", "labels", "scores"}
-KEYS = {"name", "ask", "labels", "multi_label"}
+KEYS = {"name", "ask", "labels", "multi_label", "prior", "examples"}
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,8 @@ class Asked:
     ask: str
     labels: tuple[str, ...]
     tag: str | None = None
+    prior: tuple[float, ...] | None = None  # weights in label order, normalised
+    examples: tuple[tuple[str, str], ...] = ()  # earlier (user turn, answer) pairs
 
     def user_text(self, text: str) -> str:
         return text + JOIN + self.ask
@@ -48,12 +58,24 @@ class Question:
     labels: tuple[str, ...]  # a single-label question's labels, or the tags
     descriptions: dict[str, str] | None = None
     multi: bool = False
+    prior: tuple[float, ...] | None = None  # a single-label question's, in label order
+    examples: tuple[Shot, ...] = ()
 
     def asked(self) -> tuple[Asked, ...]:
         """The prompts this question puts to each text: one, or one per tag."""
         if not self.multi:
-            return (Asked(self.name, self.ask, self.labels),)
-        return tuple(Asked(self.name, self.tag_ask(t), YES_NO, t) for t in self.labels)
+            shots = tuple((t + JOIN + self.ask, label) for t, label in self.examples)
+            return (Asked(self.name, self.ask, self.labels, None, self.prior, shots),)
+        return tuple(self._tag_asked(t) for t in self.labels)
+
+    def _tag_asked(self, tag: str) -> Asked:
+        ask = self.tag_ask(tag)
+        shots = tuple((t + JOIN + ask, YES_NO[tag not in tags]) for t, tags in self.examples)
+        return Asked(self.name, ask, YES_NO, tag, None, shots)
+
+    def examples_data(self) -> list:
+        """The examples as JSON data: [text, label] or [text, [tags]] each."""
+        return [[t, v if isinstance(v, str) else list(v)] for t, v in self.examples]
 
     def tag_ask(self, tag: str) -> str:
         description = (self.descriptions or {}).get(tag) or ""
@@ -80,11 +102,49 @@ class Questions:
         return tuple(a for q in self.questions for a in q.asked())
 
     def record(self) -> list:
-        """The questions as data, for a fingerprint (what changes the answers)."""
-        return [[q.name, q.ask, list(q.labels), q.descriptions, q.multi] for q in self.questions]
+        """The questions as data, for a fingerprint (what changes the answers); examples only
+        where there are some, so a fingerprint without them is as it always was."""
+        return [
+            [q.name, q.ask, list(q.labels), q.descriptions, q.multi]
+            + ([q.examples_data()] if q.examples else [])
+            for q in self.questions
+        ]
+
+    def header(self, system: str) -> dict:
+        """What a journal records of the questions, so a resume can say what changed: the
+        file, the system prompt, each question's fields (its examples as a digest)."""
+        return {
+            "file": self.source,
+            "system": system,
+            "questions": [
+                {
+                    "name": q.name,
+                    "ask": q.ask,
+                    "labels": list(q.labels),
+                    "multi_label": q.multi,
+                    "descriptions": q.descriptions,
+                    "prior": None if q.prior is None else list(q.prior),
+                    "examples": _digest(q.examples_data()),
+                }
+                for q in self.questions
+            ],
+        }
+
+    def with_examples(self, rows) -> Questions:
+        """These questions with the example rows' answers added to each question's examples
+        (`rows`: (text, {question: label or tags}) pairs, checked by `example_rows`)."""
+        out = []
+        for q in self.questions:
+            shots = tuple((text, answers[q.name]) for text, answers in rows if q.name in answers)
+            out.append(replace(q, examples=q.examples + shots))
+        return replace(self, questions=tuple(out))
 
 
 PLACEHOLDERS = {"{label}", "{description}"}
+
+
+def _digest(value) -> str:
+    return hashlib.sha256(json.dumps(value).encode()).hexdigest()[:16]
 
 
 def questions_from(data, source: str = "questions") -> Questions:
@@ -138,7 +198,7 @@ def _question(entry, n: int, source: str) -> Question:
     if extra := sorted(map(str, set(entry) - KEYS)):
         raise InputError(
             f"{where}: unknown field(s) {', '.join(extra)} (a question has "
-            "name, ask, and labels or multi_label)"
+            "name, ask, labels or multi_label, and may have prior and examples)"
         )
     if not isinstance(name, str) or not NAME.match(name):
         raise InputError(
@@ -176,7 +236,8 @@ def _question(entry, n: int, source: str) -> Question:
         )
     if problem := unicode_problem(ask):
         raise InputError(f"{where}: field 'ask' holds {problem}")
-    return Question(name, ask.strip(), labels, descriptions, multi)
+    q = Question(name, ask.strip(), labels, descriptions, multi)
+    return replace(q, prior=question_prior(entry, q, where), examples=own_examples(entry, q, where))
 
 
 def _labels(value, where: str, multi: bool) -> tuple[tuple[str, ...], dict[str, str] | None]:
@@ -213,9 +274,11 @@ class AnswerColumns(tuple):
     come from: a CSV/TSV output writes a column per question beside them."""
 
     questions: tuple[tuple[str, tuple[str, ...]], ...]  # (name, labels or tags)
+    multi: frozenset[str]  # the multi-label questions' names
 
     @classmethod
     def of(cls, questions: Questions) -> AnswerColumns:
         out = cls(f"{q.name}_{x}" for q in questions.questions for x in q.columns())
         out.questions = tuple((q.name, q.columns()) for q in questions.questions)
+        out.multi = frozenset(q.name for q in questions.questions if q.multi)
         return out

@@ -12,6 +12,7 @@ from ..engine.adjust import Adjustment
 from ..errors import ResumeError
 from ..runtime.blas import LAYOUT_ENV, TILED
 from .ids import JsonNumber
+from .questions import questions_change
 from .rows import loads
 
 JOURNAL_VERSION = 1
@@ -128,6 +129,7 @@ def checked_head(path: Path, first_line: bytes, header: dict | None) -> dict:
         raise ResumeError(f"{path}: not an mlxbatch journal; delete it to start over")
     if header is not None and head.get("fingerprint") != header.get("fingerprint"):
         _check_model(path, head, header)
+        _check_questions(path, head.get("questions"), header.get("questions"))
         differ = _differing_parts(head.get("fingerprint"), header.get("fingerprint"))
         differ = differ.replace(PARTS["compute"], _compute_change(head, header))
         raise ResumeError(
@@ -168,6 +170,20 @@ def _check_model(path: Path, head: dict, header: dict) -> None:
         said = ["chat template (as rendered) changed"]
     what = said[0] if len(said) == 1 else f"files changed ({', '.join(said)})"
     raise ResumeError(f"the model's {what[:300]} since {path} was written; {again}")
+
+
+def _check_questions(path: Path, old, new) -> None:
+    """Refuse a journal written for other questions, naming the questions file and what of
+    it changed (a question added or removed, a field of one)."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return  # no questions, or a journal that did not record them: the parts' words
+    said = questions_change(old, new)
+    if said:
+        raise ResumeError(
+            f"{new.get('file')}: the questions changed since {path} was written "
+            f"({'; '.join(said)[:300]}); run with the first run's questions, or delete "
+            "the journal to start over"
+        )
 
 
 def _file_change(old, new) -> str:

@@ -94,7 +94,7 @@ def read_examples(
 ) -> tuple[tuple[str, str], ...]:
     """Few-shot (text, label) pairs; every bad row and unknown label named by its line."""
     try:
-        rows, fmt = _capped_examples(path, text_field, label_field)
+        rows, fmt = capped_examples(path, text_field, (label_field,))
     except InputError as e:  # "e.jsonl: empty input" did not say which file of the run it was
         raise InputError(f"--examples {e}") from None
     for r in rows:
@@ -112,11 +112,11 @@ def read_examples(
     return tuple((r.text, r.fields[label_field]) for r in rows)
 
 
-def _capped_examples(path: str, text_field: str, label_field: str) -> tuple[list, str]:
+def capped_examples(path: str, text_field: str, fields: tuple[str, ...]) -> tuple[list, str]:
     """The example rows, refused past EXAMPLES_ROWS rows or EXAMPLES_BYTES of text: examples go
     into every prompt, so more could never fit a context (and an endless file never ends)."""
     rows, total = [], 0
-    with open_rows(path, text_field, None, "auto", fields=(label_field,)) as stream:
+    with open_rows(path, text_field, None, "auto", fields=fields) as stream:
         for r in stream:
             rows.append(r)
             total += len(r.text or "")

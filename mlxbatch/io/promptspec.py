@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..errors import LabelError, UsageError, unicode_problem
 from .caps import PROMPT_FILE_BYTES, read_capped
-from .questions import Questions, check_question_options, read_questions
+from .questions import Questions, check_question_options, read_question_examples, read_questions
 
 
 def parse_labels(labels: str | None) -> tuple[str, ...]:
@@ -60,7 +60,9 @@ def prompt_spec(
 
     if questions is not None:
         asked = read_questions(questions)
-        check_question_options(asked, labels, labels_file, examples)
+        check_question_options(asked, labels, labels_file)
+        if examples:
+            asked = asked.with_examples(read_question_examples(examples, asked, text_field))
         system = system_prompt_from(system_prompt, system_prompt_file)
         if system is not None and asked.system is not None:
             raise UsageError(

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..engine.question_examples import example_answer
 from ..engine.questions import Questions, questions_from
 from ..errors import InputError, UsageError
 from .caps import LABELS_FILE_BYTES, read_capped
 
-__all__ = ["Questions", "check_question_options", "read_questions"]
+__all__ = ["Questions", "check_question_options", "read_question_examples", "read_questions"]
 
 
 def read_questions(path: str | Path) -> Questions:
@@ -35,17 +36,66 @@ def read_questions(path: str | Path) -> Questions:
     return questions_from(data, str(path))
 
 
-def check_question_options(questions: Questions | None, labels, labels_file, examples) -> None:
+def read_question_examples(path: str | Path, questions: Questions, text_field: str = "text"):
+    """`--examples` beside questions: rows with the text and a field per question they answer
+    (a label; tags as a list, or joined by `;` in a CSV/TSV cell; an empty cell answers
+    nothing), as (text, {question: label or tags}) pairs; a bad row named by file and row."""
+    from .inputs import describe_errors
+    from .prompts import capped_examples
+
+    try:
+        rows, fmt = capped_examples(str(path), text_field, questions.names)
+    except InputError as e:
+        raise InputError(f"--examples {e}") from None
+    if bad := [r for r in rows if r.error]:
+        raise InputError("examples: " + describe_errors(bad, str(path), fmt))
+    unit = "row" if fmt in ("csv", "tsv", "parquet") else "line"
+    return tuple(_example_row(r, questions, f"--examples {path}: {unit} {r.number}") for r in rows)
+
+
+def _example_row(row, questions: Questions, where: str) -> tuple[str, dict]:
+    given = {k: v for k, v in row.fields.items() if v is not None and v != ""}
+    if not given:
+        raise InputError(f"{where}: answers none of the questions ({', '.join(questions.names)})")
+    by_name = {q.name: q for q in questions.questions}
+    return row.text, {k: example_answer(by_name[k], v, where) for k, v in given.items()}
+
+
+def check_question_options(questions: Questions | None, labels, labels_file) -> None:
     """Options that a questions file replaces are refused beside it."""
     if questions is None:
         return
     for flag, value in (
         ("--labels", labels),
         ("--labels-file", labels_file),
-        ("--examples", examples),
     ):
         if value:
             raise UsageError(
                 f"{flag} and --questions: the questions file gives each "
                 "question's labels; give one of them"
             )
+
+
+FIELDS = ("ask", "labels", "multi_label", "descriptions", "prior", "examples")
+
+
+def questions_change(old: dict, new: dict) -> list[str]:
+    """What differs between two journal records of questions (`Questions.header`), in words:
+    "question 'tags' added", "question 'intent': labels changed"."""
+    if not isinstance(old.get("questions"), list) or not all(
+        isinstance(q, dict) for q in old["questions"]
+    ):
+        return ["the journal's record of them is not one mlxbatch wrote"]
+    was = {q.get("name"): q for q in old["questions"]}
+    now = {q["name"]: q for q in new["questions"]}
+    said = [f"question {n!r} removed" for n in was if n not in now]
+    said += [f"question {n!r} added" for n in now if n not in was]
+    for name in (n for n in now if n in was):
+        fields = [f for f in FIELDS if was[name].get(f) != now[name].get(f)]
+        if fields:
+            said.append(f"question {name!r}: {', '.join(fields)} changed")
+    if not said and [n for n in was if n in now] != [n for n in now if n in was]:
+        said.append("the questions' order changed")
+    if old.get("system") != new.get("system"):
+        said.append("the system prompt changed")
+    return said

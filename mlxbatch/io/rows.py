@@ -7,13 +7,14 @@ import csv
 import gzip
 import io
 import json
+import math
 import os
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..engine.questions import AnswerColumns
+from ..engine.questions import AnswerColumns, Questions
 from ..errors import OutputError
 from .ids import JsonNumber
 from .streams import is_stream
@@ -170,8 +171,9 @@ def error_row(rid: Any, message: str, line: int | None = None) -> dict:
     return {"id": rid, **({"line": line} if line else {}), "error": message}
 
 
-def read_results(path: Path) -> list[dict]:
-    """The rows of a `classify` output (a table's ids as text); OSError or ValueError if not."""
+def read_results(path: Path, questions: Questions | None = None) -> list[dict]:
+    """The rows of a `classify` output (a table's ids as text); OSError or ValueError if not.
+    `questions`: those of a `--questions` output, whose table has a column each."""
     from .sources import open_source
 
     kind = results_format(path)
@@ -179,7 +181,10 @@ def read_results(path: Path) -> list[dict]:
     try:
         if kind == "jsonl":
             return [loads(line) for line in source.stream if line.strip()]
-        return _table_results(io.TextIOWrapper(source.stream, encoding="utf-8", newline=""), kind)
+        text = io.TextIOWrapper(source.stream, encoding="utf-8", newline="")
+        if questions is not None:
+            return _answers_results(text, kind, AnswerColumns.of(questions))
+        return _table_results(text, kind)
     except (EOFError, zlib.error) as e:
         raise ValueError(f"cut short or corrupt ({e})") from None
     finally:
@@ -196,7 +201,7 @@ def results_format(path: Path) -> str:
 
 def _table_results(text: TextIO, kind: str) -> list[dict]:
     """A CSV/TSV output's rows as the JSONL rows they were written from (`_result_table`)."""
-    lines = csv.reader(text) if kind == "csv" else (x.rstrip("\r\n").split("\t") for x in text)
+    lines = _table_lines(text, kind)
     header = next(lines, None)
     if not header or header[:2] != ["id", "label"] or "error" not in header:
         raise ValueError(f"the header is not that of a {kind.upper()} output ({header!r:.80})")
@@ -215,6 +220,51 @@ def _table_results(text: TextIO, kind: str) -> list[dict]:
         row |= {k: json.loads(v) for k, v in zip(header[at + 1 :], cells[at + 1 :]) if v}
         out.append(row)
     return out
+
+
+def _answers_results(text: TextIO, kind: str, columns: AnswerColumns) -> list[dict]:
+    """A CSV/TSV output of questions' rows as the JSONL rows they were written from
+    (`_answers_table`): an empty label with finite scores is an abstention."""
+    lines = _table_lines(text, kind)
+    header = next(lines, None)
+    names = [name for name, _ in columns.questions]
+    if not header or header[: 1 + len(names) + len(columns)] != ["id", *names, *columns]:
+        raise ValueError(
+            f"the header is not that of a {kind.upper()} output of these questions ({header!r:.80})"
+        )
+    at = header.index("error", 1 + len(names) + len(columns))
+    out = []
+    for cells in lines:
+        if len(cells) != len(header):
+            raise ValueError(f"row {len(out) + 1}: {len(cells)} cells for {len(header)} columns")
+        row: dict = {"id": cells[0] or None}
+        if cells[at]:
+            row["error"] = cells[at]
+        else:
+            scores = iter(float(v) for v in cells[1 + len(names) : at])
+            row["answers"] = {
+                name: _answer(said, {x: next(scores) for x in xs}, name in columns.multi)
+                for said, (name, xs) in zip(cells[1 : 1 + len(names)], columns.questions)
+            }
+        row |= {k: json.loads(v) for k, v in zip(header[at + 1 :], cells[at + 1 :]) if v}
+        out.append(row)
+    return out
+
+
+def _answer(said: str, scores: dict, multi: bool) -> dict:
+    """One question's answer from its cell: a multi-label question's tags joined by `;`, or
+    a label (or none)."""
+    if multi:
+        return {"labels": said.split(";") if said else [], "scores": scores}
+    if said:
+        return {"label": said, "scores": scores}
+    if all(math.isfinite(v) for v in scores.values()):
+        return {"label": None, "abstained": True, "scores": scores}
+    return {"label": None, "scores": scores}
+
+
+def _table_lines(text: TextIO, kind: str):
+    return csv.reader(text) if kind == "csv" else (x.rstrip("\r\n").split("\t") for x in text)
 
 
 def text_id(value) -> str:

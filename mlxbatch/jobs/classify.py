@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..api.classifier import Classifier
+from ..api.classifier import PRIOR_WITH_QUESTIONS, Classifier
 from ..api.spec import RunSpec
 from ..engine.adjust import parse_prior
 from ..engine.prompt import DEFAULT_LABELS
@@ -220,10 +220,7 @@ def question_options(req: JobRequest, questions) -> dict:
             raise JobError("--tag-threshold applies to multi-label questions: give --questions")
         return {}
     if req.prior is not None:
-        raise JobError(
-            "--prior and --questions: a prior is one label set's; calibrate each "
-            "question with --calibrate instead"
-        )
+        raise JobError(PRIOR_WITH_QUESTIONS.format(option="--prior", questions="--questions"))
     threshold = 0.5 if req.tag_threshold is None else req.tag_threshold
     return {"questions": questions, "tag_threshold": threshold}
 

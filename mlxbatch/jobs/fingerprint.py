@@ -116,4 +116,8 @@ def _per_question(clf: Classifier) -> list:
     """With questions, each prompt's adjustment and the tag threshold; else nothing."""
     if not hasattr(clf, "questions"):
         return []
-    return [[[a.p_cf, a.min_confidence] for a in clf.adjusts], clf.tag_threshold]
+    weighed = any(a.prior is not None for a in clf.adjusts)  # as before where no prior is
+    return [
+        [[a.p_cf, a.min_confidence, *([a.prior] if weighed else [])] for a in clf.adjusts],
+        clf.tag_threshold,
+    ]

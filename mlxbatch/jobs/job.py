@@ -137,6 +137,8 @@ class Job:
             "compute": compute,
             "model": model,
         }
+        if hasattr(clf, "questions"):  # for a resume to say what changed in them
+            header["questions"] = clf.questions.header(clf.system_prompt)
         self.group.agree(header["fingerprint"])
         if unreadable is not None and head and _but_shape(head) == _but_shape(header):
             raise unreadable  # this run's journal (but for its shape), with settings unreadable

@@ -18,7 +18,7 @@ from pathlib import Path
 import anyio
 import numpy as np
 
-from ..api.classifier import Classifier
+from ..api.classifier import PRIOR_WITH_QUESTIONS, Classifier
 from ..api.limits import prepare
 from ..api.questions import answer_words
 from ..api.spec import RunSpec
@@ -74,6 +74,8 @@ def preflight(spec: ServeSpec) -> None:
                 LabelSet.build(asked.labels, tokenizer.label, tokenizer.vocab_size)
             except LabelError as e:
                 raise LabelError(f"question {asked.question!r}: field 'labels': {e}") from None
+        if spec.prior is not None:
+            raise UsageError(PRIOR_WITH_QUESTIONS.format(option="--prior", questions="--questions"))
         return
     if spec.tag_threshold is not None:
         raise UsageError("--tag-threshold applies to multi-label questions: give --questions")
