@@ -28,7 +28,14 @@ LAYERS = [
 ]  # bottom to top
 # def line to last line in the formatter's layout (a long call puts each argument on a line of
 # its own): what reads in one screen
-MAX_FUNCTION_LINES = 80
+MAX_FUNCTION_LINES = 60
+# functions still being split, allowed a longer screen until they are
+LONGER_FUNCTIONS = {
+    "mlxbatch/api/classifier.py load": 80,
+    "mlxbatch/jobs/classify.py run_classify": 80,
+}
+# a click command parses, builds the spec, calls one library function and prints
+MAX_COMMAND_LINES = 40
 
 
 def test_row_layout_builds_tokens_positions_and_masks_without_a_model():
@@ -189,7 +196,29 @@ def test_no_function_is_longer_than_a_screen():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1
-                if lines > MAX_FUNCTION_LINES:
-                    where = path.relative_to(PACKAGE.parent).as_posix()
+                where = path.relative_to(PACKAGE.parent).as_posix()
+                if lines > LONGER_FUNCTIONS.get(f"{where} {node.name}", MAX_FUNCTION_LINES):
                     long.append(f"{where}:{node.lineno} {node.name} ({lines} lines)")
     assert not long, f"over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)
+
+
+def _is_command(node: ast.FunctionDef) -> bool:
+    """Decorated by `click.command`, `click.group` or a group's `.command`."""
+    for d in node.decorator_list:
+        call = d.func if isinstance(d, ast.Call) else d
+        if isinstance(call, ast.Attribute) and call.attr in ("command", "group"):
+            return True
+    return False
+
+
+def test_every_command_is_thin():
+    """A click command parses, builds the spec, calls one library function and prints; what
+    resolves, validates or runs lives in a named helper."""
+    long = []
+    for path in sorted((PACKAGE / "cli").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and _is_command(node):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_COMMAND_LINES:
+                    long.append(f"{path.name}:{node.lineno} {node.name} ({lines} lines)")
+    assert len(long) == 0, f"commands over {MAX_COMMAND_LINES} lines:\n" + "\n".join(long)

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..engine.layout import batch_mask
 from ..errors import one_line
+from ..model.families import FAMILIES
 from ..model.files import check_regular_files
 from ..model.load import LoadedModel, load_model
 
@@ -132,8 +133,9 @@ def mlx_lm_config(cfg: dict) -> tuple[dict, str]:
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     if kind != "default":
         cfg.setdefault("rope_scaling", scaling | {"type": kind, "rope_type": kind})
+    sliding = _sliding(cfg)
     types = cfg.get("layer_types")
-    if cfg.get("model_type") == "gemma3_text" and types and "full_attention" in types:
+    if sliding == "pattern" and types and "full_attention" in types:
         period = types.index("full_attention") + 1
         if all((t == "full_attention") == ((i + 1) % period == 0) for i, t in enumerate(types)):
             cfg["sliding_window_pattern"] = period
@@ -142,9 +144,15 @@ def mlx_lm_config(cfg: dict) -> tuple[dict, str]:
         cfg["rope_scaling"] = dict(rs, long_factor=rs["short_factor"])
         note = " (short factors)"
     window, context = cfg.get("sliding_window"), cfg.get("max_position_embeddings")
-    if cfg.get("model_type") in ("phi3", "mistral") and window and window < (context or 0):
+    if sliding == "all" and window and window < (context or 0):
         note += " (no sliding window)"  # mlx-lm's Phi-3 and Mistral attend to every key
     return cfg, note
+
+
+def _sliding(cfg: dict) -> str:
+    """Which layers the config's family lets slide (`Family.sliding`); "never" for others."""
+    family = FAMILIES.get(cfg.get("model_type")) if isinstance(cfg.get("model_type"), str) else None
+    return family.sliding if family else "never"
 
 
 def _mlx_lm_logits(mlx_dir: Path, batches) -> tuple[str, list[np.ndarray]]:

@@ -16,14 +16,26 @@ def _sorted(r: dict) -> dict | None:
 
 
 def format_report(r: dict) -> str:
+    lines = _header_lines(r) + _mode_lines(r) + _efficiency_lines(r)
+    lines += _peer_lines(r) + _against_lines(r)
+    lines += [
+        "",
+        "speedup: over the gold loop, same run; pred s: the planner's cost model for "
+        "those batches; MFU: useful model FLOPs per second over the peak matmul rate above; "
+        "agree/max|dp|: against the gold loop's labels and probabilities.",
+    ]
+    return "\n".join(lines)
+
+
+def _header_lines(r: dict) -> list[str]:
+    """The workload, the machine, the cost model, the token lengths and the padding tax."""
     m, tax = r["meta"], r["padding_tax"]
-    peak = m["peak_matmul_gflops"]
     cm = r["cost_model"]
-    lines = [
+    return [
         f"mlxbatch bench: {r['items']} tickets ({m['tickets']}); prompt {m.get('prompt', 'default')}"
         f" ({r.get('prefix_tokens', '?')} shared prefix tokens); model {m['model']}",
         f"device {m['device']} ({m['device_name']}), dtype {m['dtype']}, BLAS {m['blas']}",
-        f"peak matmul rate measured in this run: {peak:.1f} GFLOP/s ({m['dtype']})",
+        f"peak matmul rate measured in this run: {m['peak_matmul_gflops']:.1f} GFLOP/s ({m['dtype']})",
         f"planner cost model ({cm['source']}): {CostModel.from_dict(cm).constants()}, "
         f"{cm['lanes']} lane(s) at once",
         "",
@@ -35,11 +47,16 @@ def format_report(r: dict) -> str:
         f"cost planner {tax['sorted_factor']:.2f}x",
         "",
     ]
+
+
+def _mode_lines(r: dict) -> list[str]:
+    """One row a mode: time, rate, speedup over the gold loop, padding, agreement, MFU."""
+    peak = r["meta"]["peak_matmul_gflops"]
     head = (
         f"{'mode':<28} {'time s':>8} {'pred s':>7} {'items/s':>8} {'speedup':>8} {'padding':>8} "
         f"{'processed':>10} {'useful':>8} {'agree':>7} {'max|dp|':>9} {'peak GiB':>9} {'MFU':>6}"
     )
-    lines += [head, "-" * len(head)]
+    lines = [head, "-" * len(head)]
     gold = _gold(r)
     for x in r["modes"]:
         mfu = x["useful_flops"] / x["seconds"] / (peak * 1e9)
@@ -51,43 +68,51 @@ def format_report(r: dict) -> str:
             f"{_pct(x['agreement']):>7} {_sci(x['max_abs_diff']):>9} {x['peak_memory'] / 2**30:>9.2f} "
             f"{mfu:>6.1%}"
         )
-    best = _sorted(r)
-    if gold and best:
-        gold_rate = gold["processed_tokens"] / gold["seconds"]
-        useful_rate = best["useful_tokens"] / best["seconds"]
-        lines += [
-            "",
-            f"batching efficiency (sorted useful tok/s over gold tok/s): "
-            f"{useful_rate:.0f} / {gold_rate:.0f} = {useful_rate / gold_rate:.2f}",
-        ]
-    if r.get("peers"):
-        lines += ["", f"{'peer':<46} {'time s':>8} {'items/s':>8} {'agree':>7} {'sorted is':>10}"]
-        for p in r["peers"]:
-            if "error" in p:
-                lines.append(f"{p['name']:<46} {'' if 'crashed' in p else 'skipped: '}{p['error']}")
-                continue
-            ratio = f"{p['seconds'] / best['seconds']:>9.2f}x" if best else f"{'n/a':>10}"
-            lines.append(
-                f"{p['name']:<46} {p['seconds']:>8.1f} {p['items_per_s']:>8.2f} "
-                f"{p['agreement']:>7.1%} {ratio}"
-            )
-    a = r.get("against")
-    if a:
-        lines += [
-            "",
-            f"against {a['reference']}: label agreement {a['label_agreement']:.1%}, "
-            f"max |prob diff| {a['max_abs_prob_diff']:.2e} over {a['items']} items",
-            f"  this model: {a['items_per_s']:.2f} items/s, peak {a['peak_memory'] / 2**30:.2f} GiB; "
-            f"reference: {a['reference_items_per_s']:.2f} items/s, peak "
-            f"{a['reference_peak_memory'] / 2**30:.2f} GiB",
-        ]
-    lines += [
+    return lines
+
+
+def _efficiency_lines(r: dict) -> list[str]:
+    gold, best = _gold(r), _sorted(r)
+    if not (gold and best):
+        return []
+    gold_rate = gold["processed_tokens"] / gold["seconds"]
+    useful_rate = best["useful_tokens"] / best["seconds"]
+    return [
         "",
-        "speedup: over the gold loop, same run; pred s: the planner's cost model for "
-        "those batches; MFU: useful model FLOPs per second over the peak matmul rate above; "
-        "agree/max|dp|: against the gold loop's labels and probabilities.",
+        f"batching efficiency (sorted useful tok/s over gold tok/s): "
+        f"{useful_rate:.0f} / {gold_rate:.0f} = {useful_rate / gold_rate:.2f}",
     ]
-    return "\n".join(lines)
+
+
+def _peer_lines(r: dict) -> list[str]:
+    if not r.get("peers"):
+        return []
+    best = _sorted(r)
+    lines = ["", f"{'peer':<46} {'time s':>8} {'items/s':>8} {'agree':>7} {'sorted is':>10}"]
+    for p in r["peers"]:
+        if "error" in p:
+            lines.append(f"{p['name']:<46} {'' if 'crashed' in p else 'skipped: '}{p['error']}")
+            continue
+        ratio = f"{p['seconds'] / best['seconds']:>9.2f}x" if best else f"{'n/a':>10}"
+        lines.append(
+            f"{p['name']:<46} {p['seconds']:>8.1f} {p['items_per_s']:>8.2f} "
+            f"{p['agreement']:>7.1%} {ratio}"
+        )
+    return lines
+
+
+def _against_lines(r: dict) -> list[str]:
+    a = r.get("against")
+    if not a:
+        return []
+    return [
+        "",
+        f"against {a['reference']}: label agreement {a['label_agreement']:.1%}, "
+        f"max |prob diff| {a['max_abs_prob_diff']:.2e} over {a['items']} items",
+        f"  this model: {a['items_per_s']:.2f} items/s, peak {a['peak_memory'] / 2**30:.2f} GiB; "
+        f"reference: {a['reference_items_per_s']:.2f} items/s, peak "
+        f"{a['reference_peak_memory'] / 2**30:.2f} GiB",
+    ]
 
 
 def plot(r: dict, path: Path, lengths: list[int]) -> None:

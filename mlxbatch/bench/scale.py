@@ -141,66 +141,78 @@ def assess(r: dict) -> dict:
     """The issue's targets, each met or not from the runs, and the 10M projection: time from the
     per-window seconds of the largest run, RSS from the slope between the two largest runs."""
     tiny, large = r["tiny"], {x["name"]: x for x in r["large"]}
-    targets = []
-    if len(tiny) >= 2:
-        a, b = tiny[0], tiny[-1]
-        grow = b["max_rss_mb"] - a["max_rss_mb"]
-        targets.append(
-            {
-                "target": f"max RSS at {b['tickets']} within 10% (or 100 MB) of {a['tickets']}",
-                "measured": f"{a['max_rss_mb']:.0f} -> {b['max_rss_mb']:.0f} MB ({grow:+.0f} MB)",
-                "met": grow <= max(0.1 * a["max_rss_mb"], 100),
-            }
-        )
-        ratio = b["items_per_s"] / a["items_per_s"]
-        targets.append(
-            {
-                "target": f"items/s at {b['tickets']} within 10% of {a['tickets']}",
-                "measured": f"{a['items_per_s']:.1f} -> {b['items_per_s']:.1f} ({ratio - 1:+.1%}); "
-                f"repeats caught {a['duplicates_scored_once'] / a['tickets']:.1%} -> "
-                f"{b['duplicates_scored_once'] / b['tickets']:.1%}; items the model scored "
-                f"{model_rate(a):.1f} -> {model_rate(b):.1f}/s ({model_rate(b) / model_rate(a) - 1:+.1%})",
-                "met": ratio >= 0.9,
-            }
-        )
-        targets.append(
-            {
-                "target": f".jsonl.gz of {b['tickets']} classified without unpacking",
-                "measured": f"{b['scored']} scored from the .gz",
-                "met": b["scored"] == b["tickets"],
-            }
-        )
-    plans = {p["name"]: p for p in r.get("plans", [])}
-    if {"global", "windows"} <= set(plans):
-        g, w = plans["global"], plans["windows"]
-        gap = w["padding"] - g["padding"]
-        run = large.get("windows")
-        same = run is not None and abs(run["padding"] - w["padding"]) < 0.0005
-        targets.append(
-            {
-                "target": f"0.5B padding, {w['windows']} windows within 0.5 pp of one global plan",
-                "measured": f"{w['padding']:.2%} vs {g['padding']:.2%} ({gap * 100:+.2f} pp; "
-                f"the run's own {run['padding']:.2%})"
-                if run
-                else f"{w['padding']:.2%} vs {g['padding']:.2%}",
-                "met": abs(gap) <= 0.005 and same,
-            }
-        )
-    if {"repeats", "no repeats"} <= set(large):
-        g, u = large["repeats"], large["no repeats"]
-        # CPU seconds (whole child) decide: wall time on a shared host swings with its load
-        speed = u["cpu_seconds"] / g["cpu_seconds"]
-        agree = bool(g["repeats_agree"] and large.get("windows", g)["repeats_agree"])
-        targets.append(
-            {
-                "target": "0.5B, 20% repeats: >= 1.2x faster than no repeats, repeats agree",
-                "measured": f"CPU {u['cpu_seconds']:.0f} s / {g['cpu_seconds']:.0f} s = {speed:.2f}x "
-                f"(job wall {u['job_seconds'] / g['job_seconds']:.2f}x) at {g['tickets']} tickets; "
-                f"{g['duplicates_scored_once']} scored once; repeats agree {agree}",
-                "met": speed >= 1.2 and agree,
-            }
-        )
+    targets = _tiny_targets(tiny) + _padding_targets(r.get("plans", []), large)
+    targets += _repeat_targets(large)
     return {"targets": targets, "projection": _project(tiny)}
+
+
+def _tiny_targets(tiny: list[dict]) -> list[dict]:
+    """Memory, speed and reading a .gz: the smallest tiny-model run against the largest."""
+    if len(tiny) < 2:
+        return []
+    a, b = tiny[0], tiny[-1]
+    grow = b["max_rss_mb"] - a["max_rss_mb"]
+    ratio = b["items_per_s"] / a["items_per_s"]
+    return [
+        {
+            "target": f"max RSS at {b['tickets']} within 10% (or 100 MB) of {a['tickets']}",
+            "measured": f"{a['max_rss_mb']:.0f} -> {b['max_rss_mb']:.0f} MB ({grow:+.0f} MB)",
+            "met": grow <= max(0.1 * a["max_rss_mb"], 100),
+        },
+        {
+            "target": f"items/s at {b['tickets']} within 10% of {a['tickets']}",
+            "measured": f"{a['items_per_s']:.1f} -> {b['items_per_s']:.1f} ({ratio - 1:+.1%}); "
+            f"repeats caught {a['duplicates_scored_once'] / a['tickets']:.1%} -> "
+            f"{b['duplicates_scored_once'] / b['tickets']:.1%}; items the model scored "
+            f"{model_rate(a):.1f} -> {model_rate(b):.1f}/s ({model_rate(b) / model_rate(a) - 1:+.1%})",
+            "met": ratio >= 0.9,
+        },
+        {
+            "target": f".jsonl.gz of {b['tickets']} classified without unpacking",
+            "measured": f"{b['scored']} scored from the .gz",
+            "met": b["scored"] == b["tickets"],
+        },
+    ]
+
+
+def _padding_targets(plans: list[dict], large: dict) -> list[dict]:
+    """The windows' planned padding against one global plan's, and the run's own."""
+    plans = {p["name"]: p for p in plans}
+    if not {"global", "windows"} <= set(plans):
+        return []
+    g, w = plans["global"], plans["windows"]
+    gap = w["padding"] - g["padding"]
+    run = large.get("windows")
+    same = run is not None and abs(run["padding"] - w["padding"]) < 0.0005
+    return [
+        {
+            "target": f"0.5B padding, {w['windows']} windows within 0.5 pp of one global plan",
+            "measured": f"{w['padding']:.2%} vs {g['padding']:.2%} ({gap * 100:+.2f} pp; "
+            f"the run's own {run['padding']:.2%})"
+            if run
+            else f"{w['padding']:.2%} vs {g['padding']:.2%}",
+            "met": abs(gap) <= 0.005 and same,
+        }
+    ]
+
+
+def _repeat_targets(large: dict) -> list[dict]:
+    """Repeats scored once: faster than a run without them, with the same answers."""
+    if not {"repeats", "no repeats"} <= set(large):
+        return []
+    g, u = large["repeats"], large["no repeats"]
+    # CPU seconds (whole child) decide: wall time on a shared host swings with its load
+    speed = u["cpu_seconds"] / g["cpu_seconds"]
+    agree = bool(g["repeats_agree"] and large.get("windows", g)["repeats_agree"])
+    return [
+        {
+            "target": "0.5B, 20% repeats: >= 1.2x faster than no repeats, repeats agree",
+            "measured": f"CPU {u['cpu_seconds']:.0f} s / {g['cpu_seconds']:.0f} s = {speed:.2f}x "
+            f"(job wall {u['job_seconds'] / g['job_seconds']:.2f}x) at {g['tickets']} tickets; "
+            f"{g['duplicates_scored_once']} scored once; repeats agree {agree}",
+            "met": speed >= 1.2 and agree,
+        }
+    ]
 
 
 def _project(tiny: list[dict]) -> dict | None:

@@ -11,10 +11,10 @@ import click
 from ..engine.prompt import BUILT_IN_PROMPTS
 from ..model.defaults import model_dir
 from .common import (
-    LABELS_HELP,
     FiniteRange,
     echo,
     fail,
+    label_options,
     max_batch_option,
     model_option,
     output_path,
@@ -124,9 +124,7 @@ def doctor(as_json, size, calibrate, model):
     help="descriptions: the default prompt with a line describing each label (~90 prefix "
     "tokens); few-shot: those descriptions plus three examples a label (~300 prefix tokens).",
 )
-@click.option("--labels", help=LABELS_HELP)
-@click.option("--system-prompt", help="System prompt text (as classify).")
-@click.option("--system-prompt-file", type=click.Path(path_type=Path))
+@label_options
 @click.option("--labels-file", type=click.Path(path_type=Path), help="As classify.")
 @click.option("--examples", type=click.Path(path_type=Path), help="As classify.")
 @click.option(

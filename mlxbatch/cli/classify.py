@@ -9,11 +9,11 @@ import click
 
 from ..io.inputs import FORMATS
 from .common import (
-    LABELS_HELP,
     FiniteRange,
     by_name,
     echo,
     fail,
+    label_options,
     max_batch_option,
     model_option,
     output_path,
@@ -26,13 +26,7 @@ from .common import (
 @click.command()
 @click.argument("input_path", metavar="INPUT")
 @model_option
-@click.option("--labels", help=LABELS_HELP)
-@click.option("--system-prompt", help="System prompt text (default names the labels).")
-@click.option(
-    "--system-prompt-file",
-    type=click.Path(path_type=Path),
-    help="Read the system prompt from a file.",
-)
+@label_options
 @click.option(
     "--text-field", default="text", show_default=True, help="JSONL key / CSV column of the text."
 )

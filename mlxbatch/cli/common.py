@@ -112,6 +112,22 @@ max_batch_option = click.option(
 )
 
 
+def label_options(f):
+    """The labels and the system prompt, shared by `classify`, `serve` and `bench`."""
+    options = [
+        click.option("--labels", help=LABELS_HELP),
+        click.option("--system-prompt", help="System prompt text (default names the labels)."),
+        click.option(
+            "--system-prompt-file",
+            type=click.Path(path_type=Path),
+            help="Read the system prompt from a file.",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
 def prompt_options(f):
     """The prompt and post-processing options shared by `classify` and `bench`."""
     options = [

@@ -91,45 +91,44 @@ def _not_classifys(res: dict, first: tuple[int, dict] | None) -> str | None:
     help="The questions file of a classify --questions output: each question is "
     "evaluated against the input's field of its name.",
 )
-def evaluate_cmd(
-    input_path,
-    predictions,
-    gold_field,
-    text_field,
-    id_field,
-    input_format,
-    labels,
-    json_path,
-    plot_path,
-    questions,
-):
+def evaluate_cmd(**options):
     """Accuracy, per-class F1, confusion and calibration of PREDICTIONS (a classify output:
     JSONL, CSV or TSV, gzip-compressed or not) against the gold labels of INPUT, row by row."""
-    if questions is not None:
-        return evaluate_questions(
-            input_path,
-            predictions,
-            questions,
-            text_field,
-            id_field,
-            input_format,
-            json_path,
-            (gold_field, labels, plot_path),
-        )
-    if not gold_field:
+    if options["questions"] is not None:
+        return evaluate_questions(options)
+    if not options["gold_field"]:
         fail("eval needs --gold-field (or --questions, for a classify --questions output)")
     from ..api.evaluate import evaluate_rows, format_evaluation, plot_confusion
-    from ..engine.labels import check_names
-    from ..errors import LabelError
-    from ..io.inputs import read_rows
     from ..io.outputs import check_reports, write_json_report
-    from ..io.promptspec import parse_labels
-    from ..io.rows import read_results, results_format
     from ..io.streams import report_stream
 
-    plot_path = plot_target(plot_path, predictions, "confusion")
+    input_path, predictions, json_path = (
+        options[k] for k in ("input_path", "predictions", "json_path")
+    )
+    plot_path = plot_target(options["plot_path"], predictions, "confusion")
     check_reports(json_path, plot_path, [Path(input_path), predictions])
-    rows, _ = read_rows(input_path, text_field, id_field, input_format, (gold_field,))
+    rows, results = _read_checked(options)
+    names = _label_names(options["labels"], results, predictions)
+    gold = [r.fields.get(options["gold_field"]) for r in rows]
+    m = evaluate_rows(results, gold, names)
+    click.echo(format_evaluation(m), file=report_stream(json_path))
+    if json_path:
+        write_json_report(json_path, m)
+    if plot_path:
+        plot_confusion(m, plot_path)
+
+
+def _read_checked(options: dict) -> tuple[list, list]:
+    """The input's rows and the predictions' rows, one for one, each a row classify writes,
+    and a gold field some input row has."""
+    from ..io.inputs import read_rows
+    from ..io.rows import read_results, results_format
+
+    input_path, predictions, gold_field = (
+        options[k] for k in ("input_path", "predictions", "gold_field")
+    )
+    fields = (options["text_field"], options["id_field"], options["input_format"])
+    rows, _ = read_rows(input_path, *fields, (gold_field,))
     try:
         results = read_results(predictions)  # JSONL, CSV or TSV, gzip-compressed or not
         tabular = results_format(predictions) != "jsonl"
@@ -137,11 +136,7 @@ def evaluate_cmd(
         if not os.path.lexists(predictions):  # the reader's own line names it
             fail(str(e))
         fail(f"{predictions}: not an output of mlxbatch classify ({str(e)[:100]})")
-    if len(results) != len(rows):
-        fail(
-            f"{predictions}: {len(results)} rows for the {len(rows)} rows of {input_path}; "
-            "give the input the predictions were made from"
-        )
+    _check_count(results, rows, predictions, input_path)
     first = next(
         (
             (n, r["scores"])
@@ -154,34 +149,36 @@ def evaluate_cmd(
         if problem := _not_a_prediction(res, row, tabular, first):
             fail(f"{predictions}: row {n}: {problem}")
     check_gold_field(rows, gold_field, input_path)
-    scored = [r for r in results if isinstance(r.get("scores"), dict)]
-    if labels is not None:  # as classify takes them (predictions outside them are counted)
+    return rows, results
+
+
+def _check_count(results: list, rows: list, predictions: Path, input_path) -> None:
+    if len(results) != len(rows):
+        fail(
+            f"{predictions}: {len(results)} rows for the {len(rows)} rows of {input_path}; "
+            "give the input the predictions were made from"
+        )
+
+
+def _label_names(labels: str | None, results: list, predictions: Path) -> tuple[str, ...]:
+    """The label set: `--labels` as classify takes them (predictions outside them are
+    counted), else the first scored row's score keys."""
+    from ..engine.labels import check_names
+    from ..errors import LabelError
+    from ..io.promptspec import parse_labels
+
+    if labels is not None:
         try:
-            names = check_names(parse_labels(labels))
+            return check_names(parse_labels(labels))
         except LabelError as e:
             fail(f"--labels: {e}")
-    elif scored:
-        names = tuple(scored[0]["scores"])
-    else:
+    scored = [r for r in results if isinstance(r.get("scores"), dict)]
+    if not scored:
         fail(f"{predictions}: no scored rows to evaluate")
-    m = evaluate_rows(results, [r.fields.get(gold_field) for r in rows], names)
-    click.echo(format_evaluation(m), file=report_stream(json_path))
-    if json_path:
-        write_json_report(json_path, m)
-    if plot_path:
-        plot_confusion(m, plot_path)
+    return tuple(scored[0]["scores"])
 
 
-def evaluate_questions(
-    input_path,
-    predictions: Path,
-    questions: Path,
-    text_field,
-    id_field,
-    input_format,
-    json_path,
-    single_options,
-) -> None:
+def evaluate_questions(options: dict) -> None:
     """`eval --questions`: each question against the input's field of its name."""
     from ..api.evaluate_answers import evaluate_answers, format_answers
     from ..io.inputs import read_rows
@@ -190,23 +187,23 @@ def evaluate_questions(
     from ..io.rows import read_results
     from ..io.streams import report_stream
 
-    if any(x is not None for x in single_options):
+    input_path, predictions, questions, json_path = (
+        options[k] for k in ("input_path", "predictions", "questions", "json_path")
+    )
+    fields = (options["text_field"], options["id_field"], options["input_format"])
+    if any(options[k] is not None for k in ("gold_field", "labels", "plot_path")):
         fail(
             "--gold-field, --labels and --plot evaluate one label set; --questions evaluates "
             "each question against the input's field of its name"
         )
     asked = read_questions(questions)
     check_reports(json_path, None, [Path(input_path), predictions, questions])
-    rows, _ = read_rows(input_path, text_field, id_field, input_format, asked.names)
+    rows, _ = read_rows(input_path, *fields, asked.names)
     try:
         results = read_results(predictions, asked)
     except (OSError, UnicodeDecodeError, ValueError) as e:
         fail(f"{predictions}: not an output of mlxbatch classify ({str(e)[:100]})")
-    if len(results) != len(rows):
-        fail(
-            f"{predictions}: {len(results)} rows for the {len(rows)} rows of {input_path}; "
-            "give the input the predictions were made from"
-        )
+    _check_count(results, rows, predictions, input_path)
     for n, res in enumerate(results, start=1):
         if not isinstance(res, dict) or not ("error" in res or _answers_of(res, asked.names)):
             fail(f"{predictions}: row {n}: not a row of answers to these questions")

@@ -11,11 +11,11 @@ from ..io.caps import API_KEY_BYTES, read_capped
 from ..io.promptspec import prompt_spec
 from ..model.defaults import model_dir
 from .common import (
-    LABELS_HELP,
     FiniteRange,
     by_name,
     echo,
     fail,
+    label_options,
     max_batch_option,
     model_option,
     plot_target,
@@ -105,9 +105,7 @@ def server_units(options: dict) -> dict:
 
 @click.command()
 @model_option
-@click.option("--labels", help=LABELS_HELP)
-@click.option("--system-prompt", help="System prompt text (default names the labels).")
-@click.option("--system-prompt-file", type=click.Path(path_type=Path))
+@label_options
 @prompt_options
 @click.option(
     "--host",
@@ -239,14 +237,6 @@ def serve(**options):
     """Serve classification over HTTP (POST /v1/classify), batching what arrives."""
     need_serve_extra()
     need_uvicorn()
-    from ..errors import UsageError
-    from ..serve.connection_limits import ConnectionLimits, reserve_descriptors
-    from ..serve.limits import Limits
-    from ..serve.server import listen
-    from ..serve.server import serve as run
-    from ..serve.service import ServeSpec, Service, preflight
-
-    host, model = options["host"], options["model"]
     key = access_key(options)
     spec = prompt_spec(
         options["labels"],
@@ -256,14 +246,22 @@ def serve(**options):
         options["examples"],
         questions=options["questions"],
     )
-    path = model_dir(model, echo)
+    path = model_dir(options["model"], echo)
+    serve_spec = _serve_spec(options, spec, path)
+    _listen_and_serve(serve_spec, options, key)
+
+
+def _serve_spec(options: dict, spec, path: Path):
+    """The service's spec: the options by name, the prompt, the model and the limits."""
+    from ..serve.limits import Limits
+    from ..serve.service import ServeSpec
+
     limits = by_name(Limits, options, **server_units(options))
-    connections = by_name(ConnectionLimits, options)
-    serve_spec = by_name(
+    return by_name(
         ServeSpec,
         options,
         model=path,
-        name=model or path.name,
+        name=options["model"] or path.name,
         labels=spec.labels,
         system_prompt=spec.system,
         descriptions=spec.descriptions,
@@ -271,12 +269,23 @@ def serve(**options):
         limits=limits,
         questions=spec.questions,
     )
-    # everything that can be refused is refused here, before the port or a thread
+
+
+def _listen_and_serve(serve_spec, options: dict, key: bytes | None) -> None:
+    """Everything that can be refused is refused before the port or a thread; then serve until
+    a signal, exiting as the server ends."""
+    from ..errors import UsageError
+    from ..serve.connection_limits import ConnectionLimits, reserve_descriptors
+    from ..serve.server import listen
+    from ..serve.server import serve as run
+    from ..serve.service import Service, preflight
+
+    connections = by_name(ConnectionLimits, options)
     if problem := reserve_descriptors(connections.max_connections):
         fail(problem)
     try:
         preflight(serve_spec)
-        sock = listen(host, options["port"])
+        sock = listen(options["host"], options["port"])
     except UsageError as e:
         fail(str(e))
     service = Service(serve_spec)
@@ -345,20 +354,12 @@ def bench_serve(
     from ..io.outputs import check_model_untouched, check_reports, write_json_report
     from ..io.streams import report_stream
 
-    try:
-        rates = tuple(float(x) for x in loads.split(",") if x.strip())
-    except ValueError:
-        fail(f"--loads {loads!r}: give comma-separated multiples of capacity, e.g. 0.5,1,2")
-    if not rates or min(rates) <= 0:
-        fail(f"--loads {loads!r}: give at least one multiple above 0")
+    rates = load_rates(loads)
     plot_path = plot_target(plot_path, json_path, "bench-serve")
     check_reports(json_path, plot_path, [])
     tmp = tempfile.TemporaryDirectory()
     if quick:
-        from ..model.convert import init_random
-
-        model = str(Path(tmp.name) / "tiny")
-        init_random(model, preset="tiny", seed=0, dtype="float32")
+        model = quick_model(Path(tmp.name))
         n, seconds, sequential = min(n, 60), min(seconds, 2.0), min(sequential, 10)
     texts = tuple(r["text"] for r in generate(n, seed=0, mix=mix))
     path = model_dir(model, echo)
@@ -379,3 +380,23 @@ def bench_serve(
         write_json_report(json_path, result)
     if plot_path:
         plot(result, plot_path)
+
+
+def load_rates(loads: str) -> tuple[float, ...]:
+    """`--loads 0.5,1,2` as multiples of capacity, each above 0."""
+    try:
+        rates = tuple(float(x) for x in loads.split(",") if x.strip())
+    except ValueError:
+        fail(f"--loads {loads!r}: give comma-separated multiples of capacity, e.g. 0.5,1,2")
+    if not rates or min(rates) <= 0:
+        fail(f"--loads {loads!r}: give at least one multiple above 0")
+    return rates
+
+
+def quick_model(tmp: Path) -> str:
+    """`--quick`'s tiny random model, written under `tmp`."""
+    from ..model.convert import init_random
+
+    model = str(tmp / "tiny")
+    init_random(model, preset="tiny", seed=0, dtype="float32")
+    return model

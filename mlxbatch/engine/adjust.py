@@ -63,12 +63,7 @@ def parse_prior(
     from ..errors import LabelError
 
     given: dict[str, float] = {}
-    if isinstance(spec, dict):
-        parts = [(str(k), "=", v) for k, v in spec.items()]
-    else:
-        # the last `=`: a weight never holds one, a label may (`a=b=0.3` weighs "a=b")
-        parts = [part.rpartition("=") for part in spec.split(",")]
-    for name, sep, value in parts:
+    for name, sep, value in _prior_parts(spec):
         part = f"{name}{sep}{value}"
         if not part.strip():
             continue
@@ -78,38 +73,71 @@ def parse_prior(
                 f"{option} {part.strip()!r}: expected LABEL=WEIGHT with a label of "
                 f"{', '.join(names)}"
             )
-        try:  # a string weight in ASCII decimals: float() also read "1_0" as 10, "١" as 1
-            if isinstance(value, str) and not DECIMAL.fullmatch(value.strip()):
-                raise ValueError(value)
-            w = float(value)
-        except OverflowError:  # 10**400: a number, past a float's range
-            raise LabelError(
-                f"{option} {part.strip()[:60]!r}: the weight is past a float's range"
-            ) from None
-        except (TypeError, ValueError):
-            raise LabelError(
-                f"{option} {part.strip()[:60]!r}: {str(value).strip()[:40]!r} is not a number"
-            ) from None
-        if not np.isfinite(w) or w <= 0:
-            raise LabelError(f"{option} {part.strip()!r}: weights must be positive")
+        w = _weight(part, value, option)
         if name in given:
             raise LabelError(f"{option} names {name!r} twice")
         given[name] = w
     if not given:
         raise LabelError(f"{option} names no label")
+    given, total = _share_the_rest(given, names, option)
+    _check_ratio(given, total, option)
+    return tuple(given[n] / total for n in names)
+
+
+def _prior_parts(spec: str | dict) -> list[tuple]:
+    """(label, "=", weight) triples; a part without `=` has an empty separator."""
+    if isinstance(spec, dict):
+        return [(str(k), "=", v) for k, v in spec.items()]
+    # the last `=`: a weight never holds one, a label may (`a=b=0.3` weighs "a=b")
+    return [part.rpartition("=") for part in spec.split(",")]
+
+
+def _weight(part: str, value, option: str) -> float:
+    """A positive finite weight, from a number or a string in ASCII decimals."""
+    from ..errors import LabelError
+
+    try:  # a string weight in ASCII decimals: float() also read "1_0" as 10, "١" as 1
+        if isinstance(value, str) and not DECIMAL.fullmatch(value.strip()):
+            raise ValueError(value)
+        w = float(value)
+    except OverflowError:  # 10**400: a number, past a float's range
+        raise LabelError(
+            f"{option} {part.strip()[:60]!r}: the weight is past a float's range"
+        ) from None
+    except (TypeError, ValueError):
+        raise LabelError(
+            f"{option} {part.strip()[:60]!r}: {str(value).strip()[:40]!r} is not a number"
+        ) from None
+    if not np.isfinite(w) or w <= 0:
+        raise LabelError(f"{option} {part.strip()!r}: weights must be positive")
+    return w
+
+
+def _share_the_rest(
+    given: dict[str, float], names: tuple[str, ...], option: str
+) -> tuple[dict[str, float], float]:
+    """The labels not named share what the named ones leave below 1; (weights, their total)."""
+    from ..errors import LabelError
+
     rest = [n for n in names if n not in given]
     total = sum(given.values())
-    if rest:
-        if total >= 1:
-            raise LabelError(
-                f"{option} leaves nothing for {', '.join(rest)}: name every label "
-                "or let the weights sum below 1"
-            )
-        share = (1 - total) / len(rest)
-        given |= dict.fromkeys(rest, share)
-        total = 1.0
+    if not rest:
+        return given, total
+    if total >= 1:
+        raise LabelError(
+            f"{option} leaves nothing for {', '.join(rest)}: name every label "
+            "or let the weights sum below 1"
+        )
+    share = (1 - total) / len(rest)
+    return given | dict.fromkeys(rest, share), 1.0
+
+
+def _check_ratio(given: dict[str, float], total: float, option: str) -> None:
+    """Beyond MAX_PRIOR_RATIO a label can never win (or the sum overflows): a typo, not a
+    prior."""
+    from ..errors import LabelError
+
     low, high = min(given, key=given.get), max(given, key=given.get)
-    # beyond this ratio a label can never win (or the sum overflows): a typo, not a prior
     if not np.isfinite(total):
         raise LabelError(f"{option}: the weights sum beyond a float's range; give smaller ones")
     if given[high] > MAX_PRIOR_RATIO * given[low]:
@@ -118,4 +146,3 @@ def parse_prior(
             f"({given[low]:g}) more than {MAX_PRIOR_RATIO:g} to 1; is a weight "
             "mistyped?"
         )
-    return tuple(given[n] / total for n in names)

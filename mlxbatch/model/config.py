@@ -8,7 +8,9 @@ Published configs spell rope settings two ways: `rope_theta` + `rope_scaling` (w
 
 A key config.json omits takes transformers' default for the model_type (`Family.defaults`, one
 table in each family module), so a config runs as transformers runs it. The keys become fields,
-checked, in config_fields.py.
+checked, in config_fields.py. Every rule that differs by family (which key holds the activation,
+the sliding layers' rope base or the attention scalar, which bias switches are read, ...) is a
+field of the family's record: this module asks the record, never the `model_type`.
 """
 
 from __future__ import annotations
@@ -30,9 +32,7 @@ from .config_fields import (
 from .families import FAMILIES
 from .family import Family, expected_shapes
 from .rope import Rope
-from .vision_language import TEXT_TYPES, is_vision_language, text_config
-
-SUPPORTED_MODEL_TYPES = tuple(FAMILIES)
+from .vision_language import is_vision_language, text_config, text_types
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class ModelArgs:
 
     def rope(self, layer_type: str = FULL) -> Rope:
         dims = int(self.head_dim * self.partial_rotary_factor)
-        if layer_type == SLIDING and self.model_type == "gemma3_text":
+        if layer_type == SLIDING and self.family.local_rope_key:
             return Rope(dims, self.rope_local_base_freq)
         return Rope(dims, self.rope_theta, self.rope_scaling)
 
@@ -115,63 +115,11 @@ class ModelArgs:
             raise ModelError(f"{source}: a JSON {type(cfg).__name__}, not an object")
         vision_language = is_vision_language(cfg)
         cfg = text_config(cfg, source)
-        model_type = cfg.get("model_type")
-        if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
-            names = ", ".join(
-                [f"{t} ({f.name})" for t, f in FAMILIES.items()]
-                + [f"{t} (its language model)" for t in TEXT_TYPES]
-            )
-            raise ModelError(
-                f"{source}: model_type {model_type!r} is not supported (mlxbatch runs {names})"
-            )
-        family = FAMILIES[model_type]
-        if cfg.get("use_sliding_window"):  # Qwen2/Qwen3's switch (with max_window_layers)
-            raise ModelError(f"{source}: sliding-window attention is not supported")
-        for key in ("attn_logit_softcapping", "final_logit_softcapping"):
-            if cfg.get(key) is not None:
-                raise ModelError(f"{source}: {key} {cfg[key]!r} is not supported")
-        if cfg.get("use_bidirectional_attention"):  # EmbeddingGemma's: not a causal model
-            raise ModelError(
-                f"{source}: use_bidirectional_attention is not supported (mlxbatch "
-                "runs causal language models)"
-            )
-        d = family.defaults
-        act_key = "hidden_activation" if "hidden_activation" in d else "hidden_act"
-        act = cfg.get(act_key) or d[act_key]
-        if act not in family.activations:
-            raise ModelError(
-                f"{source}: hidden_act {act!r} is not supported for "
-                f"{family.name} ({', '.join(family.activations)})"
-            )
-        known = with_defaults(cls, cfg, family, source) | {"hidden_act": act}
-        known |= rope_fields(cfg, family, source)
-        known |= layer_fields(cfg, family, known["num_hidden_layers"], source)
-        if "query_pre_attn_scalar" in d:  # Gemma 3
-            known["query_pre_attn_scalar"] = first(
-                cfg.get("query_pre_attn_scalar"), d["query_pre_attn_scalar"]
-            )
-        scaling = dict(known.get("rope_scaling", ()))
-        if scaling.get("rope_type") == "longrope":  # see phi3.py: the short factors' context
-            known["max_position_embeddings"] = scaling["original_max_position_embeddings"]
-        for key in ("attention_bias", "mlp_bias"):
-            if not isinstance(known.get(key, False), bool):
-                raise ModelError(f"{source}: {key} must be true or false, got {known[key]!r}")
-        check_types(known, source)
+        family = _family(cfg, source)
+        _refuse_unsupported(cfg, source)
+        known = _fields(cls, cfg, family, source)
         args = cls(**known | {"vision_language": vision_language})
-        for key in ("short_factor", "long_factor"):
-            f = dict(args.rope_scaling).get(key)
-            if f is not None and (not isinstance(f, tuple) or len(f) != args.rope().dims // 2):
-                raise ModelError(
-                    f"{source}: rope scaling {key} must list one factor per "
-                    f"rotated pair ({args.rope().dims // 2}), got {f!r}"
-                )
-        if args.num_attention_heads % args.num_key_value_heads:
-            given = cfg.get("num_key_value_heads") is not None
-            raise ModelError(
-                f"{source}: num_attention_heads={args.num_attention_heads} is not a multiple "
-                f"of num_key_value_heads={args.num_key_value_heads}"
-                + ("" if given else f" (not in config.json: {family.name}'s default)")
-            )
+        _check_shapes(args, cfg, family, source)
         return args
 
     @classmethod
@@ -190,3 +138,79 @@ class ModelArgs:
     def expected_shapes(self) -> dict[str, tuple[int, ...]]:
         """Every parameter the checkpoint must hold, by Hugging Face name."""
         return expected_shapes(self, self.family)
+
+
+def _family(cfg: dict, source: str) -> Family:
+    """The record of the config's `model_type`; refused, naming what runs, if none is."""
+    model_type = cfg.get("model_type")
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
+        names = ", ".join(
+            [f"{t} ({f.name})" for t, f in FAMILIES.items()]
+            + [f"{t} (its language model)" for t in text_types()]
+        )
+        raise ModelError(
+            f"{source}: model_type {model_type!r} is not supported (mlxbatch runs {names})"
+        )
+    return FAMILIES[model_type]
+
+
+def _refuse_unsupported(cfg: dict, source: str) -> None:
+    """Switches no family here runs, whichever family's config sets them."""
+    if cfg.get("use_sliding_window"):  # Qwen2/Qwen3's switch (with max_window_layers)
+        raise ModelError(f"{source}: sliding-window attention is not supported")
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if cfg.get(key) is not None:
+            raise ModelError(f"{source}: {key} {cfg[key]!r} is not supported")
+    if cfg.get("use_bidirectional_attention"):  # EmbeddingGemma's: not a causal model
+        raise ModelError(
+            f"{source}: use_bidirectional_attention is not supported (mlxbatch "
+            "runs causal language models)"
+        )
+
+
+def _activation(cfg: dict, family: Family, source: str) -> str:
+    """The MLP gate's activation, read from the family's own key (Gemma 3's is not hidden_act)."""
+    key = family.activation_key
+    act = cfg.get(key) or family.defaults[key]
+    if act not in family.activations:
+        raise ModelError(
+            f"{source}: hidden_act {act!r} is not supported for "
+            f"{family.name} ({', '.join(family.activations)})"
+        )
+    return act
+
+
+def _fields(cls: type, cfg: dict, family: Family, source: str) -> dict:
+    """ModelArgs' fields from `cfg` as `family` reads it, checked for type and range."""
+    act = _activation(cfg, family, source)
+    known = with_defaults(cls, cfg, family, source) | {"hidden_act": act}
+    known |= rope_fields(cfg, family, source)
+    known |= layer_fields(cfg, family, known["num_hidden_layers"], source)
+    if key := family.attention_scalar_key:
+        known["query_pre_attn_scalar"] = first(cfg.get(key), family.defaults.get(key))
+    scaling = dict(known.get("rope_scaling", ()))
+    if scaling.get("rope_type") == "longrope":  # see phi3.py: the short factors' context
+        known["max_position_embeddings"] = scaling["original_max_position_embeddings"]
+    for key in ("attention_bias", "mlp_bias"):
+        if not isinstance(known.get(key, False), bool):
+            raise ModelError(f"{source}: {key} must be true or false, got {known[key]!r}")
+    check_types(known, source)
+    return known
+
+
+def _check_shapes(args: ModelArgs, cfg: dict, family: Family, source: str) -> None:
+    """What only the built sizes tell: one rope factor per rotated pair, whole kv groups."""
+    for key in ("short_factor", "long_factor"):
+        f = dict(args.rope_scaling).get(key)
+        if f is not None and (not isinstance(f, tuple) or len(f) != args.rope().dims // 2):
+            raise ModelError(
+                f"{source}: rope scaling {key} must list one factor per "
+                f"rotated pair ({args.rope().dims // 2}), got {f!r}"
+            )
+    if args.num_attention_heads % args.num_key_value_heads:
+        given = cfg.get("num_key_value_heads") is not None
+        raise ModelError(
+            f"{source}: num_attention_heads={args.num_attention_heads} is not a multiple "
+            f"of num_key_value_heads={args.num_key_value_heads}"
+            + ("" if given else f" (not in config.json: {family.name}'s default)")
+        )

@@ -65,7 +65,7 @@ def _given_rope(cfg: dict, family: Family, source: str) -> tuple[dict, dict]:
         return _by_layer_type(cfg.get("rope_parameters") or {}, source)
     if not isinstance(scaling, dict):
         raise ModelError(f"{source}: rope_scaling must be an object, got {scaling!r}")
-    if not cfg.get("rope_parameters") or "rope_local_base_freq" not in family.defaults:
+    if not cfg.get("rope_parameters") or family.local_rope_key is None:
         return {}, scaling
     local, params = _by_layer_type(cfg["rope_parameters"], source)
     if FULL not in cfg["rope_parameters"]:  # transformers fails on it (a KeyError)
@@ -74,6 +74,15 @@ def _given_rope(cfg: dict, family: Family, source: str) -> tuple[dict, dict]:
             f"{FULL!r} entry to apply it to; keep one of the two"
         )
     return local, params | scaling
+
+
+def _local_rope_base(cfg: dict, family: Family, local: dict):
+    """The sliding layers' own rope base, for a family whose sliding layers have one: their
+    rope parameters' value first, then the family's key (Gemma 3's `rope_local_base_freq`)."""
+    if family.local_rope_key is None:
+        return None
+    key = family.local_rope_key
+    return first(local.get("rope_theta"), cfg.get(key), family.defaults.get(key))
 
 
 def rope_fields(cfg: dict, family: Family, source: str) -> dict:
@@ -96,23 +105,26 @@ def rope_fields(cfg: dict, family: Family, source: str) -> dict:
     # the rope parameters' own value first: transformers fills it from the top-level key only
     # where it is absent (`standardize_rope_params`: setdefault)
     out = {"rope_theta": first(params.get("rope_theta"), cfg.get("rope_theta"), d["rope_theta"])}
-    local_theta = first(
-        local.get("rope_theta"), cfg.get("rope_local_base_freq"), d.get("rope_local_base_freq")
-    )
+    local_theta = _local_rope_base(cfg, family, local)
     if local_theta is not None:
         out["rope_local_base_freq"] = local_theta
     prf = first(params.get("partial_rotary_factor"), cfg.get("partial_rotary_factor"), 1.0)
     if isinstance(prf, bool) or not isinstance(prf, (int, float)) or not 0 < prf <= 1:
         raise ModelError(f"{source}: partial_rotary_factor must be in (0, 1], got {prf!r}")
     out["partial_rotary_factor"] = float(prf) if family.partial_rotary else 1.0  # (Family's)
-    if kind == "default":
-        return out
+    if kind != "default":
+        out["rope_scaling"] = _scaling(cfg, family, scaling, source)
+    return out
+
+
+def _scaling(cfg: dict, family: Family, scaling: dict, source: str) -> tuple:
+    """A rope scaling's parameters, completed as transformers completes them and checked."""
+    kind, d = scaling["rope_type"], family.defaults
     if kind == "longrope":
-        top = cfg.get("original_max_position_embeddings")
-        if "original_max_position_embeddings" in d:  # Phi-3: the top-level key wins
-            top = first(top, d["original_max_position_embeddings"])
-            scaling["original_max_position_embeddings"] = top
+        if key := family.original_context_key:  # Phi-3: the top-level key wins
+            scaling["original_max_position_embeddings"] = first(cfg.get(key), d.get(key))
         else:
+            top = cfg.get("original_max_position_embeddings")
             scaling.setdefault("original_max_position_embeddings", top)
     absent = [k for k in _ROPE_KEYS[kind] if scaling.get(k) is None]
     if absent:
@@ -127,8 +139,7 @@ def rope_fields(cfg: dict, family: Family, source: str) -> dict:
             )
         scaling["factor"] = context / orig
     scaling.pop("partial_rotary_factor", None)
-    out["rope_scaling"] = _items(scaling)
-    return out
+    return _items(scaling)
 
 
 def _positive(x) -> bool:
@@ -177,7 +188,7 @@ def with_defaults(cls, cfg: dict, family: Family, source: str) -> dict:
     if missing:
         raise ModelError(f"{source}: missing required keys {missing}")
     for key in ("attention_bias", "mlp_bias"):
-        if key not in d:  # a switch this family's transformers class never reads
+        if key not in family.bias_switches:  # one its transformers class never reads
             known.pop(key, None)
     known = {k: v for k, v in d.items() if k in fields} | known
     if known["num_key_value_heads"] is None:  # null, or absent where transformers says so

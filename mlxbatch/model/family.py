@@ -8,6 +8,9 @@ from typing import Protocol
 
 @dataclass(frozen=True)
 class Family:
+    """Every way a family differs from Qwen2, as data: config.py and config_fields.py read a
+    config through this record and never test a `model_type` or which keys a table holds."""
+
     name: str  # for messages: "Qwen2 / Qwen2.5"
     qkv_bias: bool | None = None  # True: q/k/v always biased (Qwen2); None: `attention_bias`
     qk_norm: bool = False  # RMSNorm over each head of q and k before rope (Qwen3, Gemma 3)
@@ -16,13 +19,27 @@ class Family:
     embed_scale: bool = False  # embeddings times sqrt(hidden_size) (Gemma)
     fused: bool = False  # one qkv_proj and one gate_up_proj (Phi-3)
     activations: tuple[str, ...] = ("silu",)
+    activation_key: str = "hidden_act"  # the config key of the MLP's gate (Gemma: its own)
     rope_types: tuple[str, ...] = ("default",)
     sliding: str = "never"  # "never" | "all" (`sliding_window` on every layer) | "pattern"
+    # the config key of the sliding layers' own plain-rope base (Gemma 3); None: every layer
+    # rotates alike. With it, rope_parameters may come per layer type.
+    local_rope_key: str | None = None
+    # the config key whose value**-0.5 scales attention (Gemma 3); None: head_dim**-0.5
+    attention_scalar_key: str | None = None
+    # the top-level key that overrides LongRoPE's own original context (Phi-3)
+    original_context_key: str | None = None
+    # the bias switches its transformers class reads; any other is ignored (no biases)
+    bias_switches: tuple[str, ...] = ()
     # rotates the first `partial_rotary_factor` of each head (Phi-3); the others' transformers
     # classes rotate the whole head whatever the config says (Qwen2 with 0.5: max diff 7e-3)
     partial_rotary: bool = False
+    # the `model_type` of the vision-language checkpoints whose language model this is
+    vision_language_type: str | None = None
+    gguf_arch: str | None = None  # llama.cpp's `general.architecture` for it; None: no GGUF
+    gguf_permuted_qk: bool = False  # llama.cpp's converter reorders q/k rows for its rope
     # transformers' default of each config.json key mlxbatch reads, for a config that omits it
-    # (None for num_key_value_heads / head_dim: derived); an unlisted bias switch is never read
+    # (None for num_key_value_heads / head_dim: derived)
     defaults: dict = field(default_factory=dict, compare=False, hash=False)
     # rope type aliases the configuration class renames (Phi-3: `su`, `yarn` -> `longrope`)
     rope_aliases: dict = field(default_factory=dict, compare=False, hash=False)

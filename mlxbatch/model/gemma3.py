@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from .family import Family
 
-# transformers' Gemma3TextConfig defaults: it reads `hidden_activation`, not `hidden_act`; the
-# 4B+ configs' text_config omits the heads and the vocabulary (vision_language.py)
+# transformers' Gemma3TextConfig defaults; the 4B+ configs' text_config omits the heads and
+# the vocabulary (vision_language.py)
 DEFAULTS = {
     "vocab_size": 262_208,
     "hidden_size": 2304,
@@ -38,7 +38,6 @@ DEFAULTS = {
     "tie_word_embeddings": True,
     "max_position_embeddings": 131072,
     "hidden_activation": "gelu_pytorch_tanh",
-    "attention_bias": False,
     "query_pre_attn_scalar": 256,
     "sliding_window": 4096,
     "sliding_window_pattern": 6,
@@ -50,7 +49,13 @@ FAMILY = Family(
     sandwich=True,
     embed_scale=True,
     activations=("gelu_pytorch_tanh",),
+    activation_key="hidden_activation",
     rope_types=("default", "linear"),
     sliding="pattern",
+    local_rope_key="rope_local_base_freq",
+    attention_scalar_key="query_pre_attn_scalar",
+    bias_switches=("attention_bias",),
+    vision_language_type="gemma3",
+    gguf_arch="gemma3",
     defaults=DEFAULTS,
 )

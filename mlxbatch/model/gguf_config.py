@@ -14,15 +14,11 @@ import re
 import numpy as np
 
 from ..errors import ModelError
+from .families import FAMILIES
+from .family import Family
 
-# GGUF architecture -> config.json model_type
-MODEL_TYPES = {
-    "llama": "llama",
-    "qwen2": "qwen2",
-    "qwen3": "qwen3",
-    "gemma3": "gemma3_text",
-    "phi3": "phi3",
-}
+# GGUF architecture -> config.json model_type (`Family.gguf_arch`)
+MODEL_TYPES = {f.gguf_arch: t for t, f in FAMILIES.items() if f.gguf_arch}
 
 GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -43,15 +39,14 @@ BLOCK_NAMES = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
-# Gemma 3's four norms a block; Phi-3's `ffn_up` is the fused gate_up_proj
-ARCH_NAMES = {
-    "gemma3": {
-        "ffn_norm": "pre_feedforward_layernorm",
-        "post_attention_norm": "post_attention_layernorm",
-        "post_ffw_norm": "post_feedforward_layernorm",
-    },
-    "phi3": {"ffn_up": "mlp.gate_up_proj"},
+# the names a block feature changes: Gemma 3's four norms a block (`Family.sandwich`), and
+# Phi-3's `ffn_up`, the fused gate_up_proj (`Family.fused`)
+SANDWICH_NAMES = {
+    "ffn_norm": "pre_feedforward_layernorm",
+    "post_attention_norm": "post_attention_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm",
 }
+FUSED_NAMES = {"ffn_up": "mlp.gate_up_proj"}
 # tensors the converter derives from the config: read into it, not loaded as weights
 CONFIG_TENSORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
 BLOCK = re.compile(r"^blk\.(\d+)\.([a-z_0-9]+)\.(weight|bias)$")
@@ -65,8 +60,23 @@ def hf_name(arch: str, name: str) -> str | None:
     if not m:
         return None
     layer, part, kind = m.groups()
-    part = ARCH_NAMES.get(arch, {}).get(part) or BLOCK_NAMES.get(part)
+    part = block_names(family(arch)).get(part)
     return f"model.layers.{layer}.{part}.{kind}" if part else None
+
+
+def family(arch: str) -> Family:
+    """The record of the family a GGUF architecture holds."""
+    return FAMILIES[MODEL_TYPES[arch]]
+
+
+def block_names(family: Family) -> dict[str, str]:
+    """llama.cpp's block tensor names -> Hugging Face's, for the family's block features."""
+    names = dict(BLOCK_NAMES)
+    if family.sandwich:
+        names |= SANDWICH_NAMES
+    if family.fused:
+        names |= FUSED_NAMES
+    return names
 
 
 def architecture(meta: dict, source: str) -> str:
@@ -79,30 +89,39 @@ def architecture(meta: dict, source: str) -> str:
     return arch
 
 
+def _key(meta: dict, arch: str, name: str, source: str, default=None):
+    """The architecture's metadata value `name`; refused, naming it, where absent."""
+    v = meta.get(f"{arch}.{name}", default)
+    if v is None:
+        raise ModelError(f"{source}: the GGUF metadata has no {arch}.{name}")
+    return v
+
+
 def config(meta: dict, tensors: dict, factors: dict[str, np.ndarray], source: str) -> dict:
     """config.json for the file: `tensors` maps GGUF names to numpy shapes; `factors` holds
     the rope tensors (CONFIG_TENSORS) the file has."""
     arch = architecture(meta, source)
+    cfg = _common_config(meta, tensors, arch, source)
+    if arch in ARCH_CONFIG:
+        cfg |= ARCH_CONFIG[arch](meta, tensors, factors, cfg, source)
+    return {k: v for k, v in cfg.items() if v is not None}
 
-    def key(name: str, default=None):
-        v = meta.get(f"{arch}.{name}", default)
-        if v is None:
-            raise ModelError(f"{source}: the GGUF metadata has no {arch}.{name}")
-        return v
 
-    heads = int(key("attention.head_count"))
-    hidden = int(key("embedding_length"))
+def _common_config(meta: dict, tensors: dict, arch: str, source: str) -> dict:
+    """The keys every architecture's metadata spells alike."""
+    heads = int(_key(meta, arch, "attention.head_count", source))
+    hidden = int(_key(meta, arch, "embedding_length", source))
     head_dim = int(meta.get(f"{arch}.attention.key_length") or hidden // heads)
     cfg = {
         "model_type": MODEL_TYPES[arch],
         "hidden_size": hidden,
-        "num_hidden_layers": int(key("block_count")),
-        "intermediate_size": int(key("feed_forward_length")),
+        "num_hidden_layers": int(_key(meta, arch, "block_count", source)),
+        "intermediate_size": int(_key(meta, arch, "feed_forward_length", source)),
         "num_attention_heads": heads,
-        "num_key_value_heads": int(key("attention.head_count_kv", heads)),
+        "num_key_value_heads": int(_key(meta, arch, "attention.head_count_kv", source, heads)),
         "head_dim": head_dim,
-        "rms_norm_eps": float(key("attention.layer_norm_rms_epsilon")),
-        "max_position_embeddings": int(key("context_length")),
+        "rms_norm_eps": float(_key(meta, arch, "attention.layer_norm_rms_epsilon", source)),
+        "max_position_embeddings": int(_key(meta, arch, "context_length", source)),
         "vocab_size": tensors["token_embd.weight"][0] if "token_embd.weight" in tensors else 0,
         # llama.cpp writes the output projection only when it is not the embedding matrix
         "tie_word_embeddings": "output.weight" not in tensors,
@@ -111,38 +130,59 @@ def config(meta: dict, tensors: dict, factors: dict[str, np.ndarray], source: st
     }
     if f"{arch}.rope.freq_base" in meta:
         cfg["rope_theta"] = float(meta[f"{arch}.rope.freq_base"])
-    if arch == "llama":
-        cfg["attention_bias"] = "blk.0.attn_q.bias" in tensors
-        cfg["mlp_bias"] = "blk.0.ffn_up.bias" in tensors
-        if "rope_freqs.weight" in factors:
-            cfg["rope_scaling"] = llama3_scaling(factors["rope_freqs.weight"], cfg, source)
-    elif arch == "gemma3":
-        cfg |= {
-            "query_pre_attn_scalar": head_dim,
-            "hidden_activation": "gelu_pytorch_tanh",
-            "sliding_window": int(key("attention.sliding_window", 4096)),
-            "sliding_window_pattern": 6,
-            "rope_local_base_freq": 10000.0,
+    return cfg
+
+
+def _llama_config(meta: dict, tensors: dict, factors: dict, cfg: dict, source: str) -> dict:
+    """Biases as the tensors show them; Llama 3's rope scaling from its per-pair factors."""
+    out = {
+        "attention_bias": "blk.0.attn_q.bias" in tensors,
+        "mlp_bias": "blk.0.ffn_up.bias" in tensors,
+    }
+    if "rope_freqs.weight" in factors:
+        out["rope_scaling"] = llama3_scaling(factors["rope_freqs.weight"], cfg, source)
+    return out
+
+
+def _gemma3_config(meta: dict, tensors: dict, factors: dict, cfg: dict, source: str) -> dict:
+    """What llama.cpp's Gemma 3 metadata leaves out, as its own runtime assumes it."""
+    out = {
+        "query_pre_attn_scalar": cfg["head_dim"],
+        "hidden_activation": "gelu_pytorch_tanh",
+        "sliding_window": int(_key(meta, "gemma3", "attention.sliding_window", source, 4096)),
+        "sliding_window_pattern": 6,
+        "rope_local_base_freq": 10000.0,
+    }
+    if meta.get("gemma3.rope.scaling.type") == "linear":
+        out["rope_scaling"] = {
+            "rope_type": "linear",
+            "factor": float(meta["gemma3.rope.scaling.factor"]),
         }
-        if meta.get("gemma3.rope.scaling.type") == "linear":
-            cfg["rope_scaling"] = {
-                "rope_type": "linear",
-                "factor": float(meta["gemma3.rope.scaling.factor"]),
-            }
-    elif arch == "phi3":
-        dims = int(meta.get("phi3.rope.dimension_count") or head_dim)
-        cfg["partial_rotary_factor"] = dims / head_dim
-        cfg["sliding_window"] = meta.get("phi3.attention.sliding_window") or None
-        if "rope_factors_short.weight" in factors:
-            original = int(key("rope.scaling.original_context_length"))
-            cfg["original_max_position_embeddings"] = original
-            cfg["rope_scaling"] = {
-                "type": "longrope",
-                "short_factor": factors["rope_factors_short.weight"].tolist(),
-                "long_factor": factors["rope_factors_long.weight"].tolist(),
-                "original_max_position_embeddings": original,
-            }
-    return {k: v for k, v in cfg.items() if v is not None}
+    return out
+
+
+def _phi3_config(meta: dict, tensors: dict, factors: dict, cfg: dict, source: str) -> dict:
+    """The rotated share of each head, the window, and LongRoPE's factors where stored."""
+    head_dim = cfg["head_dim"]
+    dims = int(meta.get("phi3.rope.dimension_count") or head_dim)
+    out = {
+        "partial_rotary_factor": dims / head_dim,
+        "sliding_window": meta.get("phi3.attention.sliding_window") or None,
+    }
+    if "rope_factors_short.weight" in factors:
+        original = int(_key(meta, "phi3", "rope.scaling.original_context_length", source))
+        out["original_max_position_embeddings"] = original
+        out["rope_scaling"] = {
+            "type": "longrope",
+            "short_factor": factors["rope_factors_short.weight"].tolist(),
+            "long_factor": factors["rope_factors_long.weight"].tolist(),
+            "original_max_position_embeddings": original,
+        }
+    return out
+
+
+# what an architecture's metadata or tensors say in its own way (none: only the common keys)
+ARCH_CONFIG = {"llama": _llama_config, "gemma3": _gemma3_config, "phi3": _phi3_config}
 
 
 def llama3_scaling(freqs: np.ndarray, cfg: dict, source: str) -> dict:

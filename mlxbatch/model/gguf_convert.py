@@ -145,12 +145,13 @@ def _base(name: str) -> str:
 
 def _undo(arch: str, name: str, t: mx.array, config: dict) -> mx.array:
     """Undo what llama.cpp's converter did to this tensor's values (see the module docstring)."""
-    if arch == "llama" and (".attn_q." in name or ".attn_k." in name):
+    family = gguf_config.family(arch)
+    if family.gguf_permuted_qk and (".attn_q." in name or ".attn_k." in name):
         heads = config["num_attention_heads" if ".attn_q." in name else "num_key_value_heads"]
         rows = t.shape[0]  # its rows are (head, pair, 2) where Hugging Face has (head, 2, pair)
         t = t.reshape(heads, rows // heads // 2, 2, *t.shape[1:]).swapaxes(1, 2)
         return t.reshape(rows, *t.shape[3:])
-    if arch == "gemma3" and name.endswith("norm.weight"):
+    if family.norm_offset and name.endswith("norm.weight"):  # stored as 1 + w
         return t - 1
     return t
 

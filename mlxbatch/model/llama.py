@@ -14,7 +14,7 @@ from __future__ import annotations
 from .family import Family
 
 # transformers' LlamaConfig and MistralConfig defaults (see family.Family.defaults); Mistral's
-# layers have no biases whatever the config says, and slide over 4,096 keys unless told
+# layers slide over 4,096 keys unless told
 DEFAULTS = {
     "num_key_value_heads": None,
     "head_dim": None,
@@ -23,8 +23,6 @@ DEFAULTS = {
     "tie_word_embeddings": False,
     "max_position_embeddings": 2048,
     "hidden_act": "silu",
-    "attention_bias": False,
-    "mlp_bias": False,
 }
 MISTRAL_DEFAULTS = {
     "num_key_value_heads": 8,
@@ -36,5 +34,13 @@ MISTRAL_DEFAULTS = {
     "hidden_act": "silu",
     "sliding_window": 4096,
 }
-FAMILY = Family("Llama / Mistral", rope_types=("default", "linear", "llama3"), defaults=DEFAULTS)
+FAMILY = Family(
+    "Llama / Mistral",
+    rope_types=("default", "linear", "llama3"),
+    bias_switches=("attention_bias", "mlp_bias"),
+    gguf_arch="llama",
+    gguf_permuted_qk=True,
+    defaults=DEFAULTS,
+)
+# Mistral's transformers class reads no bias switch: its layers have none
 MISTRAL = Family("Mistral", rope_types=("default",), sliding="all", defaults=MISTRAL_DEFAULTS)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .family import Family
 
-# transformers' Phi3Config defaults; its top-level `original_max_position_embeddings` wins
+# transformers' Phi3Config defaults
 DEFAULTS = {
     "num_key_value_heads": None,
     "head_dim": None,
@@ -32,6 +32,9 @@ FAMILY = Family(
     rope_types=("default", "longrope"),
     sliding="all",
     partial_rotary=True,
+    # the top-level key (4,096 when absent) overrides the rope parameters' own
+    original_context_key="original_max_position_embeddings",
+    gguf_arch="phi3",
     defaults=DEFAULTS,
     rope_aliases={"su": "longrope", "yarn": "longrope"},
 )

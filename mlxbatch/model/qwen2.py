@@ -21,4 +21,4 @@ DEFAULTS = {
     "max_position_embeddings": 32768,
     "hidden_act": "silu",
 }
-FAMILY = Family("Qwen2 / Qwen2.5", qkv_bias=True, defaults=DEFAULTS)
+FAMILY = Family("Qwen2 / Qwen2.5", qkv_bias=True, gguf_arch="qwen2", defaults=DEFAULTS)

@@ -18,6 +18,7 @@ DEFAULTS = {
     "tie_word_embeddings": False,
     "max_position_embeddings": 32768,
     "hidden_act": "silu",
-    "attention_bias": False,
 }
-FAMILY = Family("Qwen3", qk_norm=True, defaults=DEFAULTS)
+FAMILY = Family(
+    "Qwen3", qk_norm=True, bias_switches=("attention_bias",), gguf_arch="qwen3", defaults=DEFAULTS
+)

@@ -4,9 +4,8 @@ language model alone is run, as mlx-lm does, from `text_config` and its tensors.
 from __future__ import annotations
 
 from ..errors import ModelError
+from .families import FAMILIES
 
-# a vision-language model_type -> its language model's
-TEXT_TYPES = {"gemma3": "gemma3_text"}
 # the language model's tensors as transformers 5 and the published checkpoints name them, as
 # transformers 4.52-4.57 saved them, and the head's (mlx-lm's and mlx-vlm's converts keep the first)
 RENAMES = (
@@ -22,9 +21,14 @@ OTHER_TOWERS = (
 )
 
 
+def text_types() -> dict[str, str]:
+    """A vision-language model_type -> its language model's (`Family.vision_language_type`)."""
+    return {f.vision_language_type: t for t, f in FAMILIES.items() if f.vision_language_type}
+
+
 def is_vision_language(cfg: dict) -> bool:
     model_type = cfg.get("model_type")
-    return isinstance(model_type, str) and model_type in TEXT_TYPES  # (a list: unhashable)
+    return isinstance(model_type, str) and model_type in text_types()  # (a list: unhashable)
 
 
 def text_config(cfg: dict, source: str) -> dict:
@@ -35,7 +39,7 @@ def text_config(cfg: dict, source: str) -> dict:
     if not isinstance(inner, dict):
         raise ModelError(f"{source}: text_config must be an object, got {type(inner).__name__}")
     outer = {k: cfg[k] for k in ("tie_word_embeddings", "vocab_size") if k in cfg}
-    return outer | inner | {"model_type": TEXT_TYPES[cfg["model_type"]]}
+    return outer | inner | {"model_type": text_types()[cfg["model_type"]]}
 
 
 def text_tensor(name: str) -> str | None:

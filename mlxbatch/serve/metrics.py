@@ -44,7 +44,7 @@ class Metrics:
         self._timings(r)
 
     def _timings(self, r: CollectorRegistry) -> None:
-        """The metrics of time, tokens, verification and readiness, and their running counts."""
+        """The metrics of time and batch sizes, then the others, and their running counts."""
         self.request_seconds = Histogram(
             "mlxbatch_request_seconds",
             "Request duration, body read to reply",
@@ -75,6 +75,14 @@ class Metrics:
             buckets=TOKENS,
             registry=r,
         )
+        self._tokens(r)
+        self._verification(r)
+        self._lock = threading.Lock()  # batches end on several lanes' threads
+        self._padded = self._useful = 0
+        self._deviation = 0.0
+
+    def _tokens(self, r: CollectorRegistry) -> None:
+        """The metrics of tokens fed, padding and the shared prefix, and the queue's depth."""
         self.padded = Counter("mlxbatch_padded_tokens", "Tokens fed, padding included", registry=r)
         self.useful = Counter(
             "mlxbatch_useful_tokens", "Tokens fed that are not padding", registry=r
@@ -90,6 +98,9 @@ class Metrics:
         self.queue_depth = Gauge(
             "mlxbatch_queue_depth", "Items waiting in the scheduler", registry=r
         )
+
+    def _verification(self, r: CollectorRegistry) -> None:
+        """The metrics of the gold-loop verification and of readiness."""
         self.verified = Counter(
             "mlxbatch_items_verified",
             "Items re-scored on the gold loop (--verify-sample)",
@@ -111,9 +122,6 @@ class Metrics:
             registry=r,
         )
         self.ready = Gauge("mlxbatch_ready", "1 when serving, else 0", registry=r)
-        self._lock = threading.Lock()  # batches end on several lanes' threads
-        self._padded = self._useful = 0
-        self._deviation = 0.0
 
     def track_queue(self, depth: Callable[[], int]) -> None:
         self.queue_depth.set_function(depth)
