@@ -8,11 +8,11 @@ from pathlib import Path
 import click
 
 from ..io.caps import API_KEY_BYTES, read_capped
-from ..io.promptspec import prompt_spec
 from ..model.defaults import model_dir
 from .common import (
     LABELS_HELP,
     FiniteRange,
+    as_flag,
     by_name,
     echo,
     fail,
@@ -20,6 +20,7 @@ from .common import (
     model_option,
     plot_target,
     prompt_options,
+    read_prompt,
     report_options,
 )
 
@@ -248,28 +249,13 @@ def serve(**options):
 
     host, model = options["host"], options["model"]
     key = access_key(options)
-    spec = prompt_spec(
-        options["labels"],
-        options["labels_file"],
-        options["system_prompt"],
-        options["system_prompt_file"],
-        options["examples"],
-        questions=options["questions"],
-    )
+    options = dict(options)
+    prompt = read_prompt(options)
     path = model_dir(model, echo)
     limits = by_name(Limits, options, **server_units(options))
     connections = by_name(ConnectionLimits, options)
     serve_spec = by_name(
-        ServeSpec,
-        options,
-        model=path,
-        name=model or path.name,
-        labels=spec.labels,
-        system_prompt=spec.system,
-        descriptions=spec.descriptions,
-        examples=spec.examples,
-        limits=limits,
-        questions=spec.questions,
+        ServeSpec, options, model=path, name=model or path.name, prompt=prompt, limits=limits
     )
     # everything that can be refused is refused here, before the port or a thread
     if problem := reserve_descriptors(connections.max_connections):
@@ -278,7 +264,7 @@ def serve(**options):
         preflight(serve_spec)
         sock = listen(host, options["port"])
     except UsageError as e:
-        fail(str(e))
+        fail(str(e.worded(as_flag)))
     service = Service(serve_spec)
     code = run(service, sock, key, connections, options["log_level"])
     if code == 130:
