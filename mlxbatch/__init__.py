@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-__all__ = ["Classifier", "Prediction", "evaluate"]
-_HOMES = {"Classifier": "classifier", "Prediction": "classifier", "evaluate": "evaluate"}
+__all__ = ["Classifier", "Prediction", "PromptSpec", "evaluate"]
+_HOMES = {
+    "Classifier": "classifier",
+    "Prediction": "classifier",
+    "PromptSpec": "classifier",
+    "evaluate": "evaluate",
+}
 
 
 def __getattr__(name: str):

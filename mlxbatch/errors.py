@@ -3,9 +3,31 @@ CLI prints `error: <message>` and exits 2."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class UsageError(ValueError):
-    """Bad input, settings, paths or checkpoints: the message says what and where."""
+    """Bad input, settings, paths or checkpoints: the message says what and where.
+
+    A message about a setting marks its name in backticks (`settings` lists which): it reads
+    as the Python API's keyword (`prior`) until the entry that catches it words it for its
+    reader with `worded` (the CLI's `--prior`), one wording for every check below."""
+
+    def __init__(self, message: str = "", settings: tuple[str, ...] = ()):
+        self.template, self.settings = message, tuple(settings)
+        super().__init__(self._named(str))
+
+    def _named(self, word: Callable[[str], str]) -> str:
+        text = self.template
+        for name in self.settings:
+            text = text.replace(f"`{name}`", word(name))
+        return text
+
+    def worded(self, word: Callable[[str], str]) -> UsageError:
+        """This error with its settings named by `word`; itself where it names none."""
+        if not self.settings:
+            return self
+        return type(self)(self._named(word))
 
 
 class ModelError(UsageError):

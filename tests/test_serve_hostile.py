@@ -609,10 +609,12 @@ def test_ctrl_c_twice_exits_130_with_a_clean_log(tiny_model_dir, tmp_path):
 
 def _watched_service(monkeypatch, seconds: float):
     """A service whose tokenizing only counts how many run at once, and in all, then refuses."""
+    from mlxbatch.engine.promptspec import PromptSpec
     from mlxbatch.serve.errors import ApiError
     from mlxbatch.serve.service import ServeSpec, Service
 
-    svc = Service(ServeSpec(model=Path("/nonexistent-model"), name="m", labels=("a", "b")))
+    spec = ServeSpec(model=Path("/nonexistent-model"), name="m", prompt=PromptSpec(("a", "b")))
+    svc = Service(spec)
     seen, lock = {"running": 0, "most": 0, "calls": 0}, threading.Lock()
 
     def prepare(req):  # what a worker thread does
@@ -1016,10 +1018,12 @@ def test_the_service_answers_non_finite_scores_with_its_json_500(tiny_model_dir)
 
     from mlxbatch import Classifier
     from mlxbatch.api.limits import Limit, prepare
+    from mlxbatch.engine.promptspec import PromptSpec
     from mlxbatch.serve.errors import ApiError
     from mlxbatch.serve.service import ServeSpec, Service
 
-    svc = Service(ServeSpec(model=Path(tiny_model_dir), name="m", labels=("spam", "ham")))
+    prompt = PromptSpec(("spam", "ham"))
+    svc = Service(ServeSpec(model=Path(tiny_model_dir), name="m", prompt=prompt))
     svc.clf = Classifier.load(tiny_model_dir, labels=["spam", "ham"])
     items = [prepare(svc.clf.engine, t, Limit(512, "x"), False, i) for i, t in enumerate("ab")]
     probs = np.array([[0.4, 0.6], [np.nan, np.nan]], np.float32)

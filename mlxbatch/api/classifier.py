@@ -16,28 +16,37 @@ from pathlib import Path
 
 import numpy as np
 
-from ..engine.adjust import Adjustment, parse_prior
+from ..engine.adjust import Adjustment
 from ..engine.calibration import cost_model
 from ..engine.engine import Engine
 from ..engine.item import Item
-from ..engine.labels import LabelSet, check_names
+from ..engine.labels import LabelSet
 from ..engine.planner import DEFAULT_MAX_BATCH, Batch, CostModel, unsort
 from ..engine.prompt import DEFAULT_LABELS, default_system_prompt
+from ..engine.promptspec import DEFAULT_TAG_THRESHOLD, PromptSpec
 from ..engine.scheduler import BatchPolicy, Scheduler, positional_items
-from ..errors import ItemTooLong, LabelError, ModelError, SyntheticWeights, UsageError
+from ..errors import ItemTooLong, ModelError, SyntheticWeights, UsageError
 from ..model.hub import resolve
 from ..model.label_tokens import label_tokens
 from ..model.load import LoadedModel, load_model
 from ..model.tokenizer import Examples
-from .arguments import check_flag, check_load_args, check_prior, checked_texts
+from .arguments import check_flag, check_model_dir, checked_texts
 from .limits import Limit, prepare, prepare_distinct
 from .spec import Names, RunSpec, Settings, flag, item_limit, keyword, resolve_settings
 
 API_HINT = " (see max_tokens, truncate)"  # what to change, as the Python API names it
-PRIOR_WITH_QUESTIONS = (
-    "{option} and {questions}: a prior weighs one label set; give each question its own "
-    "with the `prior` key of its entry in the questions file"
-)
+# `Classifier.load`'s prompt keywords as they default: one differing was given
+LOAD_DEFAULTS = {
+    "labels": DEFAULT_LABELS,
+    "system_prompt": None,
+    "examples": (),
+    "calibrate": False,
+    "prior": None,
+    "min_confidence": None,
+    "descriptions": None,
+    "questions": None,
+    "tag_threshold": DEFAULT_TAG_THRESHOLD,
+}
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,33 @@ class Prediction:
         if self.answers is not None:
             return not np.isfinite(list(self.scores.values())).all()
         return self.label is None and not self.abstained
+
+
+def prompt_of(prompt: PromptSpec | None, **keywords) -> PromptSpec:
+    """`Classifier.load`'s prompt: `prompt`, or the spec its prompt keywords build (a thin
+    convenience); both at once is refused."""
+    given = [k for k, v in keywords.items() if v is not LOAD_DEFAULTS[k]]
+    if prompt is not None:
+        if not isinstance(prompt, PromptSpec):
+            raise UsageError(f"prompt: expected a PromptSpec, got {type(prompt).__name__}")
+        if given:
+            raise UsageError(f"prompt and {given[0]}: give the prompt's settings in one of them")
+        return prompt
+    k = keywords
+    if k["questions"] is not None:
+        from .questions import questions_of
+
+        k["questions"] = questions_of(k["questions"])
+        if k["examples"]:  # rows of a label (or tags) per question, into each question's turns
+            from ..engine.question_examples import example_rows
+
+            rows = example_rows(k["questions"], k["examples"])
+            k["questions"], k["examples"] = k["questions"].with_examples(rows), ()
+    else:  # without questions the API takes no tag threshold (none applies)
+        k["tag_threshold"] = None
+    if k["labels"] is DEFAULT_LABELS:
+        k["labels"] = None  # the default labels, and none with questions
+    return PromptSpec(**k)
 
 
 class Classifier:
@@ -106,7 +142,8 @@ class Classifier:
         min_confidence: float | None = None,
         descriptions: dict[str, str] | None = None,
         questions=None,
-        tag_threshold: float = 0.5,
+        tag_threshold: float = DEFAULT_TAG_THRESHOLD,
+        prompt: PromptSpec | None = None,
     ) -> Classifier:
         """Load a model (a directory or a hub id) for a label set. `examples`: few-shot (text, label) pairs; `calibrate`:
         contextual calibration; `prior`: {label: weight} or "a=0.5,b=0.5"; `min_confidence`:
@@ -115,47 +152,26 @@ class Classifier:
         JSON questions file, a list of {name, ask, labels | multi_label}, or a mapping with
         `questions` and `system`); the predictions then carry `answers`, tags on at P(yes)
         >= `tag_threshold`; `examples` are then rows {"text": ..., question: label or tags},
-        and each question's `prior` is a key of its entry."""
-        if questions is not None:
-            return cls._load_questions(
-                model_dir,
-                questions,
-                labels,
-                system_prompt,
-                dtype,
-                prefix_cache,
-                check_finite,
-                examples,
-                calibrate,
-                prior,
-                min_confidence,
-                descriptions,
-                tag_threshold,
-            )
-        try:  # once: a generator checked here would reach the prompt empty
-            examples = tuple(examples)
-        except TypeError:
-            raise UsageError(
-                f"examples: expected (text, label) pairs, got {type(examples).__name__}"
-            ) from None
-        check_load_args(model_dir, labels, system_prompt, examples, min_confidence, descriptions)
-        for name, value in (
-            ("prefix_cache", prefix_cache),
-            ("check_finite", check_finite),
-            ("calibrate", calibrate),
-        ):
+        and each question's `prior` is a key of its entry. `prompt`: all of these as one
+        `PromptSpec` instead."""
+        check_model_dir(model_dir)
+        for name, value in (("prefix_cache", prefix_cache), ("check_finite", check_finite)):
             check_flag(name, value)
-        check_prior(prior)  # None is no prior; an empty one is refused as the CLI's is
-        if min_confidence is not None and type(min_confidence) not in (int, float):
-            min_confidence = float(min_confidence)  # NumPy's, Fraction: a journal records it
-        labels = check_names(labels)  # what needs no model is refused before it loads
-        weights = None if prior is None else parse_prior(prior, labels, "prior")
-        bad = [lab for _, lab in examples if lab not in labels]
-        if bad:
-            raise LabelError(f"example label(s) {sorted(set(bad))} are not in the label set")
-        if system_prompt is None:
-            system_prompt = default_system_prompt(labels, descriptions)
+        spec = prompt_of(
+            prompt,
+            labels=labels,
+            system_prompt=system_prompt,
+            examples=examples,
+            calibrate=calibrate,
+            prior=prior,
+            min_confidence=min_confidence,
+            descriptions=descriptions,
+            questions=questions,
+            tag_threshold=tag_threshold,
+        )  # what needs no model is refused before it loads
         lm = load_model(resolve(model_dir), dtype=dtype, check_finite=check_finite)
+        if spec.questions is not None:
+            return cls._load_questions(lm, spec, prefix_cache)
         if lm.synthetic:  # a newcomer's first load is often the demo's random model
             warnings.warn(
                 f"{lm.path}: SYNTHETIC random weights, not a real model: the labels "
@@ -163,61 +179,22 @@ class Classifier:
                 SyntheticWeights,
                 stacklevel=2,
             )
+        labels = spec.labels
+        system = spec.system_prompt
+        if system is None:
+            system = default_system_prompt(labels, spec.descriptions)
         tokens = label_tokens(labels, lm.tokenizer.label, lm.model.args.vocab_size)
-        clf = cls(lm, LabelSet(labels, tokens), system_prompt, prefix_cache, examples)
-        clf.adjust = Adjustment(
-            clf.engine.content_free() if calibrate else None, weights, min_confidence
-        )
+        clf = cls(lm, LabelSet(labels, tokens), system, prefix_cache, spec.examples)
+        p_cf = clf.engine.content_free() if spec.calibrate else None
+        clf.adjust = Adjustment(p_cf, spec.weights, spec.min_confidence)
         return clf
 
     @classmethod
-    def _load_questions(
-        cls,
-        model_dir,
-        questions,
-        labels,
-        system_prompt,
-        dtype,
-        prefix_cache,
-        check_finite,
-        examples,
-        calibrate,
-        prior,
-        min_confidence,
-        descriptions,
-        tag_threshold,
-    ) -> Classifier:
-        from ..engine.question_examples import example_rows
-        from .questions import QuestionsClassifier, questions_of
+    def _load_questions(cls, lm: LoadedModel, spec: PromptSpec, prefix_cache: bool) -> Classifier:
+        from .questions import QuestionsClassifier
 
-        questions = questions_of(questions)
-        given = [
-            n
-            for n, v in (("labels", labels is not DEFAULT_LABELS), ("descriptions", descriptions))
-            if v
-        ]
-        if given:
-            raise UsageError(f"{given[0]} and questions: each question gives its own labels")
-        if prior is not None:
-            raise UsageError(PRIOR_WITH_QUESTIONS.format(option="prior", questions="questions"))
-        if examples:
-            questions = questions.with_examples(example_rows(questions, examples))
-        check_load_args(model_dir, list(DEFAULT_LABELS), system_prompt, (), min_confidence, None)
-        for name, value in (
-            ("prefix_cache", prefix_cache),
-            ("check_finite", check_finite),
-            ("calibrate", calibrate),
-        ):
-            check_flag(name, value)
-        if isinstance(tag_threshold, bool) or not 0.0 <= float(tag_threshold) <= 1.0:
-            raise UsageError(f"tag_threshold: expected a number in [0, 1], got {tag_threshold!r}")
-        if system_prompt not in (None, questions.system) and questions.system is not None:
-            raise UsageError("system_prompt and the questions' `system`: give one of them")
-        lm = load_model(resolve(model_dir), dtype=dtype, check_finite=check_finite)
-        clf = QuestionsClassifier(
-            lm, questions, system_prompt or questions.system, prefix_cache, float(tag_threshold)
-        )
-        clf.adjusted(calibrate, min_confidence)
+        clf = QuestionsClassifier(lm, spec.questions, spec.system, prefix_cache, spec.tag_threshold)
+        clf.adjusted(spec.calibrate, spec.min_confidence)
         return clf
 
     @property

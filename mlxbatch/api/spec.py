@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from numbers import Integral
 
-from ..engine.engine import MODES, SORTED_PLANNERS, Engine, Mode, resolve_mode
+from ..engine.engine import Engine
 from ..engine.footprint import Footprint
-from ..engine.planner import DEFAULT_MAX_BATCH, CostModel
+from ..engine.planner import DEFAULT_MAX_BATCH, MODE_ALIASES, MODES, SORTED_PLANNERS, CostModel
 from ..engine.scheduler import BatchPolicy
 from ..errors import JobError, ResumeError, UsageError
 from ..runtime.memory import amount, available_bytes, available_source
@@ -43,7 +43,10 @@ Names = Callable[..., str]  # flag or keyword: how an entry names its settings i
 
 @dataclass(frozen=True)
 class RunSpec:
-    mode: str = "sorted"
+    """A run's options as asked; errors name an option as the Python API's keyword, which the
+    CLI words as its flag (`UsageError.worded`)."""
+
+    mode: str = "sorted"  # a mode of the table (engine/scheduler.py), or an alias read as it
     planner: str = "cost"  # sorted mode: "cost" (least predicted time) or "greedy" (fill budget)
     batch_tokens: int | None = None  # None: the device's preferred budget (see footprint.py)
     max_batch: int = DEFAULT_MAX_BATCH
@@ -57,8 +60,12 @@ class RunSpec:
     def __post_init__(self) -> None:
         def choice(name: str, value, options) -> None:
             if value not in options:
-                raise UsageError(f"{name} {value!r} is not one of {', '.join(map(str, options))}")
+                raise UsageError(
+                    f"`{name}` {value!r} is not one of {', '.join(map(str, options))}", (name,)
+                )
 
+        if isinstance(self.mode, str) and self.mode in MODE_ALIASES:  # one word a mode
+            object.__setattr__(self, "mode", MODE_ALIASES[self.mode])
         choice("mode", self.mode, tuple(MODES))
         choice("planner", self.planner, SORTED_PLANNERS)
         choice("too_long", self.too_long, TOO_LONG)
@@ -66,20 +73,20 @@ class RunSpec:
         for name in ("batch_tokens", "max_batch", "max_tokens", "window"):
             value = getattr(self, name)
             if value is None and name in ("max_batch", "window"):  # no default to fall back on
-                raise UsageError(f"{name} must be a positive whole number, not None")
+                raise UsageError(f"`{name}` must be a positive whole number, not None", (name,))
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, Integral) or value < 1
             ):
-                raise UsageError(f"{name} must be a positive whole number, not {value!r}")
+                raise UsageError(
+                    f"`{name}` must be a positive whole number, not {value!r}", (name,)
+                )
             if value is not None:  # NumPy's integers too, kept as int (the journal records it)
                 object.__setattr__(self, name, int(value))
         if isinstance(self.verify_sample, bool) or not 0 <= self.verify_sample <= 1:
-            raise UsageError(f"verify_sample {self.verify_sample!r} is not between 0 and 1")
-
-    @property
-    def step(self) -> Mode:
-        """(planner, scorer) of this run, from the mode table."""
-        return resolve_mode(self.mode, self.planner)
+            raise UsageError(
+                f"`verify_sample` {self.verify_sample!r} is not between 0 and 1",
+                ("verify_sample",),
+            )
 
 
 @dataclass(frozen=True)
@@ -155,7 +162,7 @@ def resolve_settings(
     else resolved here, the same for every window. `cost`: the cost planner's model or how to
     look it up; `names`: how messages name a setting (CLI flags or API keywords); `limit`: the
     item limit measured earlier, if any."""
-    step = spec.step
+    planner = BatchPolicy.step(spec.mode, spec.planner)[0]
     if recorded is not None:
         budget, max_batch, cost, limit, window, window_chars = _recorded(recorded, spec)
     else:
@@ -163,15 +170,13 @@ def resolve_settings(
         window, window_chars = spec.window, WINDOW_CHARS
         max_batch = engine.footprint.most_rows(spec.max_batch)  # (rows heavy with labels)
         budget = spec.batch_tokens or engine.default_budget(spec.max_batch, 1)
-        if step.planner != "cost":
+        if planner != "cost":
             cost = None
         elif callable(cost):
             cost = cost()
         if spec.batch_tokens:  # a declared budget must fit memory, whatever the input
             check_fits(engine.footprint, budget, max_batch, min(limit.tokens, budget), spec, names)
-    policy = BatchPolicy(
-        step.planner, step.scorer, budget, max_batch, cost if step.planner == "cost" else None
-    )
+    policy = BatchPolicy.of_mode(spec.mode, spec.planner, budget, max_batch, cost)
     return Settings(
         spec,
         policy,

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..engine.planner import MODE_ALIASES
 from ..engine.prompt import built_in_prompt
+from ..engine.promptspec import PromptSpec
 from ..errors import UsageError
 from ..io.outputs import check_model_untouched, check_reports, write_json_report
-from ..io.promptspec import PromptSpec, prompt_spec
 from ..io.streams import report_stream
 from ..model.defaults import model_dir
 from .job import BenchOptions, bench_inputs, bench_job, load_tickets
 from .llamacpp import LlamaCppOptions
 from .peers import PEERS
-from .suite import MODE_NAMES
+from .suite import MODE_NAMES, bench_modes
 
 
 @dataclass(frozen=True)
@@ -27,11 +28,8 @@ class BenchRequest:
     tickets_spec: str
     mix: str
     prompt_name: str
-    labels: str | None
-    system_prompt: str | None
-    system_prompt_file: Path | None
-    labels_file: Path | None
-    examples: Path | None
+    prompt: PromptSpec  # the options' labels, system prompt and examples, read once
+    prompt_files: dict[str, Path]  # the files they were read from, by option
     batch_tokens: int | None
     max_batch: int
     naive_batch: int
@@ -60,7 +58,7 @@ def run_bench_command(req: BenchRequest, say: Callable[[str], None]) -> int:
         return _ranks(req, tickets_file, say)
     if req.questions is not None:
         return _questions(req, tickets_file, say)
-    read = [Path(p) for p in (req.system_prompt_file, req.labels_file, req.examples) if p]
+    read = list(req.prompt_files.values())
     check_reports(req.json_path, req.plot_path, read + tickets_file)
     for model in (m for m in (req.model, req.against) if m and Path(m).is_dir()):
         check_model_untouched([("--json", req.json_path), ("--plot", req.plot_path)], Path(model))
@@ -75,24 +73,18 @@ def run_bench_command(req: BenchRequest, say: Callable[[str], None]) -> int:
 def bench_options(req: BenchRequest, say: Callable[[str], None]) -> BenchOptions:
     """The options checked and resolved, before anything runs: modes, the reference model,
     peers, then the prompt."""
-    wanted = _names(req.modes, MODE_NAMES, "--modes")
+    wanted = bench_modes(_names(req.modes, MODE_NAMES + tuple(MODE_ALIASES), "--modes"))
     if not wanted:
         raise UsageError(f"--modes: choose at least one of {', '.join(MODE_NAMES)}")
     against = model_dir(str(req.against), say) if req.against is not None else None
     peers = () if req.no_peers else _names(req.peer_names, PEERS, "--peers")
-    spec = prompt_spec(
-        req.labels, req.labels_file, req.system_prompt, req.system_prompt_file, req.examples
-    )
-    system, shots = _prompt(req, spec)
+    examples = req.prompt_files.get("--examples")
     return BenchOptions(
         model=req.model,
         tickets=req.tickets_spec,
         mix=req.mix,
-        labels=spec.labels,
-        system_prompt=system,
-        examples=shots,
-        descriptions=spec.descriptions,
-        prompt_name=req.prompt_name if not req.examples else f"examples from {req.examples}",
+        prompt=_prompt(req),
+        prompt_name=req.prompt_name if not examples else f"examples from {examples}",
         batch_tokens=req.batch_tokens,
         max_batch=req.max_batch,
         naive_batch=req.naive_batch,
@@ -109,19 +101,22 @@ def bench_options(req: BenchRequest, say: Callable[[str], None]) -> BenchOptions
     )
 
 
-def _prompt(req: BenchRequest, spec: PromptSpec) -> tuple[str | None, tuple[tuple[str, str], ...]]:
-    """The system prompt and examples: the options' own, or the built-in prompt named by
-    --prompt over their labels (never both)."""
+def _prompt(req: BenchRequest) -> PromptSpec:
+    """The options' prompt, or the built-in prompt named by --prompt over their labels (never
+    both)."""
+    spec = req.prompt
     if req.prompt_name == "default":
-        return spec.system, spec.examples
-    if req.system_prompt or req.system_prompt_file or req.examples:
+        return spec
+    own = {"--system-prompt-file", "--examples"} & set(req.prompt_files)
+    if spec.system_prompt or own:
         raise UsageError(
             f"--prompt {req.prompt_name} is a built-in prompt: do not combine it with your own"
         )
     try:
-        return built_in_prompt(req.prompt_name, spec.labels)
+        system, examples = built_in_prompt(req.prompt_name, spec.labels)
     except ValueError as e:
         raise UsageError(f"--prompt {req.prompt_name}: {e}") from None
+    return replace(spec, system_prompt=system, examples=examples)
 
 
 def budgets(sweep: str) -> tuple[int, ...]:
@@ -174,13 +169,15 @@ def _ranks(req: BenchRequest, tickets_file: list[Path], say) -> int:
 
 def _questions(req: BenchRequest, tickets_file: list[Path], say) -> int:
     """`--questions FILE`: the questions run against its prompts asked one at a time, and
-    against the gold loop (when --modes has gold); exit 1 unless every answer agrees."""
+    against the gold loop (when --modes has sequential); exit 1 unless every answer agrees."""
     from ..io.questions import read_questions
     from .questions import bench_questions, format_questions
 
     asked = read_questions(req.questions)
     check_reports(req.json_path, None, [*tickets_file, req.questions])
-    gold = "gold" in _names(req.modes, MODE_NAMES, "--modes")
+    gold = "sequential" in bench_modes(
+        _names(req.modes, MODE_NAMES + tuple(MODE_ALIASES), "--modes")
+    )
     with tempfile.TemporaryDirectory() as tmp:
         model, tickets, _ = bench_inputs(
             BenchOptions(model=req.model, tickets=req.tickets_spec, quick=req.quick), Path(tmp)

@@ -3,12 +3,12 @@ planner's cost model, the modes (suite.run_bench), the peers, the report and its
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..api.classifier import Classifier
 from ..engine.planner import DEFAULT_MAX_BATCH, CostModel
-from ..engine.prompt import DEFAULT_LABELS
+from ..engine.promptspec import PromptSpec
 from .llamacpp import LlamaCppOptions
 from .suite import MODE_NAMES, run_bench
 
@@ -34,10 +34,7 @@ class BenchOptions:
     model: Path | None = None
     tickets: str = "600"
     mix: str = "default"
-    labels: tuple[str, ...] = DEFAULT_LABELS
-    system_prompt: str | None = None  # None: the default prompt for `labels`
-    descriptions: dict[str, str] | None = None  # label -> one line, for the default prompt
-    examples: tuple[tuple[str, str], ...] = ()
+    prompt: PromptSpec = field(default_factory=PromptSpec)  # labels, system prompt, examples
     prompt_name: str = "default"
     batch_tokens: int | None = None  # the greedy budget compared against (default: preferred)
     max_batch: int = DEFAULT_MAX_BATCH
@@ -70,13 +67,7 @@ def bench_job(o: BenchOptions, resolve, progress=print) -> tuple[dict, str]:
     with tempfile.TemporaryDirectory() as tmp:
         model, tickets, llama = bench_inputs(o, Path(tmp))
         texts, source = load_tickets(tickets, o.mix)
-        clf = Classifier.load(
-            resolve(model),
-            o.labels,
-            o.system_prompt,
-            examples=o.examples,
-            descriptions=o.descriptions,
-        )
+        clf = Classifier.load(resolve(model), prompt=o.prompt)
         prompts = [clf.engine.prompt(t) for t in texts]
         greedy = greedy_budget(clf, clf.engine.fed_lengths(prompts), o.batch_tokens, o.max_batch)
         info = doctor_report(2048 if not o.quick else 512, read_config(clf.lm.path))

@@ -13,6 +13,7 @@ from ..api.classifier import Classifier
 from ..api.spec import RunSpec
 from ..engine.engine import Engine
 from ..engine.planner import (
+    MODE_ALIASES,
     Batch,
     CostModel,
     global_max_stats,
@@ -113,7 +114,14 @@ def length_stats(lengths: list[int]) -> dict:
     }
 
 
-MODE_NAMES = ("gold", "prefix", "naive", "sorted", "greedy", "sweep")
+# bench's modes: the mode table's words (engine/planner.py) and its own comparisons (greedy at
+# the given budget, a sweep of budgets); the table's other words are read as theirs
+MODE_NAMES = ("sequential", "sequential-prefix", "naive", "sorted", "greedy", "sweep")
+
+
+def bench_modes(words) -> tuple[str, ...]:
+    """`words` as bench's mode names (`gold` is `sequential`, `prefix` is `sequential-prefix`)."""
+    return tuple(MODE_ALIASES.get(w, w) for w in words)
 
 
 @dataclass(frozen=True)
@@ -182,10 +190,10 @@ class ModeRuns:
 
 def run_sequential_modes(runs: ModeRuns, plans: ModePlans, modes) -> None:
     """The gold loop, then one row a batch through the prefix cache; the first is the reference."""
-    if "gold" in modes:
+    if "sequential" in modes:
         whole = plan_batches([len(p) for p in runs.prompts], "sequential", 1 << 30, 1)
         runs.reference = runs.run("sequential (gold)", whole, scorer="gold")
-    if "prefix" in modes:
+    if "sequential-prefix" in modes:
         probs = runs.run("sequential + prefix cache", plans.sequential())
         runs.reference = probs if runs.reference is None else runs.reference
 
@@ -249,7 +257,7 @@ def run_bench(
     tok_lengths = [len(clf.lm.tokenizer.encode(t)) for t in texts]
     fed = clf.engine.fed_lengths(prompts)
     u_tokens, u_flops = useful(clf, prompts)
-    cost = cost or clf.cost_model()
+    cost, modes = cost or clf.cost_model(), bench_modes(modes)
     terms = clf.engine.cost_terms()  # prefix, label rows, label tokens
     # the sorted mode's budget as classify resolves it (one rule), raised to fit the longest
     cap = max(clf.settings(RunSpec(max_batch=max_batch), cost=cost).policy.batch_tokens, max(fed))

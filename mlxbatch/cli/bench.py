@@ -19,6 +19,8 @@ from .common import (
     model_option,
     output_path,
     plot_target,
+    prompt_files,
+    read_prompt,
     report_options,
 )
 
@@ -149,9 +151,10 @@ def doctor(as_json, size, calibrate, model):
 )
 @click.option(
     "--modes",
-    default="gold,prefix,naive,sorted,greedy,sweep",
+    default="sequential,sequential-prefix,naive,sorted,greedy,sweep",
     show_default=True,
-    help="Which of gold,prefix,naive,sorted,greedy,sweep to run.",
+    help="Which of sequential (the gold loop), sequential-prefix, naive, sorted, greedy, "
+    "sweep to run (gold and prefix are taken for the first two).",
 )
 @click.option(
     "--peers",
@@ -241,7 +244,7 @@ def doctor(as_json, size, calibrate, model):
     "--questions",
     type=click.Path(path_type=Path),
     help="Instead: a questions file's run against its prompts asked one at a time, "
-    "and against the gold loop (with gold in --modes).",
+    "and against the gold loop (with sequential in --modes).",
 )
 def bench(ctx, **options):
     """Time the gold loop, prefix caching, naive, greedy and cost-planned batching, and peers."""
@@ -265,6 +268,8 @@ def bench(ctx, **options):
     if scale["scale"]:
         return _bench_scale(scale, opt)
     opt["plot_path"] = plot_target(opt["plot_path"], opt["json_path"], "bench")
+    opt["prompt_files"] = prompt_files(opt, questions=False)
+    opt["prompt"] = read_prompt(opt, questions=False)
     code = run_bench_command(BenchRequest(**opt), echo)
     if code:
         sys.exit(code)

@@ -10,6 +10,7 @@ import click
 from ..io.inputs import FORMATS
 from .common import (
     FiniteRange,
+    ModeChoice,
     by_name,
     echo,
     fail,
@@ -18,7 +19,9 @@ from .common import (
     model_option,
     output_path,
     plot_target,
+    prompt_files,
     prompt_options,
+    read_prompt,
     report_options,
 )
 
@@ -49,9 +52,11 @@ from .common import (
 )
 @click.option(
     "--mode",
-    type=click.Choice(["sorted", "naive", "sequential"]),
+    type=ModeChoice(),
     default="sorted",
     show_default=True,
+    help="sequential: the gold loop, one item at a time; sequential-prefix: one at a time "
+    "through the prefix cache (gold and prefix are taken for them too).",
 )
 @click.option(
     "--batch-tokens",
@@ -139,7 +144,7 @@ from .common import (
 def classify(**options):
     """Classify every row of INPUT (JSONL, CSV, TSV, text, Parquet, or - for stdin) into one label."""
     from ..api.spec import RunSpec
-    from ..jobs.classify import Interrupted, JobRequest, run_classify
+    from ..jobs.classify import Interrupted, JobRequest, check_stdin, run_classify
 
     opt = dict(options)
     opt["output"] = output_path(opt["output"], "the rows")
@@ -147,7 +152,10 @@ def classify(**options):
     opt["prefix_cache"] = not opt.pop("no_prefix_cache")
     opt["input"], opt["window"] = opt.pop("input_path"), opt.pop("window_rows")
     spec = by_name(RunSpec, opt, progress_every=None)
-    request = by_name(JobRequest, opt)
+    files = prompt_files(opt)
+    check_stdin({"INPUT": opt["input"]} | files)  # before a prompt file takes standard input
+    prompt = read_prompt(opt, opt["text_field"])
+    request = by_name(JobRequest, opt, prompt=prompt, prompt_files=files)
     try:
         code = run_classify(request, spec, echo)
     except Interrupted as e:

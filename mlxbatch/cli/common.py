@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from ..engine.planner import DEFAULT_MAX_BATCH
+from ..engine.planner import DEFAULT_MAX_BATCH, MODE_ALIASES, MODES
 
 PLOT_DEFAULT = "__mlxbatch_default_plot__"  # `--plot` given without a path
 
@@ -89,6 +89,21 @@ class FiniteRange(click.FloatRange):
         return number
 
 
+class ModeChoice(click.Choice):
+    """A mode of the table (engine/planner.py); its other words are read as it."""
+
+    def __init__(self, modes=tuple(MODES)):
+        super().__init__(list(modes))
+
+    def convert(self, value, param, ctx):
+        return super().convert(MODE_ALIASES.get(value, value), param, ctx)
+
+
+def as_flag(setting: str) -> str:
+    """A setting named as the CLI takes it: `min_confidence` -> `--min-confidence`."""
+    return "--" + setting.replace("_", "-")
+
+
 def fail(message: str, code: int = 2) -> None:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
@@ -164,6 +179,43 @@ def check_gold_field(rows, gold_field: str, source) -> None:
     """A gold field that no row has is a typo, not an evaluation of nothing: refuse it."""
     if not any(gold_field in r.fields for r in rows):
         fail(f"{source}: no row has the gold field {gold_field!r} (--gold-field)")
+
+
+# the prompt's files, by option name and flag (kept safe from the writes; stdin read once)
+PROMPT_FILES = {
+    "system_prompt_file": "--system-prompt-file",
+    "labels_file": "--labels-file",
+    "examples": "--examples",
+    "questions": "--questions",
+}
+PROMPT_SETTINGS = ("calibrate", "prior", "min_confidence", "tag_threshold")
+
+
+def prompt_files(options: dict, questions: bool = True) -> dict[str, Path]:
+    """The files the prompt options name, by flag (`questions`: whether --questions is the
+    prompt's; bench's is a run of its own)."""
+    return {
+        flag: Path(options[name])
+        for name, flag in PROMPT_FILES.items()
+        if options.get(name) is not None and (questions or name != "questions")
+    }
+
+
+def read_prompt(options: dict, text_field: str = "text", questions: bool = True):
+    """The prompt options taken out of `options`, read and checked once: a `PromptSpec`."""
+    from ..io.promptspec import prompt_spec
+
+    take = options.pop
+    return prompt_spec(
+        take("labels", None),
+        take("labels_file", None),
+        take("system_prompt", None),
+        take("system_prompt_file", None),
+        take("examples", None),
+        text_field,
+        take("questions", None) if questions else None,
+        **{k: take(k) for k in PROMPT_SETTINGS if k in options},
+    )
 
 
 def by_name(kind: type, options: dict, **resolved):

@@ -8,10 +8,10 @@ from pathlib import Path
 import click
 
 from ..io.caps import API_KEY_BYTES, read_capped
-from ..io.promptspec import prompt_spec
 from ..model.defaults import model_dir
 from .common import (
     FiniteRange,
+    as_flag,
     by_name,
     echo,
     fail,
@@ -20,6 +20,7 @@ from .common import (
     model_option,
     plot_target,
     prompt_options,
+    read_prompt,
     report_options,
 )
 
@@ -238,20 +239,14 @@ def serve(**options):
     need_serve_extra()
     need_uvicorn()
     key = access_key(options)
-    spec = prompt_spec(
-        options["labels"],
-        options["labels_file"],
-        options["system_prompt"],
-        options["system_prompt_file"],
-        options["examples"],
-        questions=options["questions"],
-    )
+    options = dict(options)
+    prompt = read_prompt(options)
     path = model_dir(options["model"], echo)
-    serve_spec = _serve_spec(options, spec, path)
+    serve_spec = _serve_spec(options, prompt, path)
     _listen_and_serve(serve_spec, options, key)
 
 
-def _serve_spec(options: dict, spec, path: Path):
+def _serve_spec(options: dict, prompt, path: Path):
     """The service's spec: the options by name, the prompt, the model and the limits."""
     from ..serve.limits import Limits
     from ..serve.service import ServeSpec
@@ -262,12 +257,8 @@ def _serve_spec(options: dict, spec, path: Path):
         options,
         model=path,
         name=options["model"] or path.name,
-        labels=spec.labels,
-        system_prompt=spec.system,
-        descriptions=spec.descriptions,
-        examples=spec.examples,
+        prompt=prompt,
         limits=limits,
-        questions=spec.questions,
     )
 
 
@@ -287,7 +278,7 @@ def _listen_and_serve(serve_spec, options: dict, key: bytes | None) -> None:
         preflight(serve_spec)
         sock = listen(options["host"], options["port"])
     except UsageError as e:
-        fail(str(e))
+        fail(str(e.worded(as_flag)))
     service = Service(serve_spec)
     code = run(service, sock, key, connections, options["log_level"])
     if code == 130:

@@ -1,11 +1,9 @@
-"""The engine: a prompt, a label set and a model behind both scorers, and the mode table (a
-mode is a planner and a scorer)."""
+"""The engine: a prompt, a label set and a model behind both scorers."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 
 import numpy as np
 from mlx.utils import tree_flatten
@@ -21,34 +19,6 @@ from .labels import LabelSet
 from .layout import split
 from .planner import Batch
 from .scorers import GoldScorer, PrefixScorer
-
-
-@dataclass(frozen=True)
-class Mode:
-    planner: str  # "cost" | "greedy" | "naive" | "sequential" (see planner.plan)
-    scorer: str  # "gold" | "fast"
-
-
-# The one mode table: what a user's --mode means. Only "sorted" lets --planner choose how its
-# length-sorted items are cut ("cost": least predicted time; "greedy": fill the budget).
-MODES = {
-    "sorted": Mode("cost", "fast"),
-    "naive": Mode("naive", "fast"),
-    "sequential": Mode("sequential", "gold"),  # the gold loop
-    "sequential-prefix": Mode("sequential", "fast"),  # one row per batch on the fast path
-}
-SORTED_PLANNERS = ("cost", "greedy")
-
-
-def resolve_mode(mode: str, planner: str | None = None) -> Mode:
-    """The (planner, scorer) of `mode`; `planner` overrides the sorted mode's cut."""
-    if mode not in MODES:
-        raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
-    if planner is None or mode != "sorted":
-        return MODES[mode]
-    if planner not in SORTED_PLANNERS:
-        raise ValueError(f"planner {planner!r} is not one of {', '.join(SORTED_PLANNERS)}")
-    return Mode(planner, MODES[mode].scorer)
 
 
 class Engine:

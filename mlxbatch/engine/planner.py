@@ -14,6 +14,28 @@ PLANNERS = ("cost", "greedy", "naive", "sequential")
 SIMPLE_PLANNERS = PLANNERS[1:]
 DEFAULT_MAX_BATCH = 64
 
+# The one mode table: what a mode means (classify's --mode, the API's mode=, bench's --modes),
+# as the (planner, scorer) of its policy (scheduler.BatchPolicy). Only "sorted" lets
+# --planner choose how its length-sorted items are cut ("cost": least predicted time;
+# "greedy": fill the budget).
+MODES = {
+    "sorted": ("cost", "fast"),
+    "naive": ("naive", "fast"),
+    "sequential": ("sequential", "gold"),  # the gold loop
+    "sequential-prefix": ("sequential", "fast"),  # one row per batch on the fast path
+}
+# other words for the same modes, taken everywhere a mode is (bench's --modes said these)
+MODE_ALIASES = {"gold": "sequential", "prefix": "sequential-prefix"}
+SORTED_PLANNERS = ("cost", "greedy")
+
+
+def mode_name(word: str) -> str:
+    """The mode `word` names (an alias is read as its mode); ValueError for none."""
+    mode = MODE_ALIASES.get(word, word)
+    if mode not in MODES:
+        raise ValueError(f"mode {word!r} is not one of {', '.join(MODES)}")
+    return mode
+
 
 @dataclass(frozen=True)
 class Batch:

@@ -12,7 +12,7 @@ import numpy as np
 
 from .engine import Engine
 from .item import Item
-from .planner import Batch, CostModel, plan, unsort
+from .planner import MODES, SORTED_PLANNERS, Batch, CostModel, mode_name, plan, unsort
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,24 @@ class BatchPolicy:
     batch_tokens: int  # the budget: declared, or the device's preferred within memory
     max_batch: int
     cost: CostModel | None = None  # the cost planner's model
+
+    @staticmethod
+    def step(mode: str, planner: str = "cost") -> tuple[str, str]:
+        """The (planner, scorer) of `mode`; `planner` chooses the sorted mode's cut."""
+        mode = mode_name(mode)
+        if mode != "sorted":
+            return MODES[mode]
+        if planner not in SORTED_PLANNERS:
+            raise ValueError(f"planner {planner!r} is not one of {', '.join(SORTED_PLANNERS)}")
+        return planner, MODES[mode][1]
+
+    @classmethod
+    def of_mode(
+        cls, mode: str, planner: str, batch_tokens: int, max_batch: int, cost: CostModel | None
+    ) -> BatchPolicy:
+        """The policy of `mode` (`cost`: kept for the cost planner alone)."""
+        planner, scorer = cls.step(mode, planner)
+        return cls(planner, scorer, batch_tokens, max_batch, cost if planner == "cost" else None)
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,16 @@
-"""The prompt a run uses, from its options: labels, system prompt, few-shot examples."""
+"""The prompt a run uses, from its command-line options and the files they name: labels,
+system prompt, few-shot examples or a questions file, as one `PromptSpec`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
+from ..engine.promptspec import PromptSpec
 from ..errors import LabelError, UsageError, unicode_problem
 from .caps import PROMPT_FILE_BYTES, read_capped
-from .questions import Questions, check_question_options, read_question_examples, read_questions
+from .questions import check_question_options, read_question_examples, read_questions
+
+__all__ = ["PromptSpec", "parse_labels", "prompt_spec", "system_prompt_from"]
 
 
 def parse_labels(labels: str | None) -> tuple[str, ...]:
@@ -36,15 +39,6 @@ def system_prompt_from(text: str | None, file: Path | None) -> str | None:
     return text
 
 
-@dataclass(frozen=True)
-class PromptSpec:
-    labels: tuple[str, ...]
-    system: str | None  # None: the default, built by `Classifier.load` from the labels
-    examples: tuple[tuple[str, str], ...]
-    descriptions: dict[str, str] | None = None  # label -> one line, for the default prompt
-    questions: Questions | None = None  # several questions a text (--questions): their labels
-
-
 def prompt_spec(
     labels,
     labels_file,
@@ -53,9 +47,12 @@ def prompt_spec(
     examples,
     text_field="text",
     questions=None,
-):
-    """Labels, system prompt and examples from the command-line options; or a questions file
-    (`questions`, a path), which gives the labels and may give the system prompt."""
+    **settings,
+) -> PromptSpec:
+    """The run's prompt from the command-line options, read and checked once: labels, system
+    prompt and examples; or a questions file (`questions`, a path), which gives the labels and
+    may give the system prompt. `settings`: the rest of `PromptSpec` as given (calibrate,
+    prior, min_confidence, tag_threshold)."""
     from .prompts import read_examples, read_labels_file
 
     if questions is not None:
@@ -69,7 +66,8 @@ def prompt_spec(
                 f"{questions}: its `system` and --system-prompt both give the "
                 "system prompt; give one of them"
             )
-        return PromptSpec((), system if system is not None else asked.system, (), None, asked)
+        system = system if system is not None else asked.system
+        return PromptSpec(system_prompt=system, questions=asked, **settings)
 
     descriptions = read_labels_file(labels_file) if labels_file else None
     names = parse_labels(labels) if labels or not descriptions else tuple(descriptions)
@@ -79,4 +77,4 @@ def prompt_spec(
         )
     system = system_prompt_from(system_prompt, system_prompt_file)
     shots = read_examples(str(examples), names, text_field) if examples else ()
-    return PromptSpec(names, system, shots, descriptions)
+    return PromptSpec(names, system, shots, descriptions, **settings)

@@ -1,23 +1,21 @@
 """`classify` as one library call: check every path, read the input, load the model, run the
 job (in one process or over ranks), report. The CLI only turns its options, by name, into a
-`JobRequest` and a `RunSpec`."""
+`JobRequest` (its prompt read and checked once, a `PromptSpec`) and a `RunSpec`."""
 
 from __future__ import annotations
 
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..api.classifier import PRIOR_WITH_QUESTIONS, Classifier
+from ..api.classifier import Classifier
 from ..api.spec import RunSpec
-from ..engine.adjust import parse_prior
-from ..engine.prompt import DEFAULT_LABELS
+from ..engine.promptspec import PromptSpec
 from ..errors import InputError, JobError
 from ..io.inputs import read_rows
 from ..io.outputs import check_model_untouched, check_output, check_reports
-from ..io.promptspec import prompt_spec
 from ..io.rows import output_format
 from ..io.sinks import journal_path
 from ..io.windows import JobInput
@@ -33,11 +31,9 @@ class JobRequest:
 
     input: str
     model: str | None = None
-    labels: str | None = None  # comma-separated
-    labels_file: Path | None = None
-    system_prompt: str | None = None
-    system_prompt_file: Path | None = None
-    examples: Path | None = None
+    prompt: PromptSpec = field(default_factory=PromptSpec)  # labels, system prompt, ...
+    # the files the prompt was read from, by option (`--examples`: path), kept from the writes
+    prompt_files: dict[str, Path] = field(default_factory=dict)
     output: Path | None = None  # None: standard output
     text_field: str = "text"
     id_field: str | None = None
@@ -47,45 +43,32 @@ class JobRequest:
     dtype: str | None = None
     check_weights: bool = False
     prefix_cache: bool = True
-    calibrate: bool = False
-    prior: str | None = None
-    min_confidence: float | None = None
     gold_field: str | None = None
     json_path: Path | None = None
     plot_path: Path | None = None
     distributed: bool = False
     collective_timeout: float = 600.0
-    questions: Path | None = None  # a questions file: several questions a text
-    tag_threshold: float | None = None  # multi-label questions: a tag is on at P(yes) >= it
 
     def reads(self) -> list[Path]:
         """Every file the run reads, kept safe from its writes."""
-        paths = (
-            self.input,
-            self.system_prompt_file,
-            self.labels_file,
-            self.examples,
-            self.questions,
-        )
+        paths = (self.input, *self.prompt_files.values())
         return [Path("/dev/stdin" if str(p) == "-" else p) for p in paths if p]
 
     def check_stdin(self) -> None:
-        """Standard input read by one option at most: the first to read it takes it all, and
-        the next found it empty ("empty input (no rows)" for INPUT after `--examples -`)."""
-        named = {
-            "INPUT": self.input,
-            "--system-prompt-file": self.system_prompt_file,
-            "--labels-file": self.labels_file,
-            "--examples": self.examples,
-            "--questions": self.questions,
-        }
-        dashes = [name for name, p in named.items() if p is not None and str(p) == "-"]
-        if len(dashes) > 1:
-            both = "both" if len(dashes) == 2 else "all"
-            raise JobError(
-                f"{' and '.join(dashes)} {both} read standard input (-): standard "
-                "input can be read once; give all but one of them a file"
-            )
+        check_stdin({"INPUT": self.input} | self.prompt_files)
+
+
+def check_stdin(named: dict) -> None:
+    """Standard input read by one option at most (`named`: option -> path): the first to read
+    it takes it all, and the next found it empty ("empty input (no rows)" for INPUT after
+    `--examples -`)."""
+    dashes = [name for name, p in named.items() if p is not None and str(p) == "-"]
+    if len(dashes) > 1:
+        both = "both" if len(dashes) == 2 else "all"
+        raise JobError(
+            f"{' and '.join(dashes)} {both} read standard input (-): standard "
+            "input can be read once; give all but one of them a file"
+        )
 
 
 class Interrupted(Exception):
@@ -116,22 +99,11 @@ def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None])
             reads + written,
             None if req.output is not None else "the rows (no -o)",
         )
-    prompt = prompt_spec(
-        req.labels,
-        req.labels_file,
-        req.system_prompt,
-        req.system_prompt_file,
-        req.examples,
-        req.text_field,
-        req.questions,
-    )
-    asking = question_options(req, prompt.questions)
+    check_questions(req)
     writes_as = output_format(str(req.output))[0] if req.output is not None else "jsonl"
     rows, fmt = _input(req, writes_as)
     clf = None
     try:  # from here the input is held (JobInput): released however the job ends
-        if req.prior is not None and not asking:  # before the load, named as the CLI names it
-            parse_prior(req.prior, prompt.labels)
         path = model_dir(req.model, say)
         if rank == 0:
             check_model_untouched(
@@ -143,7 +115,13 @@ def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None])
                 ],
                 path,
             )
-        clf = _load(req, path, prompt, asking)
+        clf = Classifier.load(
+            path,
+            dtype=req.dtype,
+            prefix_cache=req.prefix_cache,
+            check_finite=req.check_weights,
+            prompt=req.prompt,
+        )
         result = run_job(
             clf,
             rows,
@@ -189,40 +167,14 @@ def _input(req: JobRequest, writes_as: str):
     return rows, fmt
 
 
-def _load(req: JobRequest, path, prompt, asking: dict) -> Classifier:
-    """The classifier the options ask for."""
-    return Classifier.load(
-        path,
-        prompt.labels or DEFAULT_LABELS,
-        prompt.system,
-        req.dtype,
-        req.prefix_cache,
-        req.check_weights,
-        examples=prompt.examples,
-        calibrate=req.calibrate,
-        prior=req.prior,
-        min_confidence=req.min_confidence,
-        descriptions=prompt.descriptions,
-        **asking,
-    )
-
-
-def question_options(req: JobRequest, questions) -> dict:
-    """`Classifier.load`'s questions arguments; the options that cannot go with them refused."""
-    if questions is not None and req.gold_field:
+def check_questions(req: JobRequest) -> None:
+    """A questions run's gold: each question's own field, which `eval` reads."""
+    if req.prompt.questions is not None and req.gold_field:
         raise JobError(
             "--gold-field and --questions: each question's gold is the input's field "
             "of its name; evaluate the output with `mlxbatch eval INPUT OUTPUT "
             "--questions FILE`"
         )
-    if questions is None:
-        if req.tag_threshold is not None:
-            raise JobError("--tag-threshold applies to multi-label questions: give --questions")
-        return {}
-    if req.prior is not None:
-        raise JobError(PRIOR_WITH_QUESTIONS.format(option="--prior", questions="--questions"))
-    threshold = 0.5 if req.tag_threshold is None else req.tag_threshold
-    return {"questions": questions, "tag_threshold": threshold}
 
 
 def interrupted(output: Path | None) -> Interrupted:

@@ -18,18 +18,16 @@ from pathlib import Path
 import anyio
 import numpy as np
 
-from ..api.classifier import PRIOR_WITH_QUESTIONS, Classifier
+from ..api.classifier import Classifier
 from ..api.limits import prepare
 from ..api.questions import answer_words
 from ..api.spec import RunSpec
 from ..api.verify import Check, check
-from ..engine.adjust import parse_prior
 from ..engine.item import Item
 from ..engine.labels import LabelSet
 from ..engine.live import LiveScheduler, QueueFull
-from ..engine.prompt import DEFAULT_LABELS
-from ..engine.questions import Questions
-from ..errors import LabelError, UsageError
+from ..engine.promptspec import PromptSpec
+from ..errors import LabelError
 from ..model.tokenizer import PromptTokenizer
 from .errors import ApiError
 from .limits import ClassifyBody, Limits
@@ -49,42 +47,27 @@ class ServeSpec:
 
     model: Path
     name: str  # the model name requests may give (the --model argument as typed)
-    labels: tuple[str, ...]
-    system_prompt: str | None = None  # None: the default, naming the labels
-    descriptions: dict[str, str] | None = None  # label -> one line, for the default prompt
-    examples: tuple[tuple[str, str], ...] = ()
-    calibrate: bool = False
-    prior: str | None = None
-    min_confidence: float | None = None
+    prompt: PromptSpec = field(default_factory=PromptSpec)  # labels, system prompt, ...
     batch_tokens: int | None = None
     max_batch: int = 64
     limits: Limits = field(default_factory=Limits)
     verify_sample: float = 0.0
-    questions: Questions | None = None  # several questions a text, each answered
-    tag_threshold: float | None = None  # multi-label questions: a tag is on at P(yes) >= it
 
 
 def preflight(spec: ServeSpec) -> None:
     """What can be refused before the port is bound and the weights load (a UsageError): the
-    tokenizer, the label set, the examples' labels and the prior."""
+    tokenizer, and the label sets as it tokenizes them (the rest of the prompt was checked
+    when its `PromptSpec` was built)."""
     tokenizer = PromptTokenizer(spec.model)
-    if spec.questions is not None:
-        for asked in spec.questions.asked():
-            try:
-                LabelSet.build(asked.labels, tokenizer.label, tokenizer.vocab_size)
-            except LabelError as e:
-                raise LabelError(f"question {asked.question!r}: field 'labels': {e}") from None
-        if spec.prior is not None:
-            raise UsageError(PRIOR_WITH_QUESTIONS.format(option="--prior", questions="--questions"))
+    questions = spec.prompt.questions
+    if questions is None:
+        LabelSet.build(spec.prompt.labels, tokenizer.label, tokenizer.vocab_size)
         return
-    if spec.tag_threshold is not None:
-        raise UsageError("--tag-threshold applies to multi-label questions: give --questions")
-    LabelSet.build(spec.labels, tokenizer.label, tokenizer.vocab_size)
-    bad = sorted({label for _, label in spec.examples} - set(spec.labels))
-    if bad:
-        raise LabelError(f"example label(s) {bad} are not in the label set")
-    if spec.prior is not None:  # an empty one too: Classifier.load refuses it, as `prior`
-        parse_prior(spec.prior, spec.labels)
+    for asked in questions.asked():
+        try:
+            LabelSet.build(asked.labels, tokenizer.label, tokenizer.vocab_size)
+        except LabelError as e:
+            raise LabelError(f"question {asked.question!r}: field 'labels': {e}") from None
 
 
 class Service:
@@ -117,25 +100,7 @@ class Service:
         t0 = time.perf_counter()
         try:
             s = self.spec
-            asking = (
-                {}
-                if s.questions is None
-                else {
-                    "questions": s.questions,
-                    "labels": DEFAULT_LABELS,
-                    "tag_threshold": 0.5 if s.tag_threshold is None else s.tag_threshold,
-                }
-            )
-            self.clf = clf = Classifier.load(
-                s.model,
-                **({"labels": s.labels} | asking),
-                system_prompt=s.system_prompt,
-                examples=s.examples,
-                calibrate=s.calibrate,
-                prior=s.prior,
-                min_confidence=s.min_confidence,
-                descriptions=s.descriptions,
-            )
+            self.clf = clf = Classifier.load(s.model, prompt=s.prompt)
             t1 = time.perf_counter()
             self.settings = clf.settings(
                 RunSpec(
@@ -344,8 +309,8 @@ class Service:
                 "batch_tokens": self.settings.policy.batch_tokens,
                 "lanes": clf.engine.lanes,
             },
-            "calibrate": self.spec.calibrate,
-            "min_confidence": self.spec.min_confidence,
+            "calibrate": self.spec.prompt.calibrate,
+            "min_confidence": self.spec.prompt.min_confidence,
             "verify_sample": self.spec.verify_sample,
             "device": str(mx.default_device()),
         }
