@@ -122,7 +122,7 @@ def test_the_cli_words_a_questions_runs_refusals_by_flag(tiny_model_dir, tmp_pat
     )
     base = ["classify", src, "--model", tiny_model_dir, "-o", tmp_path / "o.jsonl"]
     r = invoke([*base, "--questions", questions, "--prior", "billing=1"], tmp_path)
-    one_line_error(r, "--prior and --questions: a prior is one label set's", "--calibrate")
+    one_line_error(r, "--prior and --questions: a prior weighs one label set", "`prior:` key")
     r = invoke([*base, "--tag-threshold", "0.6"], tmp_path)
     one_line_error(r, "--tag-threshold applies to multi-label questions: give --questions")
     assert not (tmp_path / "o.jsonl").exists()

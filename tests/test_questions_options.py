@@ -152,7 +152,7 @@ def test_a_bad_prior_or_example_in_the_file_is_refused_by_question(fields, words
 
 
 def test_the_api_refuses_a_prior_and_bad_example_rows(tiny_model_dir):
-    with pytest.raises(UsageError, match="`prior` key"):
+    with pytest.raises(UsageError, match="`prior:` key"):
         Classifier.load(tiny_model_dir, questions=QUESTIONS, prior={"billing": 1})
     with pytest.raises(InputError, match=r"examples\[1\]: question 'urgency': 'soon'"):
         Classifier.load(
@@ -218,7 +218,7 @@ def test_the_cli_refuses_a_bad_example_and_a_prior_in_one_line(tiny_model_dir, t
         invoke([*args, "--examples", none]), str(none), "line 1", "none of the questions"
     )
     one_line_error(
-        invoke([*args, "--prior", "billing=0.5"]), "--prior and --questions", "`prior` key"
+        invoke([*args, "--prior", "billing=0.5"]), "--prior and --questions", "`prior:` key"
     )
 
 

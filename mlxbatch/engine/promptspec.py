@@ -75,7 +75,7 @@ class PromptSpec:
         if self.prior is not None:
             raise UsageError(
                 "`prior` and `questions`: a prior weighs one label set; give each question "
-                "its own with the `prior` key of its entry in the questions file",
+                "its own with a `prior:` key in its entry of the questions file",
                 ("prior", "questions"),
             )
         for name in ("labels", "examples", "descriptions"):
