@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from mlxbatch.engine.layout import RowLayout
-from mlxbatch.engine.question_layout import TailLayout, common_part, text_and_tails
+from mlxbatch.engine.question_layout import QuestionRows, TailLayout, common_part, text_and_tails
 
 PREFIX = [1, 2, 3]
 
@@ -59,3 +59,53 @@ def test_the_common_part_leaves_each_prompt_a_token():
     assert common_part([[1, 2, 3], [1, 2, 3]]) == 2
     assert common_part([[1, 2], [1, 2, 3]]) == 1
     assert text_and_tails([[5, 6, 7], [5, 8]]) == ([5], [[6, 7], [8]])
+
+
+def test_a_texts_tails_share_its_row_with_exact_tokens_positions_and_mask():
+    """Two texts behind a 2-token prefix (the second shares one prefix slot): each row is its
+    text's tokens then its tails, a tail's positions restart at its text's end, and a tail
+    token sees the prefix, the text and its own tail only."""
+    texts = [([1, 2, 5], [[6, 7], [8]]), ([1, 9, 5, 5], [[6], [8]])]
+    rows = QuestionRows.build(texts, [1, 2])
+    assert rows.tokens().tolist() == [[5, 6, 7, 8, 0], [9, 5, 5, 6, 8]]
+    assert rows.positions().tolist() == [[2, 3, 4, 3, 3], [1, 2, 3, 4, 4]]
+    assert rows.last().tolist() == [[2, 3], [3, 4]]
+    assert rows.row_lengths.tolist() == [4, 5] and rows.capacity == 7
+    assert rows.mask()[:, 0].astype(int).tolist() == [
+        [
+            [1, 1, 1, 0, 0, 0, 0],  # the text's token
+            [1, 1, 1, 1, 0, 0, 0],  # question 0's tail
+            [1, 1, 1, 1, 1, 0, 0],
+            [1, 1, 1, 0, 0, 1, 0],  # question 1's tail: not question 0's
+            [1, 1, 1, 0, 0, 0, 0],  # padding: the text
+        ],
+        [
+            [1, 0, 1, 0, 0, 0, 0],
+            [1, 0, 1, 1, 0, 0, 0],
+            [1, 0, 1, 1, 1, 0, 0],
+            [1, 0, 1, 1, 1, 1, 0],
+            [1, 0, 1, 1, 1, 0, 1],
+        ],
+    ]
+
+
+def test_each_tail_token_sees_exactly_its_whole_prompt_in_position_order():
+    """Three questions of three texts, tails of different lengths: the tokens a tail token
+    sees, ordered by position, are its question's whole prompt up to that token."""
+    questions = [[20, 21], [22], [23, 24, 25]]
+    commons = [[1, 2, 3, 10, 11, 12], [1, 2, 7, 13], [1, 2, 3, 14]]
+    prompts = [[c + [30 + r] + q for q in questions] for r, c in enumerate(commons)]
+    rows = QuestionRows.build([text_and_tails(p) for p in prompts], PREFIX)
+    tokens, positions, mask = rows.tokens(), rows.positions(), rows.mask()
+    P = rows.text.prefix_width
+    for r in range(rows.batch):
+        slot_tokens = np.concatenate([PREFIX, tokens[r]])
+        slot_pos = np.concatenate([np.arange(P), positions[r]])
+        for k, end in enumerate(rows.last()[r]):
+            whole = prompts[r][k]
+            for i in range(end - len(rows.tails[r][k]) + 1, end + 1):
+                seen = np.flatnonzero(mask[r, 0, i])
+                order = seen[np.argsort(slot_pos[seen])]
+                assert slot_pos[order].tolist() == list(range(positions[r, i] + 1))
+                assert slot_tokens[order].tolist() == whole[: positions[r, i] + 1]
+            assert tokens[r, end] == whole[-1] and positions[r, end] == len(whole) - 1

@@ -12,6 +12,8 @@ path (`QuestionsScorer`) feeds a text's common tokens once and each question's t
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Sequence
 
 import mlx.core as mx
@@ -21,8 +23,8 @@ from ..model.load import LoadedModel
 from ..runtime import executor as executors
 from .engine import Engine
 from .labels import LabelSet, continuation_logprobs, first_token_logits, normalise
-from .layout import RowLayout, split
-from .question_layout import TailLayout, repeat_rows, text_and_tails
+from .layout import split
+from .question_layout import QuestionRows, TailLayout, text_and_tails
 from .scorers import GoldScorer, PrefixScorer
 
 
@@ -77,6 +79,17 @@ class QuestionsEngine(Engine):
             at += len(labels.names)
         return out
 
+    def cost_terms(self) -> tuple[int, int, int]:
+        """The prefix, and the multi-token questions' label pass: a row per label of each,
+        each feeding its question's tail (as a one-word text's) and its later label tokens."""
+        multi = [q for q, labels in enumerate(self.label_sets) if labels.max_len > 1]
+        if not multi:
+            return len(self.prefix), 0, 0
+        tails = text_and_tails(unpack(self.prompt("x")))[1]
+        rows = sum(len(self.label_sets[q].names) for q in multi)
+        fed = max(len(tails[q]) + self.label_sets[q].max_len - 1 for q in multi)
+        return len(self.prefix), rows, fed
+
     def prompt(self, text: str) -> list[int]:
         """The packed gold prompts of one text, a question each."""
         return pack([self.tokenizer.prompt(self.system_prompt, text + tail) for tail in self.tails])
@@ -115,10 +128,32 @@ class QuestionsGold:
         return np.concatenate([g.score_one(p) for g, p in zip(self.parts, unpack(packed))])
 
 
+class Phases:
+    """Seconds the fast path spent in each step of its batches, summed over the lanes (for
+    `bench --questions`): "layout" (host side: unpack, tokens, positions, mask), "forward"
+    (the text and its tails), "heads" (single-token labels), "labels" (multi-token ones)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.seconds: dict[str, float] = {}
+
+    def add(self, name: str, since: float) -> float:
+        """Count the time from `since` to now under `name`; return now."""
+        now = time.perf_counter()
+        with self._lock:
+            self.seconds[name] = self.seconds.get(name, 0.0) + now - since
+        return now
+
+    def reset(self) -> None:
+        with self._lock:
+            self.seconds = {}
+
+
 class QuestionsScorer(PrefixScorer):
-    """The fast path over packed items: each text's common tokens fed once behind the shared
-    prefix, then the questions' tails behind them: those of single-token labels in one pass
-    over copies of the text rows, each multi-token one with its labels (question_layout.py)."""
+    """The fast path over packed items: a text's row holds its common tokens once, behind the
+    shared prefix, then every question's tail, in one forward (`QuestionRows`); each
+    multi-token question then feeds its tail again with each label behind the text rows
+    (question_layout.py)."""
 
     def __init__(
         self,
@@ -131,54 +166,44 @@ class QuestionsScorer(PrefixScorer):
     ):
         super().__init__(model, labels, prefix, dtype, executor)
         self.label_sets = tuple(label_sets)
+        self.phases = Phases()
 
     def _score_rows(self, prompts: list[list[int]], lane: int) -> mx.array:
-        texts = [text_and_tails(unpack(p)) for p in prompts]
-        text = RowLayout.build([common for common, _ in texts], self.prefix, 0)
-        longest = max(len(t) for _, tails in texts for t in tails)
-        kv = self._batch_cache(lane, text.batch, text.capacity + longest)
-        kv.use_rows(text.batch)
-        self.model(
-            mx.array(text.tokens()),
-            kv,
-            mx.array(text.positions()),
-            mx.array(text.mask()),
-            host_kernels=self.host_kernels,
-            keep=mx.array(text.last()),
-        )  # the text rows' keys and values
-        out = self._first_tokens(text, texts, kv)
-        for q, labels in enumerate(self.label_sets):
-            if labels.max_len > 1:
-                out[q] = self._labelled(
-                    TailLayout(text, tuple(tuple(t[q]) for _, t in texts)), kv, labels
-                )
-                mx.eval(out[q])
-        kv.crop(text.prefix_width)
-        return mx.concatenate([out[q] for q in range(len(self.label_sets))], axis=1)
-
-    def _first_tokens(self, text: RowLayout, texts, kv) -> dict[int, mx.array]:
-        """(B, J) probabilities of every question whose labels are one token each: their
-        tails in one pass, row r * n + i holding text r's tail of the i-th such question,
-        behind a copy of the text rows' cache (one forward, not one a question)."""
-        asked = [q for q, labels in enumerate(self.label_sets) if labels.max_len == 1]
-        if not asked:
-            return {}
-        n = len(asked)
-        rows = TailLayout(
-            repeat_rows(text, n), tuple(tuple(tails[q]) for _, tails in texts for q in asked)
-        )
-        tail_kv = kv.repeat_rows(n, rows.capacity)
+        t = time.perf_counter()
+        rows = QuestionRows.build([text_and_tails(unpack(p)) for p in prompts], self.prefix)
+        tokens, positions, mask = rows.tokens(), rows.positions(), rows.mask()
+        t = self.phases.add("layout", t)
+        kv = self._batch_cache(lane, rows.batch, rows.capacity)
+        kv.use_rows(rows.batch)
         h = self.model(
-            mx.array(rows.tokens()),
-            tail_kv,
-            mx.array(rows.positions()),
-            mx.array(rows.mask()),
+            mx.array(tokens),
+            kv,
+            mx.array(positions),
+            mx.array(mask),
             host_kernels=self.host_kernels,
             keep=mx.array(rows.last()),
-        )  # (B * n, 1, D)
+        )  # (B, K, D): each tail's last position
+        mx.eval(h)
+        t = self.phases.add("forward", t)
+        out = self._first_tokens(h)
+        t = self.phases.add("heads", t)
+        kv.crop(rows.text.capacity)  # the text rows, for the label passes behind them
+        for q, labels in enumerate(self.label_sets):
+            if labels.max_len > 1:
+                asked = tuple(tails[q] for tails in rows.tails)
+                out[q] = self._labelled(TailLayout(rows.text, asked), kv, labels)
+                mx.eval(out[q])
+                t = self.phases.add("labels", t)
+        kv.crop(rows.text.prefix_width)
+        return mx.concatenate([out[q] for q in range(len(self.label_sets))], axis=1)
+
+    def _first_tokens(self, h: mx.array) -> dict[int, mx.array]:
+        """(B, J) probabilities of every question whose labels are one token each, from the
+        hidden state of its tail's last token (`h[:, q]`)."""
         out = {
-            q: normalise(first_token_logits(self.model, h[i::n, 0], self.label_sets[q]))
-            for i, q in enumerate(asked)
+            q: normalise(first_token_logits(self.model, h[:, q], labels))
+            for q, labels in enumerate(self.label_sets)
+            if labels.max_len == 1
         }
         mx.eval(list(out.values()))
         return out

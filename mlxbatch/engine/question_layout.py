@@ -11,6 +11,16 @@ The common part is the longest common token prefix of the text's whole prompts, 
 guess: BPE may merge a text's last characters (".", "?", spaces, a newline) with the
 question's blank line, and then that token is part of each question's tail. A tail holds at
 least one token: its last predicts the label.
+
+The first pass (`QuestionRows`) lays out each text's common tokens and all its tails in one
+row, back to back, as an item's fed tokens are counted: a block mask shows each tail the text
+and itself only, and its rotary positions restart at the text's end, so the row holds every
+prompt of its text at once, with no copy of the text's keys and values:
+    [0, P)                  the shared prefix, as above
+    [P, P + n)              text r's common tokens (n = `lengths[r]`)
+    [P + n, P + n + T_0)    question 0's tail, positions n .. n + T_0 - 1 after the prefix
+    [P + n + T_0, ...)      question 1's tail, at the same positions again; and so on
+A row's slots are fixed by its text alone, whatever the batch's width.
 """
 
 from __future__ import annotations
@@ -112,3 +122,82 @@ class TailLayout:
         label token (the tail's last, then each teacher token's)."""
         last = np.repeat(self.tail_lengths, n_labels) - 1
         return last[:, None] + np.arange(1 + label_slots)[None, :]
+
+
+@dataclass(frozen=True)
+class QuestionRows:
+    """A batch's texts, each text's row its common tokens then every question's tail."""
+
+    text: RowLayout  # the text rows: prefix, shared slots and common tokens
+    tails: tuple[tuple[tuple[int, ...], ...], ...]  # tails[r][k]: text r's tail of question k
+
+    @classmethod
+    def build(
+        cls, texts: list[tuple[list[int], list[list[int]]]], prefix: list[int]
+    ) -> QuestionRows:
+        """From each text's (common tokens, tails), as `text_and_tails` gives them."""
+        text = RowLayout.build([common for common, _ in texts], prefix, 0)
+        return cls(text, tuple(tuple(map(tuple, tails)) for _, tails in texts))
+
+    @property
+    def batch(self) -> int:
+        return self.text.batch
+
+    @property
+    def row_lengths(self) -> np.ndarray:
+        """(B,) fed tokens a row: its text's, then every tail's."""
+        return self.text.lengths + np.array([sum(map(len, t)) for t in self.tails], np.int32)
+
+    @property
+    def width(self) -> int:
+        return int(self.row_lengths.max())
+
+    @property
+    def capacity(self) -> int:
+        return self.text.prefix_width + self.width
+
+    def tokens(self) -> np.ndarray:
+        """(B, W) each row's text then its tails, padded with PAD_ID."""
+        out = np.full((self.batch, self.width), PAD_ID, np.int32)
+        for r, (fed, tails) in enumerate(zip(self.text.fed, self.tails)):
+            row = [*fed, *(t for tail in tails for t in tail)]
+            out[r, : len(row)] = row
+        return out
+
+    def segments(self) -> np.ndarray:
+        """(B, W) where each slot's own part begins: 0 for a text token (it sees the text up
+        to itself), a tail's first slot for its tokens, W for padding (it sees the text)."""
+        out = np.full((self.batch, self.width), self.width, np.int32)
+        for r, (n, tails) in enumerate(zip(self.text.lengths, self.tails)):
+            out[r, :n] = 0
+            at = int(n)
+            for tail in tails:
+                out[r, at : at + len(tail)] = at
+                at += len(tail)
+        return out
+
+    def positions(self) -> np.ndarray:
+        """(B, W) rotary position of every slot: a tail's restart at its text's end."""
+        seg, n = self.segments(), self.text.lengths[:, None]
+        own = np.arange(self.width)[None, :]
+        after = np.where(seg == 0, own, n + np.maximum(own - seg, 0))
+        return (self.text.shared[:, None] + after).astype(np.int32)
+
+    def mask(self) -> np.ndarray:
+        """(B, 1, W, P + W): a text token sees the row's shared prefix and the text up to
+        itself; a tail token the prefix, the whole text and its own tail up to itself; a
+        padding slot the prefix and the text."""
+        P, W, t = self.text.prefix_width, self.width, self.text
+        k = np.arange(P + W)[None, None, :]
+        q = np.arange(W)[None, :, None]
+        seg = self.segments()[:, :, None]
+        rel = k - P
+        text = (rel < t.lengths[:, None, None]) & (rel <= q)
+        own = (rel >= seg) & (rel <= q)
+        seen = np.where(rel < 0, k < t.shared[:, None, None], text | own)
+        return seen[:, None]
+
+    def last(self) -> np.ndarray:
+        """(B, K) index of each tail's last token: its hidden state predicts the labels."""
+        ends = [np.cumsum([len(t) for t in tails]) for tails in self.tails]
+        return (self.text.lengths[:, None] + np.array(ends, np.int32) - 1).astype(np.int32)
