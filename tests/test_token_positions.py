@@ -60,3 +60,17 @@ def test_keeping_several_positions_a_row_equals_the_full_forward(tiny_model_dir)
     np.testing.assert_allclose(got[1], full[1, [1, 4]], atol=1e-5)
     alone = np.array(model(tokens[:1, [0, 1, 4, 5]], None, 0, "causal"))  # the second prompt
     np.testing.assert_allclose(got[0, 1], alone[0, 3], atol=1e-5)
+
+
+def test_a_texts_questions_on_the_pure_mlx_path_equal_the_gold_loop(tiny_model_dir):
+    """Without host kernels (a Mac's path: MLX's own attention under the same block mask)."""
+    from fast_path import score_batch
+    from test_questions import QUESTIONS, TEXTS
+
+    from mlxbatch.api.classifier import Classifier
+
+    e = Classifier.load(tiny_model_dir, questions=QUESTIONS).engine
+    e.scorers["fast"].host_kernels = False
+    prompts = e.prompts(TEXTS)
+    gold = np.stack([e.score_gold(p) for p in prompts])
+    np.testing.assert_allclose(score_batch(e, prompts), gold, atol=1e-5)

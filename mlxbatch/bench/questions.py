@@ -172,6 +172,6 @@ def format_questions(r: dict) -> str:
 def _shares(phases: dict) -> str:
     """Each step's seconds and share, in the order the scorer runs them."""
     total = sum(phases.values()) or 1.0
-    order = ("layout", "forward", "heads", "labels")
+    order = ("layout", "forward", "labels")
     named = [n for n in order if n in phases] + sorted(set(phases) - set(order))
     return ", ".join(f"{n} {phases[n]:.2f} s ({phases[n] / total:.0%})" for n in named)

@@ -24,7 +24,7 @@ from ..runtime import executor as executors
 from .engine import Engine
 from .labels import LabelSet, continuation_logprobs, first_token_logits, normalise
 from .layout import split
-from .question_layout import QuestionRows, TailLayout, text_and_tails
+from .question_layout import QuestionRows, text_and_tails
 from .scorers import GoldScorer, PrefixScorer
 
 
@@ -80,15 +80,10 @@ class QuestionsEngine(Engine):
         return out
 
     def cost_terms(self) -> tuple[int, int, int]:
-        """The prefix, and the multi-token questions' label pass: a row per label of each,
-        each feeding its question's tail (as a one-word text's) and its later label tokens."""
-        multi = [q for q, labels in enumerate(self.label_sets) if labels.max_len > 1]
-        if not multi:
-            return len(self.prefix), 0, 0
-        tails = text_and_tails(unpack(self.prompt("x")))[1]
-        rows = sum(len(self.label_sets[q].names) for q in multi)
-        fed = max(len(tails[q]) + self.label_sets[q].max_len - 1 for q in multi)
-        return len(self.prefix), rows, fed
+        """The prefix, and what a text's row holds past its fed tokens: a segment of each
+        multi-token label's earlier tokens (one more row's worth of slots, not a row each)."""
+        slots = sum(len(labels.names) * (labels.max_len - 1) for labels in self.label_sets)
+        return len(self.prefix), int(slots > 0), slots
 
     def prompt(self, text: str) -> list[int]:
         """The packed gold prompts of one text, a question each."""
@@ -131,7 +126,8 @@ class QuestionsGold:
 class Phases:
     """Seconds the fast path spent in each step of its batches, summed over the lanes (for
     `bench --questions`): "layout" (host side: unpack, tokens, positions, mask), "forward"
-    (the text and its tails), "heads" (single-token labels), "labels" (multi-token ones)."""
+    (the rows: texts, tails, label segments), "labels" (the head's label rows, and the
+    later tokens' log-probabilities of multi-token labels)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -151,9 +147,8 @@ class Phases:
 
 class QuestionsScorer(PrefixScorer):
     """The fast path over packed items: a text's row holds its common tokens once, behind the
-    shared prefix, then every question's tail, in one forward (`QuestionRows`); each
-    multi-token question then feeds its tail again with each label behind the text rows
-    (question_layout.py)."""
+    shared prefix, then every question's tail and a segment a multi-token label, all in one
+    forward (`QuestionRows`, question_layout.py)."""
 
     def __init__(
         self,
@@ -166,12 +161,16 @@ class QuestionsScorer(PrefixScorer):
     ):
         super().__init__(model, labels, prefix, dtype, executor)
         self.label_sets = tuple(label_sets)
+        self.teacher = tuple(
+            labels.teacher_inputs() if labels.max_len > 1 else None for labels in label_sets
+        )
         self.phases = Phases()
 
     def _score_rows(self, prompts: list[list[int]], lane: int) -> mx.array:
         t = time.perf_counter()
-        rows = QuestionRows.build([text_and_tails(unpack(p)) for p in prompts], self.prefix)
-        tokens, positions, mask = rows.tokens(), rows.positions(), rows.mask()
+        texts = [text_and_tails(unpack(p)) for p in prompts]
+        rows = QuestionRows.build(texts, self.prefix, self.teacher)
+        tokens, positions, mask, kept = rows.tokens(), rows.positions(), rows.mask(), rows.kept()
         t = self.phases.add("layout", t)
         kv = self._batch_cache(lane, rows.batch, rows.capacity)
         kv.use_rows(rows.batch)
@@ -181,49 +180,29 @@ class QuestionsScorer(PrefixScorer):
             mx.array(positions),
             mx.array(mask),
             host_kernels=self.host_kernels,
-            keep=mx.array(rows.last()),
-        )  # (B, K, D): each tail's last position
+            keep=mx.array(kept),
+        )  # (B, K + M, D): each tail's last slot, then every label segment's slots
         mx.eval(h)
         t = self.phases.add("forward", t)
-        out = self._first_tokens(h)
-        t = self.phases.add("heads", t)
-        kv.crop(rows.text.capacity)  # the text rows, for the label passes behind them
-        for q, labels in enumerate(self.label_sets):
-            if labels.max_len > 1:
-                asked = tuple(tails[q] for tails in rows.tails)
-                out[q] = self._labelled(TailLayout(rows.text, asked), kv, labels)
-                mx.eval(out[q])
-                t = self.phases.add("labels", t)
         kv.crop(rows.text.prefix_width)
-        return mx.concatenate([out[q] for q in range(len(self.label_sets))], axis=1)
-
-    def _first_tokens(self, h: mx.array) -> dict[int, mx.array]:
-        """(B, J) probabilities of every question whose labels are one token each, from the
-        hidden state of its tail's last token (`h[:, q]`)."""
-        out = {
-            q: normalise(first_token_logits(self.model, h[:, q], labels))
-            for q, labels in enumerate(self.label_sets)
-            if labels.max_len == 1
-        }
-        mx.eval(list(out.values()))
+        out = self._label_scores(h)
+        self.phases.add("labels", t)
         return out
 
-    def _labelled(self, rows: TailLayout, kv, labels: LabelSet) -> mx.array:
-        """(B, J) probabilities of multi-token labels: each label's row feeds the tail and the
-        label's teacher tokens behind the text (`TailLayout.repeated`)."""
-        J, L = len(labels.names), labels.max_len - 1
-        lab = rows.repeated(labels.teacher_inputs())
-        lab_kv = kv.repeat_rows(J, lab.capacity)
-        h = self.model(
-            mx.array(lab.tokens()),
-            lab_kv,
-            mx.array(lab.positions()),
-            mx.array(lab.mask()),
-            host_kernels=self.host_kernels,
-        )
-        at = rows.label_inputs(J, L)  # (B * J, 1 + L)
-        flat = np.arange(len(at))[:, None] * lab.width + at
-        h = h.reshape(-1, h.shape[-1])[mx.array(flat.reshape(-1))].reshape(len(at), 1 + L, -1)
-        scores = first_token_logits(self.model, h[::J, 0], labels).astype(mx.float32)
-        scores = scores + continuation_logprobs(self.model, h[:, 1:], labels, self.host_kernels)
-        return normalise(scores)
+    def _label_scores(self, h: mx.array) -> mx.array:
+        """(B, columns) probabilities: question q's first label tokens at its tail's last slot
+        (`h[:, q]`), multi-token labels' later tokens at their segments' slots after them."""
+        at, out = len(self.label_sets), []
+        for q, labels in enumerate(self.label_sets):
+            scores = first_token_logits(self.model, h[:, q], labels).astype(mx.float32)
+            if labels.max_len > 1:
+                J, L = len(labels.names), labels.max_len - 1
+                h_lab = h[:, at : at + J * L].reshape(h.shape[0] * J, L, -1)  # (B * J, L, D)
+                scores = scores + continuation_logprobs(
+                    self.model, h_lab, labels, self.host_kernels
+                )
+                at += J * L
+            out.append(normalise(scores))
+        probs = mx.concatenate(out, axis=1)
+        mx.eval(probs)
+        return probs
