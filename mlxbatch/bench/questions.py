@@ -4,9 +4,10 @@ time, in one process on one loaded model.
 Three runs over the same texts: each (text, question) prompt as its own sorted single-question
 job, one after another (what a user without questions would run); the questions run (a
 text's tokens fed once a batch, each question only its tail); and the gold loop. Reported:
-the tokens each feeds, the time ratios, the agreement of every answer, padding and peak
-memory. The token ratio is what sharing the text can save at most; the time ratio is what it
-saves here.
+the tokens each feeds (the questions run's split into text and tails), the time ratios, the
+agreement of every answer, padding, peak memory, and where the questions run's time goes
+(its scorer's steps, summed over the lanes). The token ratio is what sharing the text can
+save at most; the time ratio is what it saves here.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ import numpy as np
 from ..api.classifier import Classifier
 from ..api.questions import QuestionsClassifier
 from ..engine.adjust import Adjustment
+from ..engine.layout import split
 from ..engine.planner import PaddingStats
+from ..engine.question_engine import unpack
+from ..engine.question_layout import text_and_tails
 from ..engine.questions import Questions
 
 
@@ -88,6 +92,8 @@ def bench_questions(
         one_runs.append(run)
         one_labels.append([p.label for p in said])
     progress("the questions run ...")
+    phases = clf.engine.scorers["fast"].phases
+    phases.reset()
     said, together = timed(clf, texts, "sorted", batch_tokens)
     out = {
         "texts": len(texts),
@@ -95,6 +101,8 @@ def bench_questions(
         "single": _sum(one_runs),
         "questions": together.__dict__ | {"padding": together.padding},
         "single_peak_bytes": max(r.peak_bytes for r in one_runs),
+        "text_tokens": text_tokens(clf, texts),
+        "phases": dict(phases.seconds),
     }
     out["single"]["padding"] = PaddingStats(
         out["single"]["fed_tokens"], out["single"]["padded_tokens"]
@@ -110,6 +118,13 @@ def bench_questions(
     out["time_ratio"] = out["single"]["seconds"] / together.seconds
     out["memory_ratio"] = together.peak_bytes / max(1, out["single_peak_bytes"])
     return out
+
+
+def text_tokens(clf: QuestionsClassifier, texts: list[str]) -> int:
+    """Tokens the questions run feeds for the texts' common parts (the rest: the tails)."""
+    prefix = clf.engine.prefix
+    common = (text_and_tails(unpack(p))[0] for p in clf.engine.prompts(texts))
+    return sum(len(split(c, prefix)[1]) for c in common)
 
 
 def _sum(runs: list[Run]) -> dict:
@@ -145,8 +160,10 @@ def format_questions(r: dict) -> str:
         f"{r['texts']} texts x {r['prompts_a_text']} prompts a text",
         f"  {r['prompts_a_text']} single-question sorted runs: {s['seconds']:.2f} s, "
         f"{s['fed_tokens']:,} tokens fed, padding {s['padding']:.1%}",
-        f"  questions run:   {q['seconds']:.2f} s, {q['fed_tokens']:,} tokens fed, "
-        f"padding {q['padding']:.1%}",
+        f"  questions run:   {q['seconds']:.2f} s, {q['fed_tokens']:,} tokens fed "
+        f"({r['text_tokens']:,} of the texts, {q['fed_tokens'] - r['text_tokens']:,} of the "
+        f"tails), padding {q['padding']:.1%}",
+        f"  its time (summed over the lanes): {_shares(r['phases'])}",
         f"  token ratio {r['token_ratio']:.2f}x, time ratio {r['time_ratio']:.2f}x "
         f"({r['time_ratio'] / r['token_ratio']:.0%} of the token ratio); agreement with the "
         f"single runs {r['agreement_single']:.2%}",
@@ -159,3 +176,11 @@ def format_questions(r: dict) -> str:
             f"{r['gold_ratio']:.1f}x faster; agreement {r['agreement_gold']:.2%}"
         )
     return "\n".join(lines)
+
+
+def _shares(phases: dict) -> str:
+    """Each step's seconds and share, in the order the scorer runs them."""
+    total = sum(phases.values()) or 1.0
+    order = ("layout", "forward", "labels")
+    named = [n for n in order if n in phases] + sorted(set(phases) - set(order))
+    return ", ".join(f"{n} {phases[n]:.2f} s ({phases[n] / total:.0%})" for n in named)

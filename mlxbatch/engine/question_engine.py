@@ -12,6 +12,8 @@ path (`QuestionsScorer`) feeds a text's common tokens once and each question's t
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Sequence
 
 import mlx.core as mx
@@ -22,8 +24,8 @@ from ..model.tokenizer import Examples
 from ..runtime import executor as executors
 from .engine import Engine
 from .labels import LabelSet, continuation_logprobs, first_token_logits, normalise
-from .layout import RowLayout, split
-from .question_layout import TailLayout, repeat_rows, text_and_tails
+from .layout import split
+from .question_layout import QuestionRows, text_and_tails
 from .scorers import GoldScorer, PrefixScorer
 
 
@@ -81,6 +83,12 @@ class QuestionsEngine(Engine):
             at += len(labels.names)
         return out
 
+    def cost_terms(self) -> tuple[int, int, int]:
+        """The prefix, and what a text's row holds past its fed tokens: a segment of each
+        multi-token label's earlier tokens (one more row's worth of slots, not a row each)."""
+        slots = sum(len(labels.names) * (labels.max_len - 1) for labels in self.label_sets)
+        return len(self.prefix), int(slots > 0), slots
+
     def prompt(self, text: str) -> list[int]:
         """The packed gold prompts of one text, a question each."""
         return pack(
@@ -124,10 +132,32 @@ class QuestionsGold:
         return np.concatenate([g.score_one(p) for g, p in zip(self.parts, unpack(packed))])
 
 
+class Phases:
+    """Seconds the fast path spent in each step of its batches, summed over the lanes (for
+    `bench --questions`): "layout" (host side: unpack, tokens, positions, mask), "forward"
+    (the rows: texts, tails, label segments), "labels" (the head's label rows, and the
+    later tokens' log-probabilities of multi-token labels)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.seconds: dict[str, float] = {}
+
+    def add(self, name: str, since: float) -> float:
+        """Count the time from `since` to now under `name`; return now."""
+        now = time.perf_counter()
+        with self._lock:
+            self.seconds[name] = self.seconds.get(name, 0.0) + now - since
+        return now
+
+    def reset(self) -> None:
+        with self._lock:
+            self.seconds = {}
+
+
 class QuestionsScorer(PrefixScorer):
-    """The fast path over packed items: each text's common tokens fed once behind the shared
-    prefix, then the questions' tails behind them: those of single-token labels in one pass
-    over copies of the text rows, each multi-token one with its labels (question_layout.py)."""
+    """The fast path over packed items: a text's row holds its common tokens once, behind the
+    shared prefix, then every question's tail and a segment a multi-token label, all in one
+    forward (`QuestionRows`, question_layout.py)."""
 
     def __init__(
         self,
@@ -140,74 +170,48 @@ class QuestionsScorer(PrefixScorer):
     ):
         super().__init__(model, labels, prefix, dtype, executor)
         self.label_sets = tuple(label_sets)
+        self.teacher = tuple(
+            labels.teacher_inputs() if labels.max_len > 1 else None for labels in label_sets
+        )
+        self.phases = Phases()
 
     def _score_rows(self, prompts: list[list[int]], lane: int) -> mx.array:
+        t = time.perf_counter()
         texts = [text_and_tails(unpack(p)) for p in prompts]
-        text = RowLayout.build([common for common, _ in texts], self.prefix, 0)
-        longest = max(len(t) for _, tails in texts for t in tails)
-        kv = self._batch_cache(lane, text.batch, text.capacity + longest)
-        kv.use_rows(text.batch)
-        self.model(
-            mx.array(text.tokens()),
-            kv,
-            mx.array(text.positions()),
-            mx.array(text.mask()),
-            host_kernels=self.host_kernels,
-            keep=mx.array(text.last()),
-        )  # the text rows' keys and values
-        out = self._first_tokens(text, texts, kv)
-        for q, labels in enumerate(self.label_sets):
-            if labels.max_len > 1:
-                out[q] = self._labelled(
-                    TailLayout(text, tuple(tuple(t[q]) for _, t in texts)), kv, labels
-                )
-                mx.eval(out[q])
-        kv.crop(text.prefix_width)
-        return mx.concatenate([out[q] for q in range(len(self.label_sets))], axis=1)
-
-    def _first_tokens(self, text: RowLayout, texts, kv) -> dict[int, mx.array]:
-        """(B, J) probabilities of every question whose labels are one token each: their
-        tails in one pass, row r * n + i holding text r's tail of the i-th such question,
-        behind a copy of the text rows' cache (one forward, not one a question)."""
-        asked = [q for q, labels in enumerate(self.label_sets) if labels.max_len == 1]
-        if not asked:
-            return {}
-        n = len(asked)
-        rows = TailLayout(
-            repeat_rows(text, n), tuple(tuple(tails[q]) for _, tails in texts for q in asked)
-        )
-        tail_kv = kv.repeat_rows(n, rows.capacity)
+        rows = QuestionRows.build(texts, self.prefix, self.teacher)
+        tokens, positions, mask, kept = rows.tokens(), rows.positions(), rows.mask(), rows.kept()
+        t = self.phases.add("layout", t)
+        kv = self._batch_cache(lane, rows.batch, rows.capacity)
+        kv.use_rows(rows.batch)
         h = self.model(
-            mx.array(rows.tokens()),
-            tail_kv,
-            mx.array(rows.positions()),
-            mx.array(rows.mask()),
+            mx.array(tokens),
+            kv,
+            mx.array(positions),
+            mx.array(mask),
             host_kernels=self.host_kernels,
-            keep=mx.array(rows.last()),
-        )  # (B * n, 1, D)
-        out = {
-            q: normalise(first_token_logits(self.model, h[i::n, 0], self.label_sets[q]))
-            for i, q in enumerate(asked)
-        }
-        mx.eval(list(out.values()))
+            keep=mx.array(kept),
+        )  # (B, K + M, D): each tail's last slot, then every label segment's slots
+        mx.eval(h)
+        t = self.phases.add("forward", t)
+        kv.crop(rows.text.prefix_width)
+        out = self._label_scores(h)
+        self.phases.add("labels", t)
         return out
 
-    def _labelled(self, rows: TailLayout, kv, labels: LabelSet) -> mx.array:
-        """(B, J) probabilities of multi-token labels: each label's row feeds the tail and the
-        label's teacher tokens behind the text (`TailLayout.repeated`)."""
-        J, L = len(labels.names), labels.max_len - 1
-        lab = rows.repeated(labels.teacher_inputs())
-        lab_kv = kv.repeat_rows(J, lab.capacity)
-        h = self.model(
-            mx.array(lab.tokens()),
-            lab_kv,
-            mx.array(lab.positions()),
-            mx.array(lab.mask()),
-            host_kernels=self.host_kernels,
-        )
-        at = rows.label_inputs(J, L)  # (B * J, 1 + L)
-        flat = np.arange(len(at))[:, None] * lab.width + at
-        h = h.reshape(-1, h.shape[-1])[mx.array(flat.reshape(-1))].reshape(len(at), 1 + L, -1)
-        scores = first_token_logits(self.model, h[::J, 0], labels).astype(mx.float32)
-        scores = scores + continuation_logprobs(self.model, h[:, 1:], labels, self.host_kernels)
-        return normalise(scores)
+    def _label_scores(self, h: mx.array) -> mx.array:
+        """(B, columns) probabilities: question q's first label tokens at its tail's last slot
+        (`h[:, q]`), multi-token labels' later tokens at their segments' slots after them."""
+        at, out = len(self.label_sets), []
+        for q, labels in enumerate(self.label_sets):
+            scores = first_token_logits(self.model, h[:, q], labels).astype(mx.float32)
+            if labels.max_len > 1:
+                J, L = len(labels.names), labels.max_len - 1
+                h_lab = h[:, at : at + J * L].reshape(h.shape[0] * J, L, -1)  # (B * J, L, D)
+                scores = scores + continuation_logprobs(
+                    self.model, h_lab, labels, self.host_kernels
+                )
+                at += J * L
+            out.append(normalise(scores))
+        probs = mx.concatenate(out, axis=1)
+        mx.eval(probs)
+        return probs

@@ -1,25 +1,33 @@
 """The row layout of a batch of texts and their questions: host-side arrays, no MLX, no model.
 
-A text's questions' prompts share their first tokens (the system prompt, the text); the fed
-part they have in common is laid out once per text, as a `RowLayout` row, and each question
-then adds only its own tail, one question at a time, at the same slots:
-    [0, P)                  the shared prefix; row r attends to its first `shared[r]` slots
-    [P, P + W)              text r's common tokens, `lengths[r]` of them
-    [P + W, P + W + T)      question q's tail for text r, `tail_lengths[r]` of them, then
-                            (multi-token labels only, a row a label) its teacher tokens
-The common part is the longest common token prefix of the text's whole prompts, never a
-guess: BPE may merge a text's last characters (".", "?", spaces, a newline) with the
+A text's questions' prompts share their first tokens (the system prompt, the text). The fed
+part they have in common is the longest common token prefix of the text's whole prompts,
+never a guess: BPE may merge a text's last characters (".", "?", spaces, a newline) with the
 question's blank line, and then that token is part of each question's tail. A tail holds at
 least one token: its last predicts the label.
+
+A text's row holds its common tokens once, then every question's tail, back to back, then a
+segment a label of each question whose labels are several tokens (the label's earlier
+tokens, teacher-forced behind its question's tail):
+    [0, P)                  the shared prefix; row r attends to its first `shared[r]` slots
+    [P, P + n)              text r's common tokens (n = `lengths[r]`)
+    [P + n, P + n + T_0)    question 0's tail, positions n .. n + T_0 - 1 after the prefix
+    [P + n + T_0, ...)      question 1's tail, at the same positions again; and so on
+    [..., ...)              label j of question q: L_q slots, positions right after tail q
+A block mask shows each slot exactly its own prompt: a tail token the text and its tail up to
+itself, a label token the text, its question's tail and its label up to itself. So one
+forward scores every question with no copy of the text's keys and values, and a row's slots
+depend on its text alone, whatever the batch's width.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
-from .layout import PAD_ID, RowLayout, batch_mask
+from .layout import PAD_ID, RowLayout
 
 
 def common_part(prompts: list[list[int]]) -> int:
@@ -38,77 +46,147 @@ def text_and_tails(prompts: list[list[int]]) -> tuple[list[int], list[list[int]]
     return prompts[0][:c], [p[c:] for p in prompts]
 
 
-def repeat_rows(text: RowLayout, n: int) -> RowLayout:
-    """Each text row `n` times over (row r -> rows r * n ... r * n + n - 1)."""
-    return RowLayout(
-        text.prefix_width,
-        np.repeat(text.shared, n),
-        tuple(f for f in text.fed for _ in range(n)),
-        0,
-    )
+@dataclass(frozen=True)
+class Segment:
+    """Slots of a row after its text: `tokens` from slot `start` (own tokens), at positions
+    from `base` past the text's first fed token; they also see the slots [see, seen)."""
+
+    start: int
+    tokens: tuple[int, ...]
+    base: int
+    see: int = 0
+    seen: int = 0
 
 
 @dataclass(frozen=True)
-class TailLayout:
-    """Question q's tails behind a batch's text rows (`text`)."""
+class QuestionRows:
+    """A batch's texts, each text's row its common tokens then its questions' segments."""
 
-    text: RowLayout
-    tails: tuple[tuple[int, ...], ...]  # each row's tail tokens
+    text: RowLayout  # the text rows: prefix, shared slots and common tokens
+    tails: tuple[tuple[tuple[int, ...], ...], ...]  # tails[r][k]: text r's tail of question k
+    teacher: tuple[np.ndarray | None, ...] = ()  # question k's (J, L) label inputs, or None
+
+    @classmethod
+    def build(
+        cls,
+        texts: list[tuple[list[int], list[list[int]]]],
+        prefix: list[int],
+        teacher: tuple[np.ndarray | None, ...] = (),
+    ) -> QuestionRows:
+        """From each text's (common tokens, tails), as `text_and_tails` gives them, and each
+        question's teacher-forced label inputs (`LabelSet.teacher_inputs`; None: one token)."""
+        text = RowLayout.build([common for common, _ in texts], prefix, 0)
+        return cls(text, tuple(tuple(map(tuple, tails)) for _, tails in texts), tuple(teacher))
 
     @property
     def batch(self) -> int:
         return self.text.batch
 
+    def segments(self, r: int) -> list[Segment]:
+        """Row r's tails, then its label segments (question by question, label by label)."""
+        n, out = int(self.text.lengths[r]), []
+        at = n
+        for tail in self.tails[r]:
+            out.append(Segment(at, tail, n))
+            at += len(tail)
+        for k, labels in enumerate(self.teacher):
+            if labels is None:
+                continue
+            tail = out[k]
+            for j in range(len(labels)):
+                inputs = tuple(map(int, labels[j]))
+                end = tail.start + len(tail.tokens)
+                out.append(Segment(at, inputs, n + len(tail.tokens), tail.start, end))
+                at += len(inputs)
+        return out
+
+    @property
+    def row_lengths(self) -> np.ndarray:
+        """(B,) slots a row fills: its text's tokens, then every segment's."""
+        return np.array(
+            [s[-1].start + len(s[-1].tokens) for s in map(self.segments, range(self.batch))],
+            np.int32,
+        )
+
     @property
     def width(self) -> int:
-        """T: the longest tail."""
-        return max(len(t) for t in self.tails)
-
-    @property
-    def tail_lengths(self) -> np.ndarray:
-        return np.array([len(t) for t in self.tails], np.int32)
-
-    @property
-    def start(self) -> int:
-        """The first tail slot: the text rows' end."""
-        return self.text.prefix_width + self.text.width
+        return int(self.row_lengths.max())
 
     @property
     def capacity(self) -> int:
-        return self.start + self.width
+        return self.text.prefix_width + self.width
+
+    @cached_property
+    def _slots(self) -> dict[str, np.ndarray]:
+        """(B, W) tables of every slot: its token, where its own part begins (0 for the text,
+        W for padding: it sees the text), its positions' base, and the extra slots it sees."""
+        B, W = self.batch, self.width
+        t = {name: np.zeros((B, W), np.int32) for name in ("token", "own", "base", "see", "seen")}
+        t["token"][:] = PAD_ID
+        t["own"][:] = W
+        t["base"][:] = self.text.lengths[:, None]
+        for r, fed in enumerate(self.text.fed):
+            t["token"][r, : len(fed)] = fed
+            t["own"][r, : len(fed)] = 0
+            t["base"][r, : len(fed)] = 0
+            for s in self.segments(r):
+                part = slice(s.start, s.start + len(s.tokens))
+                t["token"][r, part] = s.tokens
+                t["own"][r, part], t["base"][r, part] = s.start, s.base
+                t["see"][r, part], t["seen"][r, part] = s.see, s.seen
+        return t
 
     def tokens(self) -> np.ndarray:
-        """(B, T) tail tokens, padded with PAD_ID."""
-        out = np.full((self.batch, self.width), PAD_ID, np.int32)
-        for r, t in enumerate(self.tails):
-            out[r, : len(t)] = t
-        return out
+        """(B, W) each row's text then its segments, padded with PAD_ID."""
+        return self._slots["token"]
 
     def positions(self) -> np.ndarray:
-        """(B,) rotary position of each row's first tail token: right after its text."""
-        return self.text.shared + self.text.lengths
+        """(B, W) rotary position of every slot: a segment's restart after its text (or its
+        question's tail)."""
+        t = self._slots
+        own = np.arange(self.width)[None, :]
+        return (self.text.shared[:, None] + t["base"] + np.maximum(own - t["own"], 0)).astype(
+            np.int32
+        )
 
     def mask(self) -> np.ndarray:
-        """(B, 1, T, start + T): the text rows' mask, the tail slots causal after them."""
-        t = self.text
-        return batch_mask(t.prefix_width, t.shared, t.lengths, t.width, self.start, self.width)
+        """(B, 1, W, P + W): a text token sees the row's shared prefix and the text up to
+        itself; a segment's token the prefix, the whole text, the slots it also sees and its
+        own segment up to itself; a padding slot the prefix and the text."""
+        P, W, t = self.text.prefix_width, self.width, self._slots
+        k = np.arange(P + W)[None, None, :]
+        q = np.arange(W)[None, :, None]
+        rel = k - P
+        text = (rel < self.text.lengths[:, None, None]) & (rel <= q)
+        own = (rel >= t["own"][:, :, None]) & (rel <= q)
+        extra = (rel >= t["see"][:, :, None]) & (rel < t["seen"][:, :, None])
+        seen = np.where(rel < 0, k < self.text.shared[:, None, None], text | own | extra)
+        return seen[:, None]
 
     def last(self) -> np.ndarray:
-        """(B,) index of each row's last tail token: its hidden state predicts the label."""
-        return self.tail_lengths - 1
+        """(B, K) slot of each tail's last token: its hidden state predicts the first label
+        token of its question."""
+        K = len(self.tails[0])
+        return np.array(
+            [
+                [s.start + len(s.tokens) - 1 for s in self.segments(r)[:K]]
+                for r in range(self.batch)
+            ],
+            np.int32,
+        )
 
-    def repeated(self, teacher: np.ndarray) -> TailLayout:
-        """The label pass of multi-token labels: row r * J + j is text r's row with label j's
-        teacher tokens (`teacher`, (J, L)) fed right after its tail, in the same pass as the
-        tail again. In the cache the tail would sit behind the text's padded width, where the
-        host attention's blocks fall at another offset in each batch: fed again, a batch's
-        company never changes a row's bits."""
-        J = len(teacher)
-        tails = tuple((*tail, *map(int, teacher[j])) for tail in self.tails for j in range(J))
-        return TailLayout(repeat_rows(self.text, J), tails)
+    def label_inputs(self) -> np.ndarray:
+        """(B, M) slots of every label segment's tokens, in order: their hidden states
+        predict the labels' later tokens."""
+        K = len(self.tails[0])
+        return np.array(
+            [
+                [s.start + i for s in self.segments(r)[K:] for i in range(len(s.tokens))]
+                for r in range(self.batch)
+            ],
+            np.int32,
+        ).reshape(self.batch, -1)
 
-    def label_inputs(self, n_labels: int, label_slots: int) -> np.ndarray:
-        """(B * J, 1 + L) for `repeated` rows: the index of the hidden state predicting each
-        label token (the tail's last, then each teacher token's)."""
-        last = np.repeat(self.tail_lengths, n_labels) - 1
-        return last[:, None] + np.arange(1 + label_slots)[None, :]
+    def kept(self) -> np.ndarray:
+        """(B, K + M): `last`, then `label_inputs`."""
+        return np.concatenate([self.last(), self.label_inputs()], axis=1)

@@ -59,6 +59,22 @@ def linear_rows(layer: nn.Module, x: mx.array, start: int, stop: int, host_kerne
     return hostops.matmul_t(x, w) if host_kernels else x @ w.T
 
 
+def kept(x: mx.array, keep: mx.array) -> mx.array:
+    """The kept positions of each row of `x` (B, L, D): `keep` (B,) one a row, (B, K) several;
+    (B, 1 or K, D)."""
+    rows = mx.arange(x.shape[0])
+    return x[rows, keep][:, None] if keep.ndim == 1 else x[rows[:, None], keep]
+
+
+def kept_offsets(offsets: mx.array | int, keep: mx.array) -> mx.array:
+    """The rotary positions of the kept positions: (B,) for a `keep` (B,), else (B, K)."""
+    if keep.ndim == 1:
+        return offsets + keep
+    if isinstance(offsets, mx.array) and offsets.ndim == 2:  # a position a token
+        return mx.take_along_axis(offsets, keep, axis=1)
+    return (offsets[:, None] if isinstance(offsets, mx.array) else offsets) + keep
+
+
 def gelu_tanh(x: mx.array) -> mx.array:
     """GELU, tanh approximation (`gelu_pytorch_tanh`), as PyTorch writes it."""
     return 0.5 * x * (1 + mx.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
@@ -123,13 +139,15 @@ class Attention(nn.Module):
         keep: mx.array | None = None,
     ) -> mx.array:
         """Keys and values for every position; queries for every position, or with `keep`
-        (B,) only for position keep[b] of row b (then `mask` is that row's (B, 1, 1, S))."""
+        (B,) only for position keep[b] of row b (then `mask` is that row's (B, 1, 1, S)), or
+        (B, K) for K positions a row (`mask` (B, 1, K, S))."""
         B, L, _ = x.shape
         on_host = host_state is not None
         k, v = self._kv(x, on_host)
         k = self.rope(k, offsets)
         if keep is not None:
-            x, offsets, L = x[mx.arange(B), keep][:, None], offsets + keep, 1
+            x, offsets = kept(x, keep), kept_offsets(offsets, keep)
+            L = x.shape[1]
         q = self.rope(self._q(x, on_host), offsets)
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, KV, offset + L, hd)
@@ -194,7 +212,7 @@ class DecoderLayer(nn.Module):
         host_state: hostops.Host | None = None,
         keep: mx.array | None = None,
     ):
-        r = x if keep is None else x[mx.arange(x.shape[0]), keep][:, None]
+        r = x if keep is None else kept(x, keep)
         on_host = host_state is not None
         a = self.self_attn(self.input_layernorm(x), cache, layer, offsets, mask, host_state, keep)
         if self.sandwich:
@@ -236,7 +254,8 @@ class Decoder(nn.Module):
         self,
         tokens: mx.array,  # (B, L) int
         cache: KVCache | None = None,
-        offsets: mx.array | int = 0,  # rotary position of each row's first token: (B,) or int
+        offsets: mx.array | int = 0,  # rotary position of each row's first token: (B,) or int,
+        # or of every token: (B, L)
         mask: Mask = "causal",
         host_kernels: bool = False,
         keep: mx.array | None = None,
@@ -244,7 +263,8 @@ class Decoder(nn.Module):
         """Final-normed hidden states (B, L, D); `cache` advances by L.
 
         `host_kernels=True` runs SiLU and the softmax as host kernels, evaluating layer by
-        layer. `keep` (B,): the last layer computes only position keep[b] of each row: (B, 1, D).
+        layer. `keep` (B,): the last layer computes only position keep[b] of each row: (B, 1, D);
+        (B, K): K positions a row, (B, K, D); needs an array mask.
         """
         x = self.embed(tokens)
         L = tokens.shape[1]
@@ -258,8 +278,9 @@ class Decoder(nn.Module):
         for i, layer in enumerate(self.model.layers):
             kind = layer.self_attn.sliding
             if keep is not None and i == last:
-                m = mx.take_along_axis(masks[kind], keep[:, None, None, None], axis=2)  # (B,1,1,S)
-                state = hostops.prepare(m, 1, S, start) if host_kernels else None
+                at = keep.reshape(keep.shape[0], 1, -1, 1)
+                m = mx.take_along_axis(masks[kind], at, axis=2)  # (B, 1, 1 or K, S)
+                state = hostops.prepare(m, m.shape[2], S, start) if host_kernels else None
                 x = layer(x, cache, i, offsets, m, state, keep)
                 break
             x = layer(x, cache, i, offsets, masks[kind], states.get(kind))

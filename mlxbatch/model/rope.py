@@ -87,13 +87,18 @@ class Rope:
 
 
 class RopeFn:
-    """The rotation of one rope: call with (B, H, L, hd) and offsets (B,) or an int."""
+    """The rotation of one rope: call with (B, H, L, hd) and offsets (B,) or an int, or a
+    position a token (B, L)."""
 
     def __init__(self, dims, base, freqs, scale, feature_scale):
         self.dims, self.base, self.freqs, self.scale = dims, base, freqs, scale
         self.feature_scale = feature_scale
 
     def __call__(self, x: mx.array, offset: mx.array | int) -> mx.array:
+        if isinstance(offset, mx.array) and offset.ndim == 2:  # each token a row of its own
+            B, H, L, D = x.shape
+            y = self(x.transpose(0, 2, 1, 3).reshape(B * L, H, 1, D), offset.reshape(-1))
+            return y.reshape(B, L, H, D).transpose(0, 2, 1, 3)
         if self.feature_scale != 1.0:
             x = x.at[..., : self.dims].multiply(self.feature_scale)
         if self.freqs is None:
