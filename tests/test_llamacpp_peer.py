@@ -131,7 +131,7 @@ def test_llama_cpp_agrees_with_the_gold_loop_on_the_tiny_model(tiny_model_dir, t
     from mlxbatch.engine.prompt import DEFAULT_LABELS
 
     clf = Classifier.load(tiny_model_dir, DEFAULT_LABELS)
-    assert clf.labels.max_len == 1  # the peers score a label by its first token
+    assert clf.labels.max_len == 1  # one token a label here: several are checked below
     prompts = [clf.engine.prompt(t["text"]) for t in generate(12, 0, "default")]
     gold_probs = score_all(
         clf.engine,
