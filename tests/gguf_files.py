@@ -88,10 +88,13 @@ def tokenizer_keys(hf_dir: Path, vocab_size: int) -> dict:
     return {"tokens": tokens, "types": types, "merges": merges}
 
 
-def write_gguf(hf_dir: Path, out: Path, qtype: str = "F32", kquant_types=None) -> Path:
+def write_gguf(
+    hf_dir: Path, out: Path, qtype: str = "F32", kquant_types=None, tokenizer_model="llama"
+) -> Path:
     """`hf_dir` (a transformers checkpoint with tokenizer.json) as a GGUF at `out`: 2-D weights
     in `qtype` (F32, F16, Q8_0, Q4_0, Q4_1) where their rows allow, or `kquant_types`
-    ({"token_embd": "Q6_K", "*": "Q4_K"}) random K-quant blocks with small scales."""
+    ({"token_embd": "Q6_K", "*": "Q4_K"}) random K-quant blocks with small scales. A checkpoint
+    with a `tokenizer.model` gets a SentencePiece vocabulary, its `tokenizer_model` as given."""
     import gguf
     from safetensors.numpy import load_file
 
@@ -122,15 +125,10 @@ def write_gguf(hf_dir: Path, out: Path, qtype: str = "F32", kquant_types=None) -
     if arch in ("llama", "qwen3", "gemma3"):
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
-    toks = tokenizer_keys(hf_dir, cfg["vocab_size"])
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(toks["tokens"])
-    w.add_token_types(toks["types"])
-    w.add_token_merges(toks["merges"])
-    w.add_eos_token_id(toks["tokens"].index("<|im_end|>"))
-    w.add_bos_token_id(toks["tokens"].index("<|endoftext|>"))
-    w.add_pad_token_id(toks["tokens"].index("<|endoftext|>"))
+    if (hf_dir / "tokenizer.model").is_file():
+        add_sentencepiece_keys(w, hf_dir, cfg["vocab_size"], arch, tokenizer_model)
+    else:
+        add_byte_level_keys(w, hf_dir, cfg["vocab_size"])
     w.add_chat_template(CHAT_TEMPLATE)
     tensors = {}
     for f in sorted(hf_dir.glob("*.safetensors")):
@@ -150,6 +148,108 @@ def write_gguf(hf_dir: Path, out: Path, qtype: str = "F32", kquant_types=None) -
     w.write_tensors_to_file()
     w.close()
     return out
+
+
+def add_byte_level_keys(w, hf_dir: Path, vocab_size: int) -> None:
+    toks = tokenizer_keys(hf_dir, vocab_size)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(toks["tokens"])
+    w.add_token_types(toks["types"])
+    w.add_token_merges(toks["merges"])
+    w.add_eos_token_id(toks["tokens"].index("<|im_end|>"))
+    w.add_bos_token_id(toks["tokens"].index("<|endoftext|>"))
+    w.add_pad_token_id(toks["tokens"].index("<|endoftext|>"))
+
+
+def add_sentencepiece_keys(w, hf_dir: Path, vocab_size: int, arch: str, model="llama") -> None:
+    """`tokenizer.model` as llama.cpp's `_create_vocab_sentencepiece` writes it: every piece with
+    its score and type (normal 1, unknown 2, control 3, user-defined 4, unused 5, byte 6), the
+    added tokens of tokenizer_config.json (control where special), [PADn] up to the embedding."""
+    import sentencepiece
+
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(hf_dir / "tokenizer.model"))
+    tokens = [f"[PAD{i}]" for i in range(vocab_size)]
+    scores, types = [-10000.0] * vocab_size, [5] * vocab_size
+    for i in range(sp.get_piece_size()):
+        tokens[i], scores[i] = sp.id_to_piece(i), sp.get_score(i)
+        kinds = (sp.is_unknown(i), sp.is_control(i), sp.is_unused(i), sp.is_byte(i))
+        types[i] = next((k for k, hit in zip((2, 3, 5, 6), kinds) if hit), 1)
+    cfg = json.loads((hf_dir / "tokenizer_config.json").read_text())
+    for i, t in cfg.get("added_tokens_decoder", {}).items():
+        tokens[int(i)], scores[int(i)] = t["content"], -1000.0
+        types[int(i)] = 3 if t.get("special") else 4
+    w.add_tokenizer_model(model)
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(sp.bos_id())
+    w.add_eos_token_id(sp.eos_id())
+    w.add_unk_token_id(sp.unk_id())
+    w.add_add_bos_token(True)
+    if arch == "gemma3":
+        w.add_add_space_prefix(False)
+
+
+def sentencepiece_tokenizer(out: Path, dummy_prefix: bool = True) -> Path:
+    """A SentencePiece BPE of 400 pieces with byte fallback (Llama 2's kind; Gemma's without a
+    dummy prefix) trained on the tickets, as `tokenizer.model` in `out`."""
+    import sentencepiece
+
+    out.mkdir(parents=True, exist_ok=True)
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(CORPUS * 4),
+        model_prefix=str(out / "sp"),
+        vocab_size=400,
+        model_type="bpe",
+        byte_fallback=True,
+        split_digits=True,
+        add_dummy_prefix=dummy_prefix,
+        remove_extra_whitespaces=False,
+        normalization_rule_name="identity",
+        allow_whitespace_only_pieces=True,
+        character_coverage=0.98,
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    (out / "sp.model").replace(out / "tokenizer.model")
+    (out / "sp.vocab").unlink()
+    return out / "tokenizer.model"
+
+
+def with_sentencepiece(hf_dir: Path, arch: str) -> Path:
+    """`hf_dir`'s tokenizer replaced by a SentencePiece one as transformers saves it for `arch`
+    (Llama's for llama and phi3, Gemma's for gemma3), ChatML's tokens added as specials."""
+    import transformers
+
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (hf_dir / name).unlink()
+    sentencepiece_tokenizer(hf_dir, dummy_prefix=arch != "gemma3")
+    cls = transformers.GemmaTokenizer if arch == "gemma3" else transformers.LlamaTokenizer
+    tok = cls.from_pretrained(str(hf_dir))
+    tok.add_special_tokens({"additional_special_tokens": SPECIALS[1:]})
+    tok.chat_template = CHAT_TEMPLATE
+    tok.save_pretrained(str(hf_dir))
+    cfg = json.loads((hf_dir / "tokenizer_config.json").read_text())
+    added = json.loads((hf_dir / "tokenizer.json").read_text())["added_tokens"]
+    cfg["added_tokens_decoder"] = {str(t.pop("id")): t for t in added}  # as llama.cpp reads
+    (hf_dir / "tokenizer_config.json").write_text(json.dumps(cfg))
+    if arch == "phi3":  # Phi-3's tokenizer.json: the "▁" prepended by a normalizer, to each run
+        spec = json.loads((hf_dir / "tokenizer.json").read_text())
+        spec["normalizer"] = PHI3_NORMALIZER
+        spec["pre_tokenizer"] = None
+        (hf_dir / "tokenizer.json").write_text(json.dumps(spec))
+    return hf_dir
+
+
+PHI3_NORMALIZER = {
+    "type": "Sequence",
+    "normalizers": [
+        {"type": "Prepend", "prepend": "\u2581"},
+        {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+    ],
+}
 
 
 def _add(w, name: str, t: np.ndarray, qtype: str, kquant_types) -> None:

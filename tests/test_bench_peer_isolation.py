@@ -36,7 +36,7 @@ def test_a_crashing_peer_is_reported_and_the_others_run(monkeypatch, tmp_path):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     said = []
     out = peers.run_peers(
-        tmp_path, [[1, 2, 3]], [5, 6], [1], 4096, 8, 8, ("llama.cpp", "mlx-lm"), said.append
+        tmp_path, [[1, 2, 3]], [[5], [6]], [1], 4096, 8, 8, ("llama.cpp", "mlx-lm"), said.append
     )
     assert out[0]["name"] == "llama.cpp-f32" and out[0]["gold"] == [1]
     assert out[1] == {"name": "llama.cpp-q8_0", "error": "crashed (SIGSEGV)", "crashed": "SIGSEGV"}

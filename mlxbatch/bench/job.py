@@ -168,8 +168,6 @@ def peers_entry(
 
     if not o.peers:
         return {}
-    if clf.labels.max_len > 1:
-        return {"peers": [{"name": "peers", "error": "peers score single-token labels only"}]}
     names = list(clf.labels.names)
     if gold_labels:
         gold = [names.index(x) for x in gold_labels]
@@ -180,7 +178,7 @@ def peers_entry(
         "peers": run_peers(
             clf.lm.path,
             prompts,
-            clf.labels.first_ids,
+            [list(t) for t in clf.labels.tokens],
             gold,
             o.peer_batch_tokens,
             o.max_batch,

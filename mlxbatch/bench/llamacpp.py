@@ -1,6 +1,7 @@
 """llama.cpp as a bench peer: llama.cpp's own converter to GGUF (F32, Q8_0; cached), then
 label scoring as a llama.cpp user would write it: the prompt prefix evaluated once, the KV
-cache cut back to it for each ticket, llama.cpp's defaults otherwise."""
+cache cut back to it for each ticket, a multi-token label's tokens fed behind the prompt and
+cut back again for the next label, llama.cpp's defaults otherwise."""
 
 from __future__ import annotations
 
@@ -97,34 +98,70 @@ def usable_threads() -> int:
     return len(usable_cores())
 
 
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Full-vocabulary log-probabilities of one position's logits, in float64."""
+    x = logits.astype(np.float64)
+    top = x.max()
+    return x - top - np.log(np.exp(x - top).sum())
+
+
+class _Logits:
+    """The last evaluated position's logits of a `Llama` made with `logits_all=False`."""
+
+    def __init__(self, llm) -> None:
+        import llama_cpp
+
+        self._llm, self._get, self._n = llm, llama_cpp.llama_get_logits_ith, llm.n_vocab()
+
+    def last(self) -> np.ndarray:
+        ptr = self._get(self._llm.ctx, -1)  # only the last position of an eval has logits
+        return np.ctypeslib.as_array(ptr, shape=(self._n,))
+
+
+def label_scores(llm, logits: _Logits, prompt_len: int, labels: list[list[int]]) -> np.ndarray:
+    """Each label's summed full-vocabulary log-probability behind the prompt just evaluated
+    (`prompt_len` tokens in the KV cache): its first token from the prompt's last logits, each
+    further one from the logits after feeding the label's earlier tokens, one at a time; the
+    cache is cut back to the prompt between labels."""
+    first = log_softmax(logits.last())
+    scores = np.array([first[t[0]] for t in labels])
+    for j, tokens in enumerate(labels):
+        for i in range(1, len(tokens)):
+            llm.eval(tokens[i - 1 : i])  # the cells past n_tokens were removed by eval
+            scores[j] += log_softmax(logits.last())[tokens[i]]
+        llm.n_tokens = prompt_len  # the next label starts right after the prompt again
+    return scores
+
+
 def score_gguf(
-    gguf: Path, prompts: list[list[int]], label_ids: list[int], threads: int
-) -> tuple[list[int], float]:
-    """Label index of each prompt by llama.cpp, reusing the prefix's KV cache; and seconds."""
+    gguf: Path, prompts: list[list[int]], labels: list[list[int]], threads: int
+) -> tuple[np.ndarray, float]:
+    """(N, J) label log-probabilities of each prompt by llama.cpp, reusing the prefix's KV
+    cache; and seconds. `labels` are the label set's token ids (one list a label)."""
     import llama_cpp
 
     P = shared_prefix_len(prompts)
+    longest = max(len(t) for t in labels) - 1
     llm = llama_cpp.Llama(
         str(gguf),
-        n_ctx=max(len(p) for p in prompts),
+        n_ctx=max(len(p) for p in prompts) + longest,
         n_batch=512,
         n_threads=threads,
         n_threads_batch=threads,
         logits_all=False,
         verbose=False,
     )
-    n_vocab, ids = llm.n_vocab(), np.array(label_ids)
-    picked = []
+    logits = _Logits(llm)
+    scores = []
     t = time.perf_counter()
     llm.eval(prompts[0][:P])
     for p in prompts:
         llm.n_tokens = P  # keep the prefix's KV cells; eval removes those past n_tokens
         llm.eval(p[P:])
-        last = llama_cpp.llama_get_logits_ith(llm.ctx, -1)  # only the last position has logits
-        picked.append(int(np.argmax(np.ctypeslib.as_array(last, shape=(n_vocab,))[ids])))
+        scores.append(label_scores(llm, logits, len(p), labels))
     seconds = time.perf_counter() - t
     llm.close()
-    return picked, seconds
+    return np.array(scores).reshape(len(prompts), len(labels)), seconds
 
 
 def own_gguf(model_dir: Path) -> tuple[Path, str] | None:
@@ -142,7 +179,7 @@ def llamacpp_peer(
     key: str,
     model_dir: Path,
     prompts: list[list[int]],
-    label_ids: list[int],
+    labels: list[list[int]],
     gold: list[int],
     o: LlamaCppOptions,
     progress=print,
@@ -176,7 +213,8 @@ def llamacpp_peer(
             f"  load average {load:.1f} on {usable_threads()} cores: llama.cpp's threads "
             "spin under load, time it on a quiet machine"
         )
-    picked, seconds = score_gguf(gguf, prompts, label_ids, threads)
+    scores, seconds = score_gguf(gguf, prompts, labels, threads)
+    picked = scores.argmax(1)
     threads_text = f"{threads} thread{'s' if threads > 1 else ''}"
     return {
         "name": f"{name} ({threads_text}, prefix reused)",

@@ -150,13 +150,16 @@ DEFAULT_PEERS = ("mlx-lm", "mlx-lm-batch", "transformers", "transformers-bf16")
 PEERS = (*DEFAULT_PEERS, "llama.cpp", *OUTTYPES)  # "llama.cpp": both of its GGUFs
 
 
+MULTI_TOKEN = (
+    "scores each label's first token only; these labels have several (llama.cpp scores them)"
+)
 PEER_RUN = "mlxbatch.bench.peers:run_peer"  # what each peer's child process calls
 
 
 def run_peers(
     model_dir: Path,
     prompts: list[list[int]],
-    label_ids: list[int],
+    labels: list[list[int]],
     gold: list[int],
     budget: int,
     max_batch: int,
@@ -166,7 +169,8 @@ def run_peers(
     llama: LlamaCppOptions | None = None,
 ) -> list[dict]:
     """Every requested peer that can run here, each in a child process of its own (one that
-    crashes is reported with its signal); the others say why not."""
+    crashes is reported with its signal); the others say why not. `labels` are the label
+    set's token ids, one list a label."""
     import mlx.core as mx
 
     expanded = (n for name in names for n in (OUTTYPES if name == "llama.cpp" else [name]))
@@ -178,6 +182,9 @@ def run_peers(
         if name == "transformers-bf16" and mx.default_device() == mx.cpu and not native_bf16():
             out.append({"name": "transformers bfloat16", "error": "no native bf16 on this CPU"})
             continue
+        if name not in OUTTYPES and any(len(t) > 1 for t in labels):
+            out.append({"name": name, "error": MULTI_TOKEN})
+            continue
         progress(f"running peer {name} ...")
         result = run_isolated(
             PEER_RUN,
@@ -186,7 +193,7 @@ def run_peers(
                 name=name,
                 model_dir=Path(model_dir),
                 prompts=prompts,
-                label_ids=label_ids,
+                labels=labels,
                 gold=gold,
                 budget=budget,
                 max_batch=max_batch,
@@ -204,7 +211,7 @@ def run_peer(
     name: str,
     model_dir: Path,
     prompts: list[list[int]],
-    label_ids: list[int],
+    labels: list[list[int]],
     gold: list[int],
     budget: int,
     max_batch: int,
@@ -212,6 +219,7 @@ def run_peer(
     llama: LlamaCppOptions,
 ) -> dict:
     """One peer by name, in the process that calls it (run_peers' child)."""
+    label_ids = [t[0] for t in labels]  # what the other peers score: checked by run_peers
     runs = {
         "mlx-lm": lambda: mlx_lm_single_peer(model_dir, prompts, label_ids, gold),
         "mlx-lm-batch": lambda: mlx_lm_peer(model_dir, prompts, label_ids, gold, naive_batch),
@@ -225,7 +233,7 @@ def run_peer(
     }
     for key in OUTTYPES:
         runs[key] = lambda key=key: llamacpp_peer(
-            key, model_dir, prompts, label_ids, gold, llama, _say
+            key, model_dir, prompts, labels, gold, llama, _say
         )
     try:
         result = runs[name]()

@@ -16,6 +16,7 @@ before BPE, so encoding the text between them piece by piece equals the whole pr
 from __future__ import annotations
 
 import functools
+import json
 import re
 import warnings
 from collections.abc import Sequence
@@ -72,6 +73,7 @@ class PromptTokenizer:
             tok = Tokenizer.from_file(str(file))
         except Exception as e:  # tokenizers raises a bare Exception on bad files
             raise ModelError(f"{file}: not a valid tokenizer file ({e})") from None
+        tok = after_special(tok)
         tok.encode_special_tokens = True  # special-token strings in text are plain text
         self._tok = tok
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
@@ -323,6 +325,29 @@ class PromptTokenizer:
         if full[: len(head)] != head or len(full) == len(head):
             raise LabelError(f"label {label!r} merges with the prompt's final text {answer!r}")
         return full[len(head) :]
+
+
+def after_special(tok: Tokenizer) -> Tokenizer:
+    """`tok` as it encodes text that follows a special token, as every run of text in a prompt
+    here does: Llama's SentencePiece `Metaspace` puts its "▁" only where the whole input
+    begins (`prepend_scheme: first`), so a run encoded alone must not get one."""
+    pre = tok.pre_tokenizer
+    if pre is None or not _never_prepend(json.loads(pre.__getstate__())):  # its JSON alone
+        return tok
+    spec = json.loads(tok.to_str())
+    _never_prepend(spec["pre_tokenizer"])
+    return Tokenizer.from_str(json.dumps(spec))
+
+
+def _never_prepend(node) -> bool:
+    """Set every `Metaspace` under `node` that prepends at the input's start to never prepend;
+    whether there was one."""
+    if not isinstance(node, dict):
+        return False
+    found = node.get("type") == "Metaspace" and node.get("prepend_scheme") == "first"
+    if found:
+        node["prepend_scheme"] = "never"
+    return any([found, *(_never_prepend(n) for n in node.get("pretokenizers") or [])])
 
 
 def _chunks(texts: Sequence[str]):
