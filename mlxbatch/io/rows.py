@@ -207,19 +207,12 @@ def _table_results(text: TextIO, kind: str) -> list[dict]:
         raise ValueError(f"the header is not that of a {kind.upper()} output ({header!r:.80})")
     at = header.index("error")
     labels = [h.removeprefix("score_") for h in header[2:at]]
-    out = []
-    for cells in lines:
-        if len(cells) != len(header):
-            raise ValueError(f"row {len(out) + 1}: {len(cells)} cells for {len(header)} columns")
-        row: dict = {"id": cells[0] or None}
-        if cells[at]:
-            row["error"] = cells[at]
-        else:
-            row["label"] = cells[1] or None
-            row["scores"] = {x: float(v) for x, v in zip(labels, cells[2:at])}
-        row |= {k: json.loads(v) for k, v in zip(header[at + 1 :], cells[at + 1 :]) if v}
-        out.append(row)
-    return out
+
+    def scored(cells: list[str]) -> dict:
+        scores = {x: float(v) for x, v in zip(labels, cells[2:at])}
+        return {"label": cells[1] or None, "scores": scores}
+
+    return _table_rows(lines, header, at, scored)
 
 
 def _answers_results(text: TextIO, kind: str, columns: AnswerColumns) -> list[dict]:
@@ -233,6 +226,22 @@ def _answers_results(text: TextIO, kind: str, columns: AnswerColumns) -> list[di
             f"the header is not that of a {kind.upper()} output of these questions ({header!r:.80})"
         )
     at = header.index("error", 1 + len(names) + len(columns))
+
+    def scored(cells: list[str]) -> dict:
+        scores = iter(float(v) for v in cells[1 + len(names) : at])
+        return {
+            "answers": {
+                name: _answer(said, {x: next(scores) for x in xs}, name in columns.multi)
+                for said, (name, xs) in zip(cells[1 : 1 + len(names)], columns.questions)
+            }
+        }
+
+    return _table_rows(lines, header, at, scored)
+
+
+def _table_rows(lines, header: list[str], at: int, scored) -> list[dict]:
+    """A table output's rows: the id, an error (column `at`) or what `scored` reads from the
+    cells, then the extra columns after the error (JSON each)."""
     out = []
     for cells in lines:
         if len(cells) != len(header):
@@ -241,11 +250,7 @@ def _answers_results(text: TextIO, kind: str, columns: AnswerColumns) -> list[di
         if cells[at]:
             row["error"] = cells[at]
         else:
-            scores = iter(float(v) for v in cells[1 + len(names) : at])
-            row["answers"] = {
-                name: _answer(said, {x: next(scores) for x in xs}, name in columns.multi)
-                for said, (name, xs) in zip(cells[1 : 1 + len(names)], columns.questions)
-            }
+            row |= scored(cells)
         row |= {k: json.loads(v) for k, v in zip(header[at + 1 :], cells[at + 1 :]) if v}
         out.append(row)
     return out
