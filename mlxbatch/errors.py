@@ -3,31 +3,53 @@ CLI prints `error: <message>` and exits 2."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+
+# A setting in a message, as the Python API's keyword in backticks: `prior`, `max_tokens=7`.
+SETTING = re.compile(r"`([a-z][a-z_]*)(?:=([^`]*))?`")
+Word = Callable[..., str]  # (setting, value=None) -> how a reader types it
+
+
+def keyword(setting: str, value: str | None = None) -> str:
+    """A setting as the Python API takes it: `max_tokens=512` (the API's `truncate=True` is the
+    CLI's `--too-long truncate`)."""
+    if setting == "too_long":
+        return "truncate" if value is None else f"truncate={value == 'truncate'}"
+    return setting if value is None else f"{setting}={value}"
+
+
+def flag(setting: str, value: str | None = None) -> str:
+    """A setting as the CLI takes it: `--max-tokens 512`."""
+    name = "--" + setting.replace("_", "-")
+    return name if value is None else f"{name} {value}"
+
+
+def worded(text: str, word: Word, settings: tuple[str, ...] | None = None) -> str:
+    """`text` with each setting marked in it (of `settings`, else any) named by `word`."""
+
+    def say(m: re.Match) -> str:
+        return word(m[1], m[2]) if settings is None or m[1] in settings else m[0]
+
+    return SETTING.sub(say, text)
 
 
 class UsageError(ValueError):
     """Bad input, settings, paths or checkpoints: the message says what and where.
 
-    A message about a setting marks its name in backticks (`settings` lists which): it reads
-    as the Python API's keyword (`prior`) until the entry that catches it words it for its
-    reader with `worded` (the CLI's `--prior`), one wording for every check below."""
+    A message about a setting marks it in backticks (`settings` lists which): it reads as the
+    Python API's keyword (`prior`) until the entry that catches it words it for its reader with
+    `worded` (the CLI's `--prior`), one wording for every check below."""
 
     def __init__(self, message: str = "", settings: tuple[str, ...] = ()):
         self.template, self.settings = message, tuple(settings)
-        super().__init__(self._named(str))
+        super().__init__(worded(message, keyword, self.settings))
 
-    def _named(self, word: Callable[[str], str]) -> str:
-        text = self.template
-        for name in self.settings:
-            text = text.replace(f"`{name}`", word(name))
-        return text
-
-    def worded(self, word: Callable[[str], str]) -> UsageError:
+    def worded(self, word: Word) -> UsageError:
         """This error with its settings named by `word`; itself where it names none."""
         if not self.settings:
             return self
-        return type(self)(self._named(word))
+        return type(self)(worded(self.template, word, self.settings))
 
 
 class ModelError(UsageError):

@@ -407,3 +407,27 @@ def tiny_checkpoint(path: Path, case: str, seed: int = 0) -> Path:
     model.save_pretrained(path, safe_serialization=True)
     tiny_tokenizer(path)
     return path
+
+
+def classify_verifies(path, texts: list[str], tmp_path: Path) -> None:
+    """`classify --verify` on the GGUF at `path` agrees with the gold loop on `texts`."""
+    from cli_run import invoke
+
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(texts) + "\n")
+    labels = "billing,technical,account"
+    r = invoke(
+        [
+            "classify",
+            src,
+            "--model",
+            path,
+            "--labels",
+            labels,
+            "-o",
+            tmp_path / "o.jsonl",
+            "--verify",
+        ]
+    )
+    assert r.exit_code == 0, r.output
+    assert "100.00% label agreement" in r.output

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_run import invoke, one_line_error
-from gguf_files import CORPUS, random_kquant_blocks, tiny_checkpoint, write_gguf
+from gguf_files import CORPUS, classify_verifies, random_kquant_blocks, tiny_checkpoint, write_gguf
 
 from mlxbatch.bench.parity import hf_logits, mlx_logits, parity_batches
 from mlxbatch.errors import ModelError
@@ -164,23 +164,7 @@ def test_tokens_equal_transformers_tokenizer_from_the_same_file(qwen_gguf):
 
 
 def test_classify_a_gguf_verifies(qwen_gguf, tmp_path):
-    src = tmp_path / "in.txt"
-    src.write_text("\n".join(TEXTS[:6] + CORPUS) + "\n")
-    r = invoke(
-        [
-            "classify",
-            src,
-            "--model",
-            qwen_gguf,
-            "--labels",
-            "billing,technical,account",
-            "-o",
-            tmp_path / "o.jsonl",
-            "--verify",
-        ]
-    )
-    assert r.exit_code == 0, r.output
-    assert "100.00% label agreement" in r.output
+    classify_verifies(qwen_gguf, TEXTS[:6] + CORPUS, tmp_path)
 
 
 def test_convert_writes_the_directory_the_cache_holds(qwen_gguf, tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from cli_run import invoke, one_line_error
-from gguf_files import tiny_checkpoint, with_sentencepiece, write_gguf
+from gguf_files import classify_verifies, tiny_checkpoint, with_sentencepiece, write_gguf
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from mlxbatch.model.hub import resolve
@@ -95,23 +95,7 @@ def test_prompts_equal_transformers_from_the_gguf_and_from_the_checkpoint(
 
 def test_classify_a_llama_sentencepiece_gguf_verifies(sentencepiece_ggufs, tmp_path):
     _, path = sentencepiece_ggufs("llama")
-    src = tmp_path / "in.txt"
-    src.write_text("\n".join(t for t in HOSTILE if t.strip() and "\r" not in t) + "\n")
-    r = invoke(
-        [
-            "classify",
-            src,
-            "--model",
-            path,
-            "--labels",
-            "billing,technical,account",
-            "-o",
-            tmp_path / "o.jsonl",
-            "--verify",
-        ]
-    )
-    assert r.exit_code == 0, r.output
-    assert "100.00% label agreement" in r.output
+    classify_verifies(path, [t for t in HOSTILE if t.strip() and "\r" not in t], tmp_path)
 
 
 def test_a_tokenizer_kind_not_built_is_refused_naming_the_file(sentencepiece_ggufs, tmp_path):

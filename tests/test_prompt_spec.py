@@ -11,10 +11,9 @@ from cli_run import invoke, one_line_error
 from mlxbatch import Classifier, PromptSpec
 from mlxbatch.api.spec import RunSpec
 from mlxbatch.bench.suite import bench_modes
-from mlxbatch.cli.common import as_flag
 from mlxbatch.engine import promptspec
 from mlxbatch.engine.scheduler import BatchPolicy
-from mlxbatch.errors import LabelError, UsageError
+from mlxbatch.errors import LabelError, UsageError, flag, keyword, worded
 
 LABELS = ("billing", "bug")
 GOOD = '{"id": "a", "text": "I was charged twice"}\n{"id": "b", "text": "the app crashes"}\n'
@@ -39,18 +38,34 @@ def test_a_refusal_names_the_setting_as_each_reader_types_it():
     with pytest.raises(LabelError) as e:
         PromptSpec(LABELS, prior="login=1")
     assert str(e.value).startswith("prior 'login=1': expected LABEL=WEIGHT"), e.value
-    worded = e.value.worded(as_flag)
+    worded = e.value.worded(flag)
     assert isinstance(worded, LabelError)
     assert str(worded).startswith("--prior 'login=1': expected LABEL=WEIGHT"), worded
     with pytest.raises(UsageError) as e:
         PromptSpec(LABELS, tag_threshold=0.7)
-    assert str(e.value.worded(as_flag)) == (
+    assert str(e.value.worded(flag)) == (
         "--tag-threshold applies to multi-label questions: give --questions"
     )
     with pytest.raises(UsageError) as e:
         RunSpec(max_batch=0)
     assert str(e.value).startswith("max_batch must be")
-    assert str(e.value.worded(as_flag)).startswith("--max-batch must be")
+    assert str(e.value.worded(flag)).startswith("--max-batch must be")
+
+
+def test_a_marked_setting_is_worded_with_its_value_for_each_reader():
+    text = "set by `max_tokens=7` (see `max_tokens`, `too_long`); lower `max_batch=64`"
+    assert worded(text, keyword) == (
+        "set by max_tokens=7 (see max_tokens, truncate); lower max_batch=64"
+    )
+    assert worded(text, flag) == (
+        "set by --max-tokens 7 (see --max-tokens, --too-long); lower --max-batch 64"
+    )
+    assert worded("`too_long=truncate`", keyword) == "truncate=True"
+    assert worded("`too_long=truncate`", flag) == "--too-long truncate"
+    # only the settings named: other backticks are the message's own
+    assert worded("`max_tokens=7` `x`", flag, ("max_tokens",)) == "--max-tokens 7 `x`"
+    e = UsageError("lower `batch_tokens=9`", ("batch_tokens",))
+    assert str(e) == "lower batch_tokens=9" and str(e.worded(flag)) == "lower --batch-tokens 9"
 
 
 def test_the_prior_is_parsed_once_per_spec(tiny_model_dir, monkeypatch):

@@ -31,10 +31,9 @@ from ..model.label_tokens import label_tokens
 from ..model.load import LoadedModel, load_model
 from ..model.tokenizer import Examples
 from .arguments import check_flag, check_model_dir, checked_texts
-from .limits import Limit, prepare, prepare_distinct
-from .spec import Names, RunSpec, Settings, flag, item_limit, keyword, resolve_settings
+from .limits import LIMIT_SETTINGS, Limit, prepare, prepare_distinct
+from .spec import RunSpec, Settings, item_limit, resolve_settings
 
-API_HINT = " (see max_tokens, truncate)"  # what to change, as the Python API names it
 # `Classifier.load`'s prompt keywords as they default: one differing was given
 LOAD_DEFAULTS = {
     "labels": DEFAULT_LABELS,
@@ -112,7 +111,7 @@ class Classifier:
         self.adjust = adjust or Adjustment()
         self.footprint = self.engine.footprint
         self._cost: CostModel | None = None  # the planner's cost model, looked up once
-        self._limits: dict[tuple, Limit] = {}  # the item limit per (max_tokens, budget, names)
+        self._limits: dict[tuple, Limit] = {}  # the item limit per (max_tokens, budget)
         self._limits_lock = threading.Lock()  # not behind a calibration (cost_model's lock)
         self._lock = threading.Lock()
         self.pid = os.getpid()  # MLX's state does not survive a fork (check_process)
@@ -207,23 +206,21 @@ class Classifier:
         spec: RunSpec | None = None,
         recorded: dict | None = None,
         cost: CostModel | None = None,
-        names: Names = flag,
     ) -> Settings:
         """This classifier's settings for a run under `spec` (see `spec.resolve_settings`; the
-        cost planner's model is `cost`, else this classifier's, looked up only when needed;
-        `names`: how messages name a setting, the CLI's flags by default)."""
+        cost planner's model is `cost`, else this classifier's, looked up only when needed)."""
         spec = spec or RunSpec()
-        limit = self.item_limit(spec, names) if recorded is None else None
-        return resolve_settings(self.engine, spec, recorded, cost or self.cost_model, names, limit)
+        limit = self.item_limit(spec) if recorded is None else None
+        return resolve_settings(self.engine, spec, recorded, cost or self.cost_model, limit)
 
-    def item_limit(self, spec: RunSpec, names: Names = keyword) -> Limit:
+    def item_limit(self, spec: RunSpec) -> Limit:
         """The most tokens an item may feed under `spec` (`spec.item_limit`), measured once per
         `max_tokens` and budget: free memory is part of it, and a text must be cut alike
         every time."""
-        key = (spec.max_tokens, spec.batch_tokens, names)
+        key = (spec.max_tokens, spec.batch_tokens)
         with self._limits_lock:
             if key not in self._limits:
-                self._limits[key] = item_limit(self.engine, spec, names)
+                self._limits[key] = item_limit(self.engine, spec)
             return self._limits[key]
 
     def cost_model(self) -> CostModel:
@@ -269,9 +266,9 @@ class Classifier:
         except UsageError as e:
             raise UsageError(str(e).replace("texts[0]", "text", 1)) from None
         limit = self.item_limit(RunSpec(max_tokens=max_tokens))
-        item = prepare(self.engine, text, limit, truncate, hint=API_HINT)
+        item = prepare(self.engine, text, limit, truncate)
         if isinstance(item, str):
-            raise ItemTooLong(item)
+            raise ItemTooLong(item, LIMIT_SETTINGS)
         return item
 
     def predictions(self, probs: np.ndarray) -> list[Prediction]:
@@ -304,10 +301,8 @@ class Classifier:
         )  # (validates)
         if not texts:
             return []
-        settings = self.settings(spec, names=keyword)
-        items, slot = prepare_distinct(
-            self.engine, texts, settings.limit, settings.truncating, API_HINT
-        )
+        settings = self.settings(spec)
+        items, slot = prepare_distinct(self.engine, texts, settings.limit, settings.truncating)
         scheduler = Scheduler(self.engine, settings.policy, items)
         done = [(batch, list(probs)) for batch, probs, _ in scheduler.step()]
         answers = self.predictions(np.stack(unsort(done, len(items)))[slot])

@@ -51,10 +51,14 @@ def tokenized(engine: Engine, text: str) -> list[int]:
     return engine.prompts([text])[0]
 
 
+# the settings the item limit and the memory check name (marked in their messages: `errors.worded`)
+LIMIT_SETTINGS = ("max_tokens", "batch_tokens", "max_batch", "too_long")
+
+
 @dataclass(frozen=True)
 class Limit:
     tokens: int
-    source: str  # the setting it comes from, for messages
+    source: str  # what sets it, for messages; a setting marked as `errors.worded` reads it
 
 
 def context_limit(engine: Engine) -> int:
@@ -70,10 +74,11 @@ def prepare(
     truncating: bool,
     key: Hashable = None,
     prompt: list[int] | None = None,
-    hint: str = " (see --max-tokens, --too-long)",
+    hint: str = " (see `max_tokens`, `too_long`)",
 ) -> Item | str:
     """`text` as an item keyed `key`: its prompt (`prompt`, when already tokenized) within
-    `limit`, or why it cannot be (a message naming the limit, then `hint`: how to get past it)."""
+    `limit`, or why it cannot be (a message naming the limit, then `hint`: how to get past it;
+    its settings marked for the entry to word, `errors.worded`)."""
     where = f"over the limit of {limit.tokens} set by {limit.source}"
     if prompt is None and not truncating and surely_over(engine, text, limit.tokens):
         # refused without tokenizing (2 MB took seconds): the count is not needed to refuse
@@ -92,7 +97,7 @@ def prepare(
 
 
 def prepare_distinct(
-    engine: Engine, texts: list[str], limit: Limit, truncating: bool, hint: str
+    engine: Engine, texts: list[str], limit: Limit, truncating: bool
 ) -> tuple[list[Item], list[int]]:
     """The items of `texts`, one per distinct prompt (the same tokens give the same answer), keyed
     0, 1, ...; and the key whose answer each text takes. A text that cannot be an item is
@@ -102,9 +107,9 @@ def prepare_distinct(
         first.setdefault(text, i)
     items, by_prompt, key_of = [], {}, {}
     for text, i in first.items():
-        item = prepare(engine, text, limit, truncating, len(items), hint=hint)
+        item = prepare(engine, text, limit, truncating, len(items))
         if isinstance(item, str):
-            raise ItemTooLong(f"texts[{i}]: {item}")
+            raise ItemTooLong(f"texts[{i}]: {item}", LIMIT_SETTINGS)
         key_of[text] = by_prompt.setdefault(tuple(item.prompt), item.key)
         if key_of[text] == item.key:
             items.append(item)

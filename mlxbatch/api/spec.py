@@ -15,30 +15,13 @@ from ..engine.planner import DEFAULT_MAX_BATCH, MODE_ALIASES, MODES, SORTED_PLAN
 from ..engine.scheduler import BatchPolicy
 from ..errors import JobError, ResumeError, UsageError
 from ..runtime.memory import amount, available_bytes, available_source
-from .limits import Limit, context_limit
+from .limits import LIMIT_SETTINGS, Limit, context_limit
 
 TOO_LONG = ("error", "truncate")
 ON_ERROR = ("fail", "skip")
 # A window also ends once its texts reach this many characters, so its memory does not grow
 # with the texts' length; windows change no score, only the planning.
 WINDOW_CHARS = 1 << 23
-
-
-def flag(field: str, value=None) -> str:
-    """A setting named in a message as the CLI takes it: `--max-tokens 512`."""
-    name = "--" + field.replace("_", "-")
-    return name if value is None else f"{name} {value}"
-
-
-def keyword(field: str, value=None) -> str:
-    """A setting named in a message as the Python API takes it: `max_tokens=512` (the API's
-    `truncate=True` is the CLI's `--too-long truncate`)."""
-    if field == "too_long":
-        return "truncate" if value is None else f"truncate={value == 'truncate'}"
-    return field if value is None else f"{field}={value!r}"
-
-
-Names = Callable[..., str]  # flag or keyword: how an entry names its settings in messages
 
 
 @dataclass(frozen=True)
@@ -155,18 +138,16 @@ def resolve_settings(
     spec: RunSpec,
     recorded: dict | None = None,
     cost: CostModel | Callable[[], CostModel] | None = None,
-    names: Names = flag,
     limit: Limit | None = None,
 ) -> Settings:
     """The settings of a run on `engine` under `spec`: a journal's (`recorded`, on a resume),
     else resolved here, the same for every window. `cost`: the cost planner's model or how to
-    look it up; `names`: how messages name a setting (CLI flags or API keywords); `limit`: the
-    item limit measured earlier, if any."""
+    look it up; `limit`: the item limit measured earlier, if any."""
     planner = BatchPolicy.step(spec.mode, spec.planner)[0]
     if recorded is not None:
         budget, max_batch, cost, limit, window, window_chars = _recorded(recorded, spec)
     else:
-        limit = limit or item_limit(engine, spec, names)
+        limit = limit or item_limit(engine, spec)
         window, window_chars = spec.window, WINDOW_CHARS
         max_batch = engine.footprint.most_rows(spec.max_batch)  # (rows heavy with labels)
         budget = spec.batch_tokens or engine.default_budget(spec.max_batch, 1)
@@ -175,7 +156,7 @@ def resolve_settings(
         elif callable(cost):
             cost = cost()
         if spec.batch_tokens:  # a declared budget must fit memory, whatever the input
-            check_fits(engine.footprint, budget, max_batch, min(limit.tokens, budget), spec, names)
+            check_fits(engine.footprint, budget, max_batch, min(limit.tokens, budget), spec)
     policy = BatchPolicy.of_mode(spec.mode, spec.planner, budget, max_batch, cost)
     return Settings(
         spec,
@@ -227,16 +208,16 @@ def _cost(recorded) -> CostModel | None:
     return CostModel.from_dict(recorded)  # ValueError: one no calibration writes
 
 
-def item_limit(engine: Engine, spec: RunSpec, names: Names = flag) -> Limit:
+def item_limit(engine: Engine, spec: RunSpec) -> Limit:
     """The per-item limit: the model's context, max_tokens, a declared batch_tokens, and
     what one item alone can use of the free memory (so an item too long for memory is a row
     error that --too-long truncate or --on-error skip can handle, not a failed job)."""
     key = engine.lm.model.args.context_key
     options = [(context_limit(engine), f"the model's context ({key})")]
     if spec.max_tokens:
-        options.append((spec.max_tokens, names("max_tokens", spec.max_tokens)))
+        options.append((spec.max_tokens, f"`max_tokens={spec.max_tokens}`"))
     if spec.batch_tokens:
-        options.append((spec.batch_tokens, names("batch_tokens", spec.batch_tokens)))
+        options.append((spec.batch_tokens, f"`batch_tokens={spec.batch_tokens}`"))
     tokens, source = min(options, key=lambda x: x[0])
     avail, fp = available_bytes(), engine.footprint
     fits, share = fp.longest_item(avail, context_limit(engine)), "half of what the weights leave of"
@@ -271,29 +252,24 @@ def _what_needs(fp: Footprint, cost, avail: int) -> str:
     )
 
 
-def check_fits(
-    fp: Footprint, tokens: int, rows: int, width: int, spec: RunSpec, names: Names = flag
-) -> None:
+def check_fits(fp: Footprint, tokens: int, rows: int, width: int, spec: RunSpec) -> None:
     """Refuse a batch shape whose memory exceeds what is available, naming the setting."""
     cost, avail = fp.batch_cost(tokens, rows, width), available_bytes()
     if fp.weight_bytes + cost.total <= avail:
         return
     if spec.batch_tokens:
-        culprit = f"{names('batch_tokens', spec.batch_tokens)}; lower it"
+        culprit = f"`batch_tokens={spec.batch_tokens}`; lower it"
     elif spec.mode == "naive" or rows >= 256:
-        culprit = f"{names('max_batch', spec.max_batch)} (rows per batch); lower it"
+        culprit = f"`max_batch={spec.max_batch}` (rows per batch); lower it"
     elif fp.label_len > 1 and cost.kv_cache > cost.activations:
         culprit = (
             f"{fp.n_labels} labels of up to {fp.label_len} tokens (each row's cache is "
-            f"repeated per label); use fewer or shorter labels, or lower "
-            f"{names('max_batch')}"
+            "repeated per label); use fewer or shorter labels, or lower `max_batch`"
         )
     else:
-        culprit = (
-            f"items of {width} tokens; set {names('max_tokens')} with "
-            f"{names('too_long', 'truncate')}"
-        )
+        culprit = f"items of {width} tokens; set `max_tokens` with `too_long=truncate`"
     raise JobError(
         f"one batch needs about {amount(fp.weight_bytes + cost.total)} with the weights, more "
-        f"than the {amount(avail)} of {available_source()}: {culprit}"
+        f"than the {amount(avail)} of {available_source()}: {culprit}",
+        LIMIT_SETTINGS,
     )

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import click
 
-from ..errors import SyntheticWeights, TemplateNote, UsageError
+from ..errors import SyntheticWeights, TemplateNote, UsageError, flag
 from ..runtime import blas, cpu, files, interrupts
 from .bench import bench, demo, doctor, tickets
 from .classify import classify
-from .common import as_flag, fail
+from .common import fail
 from .evaluate import evaluate_cmd
 from .models import convert, init_random_cmd, models, parity
 from .serve import bench_serve, serve
@@ -30,7 +30,7 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except UsageError as e:
-            fail(str(e.worded(as_flag)))
+            fail(str(e.worded(flag)))
         except click.UsageError as e:  # bad options: one line too, not click's usage block
             fail(e.format_message())
         except BrokenPipeError:  # here, before click's main turns it into exit code 1
@@ -190,6 +190,6 @@ def _main() -> None:
     except click.ClickException as e:
         fail(e.format_message(), e.exit_code)
     except UsageError as e:  # outside a command: `--help` into a closed standard output
-        fail(str(e.worded(as_flag)))
+        fail(str(e.worded(flag)))
     except BrokenPipeError:  # e.g. `mlxbatch classify ... | head`
         broken_pipe()

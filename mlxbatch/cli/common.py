@@ -99,11 +99,6 @@ class ModeChoice(click.Choice):
         return super().convert(MODE_ALIASES.get(value, value), param, ctx)
 
 
-def as_flag(setting: str) -> str:
-    """A setting named as the CLI takes it: `min_confidence` -> `--min-confidence`."""
-    return "--" + setting.replace("_", "-")
-
-
 def fail(message: str, code: int = 2) -> None:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)

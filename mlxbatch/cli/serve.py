@@ -11,7 +11,6 @@ from ..io.caps import API_KEY_BYTES, read_capped
 from ..model.defaults import model_dir
 from .common import (
     FiniteRange,
-    as_flag,
     by_name,
     echo,
     fail,
@@ -265,7 +264,7 @@ def _serve_spec(options: dict, prompt, path: Path):
 def _listen_and_serve(serve_spec, options: dict, key: bytes | None) -> None:
     """Everything that can be refused is refused before the port or a thread; then serve until
     a signal, exiting as the server ends."""
-    from ..errors import UsageError
+    from ..errors import UsageError, flag
     from ..serve.connection_limits import ConnectionLimits, reserve_descriptors
     from ..serve.server import listen
     from ..serve.server import serve as run
@@ -278,7 +277,7 @@ def _listen_and_serve(serve_spec, options: dict, key: bytes | None) -> None:
         preflight(serve_spec)
         sock = listen(options["host"], options["port"])
     except UsageError as e:
-        fail(str(e.worded(as_flag)))
+        fail(str(e.worded(flag)))
     service = Service(serve_spec)
     code = run(service, sock, key, connections, options["log_level"])
     if code == 130:

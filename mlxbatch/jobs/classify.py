@@ -77,62 +77,21 @@ class Interrupted(Exception):
 
 def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None]) -> int:
     """The whole classify command; returns its exit code (1 when --verify disagrees)."""
-    req, reads = request, request.reads()
+    req = request
     req.check_stdin()
-    group = None  # the ranks sharing the job; None: this process alone
-    if req.distributed or os.environ.get("MLX_RANK") is not None:  # set by mlx.launch
-        cluster = Cluster.join(req.distributed, req.collective_timeout)
-        group = RankGroup(cluster) if cluster else None
+    group = _group(req)
     rank = group.rank if group else 0
-    if req.resume and req.output is None:
-        raise JobError("--resume needs -o/--output (the journal lives next to it)")
-    kind = "stdout"
-    if rank == 0:  # before anything is read or written
-        kind = check_output(req.output, reads, req.resume)
-    if (req.json_path or req.plot_path) and not req.gold_field:
-        raise JobError("--json and --plot report the evaluation: give --gold-field too")
-    written = [req.output, journal_path(req.output)] if req.output is not None else []
-    if rank == 0:
-        check_reports(
-            req.json_path,
-            req.plot_path,
-            reads + written,
-            None if req.output is not None else "the rows (no -o)",
-        )
+    kind = check_paths(req, rank)
     check_questions(req)
     writes_as = output_format(str(req.output))[0] if req.output is not None else "jsonl"
     rows, fmt = _input(req, writes_as)
     clf = None
     try:  # from here the input is held (JobInput): released however the job ends
-        path = model_dir(req.model, say)
-        if rank == 0:
-            check_model_untouched(
-                [
-                    ("-o", req.output),
-                    ("-o's journal", req.output and journal_path(req.output)),
-                    ("--json", req.json_path),
-                    ("--plot", req.plot_path),
-                ],
-                path,
-            )
-        clf = Classifier.load(
-            path,
-            dtype=req.dtype,
-            prefix_cache=req.prefix_cache,
-            check_finite=req.check_weights,
-            prompt=req.prompt,
-        )
+        clf = _load(req, rank, say)
+        output = req.output if rank == 0 else None
+        kept = bool(req.gold_field)
         result = run_job(
-            clf,
-            rows,
-            spec,
-            req.output if rank == 0 else None,
-            req.resume,
-            req.verify,
-            req.input,
-            fmt,
-            keep_results=bool(req.gold_field),
-            group=group,
+            clf, rows, spec, output, req.resume, req.verify, req.input, fmt, kept, group
         )
         if result is None:  # ranks other than 0 write nothing
             return 0
@@ -142,6 +101,47 @@ def run_classify(request: JobRequest, spec: RunSpec, say: Callable[[str], None])
         if isinstance(rows, JobInput):
             rows.close()  # the job's input may be written again
     return report(clf, rows, result, req, say)
+
+
+def _group(req: JobRequest) -> RankGroup | None:
+    """The ranks sharing the job; None: this process alone."""
+    if req.distributed or os.environ.get("MLX_RANK") is not None:  # set by mlx.launch
+        cluster = Cluster.join(req.distributed, req.collective_timeout)
+        return RankGroup(cluster) if cluster else None
+    return None
+
+
+def check_paths(req: JobRequest, rank: int) -> str:
+    """The options' paths checked before anything is read or written (the files themselves on
+    rank 0, which writes them); what the output is ("file" or "stdout")."""
+    if req.resume and req.output is None:
+        raise JobError("--resume needs -o/--output (the journal lives next to it)")
+    reads = req.reads()
+    kind = check_output(req.output, reads, req.resume) if rank == 0 else "stdout"
+    if (req.json_path or req.plot_path) and not req.gold_field:
+        raise JobError("--json and --plot report the evaluation: give --gold-field too")
+    if rank == 0:
+        written = [req.output, journal_path(req.output)] if req.output is not None else []
+        rows = None if req.output is not None else "the rows (no -o)"
+        check_reports(req.json_path, req.plot_path, reads + written, rows)
+    return kind
+
+
+def _load(req: JobRequest, rank: int, say: Callable[[str], None]) -> Classifier:
+    """The model, once rank 0 has checked that no output lands among its files."""
+    path = model_dir(req.model, say)
+    if rank == 0:
+        journal = req.output and journal_path(req.output)
+        outputs = [("-o", req.output), ("-o's journal", journal)]
+        outputs += [("--json", req.json_path), ("--plot", req.plot_path)]
+        check_model_untouched(outputs, path)
+    return Classifier.load(
+        path,
+        dtype=req.dtype,
+        prefix_cache=req.prefix_cache,
+        check_finite=req.check_weights,
+        prompt=req.prompt,
+    )
 
 
 def _input(req: JobRequest, writes_as: str):

@@ -6,11 +6,12 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..api.classifier import Classifier
-from ..api.limits import prepare
+from ..api.limits import LIMIT_SETTINGS, prepare
 from ..api.spec import Settings, check_fits
 from ..engine.item import Item
 from ..engine.planner import Batch, PaddingStats
 from ..engine.scheduler import Scheduler
+from ..errors import flag, worded
 from ..io.inputs import Row
 
 
@@ -73,7 +74,9 @@ def plan_window(
         prepare(engine, text, settings.limit, settings.truncating, i, prompt)
         for (i, text), prompt in zip(good, prompts)
     ]
-    errors = {i: m for (i, _), m in zip(good, made) if isinstance(m, str)}
+    errors = {
+        i: worded(m, flag, LIMIT_SETTINGS) for (i, _), m in zip(good, made) if isinstance(m, str)
+    }
     kept = once_each([m for m in made if isinstance(m, Item)])
     scored = {item.key: item for item in kept if item.duplicate_of is None}
     copies: dict[int, list[int]] = {}

@@ -6,8 +6,9 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from ..api.classifier import Classifier
-from ..api.limits import prepare
+from ..api.limits import LIMIT_SETTINGS, prepare
 from ..api.spec import Settings
+from ..errors import flag, worded
 from ..io.inputs import Row
 from ..io.windows import JobInput, Scan, window_full
 
@@ -72,6 +73,6 @@ def too_long(clf: Classifier, settings: Settings, tokens: WindowTokenizer):
             for r, p in zip(good, prompts)
         )
         fits = [None if r.error else next(made) for r in block]
-        return [f if isinstance(f, str) else None for f in fits]
+        return [worded(f, flag, LIMIT_SETTINGS) if isinstance(f, str) else None for f in fits]
 
     return refused

@@ -19,7 +19,7 @@ import anyio
 import numpy as np
 
 from ..api.classifier import Classifier
-from ..api.limits import prepare
+from ..api.limits import LIMIT_SETTINGS, prepare
 from ..api.questions import answer_words
 from ..api.spec import RunSpec
 from ..api.verify import Check, check
@@ -27,7 +27,7 @@ from ..engine.item import Item
 from ..engine.labels import LabelSet
 from ..engine.live import LiveScheduler, QueueFull
 from ..engine.promptspec import PromptSpec
-from ..errors import LabelError
+from ..errors import LabelError, flag, worded
 from ..model.tokenizer import PromptTokenizer
 from .errors import ApiError
 from .limits import ClassifyBody, Limits
@@ -198,7 +198,8 @@ class Service:
         out = []
         for i, text in enumerate(req.texts):
             item = prepare(self.clf.engine, text, self.settings.limit, req.truncate, i, hint="")
-            if isinstance(item, str):  # named as a request sets it, not as classify does
+            if isinstance(item, str):
+                item = worded(item, flag, LIMIT_SETTINGS)  # named as a request sets it
                 raise ApiError(422, f'input[{i}]: {item}; send "truncate": true to cut it')
             out.append(item)
         return out
@@ -301,7 +302,7 @@ class Service:
             | {
                 "item_limit": {
                     "tokens": self.settings.limit.tokens,
-                    "set_by": self.settings.limit.source,
+                    "set_by": worded(self.settings.limit.source, flag, LIMIT_SETTINGS),
                 }
             },
             "batching": {
