@@ -179,12 +179,13 @@ def test_an_interrupted_job_resumes_to_the_same_bytes(tiny_model_dir, tmp_path, 
     assert result.resumed > 0 and result.verify["passed"]
 
 
-def test_a_text_is_fed_once_and_each_question_only_its_tail(tiny_model_dir):
-    """The tokens an item feeds: its text's common part once, then each question's tail; and
-    every tail begins where the whole prompts part (a merged "." stays in each tail)."""
+def test_a_text_is_fed_once_and_each_question_only_what_it_adds(tiny_model_dir):
+    """The tokens an item feeds: its text's common part once, then its tails, a part that
+    tails begin with fed once; every tail begins where the whole prompts part (a merged "."
+    stays in each tail)."""
     from mlxbatch.engine.layout import split
     from mlxbatch.engine.question_engine import unpack
-    from mlxbatch.engine.question_layout import text_and_tails
+    from mlxbatch.engine.question_layout import common_part, fed_tails, text_and_tails
 
     clf = Classifier.load(tiny_model_dir, questions=QUESTIONS)
     e = clf.engine
@@ -195,7 +196,13 @@ def test_a_text_is_fed_once_and_each_question_only_its_tail(tiny_model_dir):
         assert all(tail for tail in tails)
         assert len({tail[0] for tail in tails}) > 1 or len(common) == min(map(len, parts)) - 1
         whole = sum(len(split(p, e.prefix)[1]) for p in parts)
-        assert len(e.fed(packed)) == whole - (len(parts) - 1) * len(split(common, e.prefix)[1])
+        once = whole - (len(parts) - 1) * len(split(common, e.prefix)[1])
+        # "Which ..." twice and "Does this message concern ..." twice: those parts fed once
+        shared = sum(
+            common_part([t for t in tails if t[0] == first]) for first in {tails[0][0], tails[2][0]}
+        )
+        assert e.fed(packed) == split(common, e.prefix)[1] + fed_tails(tails)
+        assert len(e.fed(packed)) == once - shared and shared >= 5
 
 
 def test_a_server_with_questions_answers_every_question(tiny_model_dir, tmp_path):

@@ -7,7 +7,8 @@ the ranks see one item per text, as they do without questions. A scored item's p
 are its questions' label probabilities side by side, question after question (`columns`).
 
 The gold loop scores each (text, question) prompt alone and whole (`QuestionsGold`); the fast
-path (`QuestionsScorer`) feeds a text's common tokens once and each question's tail behind them.
+path (`QuestionsScorer`) feeds a text's common tokens once and its questions' tails behind them,
+each part that tails share once (`tail_parts`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ..runtime import executor as executors
 from .engine import Engine
 from .labels import LabelSet, continuation_logprobs, first_token_logits, normalise
 from .layout import split
-from .question_layout import QuestionRows, text_and_tails
+from .question_layout import QuestionRows, fed_tails, text_and_tails
 from .scorers import GoldScorer, PrefixScorer
 
 
@@ -110,9 +111,9 @@ class QuestionsEngine(Engine):
 
     def fed(self, prompt: list[int]) -> list[int]:
         """The tokens an item feeds through the model: its text's common tokens past the
-        shared prefix, then each question's tail."""
+        shared prefix, then its tails' parts (`tail_parts`)."""
         common, tails = text_and_tails(unpack(prompt))
-        return [*split(common, self.prefix)[1], *(t for tail in tails for t in tail)]
+        return [*split(common, self.prefix)[1], *fed_tails(tails)]
 
 
 class QuestionsGold:
