@@ -25,11 +25,11 @@ def flag(setting: str, value: str | None = None) -> str:
     return name if value is None else f"{name} {value}"
 
 
-def worded(text: str, word: Word, settings: tuple[str, ...] | None = None) -> str:
-    """`text` with each setting marked in it (of `settings`, else any) named by `word`."""
+def worded(text: str, word: Word, settings: tuple[str, ...]) -> str:
+    """`text` with each of `settings` marked in it named by `word`."""
 
     def say(m: re.Match) -> str:
-        return word(m[1], m[2]) if settings is None or m[1] in settings else m[0]
+        return word(m[1], m[2]) if m[1] in settings else m[0]
 
     return SETTING.sub(say, text)
 

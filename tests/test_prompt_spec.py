@@ -54,14 +54,15 @@ def test_a_refusal_names_the_setting_as_each_reader_types_it():
 
 def test_a_marked_setting_is_worded_with_its_value_for_each_reader():
     text = "set by `max_tokens=7` (see `max_tokens`, `too_long`); lower `max_batch=64`"
-    assert worded(text, keyword) == (
+    named = ("max_tokens", "too_long", "max_batch")
+    assert worded(text, keyword, named) == (
         "set by max_tokens=7 (see max_tokens, truncate); lower max_batch=64"
     )
-    assert worded(text, flag) == (
+    assert worded(text, flag, named) == (
         "set by --max-tokens 7 (see --max-tokens, --too-long); lower --max-batch 64"
     )
-    assert worded("`too_long=truncate`", keyword) == "truncate=True"
-    assert worded("`too_long=truncate`", flag) == "--too-long truncate"
+    assert worded("`too_long=truncate`", keyword, named) == "truncate=True"
+    assert worded("`too_long=truncate`", flag, named) == "--too-long truncate"
     # only the settings named: other backticks are the message's own
     assert worded("`max_tokens=7` `x`", flag, ("max_tokens",)) == "--max-tokens 7 `x`"
     e = UsageError("lower `batch_tokens=9`", ("batch_tokens",))

@@ -26,6 +26,7 @@ slots depend on its text alone, whatever the batch's width.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -44,11 +45,11 @@ def common_part(prompts: list[list[int]]) -> int:
     return n
 
 
-def tail_parts(tails: list[list[int]]) -> tuple[list[tuple[list[int], int]], list[int]]:
+def tail_parts(tails: Sequence[Sequence[int]]) -> tuple[list[tuple[Sequence[int], int]], list[int]]:
     """The tails as a tree: its parts (tokens, the part they grow from or -1), in feeding
     order, and each tail's last part. Tails that begin with the same token share their
     common part as one part, then the same again past it; each keeps a token of its own."""
-    parts: list[tuple[list[int], int]] = []
+    parts: list[tuple[Sequence[int], int]] = []
     leaf = [0] * len(tails)
     todo = [(list(range(len(tails))), 0, -1)]  # (tails, where they part, the part they grow from)
     while todo:
@@ -70,7 +71,7 @@ def tail_parts(tails: list[list[int]]) -> tuple[list[tuple[list[int], int]], lis
     return parts, leaf
 
 
-def fed_tails(tails: list[list[int]]) -> list[int]:
+def fed_tails(tails: Sequence[Sequence[int]]) -> list[int]:
     """The tokens a text's tails feed: each part once."""
     return [t for tokens, _ in tail_parts(tails)[0] for t in tokens]
 
@@ -132,7 +133,7 @@ class QuestionRows:
 
     def _row_segments(self, r: int) -> tuple[list[Segment], list[Segment], int]:
         n, out = int(self.text.lengths[r]), []
-        parts, leaf = tail_parts([list(t) for t in self.tails[r]])
+        parts, leaf = tail_parts(self.tails[r])
         at = n
         for tokens, parent in parts:
             up = out[parent] if parent >= 0 else None

@@ -199,7 +199,7 @@ class Service:
         for i, text in enumerate(req.texts):
             item = prepare(self.clf.engine, text, self.settings.limit, req.truncate, i, hint="")
             if isinstance(item, str):
-                item = worded(item, flag, LIMIT_SETTINGS)  # named as a request sets it
+                item = worded(item, flag, LIMIT_SETTINGS)  # the limit is the server's flag
                 raise ApiError(422, f'input[{i}]: {item}; send "truncate": true to cut it')
             out.append(item)
         return out
