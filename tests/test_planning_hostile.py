@@ -145,3 +145,52 @@ def test_buffers_kept_for_reuse_are_lowered_to_what_the_bound_leaves():
         assert mx.set_cache_limit(64 << 20) == 64 << 20
     finally:
         mx.set_cache_limit(before)
+
+
+def test_questions_multi_token_labels_are_priced_in_their_row_not_a_row_each(
+    tiny_model_dir, tmp_path
+):
+    """Several questions hold their multi-token labels' earlier tokens as slots of the text's
+    one row: the bound once priced a copy of each row per label (20 questions of two-token
+    labels: a 4.35 GiB bound for a 0.10 GiB peak), and refused 40 such questions outright."""
+    from mlxbatch.api.classifier import Classifier
+    from mlxbatch.api.spec import RunSpec
+    from mlxbatch.bench.workload import generate, write_jsonl
+    from mlxbatch.io.inputs import read_rows
+    from mlxbatch.jobs.job import run_job
+
+    questions = [
+        {"name": f"q{i}", "ask": f"Question {i}?", "labels": [f"yes_{i}", f"no_{i}"]}
+        for i in range(20)
+    ]
+    clf = Classifier.load(tiny_model_dir, questions=questions)
+    fp = clf.engine.footprint
+    slots = clf.engine.cost_terms()[2]
+    assert slots == sum(len(s.names) * (s.max_len - 1) for s in clf.engine.label_sets) > 0
+    # the cache of 64 rows of 100 tokens: one row a text, its segments beside its tokens
+    one_row_each = 2 * fp.args.num_hidden_layers * fp.args.num_key_value_heads
+    one_row_each *= fp.args.head_dim * fp.dtype_bytes * 64 * fp.context(100 + slots)
+    one_row_each *= fp.lanes  # each lane's batch
+    assert fp.batch_cost(6400, 64, 100).kv_cache == one_row_each
+    write_jsonl(generate(24, seed=5), tmp_path / "in.jsonl")
+    rows, _ = read_rows(str(tmp_path / "in.jsonl"))
+    res = run_job(clf, rows, RunSpec(batch_tokens=1024), None)
+    assert res.errors == 0 and 0 < res.peak_memory <= res.memory_bound
+
+
+def test_the_cache_bound_counts_a_batchs_tokens_once_not_its_widest_row_times_its_rows(
+    tiny_model_dir,
+):
+    """At most `batch_tokens` of a batch's own tokens: 200 rows of 4,096 tokens would be 200
+    times the budget (three two-token labels were refused at `--batch-tokens 4096
+    --max-batch 200` as needing 42.9 GiB)."""
+    from mlxbatch.api.classifier import Classifier
+
+    fp = Classifier.load(tiny_model_dir, labels=["billing", "technical"]).engine.footprint
+    per_slot = 2 * fp.args.num_hidden_layers * fp.args.num_key_value_heads
+    per_slot *= fp.args.head_dim * fp.dtype_bytes
+    per_slot *= fp.n_labels if fp.label_len > 1 else 1  # a copy of the row per label
+    per_slot *= fp.lanes  # each lane's batch
+    wide = fp.batch_cost(4096, 200, 4096).kv_cache
+    assert wide == per_slot * (200 * (fp.context(4096) - 4096) + 4096)
+    assert fp.batch_cost(4096, 1, 4096).kv_cache == per_slot * fp.context(4096)

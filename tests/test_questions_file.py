@@ -59,6 +59,15 @@ def test_a_multi_label_template_names_each_tag():
         (with_question(labels=[]), ["'q'", "'labels'", "no labels"]),
         (with_question(labels=["a", "a"]), ["'q'", "'labels'", "duplicate"]),
         (with_question(labels=["a", True]), ["'q'", "'labels'", "quote"]),
+        (with_question(labels=[False, True]), ["'q'", "'labels'", "label False", "quote"]),
+        (with_question(labels=[0, 1]), ["'q'", "'labels'", "label 0"]),
+        (with_question(labels=[None, "b"]), ["'q'", "'labels'", "label None"]),
+        (with_question(name="text"), ["'name'", "output uses"]),
+        (with_question(ask=5), ["'q'", "'ask'", "expected a string"]),
+        (
+            {"questions": [{"name": "t", "multi_label": ["x"], "ask": "Is it?"}]},
+            ["'t'", "'ask'", "does not name {label}"],
+        ),
         (with_question(multi_label=["x"]), ["'q'", "'labels'", "'multi_label'"]),
         (with_question(choices=["x"]), ["'q'", "unknown field", "choices"]),
         ({"questions": [], "x": 1}, ["unknown key", "x"]),
@@ -72,6 +81,12 @@ def test_a_multi_label_template_names_each_tag():
         "no-labels",
         "same-labels",
         "boolean-label",
+        "false-first",
+        "zero-first",
+        "null-first",
+        "text-reserved",
+        "ask-not-a-string",
+        "template-without-label",
         "both",
         "unknown-field",
         "unknown-key",
@@ -137,3 +152,47 @@ def test_questions_whose_table_cannot_be_read_back_are_refused(questions, words)
     with pytest.raises(InputError) as e:
         questions_from({"questions": questions})
     assert all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_labels_may_be_a_tuple():
+    data = {"questions": [{"name": "q", "ask": "Which?", "labels": ("a", "b")}]}
+    assert questions_from(data).questions[0].labels == ("a", "b")
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        (
+            '{"questions": [{"name": "a", "name": "b", "ask": "x", "labels": ["c", "d"]}]}',
+            ["'name'"],
+        ),
+        (
+            '{"questions": [{"name": "a", "ask": "x", "labels": {"c": "", "c": "", "d": ""}}]}',
+            ["'c'"],
+        ),
+    ],
+    ids=["field", "label"],
+)
+def test_a_key_given_twice_in_json_is_refused_as_in_yaml(tmp_path, text, words):
+    """json.loads keeps the last of two equal keys: the file would mean something else."""
+    path = tmp_path / "q.json"
+    path.write_text(text)
+    with pytest.raises(InputError) as e:
+        read_questions(path)
+    assert all(w in str(e.value) for w in [str(path), "given twice", *words]), str(e.value)
+    yaml_path = tmp_path / "q.yaml"
+    yaml_path.write_text(text)  # JSON is YAML: the same refusal
+    with pytest.raises(InputError, match="given twice"):
+        read_questions(yaml_path)
+
+
+def test_a_question_named_as_the_text_field_is_refused(tmp_path):
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps(with_question(name="body")))
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"body": "hello"}\n')
+    args = ["--questions", path, "--text-field", "body"]
+    r = invoke(["classify", src, "--model", tmp_path / "no-model", *args])
+    one_line_error(r, "question 'body'", "'name'", "--text-field")
+    r = invoke(["eval", src, src, *args])
+    one_line_error(r, "question 'body'", "--text-field")

@@ -220,6 +220,29 @@ def test_the_cli_refuses_a_bad_example_and_a_prior_in_one_line(tiny_model_dir, t
     one_line_error(
         invoke([*args, "--prior", "billing=0.5"]), "--prior and --questions", "`prior:` key"
     )
+    misspelt = tmp_path / "misspelt.csv"  # its answers would be lost without a word
+    misspelt.write_text("text,intnet\nfine,billing\n")
+    r = invoke([*args, "--examples", misspelt])
+    one_line_error(r, str(misspelt), "row 1", "'intnet' is no question's name")
+
+
+def test_labels_that_tokenize_as_a_prefix_are_refused_naming_the_file(tiny_model_dir, tmp_path):
+    q = tmp_path / "q.json"
+    q.write_text(json.dumps([{"name": "city", "ask": "Where?", "labels": ["new", "new york"]}]))
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "hello"}\n')
+    out = tmp_path / "out.jsonl"
+    r = invoke(["classify", src, "--model", tiny_model_dir, "--questions", q, "-o", out])
+    one_line_error(r, str(q), "question 'city'", "'labels'", "token prefix")
+    assert not out.exists()
+
+
+def test_the_api_refuses_a_tag_threshold_without_questions(tiny_model_dir):
+    with pytest.raises(UsageError, match="tag_threshold applies to multi-label questions"):
+        Classifier.load(tiny_model_dir, tag_threshold=0.3)
+    clf = Classifier.load(tiny_model_dir, questions=QUESTIONS, tag_threshold=0.3)
+    assert clf.tag_threshold == 0.3
+    assert Classifier.load(tiny_model_dir, questions=QUESTIONS).tag_threshold == 0.5
 
 
 def test_a_server_takes_examples_and_priors_with_questions(tiny_model_dir, tmp_path):

@@ -157,3 +157,14 @@ def test_a_resume_whose_questions_changed_says_what_changed(
     )
     one_line_error(r, str(q), "questions changed", *words)
     assert journal_path(out).read_bytes() == journal and not out.exists()
+
+
+def test_a_resume_with_another_tag_threshold_names_it(tiny_model_dir, tmp_path, files, monkeypatch):
+    q, src = files
+    out = tmp_path / "out.csv"
+    interrupted(tiny_model_dir, q, src, out, monkeypatch)
+    journal = journal_path(out).read_bytes()
+    args = ["classify", src, "--model", tiny_model_dir, "--questions", q, "-o", out, "--resume"]
+    r = invoke([*args, "--tag-threshold", "0.9"])
+    one_line_error(r, "--tag-threshold")
+    assert journal_path(out).read_bytes() == journal and not out.exists()

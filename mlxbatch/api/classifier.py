@@ -23,7 +23,7 @@ from ..engine.item import Item
 from ..engine.labels import LabelSet
 from ..engine.planner import DEFAULT_MAX_BATCH, Batch, CostModel, unsort
 from ..engine.prompt import DEFAULT_LABELS, default_system_prompt
-from ..engine.promptspec import DEFAULT_TAG_THRESHOLD, PromptSpec
+from ..engine.promptspec import PromptSpec
 from ..engine.scheduler import BatchPolicy, Scheduler, positional_items
 from ..errors import ItemTooLong, ModelError, SyntheticWeights, UsageError
 from ..model.hub import resolve
@@ -44,7 +44,7 @@ LOAD_DEFAULTS = {
     "min_confidence": None,
     "descriptions": None,
     "questions": None,
-    "tag_threshold": DEFAULT_TAG_THRESHOLD,
+    "tag_threshold": None,  # with questions: 0.5 (engine/promptspec.py)
 }
 
 
@@ -85,8 +85,6 @@ def prompt_of(prompt: PromptSpec | None, **keywords) -> PromptSpec:
 
             rows = example_rows(k["questions"], k["examples"])
             k["questions"], k["examples"] = k["questions"].with_examples(rows), ()
-    else:  # without questions the API takes no tag threshold (none applies)
-        k["tag_threshold"] = None
     if k["labels"] is DEFAULT_LABELS:
         k["labels"] = None  # the default labels, and none with questions
     return PromptSpec(**k)
@@ -141,7 +139,7 @@ class Classifier:
         min_confidence: float | None = None,
         descriptions: dict[str, str] | None = None,
         questions=None,
-        tag_threshold: float = DEFAULT_TAG_THRESHOLD,
+        tag_threshold: float | None = None,
         prompt: PromptSpec | None = None,
     ) -> Classifier:
         """Load a model (a directory or a hub id) for a label set. `examples`: few-shot (text, label) pairs; `calibrate`:
@@ -150,7 +148,7 @@ class Classifier:
         `questions`: several questions asked of each text instead of one label set (a YAML or
         JSON questions file, a list of {name, ask, labels | multi_label}, or a mapping with
         `questions` and `system`); the predictions then carry `answers`, tags on at P(yes)
-        >= `tag_threshold`; `examples` are then rows {"text": ..., question: label or tags},
+        >= `tag_threshold` (0.5 unless given); `examples` are then rows {"text": ..., question: label or tags},
         and each question's `prior` is a key of its entry. `prompt`: all of these as one
         `PromptSpec` instead."""
         check_model_dir(model_dir)

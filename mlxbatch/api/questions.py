@@ -41,7 +41,7 @@ class QuestionsClassifier(Classifier):
         self.questions, self.asked = questions, questions.asked()
         self.tag_threshold = tag_threshold
         system_prompt = system_prompt if system_prompt is not None else DEFAULT_SYSTEM
-        sets = tuple(label_set(lm, a) for a in self.asked)
+        sets = tuple(label_set(lm, a, questions.source) for a in self.asked)
         engine = QuestionsEngine(
             lm,
             [a.user_text("") for a in self.asked],
@@ -136,13 +136,13 @@ class QuestionsClassifier(Classifier):
         return [(q.name, x) for q in self.questions.questions for x in q.columns()]
 
 
-def label_set(lm: LoadedModel, asked: Asked) -> LabelSet:
-    """An asked prompt's labels, tokenized; refused by question when they cannot be scored
-    apart."""
+def label_set(lm: LoadedModel, asked: Asked, source: str = "questions") -> LabelSet:
+    """An asked prompt's labels, tokenized; refused by file and question when they cannot be
+    scored apart (only the model's tokenizer can tell)."""
     try:
         tokens = label_tokens(asked.labels, lm.tokenizer.label, lm.model.args.vocab_size)
     except LabelError as e:
-        raise LabelError(f"question {asked.question!r}: field 'labels': {e}") from None
+        raise LabelError(f"{source}: question {asked.question!r}: field 'labels': {e}") from None
     return LabelSet(asked.labels, tokens)
 
 

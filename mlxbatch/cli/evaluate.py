@@ -183,7 +183,7 @@ def evaluate_questions(options: dict) -> None:
     from ..api.evaluate_answers import evaluate_answers, format_answers
     from ..io.inputs import read_rows
     from ..io.outputs import check_reports, write_json_report
-    from ..io.questions import read_questions
+    from ..io.questions import check_question_options, read_questions
     from ..io.rows import read_results
     from ..io.streams import report_stream
 
@@ -197,6 +197,7 @@ def evaluate_questions(options: dict) -> None:
             "each question against the input's field of its name"
         )
     asked = read_questions(questions)
+    check_question_options(asked, None, None, options["text_field"])
     check_reports(json_path, None, [Path(input_path), predictions, questions])
     rows, _ = read_rows(input_path, *fields, asked.names)
     try:

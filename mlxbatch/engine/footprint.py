@@ -41,6 +41,9 @@ class Footprint:
     n_labels: int
     label_len: int  # tokens of the longest label
     lanes: int = 1  # batches in flight at once (CPU lanes)
+    # several questions: their multi-token labels' earlier tokens, as slots of the text's own
+    # row (question_engine.py) rather than a copy of the row per label
+    segment_slots: int = 0
 
     def context(self, longest: int) -> int:
         """The longest key length a row can have (prefix + item + label tokens)."""
@@ -53,14 +56,22 @@ class Footprint:
     def batch_cost(self, batch_tokens: int, max_batch: int, longest: int) -> BudgetCost:
         """Upper bound on the transient bytes (KV cache, largest per-layer working set, label
         pass) of `lanes` batches of at most `max_batch` rows of `longest` tokens."""
-        a, context = self.args, self.context(longest)
+        a, context = self.args, self.context(longest) + self.segment_slots
         max_batch = min(max_batch, batch_tokens)
-        rows = max_batch * (self.n_labels if self.label_len > 1 else 1)
-        kv = 2 * a.num_hidden_layers * rows * a.num_key_value_heads * a.head_dim
-        kv *= context * self.dtype_bytes
-        # the forward over the batch's tokens, then the one over its labels' earlier tokens
-        positions = self.n_labels * max(self.label_len - 1, 0)  # later label tokens a row
-        t = max(batch_tokens, max_batch * positions)
+        copied = self.label_len > 1 and not self.segment_slots
+        rows = max_batch * (self.n_labels if copied else 1)
+        # key slots of one copy of the batch's rows: each row's prefix, label and segment slots,
+        # and its own tokens, which all rows together hold at most `batch_tokens` of
+        keys = max_batch * (context - longest) + min(max_batch * longest, batch_tokens)
+        keys *= rows // max_batch
+        kv = 2 * a.num_hidden_layers * keys * a.num_key_value_heads * a.head_dim
+        kv *= self.dtype_bytes
+        if self.segment_slots:  # one forward over the rows, their segments included
+            positions = self.segment_slots
+            t = batch_tokens + max_batch * positions
+        else:  # the forward over the batch's tokens, then the one over its labels' earlier tokens
+            positions = self.n_labels * max(self.label_len - 1, 0)  # later label tokens a row
+            t = max(batch_tokens, max_batch * positions)
         mlp = 3 * t * a.intermediate_size * self.dtype_bytes
         attn = 3 * t * a.num_attention_heads * context * 4 + 5 * t * context  # + the masks
         hidden = 8 * t * a.hidden_size * self.dtype_bytes
@@ -68,9 +79,9 @@ class Footprint:
         head = LOGIT_COPIES * chunk * positions * a.vocab_size * 4  # (labels.py)
         # the host path pads each row's queries to whole tiles (host_attention): label rows
         # are nearly all padding, and their scores live about four times over (measured)
-        depth, copies = max(a.head_dim, BLOCK), 4 if self.label_len > 1 else 2
-        pad = rows * a.num_key_value_heads * (TILE + 2 * EDGE)
-        pad *= (copies * context + 2 * depth + 1) * 4
+        depth, copies = max(a.head_dim, BLOCK), 4 if copied else 2
+        pad = a.num_key_value_heads * (TILE + 2 * EDGE)
+        pad *= (copies * keys + rows * (2 * depth + 1)) * 4
         return BudgetCost(kv * self.lanes, (mlp + attn + hidden + head + pad) * self.lanes)
 
     def longest_item(self, available: int, cap: int, share: float = 0.5) -> int:

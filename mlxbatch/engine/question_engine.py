@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 import mlx.core as mx
 import numpy as np
@@ -67,6 +68,7 @@ class QuestionsEngine(Engine):
         self.tails, self.label_sets = tuple(tails), tuple(label_sets)
         self.shots = tuple(shots) or ((),) * len(self.tails)
         super().__init__(lm, columns(label_sets), system_prompt, prefix_cache, executor)
+        self.footprint = replace(self.footprint, segment_slots=self.cost_terms()[2])
 
     def _scorers(self, labels: LabelSet, executor: executors.Executor) -> dict:
         return {

@@ -3,7 +3,8 @@
 Each question is asked as its own prompt: the user turn is the text, a blank line, and the
 question's `ask`. A `multi_label` entry is one yes/no question per tag, each scored apart;
 the tag is on where P(yes), normalised over yes and no, reaches the tag threshold. Every
-mistake is refused here, naming the question and the field, before a model is loaded.
+mistake is refused here, naming the question and the field, before a model is loaded (but
+labels that tokenize alike, which only its tokenizer can tell: api/questions.py).
 
 A single-label question may carry a `prior` (as `--prior` weighs one label set). Few-shot
 examples (a question's `examples`, or rows with a field per question) become each prompt's
@@ -31,7 +32,8 @@ DEFAULT_SYSTEM = (
     "exactly one of the answers it allows, and nothing else."
 )
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}\Z")
-RESERVED = {"id", "error", "line", "truncated", "answers", "label", "labels", "scores"}
+# the output's own fields, and the text's (an examples row or gold field would read it as an answer)
+RESERVED = {"id", "error", "line", "truncated", "answers", "label", "labels", "scores", "text"}
 KEYS = {"name", "ask", "labels", "multi_label", "prior", "examples"}
 
 
@@ -217,13 +219,18 @@ def _question(entry, n: int, source: str) -> Question:
     ask = entry.get("ask")
     if ask is None and multi:
         ask = ""
-    if not isinstance(ask, str) or (not multi and not ask.strip()):
+    if ask is not None and not isinstance(ask, str):
+        raise InputError(f"{where}: field 'ask': expected a string, got {type(ask).__name__}")
+    if ask is None or (not multi and not ask.strip()):
         raise InputError(
             f"{where}: field 'ask': {'empty' if ask is not None else 'missing'} "
             "(the question put to the model after each text)"
         )
     if multi and ask and "{label}" not in ask:
-        raise InputError(f"{where}: field 'ask': a multi_label template names {{label}}")
+        raise InputError(
+            f"{where}: field 'ask': the template does not name {{label}} (a multi_label "
+            "template asks about each tag through it)"
+        )
     if multi and (unknown := sorted(set(re.findall(r"{[^{}]*}", ask)) - PLACEHOLDERS)):
         raise InputError(
             f"{where}: field 'ask': {unknown[0]} is no placeholder (a multi_label template "
@@ -251,11 +258,12 @@ def _labels(value, where: str, multi: bool) -> tuple[tuple[str, ...], dict[str, 
                 raise InputError(f"{where}: the description of {label!r} {problem}")
             descriptions[label] = (line or "").strip()
         names = list(value)
-    elif isinstance(value, list):
-        names = value
+    elif isinstance(value, (list, tuple)):
+        names = list(value)
     else:
         raise InputError(f"{where}: expected a list of labels or a mapping label -> description")
-    if bad := next((x for x in names if not isinstance(x, str)), None) if names else None:
+    if bad := [x for x in names if not isinstance(x, str)]:
+        bad = bad[0]  # False, 0 and None among them
         raise InputError(
             f"{where}: label {bad!r} is not a string (YAML reads yes, no, on, off "
             "unquoted as booleans: quote it)"

@@ -26,6 +26,7 @@ class Row:
     error: str | None = None
     line: int = 0  # the physical line the row starts on
     fields: dict = field(default_factory=dict)  # other requested fields (gold labels, ...)
+    others: tuple = ()  # the names of its fields beyond the text, the id and those requested
 
 
 class RowStream:
@@ -104,6 +105,8 @@ class RowStream:
         if obj is None:
             return row
         row.fields = {k: obj[k] for k in self.fields if k in obj}
+        known = (self.text_field, self.id_field or "id", *self.fields)
+        row.others = tuple(k for k in obj if k not in known)
         if self.id_field is not None:
             row.error = self._id_problem(obj, n)
             if row.error:

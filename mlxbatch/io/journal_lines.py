@@ -229,7 +229,7 @@ PARTS = {
     "prompt": "system prompt or examples",
     "settings": "setting (one of --mode, --planner, --max-tokens, --too-long, "
     "--on-error, --no-prefix-cache)",
-    "adjustment": "adjustment (one of --calibrate, --prior, --min-confidence)",
+    "adjustment": "adjustment (one of --calibrate, --prior, --min-confidence, --tag-threshold)",
     "shape": "batch shape (the journal's recorded settings were edited)",
     "compute": "compute path",
 }

@@ -60,8 +60,9 @@ def read_labels_file(path: str | Path) -> dict[str, str]:
     return out
 
 
-def _yaml(text: str):
-    """A YAML document, refusing a repeated key as `_pairs` does (safe_load keeps the last)."""
+def _yaml(text: str, what: str = "label"):
+    """A YAML document, refusing a repeated key as `_pairs` does (safe_load keeps the last);
+    `what` names the keys in the refusal."""
     import yaml  # a dependency (mlx-lm needs it too)
 
     class Loader(yaml.SafeLoader):
@@ -72,19 +73,19 @@ def _yaml(text: str):
                     continue
                 key = self.construct_object(key_node, deep=deep)
                 if isinstance(key, str) and key in seen:
-                    raise LabelError(f"label {key!r} is given twice")
+                    raise LabelError(f"{what} {key!r} is given twice")
                 seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
     return yaml.load(text, Loader=Loader)  # noqa: S506 (a SafeLoader)
 
 
-def _pairs(pairs: list[tuple]) -> dict:
+def _pairs(pairs: list[tuple], what: str = "label") -> dict:
     """A JSON object, refusing a repeated key (json.loads keeps the last one silently)."""
     out: dict = {}
     for key, value in pairs:
         if key in out:
-            raise LabelError(f"label {key!r} is given twice")
+            raise LabelError(f"{what} {key!r} is given twice")
         out[key] = value
     return out
 

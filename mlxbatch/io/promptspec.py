@@ -57,7 +57,7 @@ def prompt_spec(
 
     if questions is not None:
         asked = read_questions(questions)
-        check_question_options(asked, labels, labels_file)
+        check_question_options(asked, labels, labels_file, text_field)
         if examples:
             asked = asked.with_examples(read_question_examples(examples, asked, text_field))
         system = system_prompt_from(system_prompt, system_prompt_file)

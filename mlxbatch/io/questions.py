@@ -23,12 +23,13 @@ def read_questions(path: str | Path) -> Questions:
         raise InputError(f"{path}: cannot read the questions file ({e})") from None
     yaml_file = path.suffix.lower() in (".yaml", ".yml")
     try:
-        if yaml_file:
-            from .prompts import _yaml
+        from .prompts import _pairs, _yaml
 
-            data = _yaml(text)
+        # a key given twice is refused, in JSON as in YAML (either parser would keep the last)
+        if yaml_file:
+            data = _yaml(text, "key")
         else:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=lambda pairs: _pairs(pairs, "key"))
     except Exception as e:  # json and yaml raise several types; all mean "not parseable"
         kind = "YAML" if yaml_file else "JSON (.yaml/.yml: YAML)"
         first = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
@@ -54,6 +55,9 @@ def read_question_examples(path: str | Path, questions: Questions, text_field: s
 
 
 def _example_row(row, questions: Questions, where: str) -> tuple[str, dict]:
+    if row.others:  # a misspelt question's column would otherwise lose its answers silently
+        names = ", ".join(questions.names)
+        raise InputError(f"{where}: field {row.others[0]!r} is no question's name ({names})")
     given = {k: v for k, v in row.fields.items() if v is not None and v != ""}
     if not given:
         raise InputError(f"{where}: answers none of the questions ({', '.join(questions.names)})")
@@ -61,10 +65,18 @@ def _example_row(row, questions: Questions, where: str) -> tuple[str, dict]:
     return row.text, {k: example_answer(by_name[k], v, where) for k, v in given.items()}
 
 
-def check_question_options(questions: Questions | None, labels, labels_file) -> None:
-    """Options that a questions file replaces are refused beside it."""
+def check_question_options(
+    questions: Questions | None, labels, labels_file, text_field: str = "text"
+) -> None:
+    """Options that a questions file replaces are refused beside it, and a question named as
+    the input's text field (its rows would answer it with their texts)."""
     if questions is None:
         return
+    if text_field in questions.names:
+        raise UsageError(
+            f"{questions.source}: question {text_field!r}: field 'name': it is the input's "
+            "text field (--text-field); rename one"
+        )
     for flag, value in (
         ("--labels", labels),
         ("--labels-file", labels_file),
