@@ -189,7 +189,7 @@ def test_the_cache_bound_counts_a_batchs_tokens_once_not_its_widest_row_times_it
     fp = Classifier.load(tiny_model_dir, labels=["billing", "technical"]).engine.footprint
     per_slot = 2 * fp.args.num_hidden_layers * fp.args.num_key_value_heads
     per_slot *= fp.args.head_dim * fp.dtype_bytes
-    per_slot *= fp.n_labels if fp.label_len > 1 else 1  # a copy of the row per label
+    per_slot *= fp.n_labels + 1 if fp.label_len > 1 else 1  # the rows, and a copy per label
     per_slot *= fp.lanes  # each lane's batch
     wide = fp.batch_cost(4096, 200, 4096).kv_cache
     assert wide == per_slot * (200 * (fp.context(4096) - 4096) + 4096)

@@ -62,7 +62,7 @@ def test_a_multi_label_template_names_each_tag():
         (with_question(labels=[False, True]), ["'q'", "'labels'", "label False", "quote"]),
         (with_question(labels=[0, 1]), ["'q'", "'labels'", "label 0"]),
         (with_question(labels=[None, "b"]), ["'q'", "'labels'", "label None"]),
-        (with_question(name="text"), ["'name'", "output uses"]),
+        (with_question(name="text"), ["'name'", "text field"]),
         (with_question(ask=5), ["'q'", "'ask'", "expected a string"]),
         (
             {"questions": [{"name": "t", "multi_label": ["x"], "ask": "Is it?"}]},

@@ -224,6 +224,15 @@ def test_the_cli_refuses_a_bad_example_and_a_prior_in_one_line(tiny_model_dir, t
     misspelt.write_text("text,intnet\nfine,billing\n")
     r = invoke([*args, "--examples", misspelt])
     one_line_error(r, str(misspelt), "row 1", "'intnet' is no question's name")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parquet = tmp_path / "misspelt.parquet"  # its rows hold only the columns asked for
+    pq.write_table(
+        pa.table({"text": ["fine"], "intnet": ["billing"], "intent": ["billing"]}), parquet
+    )
+    r = invoke([*args, "--examples", parquet])
+    one_line_error(r, str(parquet), "row 1", "'intnet' is no question's name")
 
 
 def test_labels_that_tokenize_as_a_prefix_are_refused_naming_the_file(tiny_model_dir, tmp_path):

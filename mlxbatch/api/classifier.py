@@ -148,9 +148,9 @@ class Classifier:
         `questions`: several questions asked of each text instead of one label set (a YAML or
         JSON questions file, a list of {name, ask, labels | multi_label}, or a mapping with
         `questions` and `system`); the predictions then carry `answers`, tags on at P(yes)
-        >= `tag_threshold` (0.5 unless given); `examples` are then rows {"text": ..., question: label or tags},
-        and each question's `prior` is a key of its entry. `prompt`: all of these as one
-        `PromptSpec` instead."""
+        >= `tag_threshold` (0.5 unless given); `examples` are then rows {"text": ...,
+        question: label or tags}, and each question's `prior` is a key of its entry.
+        `prompt`: all of these as one `PromptSpec` instead."""
         check_model_dir(model_dir)
         for name, value in (("prefix_cache", prefix_cache), ("check_finite", check_finite)):
             check_flag(name, value)

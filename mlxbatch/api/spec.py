@@ -240,7 +240,13 @@ def _what_needs(fp: Footprint, cost, avail: int) -> str:
     """What takes the memory of a batch costing `cost`, and what to change, in words."""
     if fp.weight_bytes >= avail:
         return f"the weights alone need {amount(fp.weight_bytes)}"
-    if fp.label_len > 1 and not fp.segment_slots:  # (rows copied per label)
+    if fp.segment_slots:
+        return (
+            f"it needs about {amount(cost.total)} beside the weights ({amount(fp.weight_bytes)}) "
+            f"for {fp.segment_slots} slots a text of the questions' multi-token labels; use "
+            "fewer or shorter labels"
+        )
+    if fp.label_len > 1:
         return (
             f"it needs about {amount(cost.total)} beside the weights ({amount(fp.weight_bytes)}) "
             f"for {fp.n_labels} labels of up to {fp.label_len} tokens (each row's cache and "
@@ -261,6 +267,11 @@ def check_fits(fp: Footprint, tokens: int, rows: int, width: int, spec: RunSpec)
         culprit = f"`batch_tokens={spec.batch_tokens}`; lower it"
     elif spec.mode == "naive" or rows >= 256:
         culprit = f"`max_batch={spec.max_batch}` (rows per batch); lower it"
+    elif fp.segment_slots and rows * fp.segment_slots > tokens:
+        culprit = (
+            f"{fp.segment_slots} slots a text of the questions' multi-token labels; use fewer "
+            "or shorter labels, or lower `max_batch`"
+        )
     elif fp.label_len > 1 and not fp.segment_slots and cost.kv_cache > cost.activations:
         culprit = (
             f"{fp.n_labels} labels of up to {fp.label_len} tokens (each row's cache is "

@@ -63,7 +63,7 @@ class Footprint:
         # key slots of one copy of the batch's rows: each row's prefix, label and segment slots,
         # and its own tokens, which all rows together hold at most `batch_tokens` of
         keys = max_batch * (context - longest) + min(max_batch * longest, batch_tokens)
-        keys *= rows // max_batch
+        keys *= rows // max_batch + copied  # the rows' own cache outlives their label copies
         kv = 2 * a.num_hidden_layers * keys * a.num_key_value_heads * a.head_dim
         kv *= self.dtype_bytes
         if self.segment_slots:  # one forward over the rows, their segments included

@@ -32,8 +32,7 @@ DEFAULT_SYSTEM = (
     "exactly one of the answers it allows, and nothing else."
 )
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}\Z")
-# the output's own fields, and the text's (an examples row or gold field would read it as an answer)
-RESERVED = {"id", "error", "line", "truncated", "answers", "label", "labels", "scores", "text"}
+RESERVED = {"id", "error", "line", "truncated", "answers", "label", "labels", "scores"}
 KEYS = {"name", "ask", "labels", "multi_label", "prior", "examples"}
 
 
@@ -207,6 +206,11 @@ def _question(entry, n: int, source: str) -> Question:
             f"{where}: field 'name': {name!r} is not a name (a letter, then "
             "letters, digits, _ or -; at most 64)"
         )
+    if name.lower() == "text":
+        raise InputError(
+            f"{where}: field 'name': 'text' is the input's text field (an examples row or a "
+            "gold field would read the text as its answer)"
+        )
     if name.lower() in RESERVED:
         raise InputError(f"{where}: field 'name': {name!r} is a name the output uses itself")
     multi = "multi_label" in entry
@@ -262,10 +266,10 @@ def _labels(value, where: str, multi: bool) -> tuple[tuple[str, ...], dict[str, 
         names = list(value)
     else:
         raise InputError(f"{where}: expected a list of labels or a mapping label -> description")
-    if bad := [x for x in names if not isinstance(x, str)]:
-        bad = bad[0]  # False, 0 and None among them
+    bad = [x for x in names if not isinstance(x, str)]  # False, 0 and None are labels too
+    if bad:
         raise InputError(
-            f"{where}: label {bad!r} is not a string (YAML reads yes, no, on, off "
+            f"{where}: label {bad[0]!r} is not a string (YAML reads yes, no, on, off "
             "unquoted as booleans: quote it)"
         )
     if not names:

@@ -54,7 +54,7 @@ class RowStream:
             raise
         self.source, self.path, self.format = source, path, parsed.format
         self.text_field, self.fields, self.output_format = text_field, fields, output_format
-        self._records = parsed.records
+        self._records, self._columns = parsed.records, parsed.columns
         self.id_field = id_field
         self._ids_from_first = id_field is None and parsed.columns is None and self.format != "text"
         if id_field is None and parsed.columns is not None and "id" in parsed.columns:
@@ -106,7 +106,8 @@ class RowStream:
             return row
         row.fields = {k: obj[k] for k in self.fields if k in obj}
         known = (self.text_field, self.id_field or "id", *self.fields)
-        row.others = tuple(k for k in obj if k not in known)
+        # a table's header: a Parquet row holds only the columns asked for
+        row.others = tuple(k for k in self._columns or obj if k not in known)
         if self.id_field is not None:
             row.error = self._id_problem(obj, n)
             if row.error:

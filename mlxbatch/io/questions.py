@@ -56,8 +56,12 @@ def read_question_examples(path: str | Path, questions: Questions, text_field: s
 
 def _example_row(row, questions: Questions, where: str) -> tuple[str, dict]:
     if row.others:  # a misspelt question's column would otherwise lose its answers silently
-        names = ", ".join(questions.names)
-        raise InputError(f"{where}: field {row.others[0]!r} is no question's name ({names})")
+        name = row.others[0]
+        what = f"field {name!r}" if name else "a column with no name (a table's index?)"
+        raise InputError(
+            f"{where}: {what} is no question's name (an examples file holds the text, an id "
+            f"and a field per question: {', '.join(questions.names)})"
+        )
     given = {k: v for k, v in row.fields.items() if v is not None and v != ""}
     if not given:
         raise InputError(f"{where}: answers none of the questions ({', '.join(questions.names)})")
