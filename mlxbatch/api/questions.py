@@ -136,7 +136,7 @@ class QuestionsClassifier(Classifier):
         return [(q.name, x) for q in self.questions.questions for x in q.columns()]
 
 
-def label_set(lm: LoadedModel, asked: Asked, source: str = "questions") -> LabelSet:
+def label_set(lm: LoadedModel, asked: Asked, source: str) -> LabelSet:
     """An asked prompt's labels, tokenized; refused by file and question when they cannot be
     scored apart (only the model's tokenizer can tell)."""
     try:

@@ -240,22 +240,18 @@ def _what_needs(fp: Footprint, cost, avail: int) -> str:
     """What takes the memory of a batch costing `cost`, and what to change, in words."""
     if fp.weight_bytes >= avail:
         return f"the weights alone need {amount(fp.weight_bytes)}"
+    needs = f"it needs about {amount(cost.total)} beside the weights ({amount(fp.weight_bytes)})"
     if fp.segment_slots:
         return (
-            f"it needs about {amount(cost.total)} beside the weights ({amount(fp.weight_bytes)}) "
-            f"for {fp.segment_slots} slots a text of the questions' multi-token labels; use "
-            "fewer or shorter labels"
+            f"{needs} for {fp.segment_slots} slots a text of the questions' multi-token labels; "
+            "use fewer or shorter labels"
         )
-    if fp.label_len > 1:
+    if fp.labels_copied:
         return (
-            f"it needs about {amount(cost.total)} beside the weights ({amount(fp.weight_bytes)}) "
-            f"for {fp.n_labels} labels of up to {fp.label_len} tokens (each row's cache and "
-            "scores are repeated per label); use fewer or shorter labels"
+            f"{needs} for {fp.n_labels} labels of up to {fp.label_len} tokens (each row's cache "
+            "and scores are repeated per label); use fewer or shorter labels"
         )
-    return (
-        f"it needs about {amount(cost.total)} beside the weights ({amount(fp.weight_bytes)}); "
-        "free memory, or shorten the prompt before each item (system prompt, examples)"
-    )
+    return f"{needs}; free memory, or shorten the prompt before each item (system prompt, examples)"
 
 
 def check_fits(fp: Footprint, tokens: int, rows: int, width: int, spec: RunSpec) -> None:
@@ -272,7 +268,7 @@ def check_fits(fp: Footprint, tokens: int, rows: int, width: int, spec: RunSpec)
             f"{fp.segment_slots} slots a text of the questions' multi-token labels; use fewer "
             "or shorter labels, or lower `max_batch`"
         )
-    elif fp.label_len > 1 and not fp.segment_slots and cost.kv_cache > cost.activations:
+    elif fp.labels_copied and cost.kv_cache > cost.activations:
         culprit = (
             f"{fp.n_labels} labels of up to {fp.label_len} tokens (each row's cache is "
             "repeated per label); use fewer or shorter labels, or lower `max_batch`"

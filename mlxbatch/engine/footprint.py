@@ -45,6 +45,12 @@ class Footprint:
     # row (question_engine.py) rather than a copy of the row per label
     segment_slots: int = 0
 
+    @property
+    def labels_copied(self) -> bool:
+        """Whether a row's cache is copied once per label for its labels' later tokens (one
+        label set of multi-token labels; questions hold them as segments of the row)."""
+        return self.label_len > 1 and not self.segment_slots
+
     def context(self, longest: int) -> int:
         """The longest key length a row can have (prefix + item + label tokens)."""
         return self.prefix + longest + self.label_len
@@ -58,12 +64,12 @@ class Footprint:
         pass) of `lanes` batches of at most `max_batch` rows of `longest` tokens."""
         a, context = self.args, self.context(longest) + self.segment_slots
         max_batch = min(max_batch, batch_tokens)
-        copied = self.label_len > 1 and not self.segment_slots
+        copied = self.labels_copied
         rows = max_batch * (self.n_labels if copied else 1)
         # key slots of one copy of the batch's rows: each row's prefix, label and segment slots,
         # and its own tokens, which all rows together hold at most `batch_tokens` of
         keys = max_batch * (context - longest) + min(max_batch * longest, batch_tokens)
-        keys *= rows // max_batch + copied  # the rows' own cache outlives their label copies
+        keys *= self.n_labels + 1 if copied else 1  # the rows' own cache outlives their copies
         kv = 2 * a.num_hidden_layers * keys * a.num_key_value_heads * a.head_dim
         kv *= self.dtype_bytes
         if self.segment_slots:  # one forward over the rows, their segments included

@@ -26,7 +26,7 @@ class Row:
     error: str | None = None
     line: int = 0  # the physical line the row starts on
     fields: dict = field(default_factory=dict)  # other requested fields (gold labels, ...)
-    others: tuple = ()  # the names of its fields beyond the text, the id and those requested
+    others: tuple = ()  # its fields beyond the text, the id and those requested (if asked)
 
 
 class RowStream:
@@ -42,6 +42,7 @@ class RowStream:
         fields: tuple[str, ...] = (),
         output_format: str = "jsonl",
         duplicates: DuplicateIds | None = None,
+        list_others: bool = False,
     ):
         source = open_source(path)
         try:
@@ -55,6 +56,7 @@ class RowStream:
         self.source, self.path, self.format = source, path, parsed.format
         self.text_field, self.fields, self.output_format = text_field, fields, output_format
         self._records, self._columns = parsed.records, parsed.columns
+        self._list_others = list_others  # an examples file's: not every row of every input
         self.id_field = id_field
         self._ids_from_first = id_field is None and parsed.columns is None and self.format != "text"
         if id_field is None and parsed.columns is not None and "id" in parsed.columns:
@@ -105,9 +107,8 @@ class RowStream:
         if obj is None:
             return row
         row.fields = {k: obj[k] for k in self.fields if k in obj}
-        known = (self.text_field, self.id_field or "id", *self.fields)
-        # a table's header: a Parquet row holds only the columns asked for
-        row.others = tuple(k for k in self._columns or obj if k not in known)
+        if self._list_others:
+            row.others = self._others(obj)
         if self.id_field is not None:
             row.error = self._id_problem(obj, n)
             if row.error:
@@ -121,6 +122,11 @@ class RowStream:
             return row
         row.text, row.error = _text(obj.get(self.text_field), self.text_field)
         return row
+
+    def _others(self, obj: dict) -> tuple:
+        known = (self.text_field, self.id_field or "id", *self.fields)
+        # a table's header: a Parquet row holds only the columns asked for
+        return tuple(k for k in self._columns or obj if k not in known)
 
     def _id_problem(self, obj: dict, n: int) -> str | None:
         if self.id_field not in obj:
@@ -184,10 +190,14 @@ def open_rows(
     fields: tuple[str, ...] = (),
     output_format: str = "jsonl",
     duplicates: DuplicateIds | None = None,
+    list_others: bool = False,
 ) -> RowStream:
     """The rows of `path` ('-' for stdin) as a stream, each valid or carrying its error; ids
-    equal as text are duplicates for a csv/tsv `output_format`."""
-    return RowStream(path, text_field, id_field, fmt, fields, output_format, duplicates)
+    equal as text are duplicates for a csv/tsv `output_format`; `list_others`: each row names
+    its fields beyond the text, the id and `fields` (`Row.others`)."""
+    return RowStream(
+        path, text_field, id_field, fmt, fields, output_format, duplicates, list_others
+    )
 
 
 def read_rows(

@@ -117,7 +117,7 @@ def capped_examples(path: str, text_field: str, fields: tuple[str, ...]) -> tupl
     """The example rows, refused past EXAMPLES_ROWS rows or EXAMPLES_BYTES of text: examples go
     into every prompt, so more could never fit a context (and an endless file never ends)."""
     rows, total = [], 0
-    with open_rows(path, text_field, None, "auto", fields=fields) as stream:
+    with open_rows(path, text_field, None, "auto", fields=fields, list_others=True) as stream:
         for r in stream:
             rows.append(r)
             total += len(r.text or "")
